@@ -1,0 +1,5 @@
+//! nodeproof: a node agent that finds seccomp, eBPF and GPU gray failures
+//! before pods hit them. The binary (`main.rs`) only parses arguments and
+//! picks implementations; everything else lives here.
+
+pub mod profile;

@@ -1,0 +1,2 @@
+//! A classic-BPF interpreter for seccomp programs.
+//! (helper: to be written)

@@ -1,0 +1,2 @@
+//! Compile a [`FilterSpec`] with libseccomp without loading it.
+//! (helper: to be written)
