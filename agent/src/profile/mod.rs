@@ -4,6 +4,12 @@
 
 pub mod bpf;
 pub mod compile;
+pub mod decode;
+pub mod diagnostic;
 pub mod filter;
+pub mod json;
+pub mod model;
+pub mod runc;
 pub mod runc_init;
 pub mod sandbox;
+pub mod template;
