@@ -2,4 +2,6 @@
 //! before pods hit them. The binary (`main.rs`) only parses arguments and
 //! picks implementations; everything else lives here.
 
+pub mod config;
+pub mod finding;
 pub mod profile;

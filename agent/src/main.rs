@@ -1,1 +1,323 @@
-fn main() {}
+//! `nodeproof`: argument parsing and the choice of implementations. The
+//! work is in the library.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+
+use nodeproof::config::Config;
+use nodeproof::finding::{Condition, Finding, Status};
+use nodeproof::profile::diagnostic::render_text;
+use nodeproof::profile::filter::Arch;
+use nodeproof::profile::lint::{LintOptions, ProfileReport, Runtime};
+use nodeproof::profile::{compile, lint, node, sandbox, scan};
+
+#[derive(Parser)]
+#[command(name = "nodeproof", version, about = "Finds seccomp, eBPF and GPU gray failures on a Kubernetes node before pods hit them")]
+struct Cli {
+    /// Config file (default: /etc/nodeproof/config.toml if present, else built-in defaults).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// The kubelet's seccomp root (default /var/lib/kubelet/seccomp).
+    #[arg(long, global = true)]
+    seccomp_root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One-shot report of this node; exit 0 all good, 1 problems found.
+    Check {
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+    /// Seccomp profile tools.
+    Profile {
+        #[command(subcommand)]
+        command: ProfileCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProfileCommand {
+    /// Predict what the runtime does with profiles; exit 0 all ok, 1 otherwise.
+    Lint {
+        /// Files or directories (default: the seccomp root).
+        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        mode: ModeArgs,
+        /// Fail on warnings too.
+        #[arg(long)]
+        strict: bool,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+    /// Compile a profile with libseccomp and print the filter without loading it.
+    Compile {
+        path: PathBuf,
+        #[command(flatten)]
+        mode: ModeArgs,
+        #[arg(long, value_enum, default_value_t = CompileFormat::Pfc)]
+        format: CompileFormat,
+    },
+    /// Run a command under a profile in a forked child and report what happened.
+    Test {
+        path: PathBuf,
+        #[command(flatten)]
+        mode: ModeArgs,
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct ModeArgs {
+    /// Whose decoder reads the profile (default: detected, else containerd).
+    #[arg(long, value_enum)]
+    runtime: Option<RuntimeArg>,
+    /// The container's noNewPrivileges (containerd: false unless allowPrivilegeEscalation: false).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    no_new_privileges: Option<bool>,
+    /// Node architecture (x86_64, aarch64, ... or SCMP_ARCH_*); default: this machine's.
+    #[arg(long, value_parser = parse_arch)]
+    arch: Option<Arch>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RuntimeArg {
+    Containerd,
+    Crio,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CompileFormat {
+    Bpf,
+    Pfc,
+}
+
+fn parse_arch(s: &str) -> Result<Arch, String> {
+    Arch::from_cli_name(s).ok_or_else(|| format!("unknown architecture {s:?} (try x86_64, aarch64, SCMP_ARCH_X86)"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nodeproof: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NODEPROOF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let config = Config::load(cli.config.as_deref())?;
+    let root = seccomp_root(cli.seccomp_root.as_deref(), &config);
+    match cli.command {
+        Command::Check { output } => check(&root, &config, output),
+        Command::Profile { command } => match command {
+            ProfileCommand::Lint {
+                paths,
+                mode,
+                strict,
+                output,
+            } => {
+                let opts = lint_options(&mode, &config);
+                let paths = if paths.is_empty() { vec![root] } else { paths };
+                let files = scan::collect(&paths);
+                let reports = node::lint_files(files, &opts);
+                print_reports(&reports, output)?;
+                Ok(exit(reports.iter().all(|r| node::passes(r, strict))))
+            }
+            ProfileCommand::Compile { path, mode, format } => compile_cmd(&path, &lint_options(&mode, &config), format),
+            ProfileCommand::Test { path, mode, command } => test_cmd(&path, &lint_options(&mode, &config), &command),
+        },
+    }
+}
+
+/// The configured root; from a source checkout with no kubelet root, the repo's `profiles/`.
+fn seccomp_root(flag: Option<&Path>, config: &Config) -> PathBuf {
+    if let Some(p) = flag {
+        return p.to_path_buf();
+    }
+    let configured = config.seccomp.root.clone();
+    if configured.exists() {
+        return configured;
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+    if checkout.is_dir() {
+        tracing::info!(root = %checkout.display(), "kubelet seccomp root absent; using the checkout's profiles/");
+        return checkout;
+    }
+    configured
+}
+
+fn detect_runtime(config: &Config) -> Runtime {
+    match config.seccomp.runtime.as_str() {
+        "crio" => Runtime::Crio,
+        "containerd" => Runtime::Containerd,
+        _ => {
+            let crio = ["/run/crio/crio.sock", "/var/run/crio/crio.sock"].iter().any(|p| Path::new(p).exists());
+            let containerd = Path::new("/run/containerd/containerd.sock").exists();
+            if crio && !containerd {
+                Runtime::Crio
+            } else {
+                Runtime::Containerd
+            }
+        }
+    }
+}
+
+fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
+    LintOptions {
+        runtime: match mode.runtime {
+            Some(RuntimeArg::Containerd) => Runtime::Containerd,
+            Some(RuntimeArg::Crio) => Runtime::Crio,
+            None => detect_runtime(config),
+        },
+        no_new_privileges: mode.no_new_privileges.unwrap_or(config.seccomp.no_new_privileges),
+        arch: mode.arch.unwrap_or_else(Arch::native),
+        check_listener: true,
+    }
+}
+
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match output {
+        Format::Json => {
+            serde_json::to_writer(&mut out, &serde_json::json!({ "profiles": reports }))?;
+            writeln!(out)?;
+        }
+        Format::Text => {
+            for r in reports {
+                let mut text = String::new();
+                let src = std::fs::read(&r.path).unwrap_or_default();
+                render_text(&r.path, &src, &r.diagnostics, &mut text);
+                write!(out, "{text}")?;
+                let errors = r.count(nodeproof::profile::diagnostic::Severity::Error);
+                let warnings = r.count(nodeproof::profile::diagnostic::Severity::Warning);
+                writeln!(
+                    out,
+                    "{}: outcome {} ({} errors, {} warnings{})\n",
+                    r.path,
+                    r.outcome.as_str(),
+                    errors,
+                    warnings,
+                    r.instructions.map_or(String::new(), |n| format!(", {n} BPF instructions")),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
+    let opts = LintOptions {
+        runtime: detect_runtime(config),
+        no_new_privileges: config.seccomp.no_new_privileges,
+        ..LintOptions::default()
+    };
+    let reports = node::lint_root(root, &opts);
+    let findings = node::findings(&reports);
+    let conditions = vec![node::condition(root, &reports)];
+    print_check(&findings, &conditions, output)?;
+    Ok(exit(conditions.iter().all(|c| c.status == "True")))
+}
+
+fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if output == Format::Json {
+        serde_json::to_writer(&mut out, &serde_json::json!({ "conditions": conditions, "findings": findings }))?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let width = findings.iter().map(|f| f.subject.len()).max().unwrap_or(7).clamp(7, 60);
+    writeln!(out, "{:<16} {:<width$} {:<8} {}", "CHECK", "SUBJECT", "STATUS", "DETAIL")?;
+    for f in findings {
+        let status = match f.status {
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::Failed => "FAILED",
+        };
+        writeln!(out, "{:<16} {:<width$} {:<8} {}", f.check, f.subject, status, f.message)?;
+    }
+    writeln!(out)?;
+    for c in conditions {
+        writeln!(out, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message)?;
+    }
+    Ok(())
+}
+
+/// Decode and translate one profile, refusing anything that would not load.
+fn load_spec(path: &Path, opts: &LintOptions) -> Result<nodeproof::profile::filter::FilterSpec> {
+    let file = scan::read_entry(path, None);
+    let bytes = file.contents.map_err(|d| anyhow::anyhow!("{}", d.message))?;
+    let report = lint::lint_source(&path.to_string_lossy(), &bytes, opts);
+    match lint::filter_spec(&bytes, opts) {
+        Some(spec) => Ok(spec),
+        None => {
+            let cause = report
+                .diagnostics
+                .first()
+                .map_or_else(String::new, |d| format!(": {}[{}]: {}", d.severity, d.code, d.message));
+            bail!("{} does not produce a filter (outcome {}){cause}", path.display(), report.outcome.as_str())
+        }
+    }
+}
+
+fn compile_cmd(path: &Path, opts: &LintOptions, format: CompileFormat) -> Result<ExitCode> {
+    let spec = load_spec(path, opts)?;
+    let mut out = std::io::stdout().lock();
+    match format {
+        CompileFormat::Pfc => {
+            let text = compile::export_pfc(&spec, opts.arch).context("libseccomp could not export the filter")?;
+            write!(out, "{text}")?;
+        }
+        CompileFormat::Bpf => {
+            let compiled = compile::compile(&spec, opts.arch).context("libseccomp could not compile the filter")?;
+            for (i, ins) in compiled.program.iter().enumerate() {
+                writeln!(out, "{i:04}: code=0x{:04x} jt={} jf={} k=0x{:08x}", ins.code, ins.jt, ins.jf, ins.k)?;
+            }
+            writeln!(out, "# {} instructions (kernel limit {})", compiled.program.len(), compile::BPF_MAXINSNS)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn test_cmd(path: &Path, opts: &LintOptions, command: &[OsString]) -> Result<ExitCode> {
+    let spec = load_spec(path, opts)?;
+    let compiled = compile::compile(&spec, opts.arch).context("libseccomp could not compile the filter")?;
+    let report = sandbox::run_under_filter(&compiled.program, opts.arch, opts.no_new_privileges, command)
+        .context("could not run the command under the profile")?;
+    println!("{report}");
+    Ok(exit(report.succeeded()))
+}

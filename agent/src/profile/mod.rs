@@ -13,3 +13,6 @@ pub mod runc;
 pub mod runc_init;
 pub mod sandbox;
 pub mod template;
+pub mod lint;
+pub mod node;
+pub mod scan;

@@ -1,0 +1,125 @@
+//! The agent's configuration file (TOML). Parsing is pure; every problem
+//! is reported at once, with the offending key.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The configuration compiled into the binary, used when no file is given.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../systemd/config.toml");
+
+/// The path a packaged install reads.
+pub const DEFAULT_PATH: &str = "/etc/nodeproof/config.toml";
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub seccomp: SeccompConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SeccompConfig {
+    /// The kubelet's seccomp root (`--seccomp-root` overrides it).
+    #[serde(default = "default_root")]
+    pub root: PathBuf,
+    /// `auto`, `containerd` or `crio`.
+    #[serde(default = "default_runtime")]
+    pub runtime: String,
+    /// The noNewPrivileges mode profiles are judged in (containerd's default for pods is false).
+    #[serde(default)]
+    pub no_new_privileges: bool,
+}
+
+fn default_root() -> PathBuf {
+    PathBuf::from("/var/lib/kubelet/seccomp")
+}
+
+fn default_runtime() -> String {
+    "auto".into()
+}
+
+impl Default for SeccompConfig {
+    fn default() -> Self {
+        SeccompConfig {
+            root: default_root(),
+            runtime: default_runtime(),
+            no_new_privileges: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid config {path}: seccomp.runtime must be auto, containerd or crio, not {value:?}")]
+    Runtime { path: PathBuf, value: String },
+}
+
+impl Config {
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if !matches!(config.seccomp.runtime.as_str(), "auto" | "containerd" | "crio") {
+            return Err(ConfigError::Runtime {
+                path: path.to_path_buf(),
+                value: config.seccomp.runtime.clone(),
+            });
+        }
+        Ok(config)
+    }
+
+    /// Load `path`, or the packaged file when present, else the embedded default.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let chosen = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
+        };
+        match chosen {
+            Some(p) => {
+                let text = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
+                    path: p.clone(),
+                    source,
+                })?;
+                Config::parse(&text, &p)
+            }
+            None => Config::parse(EMBEDDED_DEFAULT, Path::new("<embedded>")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_parses() {
+        let c = Config::parse(EMBEDDED_DEFAULT, Path::new("x")).unwrap();
+        assert_eq!(c.seccomp, SeccompConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let e = Config::parse("[seccomp]\nroots = \"/x\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(format!("{:?}", e).contains("unknown field `roots`"), "{e:?}");
+        let e = Config::parse("[seccomp]\nruntime = \"docker\"\n", Path::new("c.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config c.toml: seccomp.runtime must be auto, containerd or crio, not \"docker\""
+        );
+    }
+}

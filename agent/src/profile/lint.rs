@@ -1,0 +1,469 @@
+//! The whole pipeline for one profile: parse → decode → (template) →
+//! translate → compile → predict, plus the lints that go beyond what the
+//! runtime checks. Pure apart from compiling with libseccomp and one
+//! `stat` of a notify listener socket.
+
+use serde::Serialize;
+
+use super::bpf::{self, SeccompData};
+use super::compile::{self, CompiledFilter, BPF_MAXINSNS};
+use super::decode::{self, resolve_pointer};
+use super::diagnostic::{Code, Diagnostic, Severity};
+use super::filter::{Action, Arch, FilterSpec};
+use super::json::{self, LineIndex, Node};
+use super::model::{Seccomp, OCI_SECCOMP, TPL_SECCOMP};
+use super::runc::{self, Stage, Translation};
+use super::runc_init::{self, InitSyscall, Phase};
+use super::template::{self, TemplateContext};
+
+/// The container runtime whose decoder reads the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// containerd hands the file to runc as an OCI `LinuxSeccomp`.
+    Containerd,
+    /// CRI-O evaluates the Docker/containers-common template first.
+    Crio,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Dialect {
+    #[serde(rename = "oci")]
+    Oci,
+    #[serde(rename = "docker-template")]
+    DockerTemplate,
+}
+
+/// What the runtime reaches with the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Outcome {
+    #[serde(rename = "ok")]
+    Ok,
+    /// The runtime refuses the profile before any container process exists.
+    #[serde(rename = "rejected")]
+    Rejected,
+    /// The filter loads (or is being loaded) but the container cannot start.
+    #[serde(rename = "start-failed")]
+    StartFailed,
+    /// The file could not be read, so nothing can be predicted.
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Rejected => "rejected",
+            Outcome::StartFailed => "start-failed",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LintOptions {
+    pub runtime: Runtime,
+    /// The container's `noNewPrivileges` (containerd: false unless the pod sets
+    /// `allowPrivilegeEscalation: false`).
+    pub no_new_privileges: bool,
+    /// The node's architecture (the filter's native one).
+    pub arch: Arch,
+    /// Whether to check that a notify listener socket exists on this host.
+    pub check_listener: bool,
+}
+
+impl Default for LintOptions {
+    fn default() -> Self {
+        LintOptions {
+            runtime: Runtime::Containerd,
+            no_new_privileges: false,
+            arch: Arch::native(),
+            check_listener: true,
+        }
+    }
+}
+
+/// Everything nodeproof says about one profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfileReport {
+    pub path: String,
+    pub dialect: Dialect,
+    pub outcome: Outcome,
+    pub diagnostics: Vec<Diagnostic>,
+    /// BPF instructions of the compiled filter (the kernel's limit is 4096).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<usize>,
+    /// Architectures the filter covers, native first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub architectures: Vec<String>,
+}
+
+impl ProfileReport {
+    pub fn count(&self, severity: Severity) -> usize {
+        self.diagnostics.iter().filter(|d| d.severity == severity).count()
+    }
+
+    /// A report for a file that could not be read at all.
+    pub fn unreadable(path: String, diagnostic: Diagnostic) -> ProfileReport {
+        ProfileReport {
+            path,
+            dialect: Dialect::Oci,
+            outcome: Outcome::Unknown,
+            diagnostics: vec![diagnostic],
+            instructions: None,
+            architectures: Vec::new(),
+        }
+    }
+}
+
+/// Lint one profile's bytes.
+pub fn lint_source(path: &str, src: &[u8], opts: &LintOptions) -> ProfileReport {
+    let mut report = ProfileReport {
+        path: path.to_string(),
+        dialect: Dialect::Oci,
+        outcome: Outcome::Ok,
+        diagnostics: Vec::new(),
+        instructions: None,
+        architectures: Vec::new(),
+    };
+    let root = match json::parse(src) {
+        Ok(root) => root,
+        Err(e) => {
+            let mut d = Diagnostic::error(Code::JsonSyntax, "", format!("invalid JSON: {e}"))
+                .with_span(json::Span {
+                    start: e.offset,
+                    end: e.offset + 1,
+                })
+                .with_help("the runtime refuses a profile that is not valid JSON");
+            if src.starts_with(b"\xef\xbb\xbf") {
+                d = d.with_help("remove the UTF-8 byte order mark: Go's JSON decoder does not accept it");
+            }
+            report.diagnostics.push(d);
+            report.outcome = Outcome::Rejected;
+            return finish(report, src, None);
+        }
+    };
+    let outcome = run_pipeline(&root, opts, &mut report);
+    report.outcome = outcome;
+    finish(report, src, Some(&root))
+}
+
+fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> ProfileReport {
+    let index = LineIndex::new(src);
+    for d in &mut report.diagnostics {
+        if d.span.is_none() {
+            if let Some(root) = root {
+                d.span = resolve_pointer(root, &d.pointer);
+            }
+        }
+        d.locate(&index);
+    }
+    // Errors first, then by position, so the first line is the cause.
+    report
+        .diagnostics
+        .sort_by_key(|d| (d.severity, d.span.map_or(usize::MAX, |s| s.start)));
+    report
+}
+
+/// The filter runc would build from `src`, if it builds one.
+pub fn filter_spec(src: &[u8], opts: &LintOptions) -> Option<FilterSpec> {
+    let root = json::parse(src).ok()?;
+    let mut scratch = ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
+    prepare(&root, opts, &mut scratch).ok()
+}
+
+fn run_pipeline(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Outcome {
+    let spec = match prepare(root, opts, report) {
+        Ok(spec) => spec,
+        Err(outcome) => return outcome,
+    };
+    predict(&spec, opts, report)
+}
+
+/// Decode and translate: the filter spec, or the outcome that stops short of one.
+fn prepare(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Result<FilterSpec, Outcome> {
+    let schema = match opts.runtime {
+        Runtime::Containerd => &OCI_SECCOMP,
+        Runtime::Crio => &TPL_SECCOMP,
+    };
+    let decoded = decode::decode(root, schema);
+    report.dialect = if decoded.template_keys_seen || has_template_keys(&decoded.root) {
+        Dialect::DockerTemplate
+    } else {
+        Dialect::Oci
+    };
+    report.diagnostics.extend(decoded.diagnostics);
+    if decoded.type_error.is_some() {
+        return Err(Outcome::Rejected);
+    }
+    let profile = match opts.runtime {
+        Runtime::Containerd => Seccomp::from_oci(&decoded.root),
+        Runtime::Crio => match template::evaluate(&decoded.root, &TemplateContext::for_host(opts.arch)) {
+            Ok(p) => p,
+            Err(d) => {
+                report.diagnostics.push(d);
+                return Err(Outcome::Rejected);
+            }
+        },
+    };
+    let resolves = |name: &str| compile::resolve_syscall(name, opts.arch).is_some();
+    let (translation, notes) = runc::translate(&profile, &resolves);
+    report.diagnostics.extend(notes);
+    match translation {
+        Translation::Disabled => {
+            report.diagnostics.push(
+                Diagnostic::error(
+                    Code::SeccompDisabled,
+                    "",
+                    "the profile has no `defaultAction` and no rules, so the runtime runs the container without any seccomp filter",
+                )
+                .with_help("set defaultAction (e.g. SCMP_ACT_ERRNO) and list the allowed syscalls; use the RuntimeDefault profile type if unconfined was not meant"),
+            );
+            Err(Outcome::Ok)
+        }
+        Translation::Fails(stage, d) => {
+            report.diagnostics.push(d);
+            Err(match stage {
+                Stage::Config => Outcome::Rejected,
+                Stage::Init => Outcome::StartFailed,
+            })
+        }
+        Translation::Filter(spec) => {
+            lint_profile(&profile, report);
+            Ok(spec)
+        }
+    }
+}
+
+/// Compile and predict what happens when the container starts.
+fn predict(spec: &FilterSpec, opts: &LintOptions, report: &mut ProfileReport) -> Outcome {
+    let compiled = match compile::compile(spec, opts.arch) {
+        Ok(c) => c,
+        Err(e) => {
+            report.diagnostics.push(Diagnostic::error(
+                Code::CompileFailed,
+                "",
+                format!("libseccomp refuses the filter, so runc init fails: {e}"),
+            ));
+            return Outcome::StartFailed;
+        }
+    };
+    report.instructions = Some(compiled.program.len());
+    report.architectures = compiled_arches(&compiled);
+    lint_conflicts(spec, &compiled, opts.arch, report);
+    let mut outcome = Outcome::Ok;
+    if compiled.program.len() > BPF_MAXINSNS {
+        report.diagnostics.push(
+            Diagnostic::error(
+                Code::FilterTooLarge,
+                "",
+                format!(
+                    "the compiled filter has {} BPF instructions; the kernel refuses more than {BPF_MAXINSNS}, so runc init fails",
+                    compiled.program.len()
+                ),
+            )
+            .with_help("merge rules with the same action, or drop architectures the node does not run"),
+        );
+        outcome = Outcome::StartFailed;
+    }
+    if predict_runtime_needs(spec, &compiled, opts, report) {
+        outcome = Outcome::StartFailed;
+    }
+    if let Some(path) = &spec.listener_path {
+        if opts.check_listener && !is_socket(path) {
+            report.diagnostics.push(
+                Diagnostic::error(
+                    Code::ListenerUnreachable,
+                    "/listenerPath",
+                    format!("no seccomp agent socket at `{path}` on this host; runc cannot hand over the notify fd and the container fails to start"),
+                )
+                .with_help("start the seccomp agent before pods that use this profile, or drop SCMP_ACT_NOTIFY"),
+            );
+            outcome = Outcome::StartFailed;
+        }
+    }
+    outcome
+}
+
+fn has_template_keys(root: &decode::DObj) -> bool {
+    // With the template schema the keys are fields, so look at what was present.
+    root.schema_name == TPL_SECCOMP.go_name
+        && (root.present[6]
+            || root
+                .obj_list(7)
+                .iter()
+                .any(|s| s.present[0] || s.present[4] || s.present[5] || s.present[6]))
+}
+
+fn compiled_arches(c: &CompiledFilter) -> Vec<String> {
+    let mut v = vec![c.native.scmp_name().to_string()];
+    v.extend(
+        c.arches
+            .iter()
+            .filter(|a| **a != c.native)
+            .map(|a| a.scmp_name().to_string()),
+    );
+    v
+}
+
+fn is_socket(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Lints on the decoded profile that the runtime does not check.
+fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
+    if matches!(p.default_action.as_str(), "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG") {
+        report.diagnostics.push(
+            Diagnostic::warning(
+                Code::AllowByDefault,
+                "/defaultAction",
+                format!("`{}` lets every syscall the rules do not name through; a deny list misses new syscalls", p.default_action),
+            )
+            .with_help("prefer an allow list: defaultAction SCMP_ACT_ERRNO with the needed syscalls allowed"),
+        );
+    }
+    let errno_like = |a: &str| matches!(a, "SCMP_ACT_ERRNO" | "SCMP_ACT_TRACE");
+    let mut check_errno = |errno: Option<u64>, action: &str, pointer: String| {
+        let Some(e) = errno else { return };
+        if !errno_like(action) {
+            report.diagnostics.push(
+                Diagnostic::warning(
+                    Code::ErrnoIgnored,
+                    pointer,
+                    format!("an errno is set but the action is {action}, which ignores it"),
+                )
+                .with_help("remove it, or use SCMP_ACT_ERRNO"),
+            );
+            return;
+        }
+        let (msg, help) = if e == 0 {
+            (
+                "errno 0 makes the denied syscall return 0 (success) without running".to_string(),
+                "use a real errno such as 1 (EPERM) or 38 (ENOSYS)",
+            )
+        } else if e > 0xffff {
+            (
+                format!("errno {e} does not fit: runc keeps the low 16 bits, so the syscall fails with {}", (e & 0xffff).min(4095)),
+                "use an errno between 1 and 4095",
+            )
+        } else if e > 4095 {
+            (
+                format!("errno {e} is above the kernel's MAX_ERRNO; the kernel returns 4095 instead"),
+                "use an errno between 1 and 4095",
+            )
+        } else {
+            return;
+        };
+        report
+            .diagnostics
+            .push(Diagnostic::error(Code::ErrnoOutOfRange, pointer, msg).with_help(help));
+    };
+    check_errno(p.default_errno_ret, &p.default_action, "/defaultErrnoRet".into());
+    for rule in &p.syscalls {
+        check_errno(rule.errno_ret, &rule.action, format!("{}/errnoRet", rule.pointer));
+    }
+    for rule in &p.syscalls {
+        for arg in &rule.args {
+            if arg.value_two != 0 && arg.op != "SCMP_CMP_MASKED_EQ" {
+                report.diagnostics.push(
+                    Diagnostic::warning(
+                        Code::ValueTwoIgnored,
+                        format!("{}/valueTwo", arg.pointer),
+                        format!("`valueTwo` is only used by SCMP_CMP_MASKED_EQ; {} ignores it", arg.op),
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The same syscall with different unconditional actions: name which one wins.
+fn lint_conflicts(spec: &FilterSpec, compiled: &CompiledFilter, arch: Arch, report: &mut ProfileReport) {
+    let mut seen: Vec<(&str, Action, &str)> = Vec::new();
+    for rule in spec.rules.iter().filter(|r| r.conds.is_empty()) {
+        if let Some((_, first, first_ptr)) = seen
+            .iter()
+            .find(|(name, action, _)| *name == rule.syscall && *action != rule.action)
+        {
+            let winner = compile::resolve_syscall(&rule.syscall, arch)
+                .and_then(|nr| bpf::run(&compiled.program, &SeccompData::new(nr, arch, [0; 6])).ok())
+                .and_then(Action::from_ret);
+            let verdict = winner.map_or(String::new(), |w| format!("; the compiled filter applies {w}"));
+            report.diagnostics.push(
+                Diagnostic::warning(
+                    Code::ConflictingActions,
+                    format!("{}/names/{}", rule.origin.pointer, rule.origin.name_index),
+                    format!(
+                        "`{}` is given {} here and {first} at {first_ptr}{verdict}",
+                        rule.syscall, rule.action
+                    ),
+                )
+                .with_help("keep one rule per syscall; template conditions (includes/excludes) are not applied by this runtime"),
+            );
+            continue;
+        }
+        seen.push((&rule.syscall, rule.action, &rule.origin.pointer));
+    }
+}
+
+/// Evaluate the filter against what runc init and a minimal entrypoint do
+/// after the filter is loaded. Returns whether the container cannot start.
+fn predict_runtime_needs(spec: &FilterSpec, compiled: &CompiledFilter, opts: &LintOptions, report: &mut ProfileReport) -> bool {
+    let mut fails = false;
+    for need in runc_init::RUNC_1_1_5.iter().filter(|n| n.applies(opts.no_new_privileges)) {
+        let Some(nr) = compile::resolve_syscall(need.name, opts.arch) else {
+            continue;
+        };
+        let data = SeccompData::new(nr, opts.arch, need.args);
+        let Some(action) = bpf::run(&compiled.program, &data).ok().and_then(Action::from_ret) else {
+            continue;
+        };
+        if !denial_is_fatal(action, need) {
+            continue;
+        }
+        fails = true;
+        report.diagnostics.push(runtime_denial(spec, need, action, opts));
+    }
+    fails
+}
+
+fn denial_is_fatal(action: Action, need: &InitSyscall) -> bool {
+    match action {
+        Action::Allow | Action::Log | Action::Notify => false,
+        // No tracer: the kernel fails a TRACE syscall with ENOSYS.
+        Action::Trace(_) | Action::Errno(38) => need.fatal_enosys,
+        Action::Errno(_) => need.fatal_eperm,
+        Action::KillThread | Action::KillProcess | Action::Trap => true,
+    }
+}
+
+fn runtime_denial(spec: &FilterSpec, need: &InitSyscall, action: Action, opts: &LintOptions) -> Diagnostic {
+    let pointer = spec
+        .rules
+        .iter()
+        .find(|r| r.syscall == need.name && r.action == action)
+        .map_or_else(
+            || "/defaultAction".to_string(),
+            |r| format!("{}/names/{}", r.origin.pointer, r.origin.name_index),
+        );
+    let (code, who) = match need.phase {
+        Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),
+        Phase::Entrypoint => (Code::EntrypointSyscallDenied, "the container's first process"),
+    };
+    let mode = if opts.no_new_privileges {
+        "noNewPrivileges=true"
+    } else {
+        "noNewPrivileges=false"
+    };
+    Diagnostic::error(
+        code,
+        pointer,
+        format!(
+            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}, so the container fails to start",
+            need.name
+        ),
+    )
+    .with_help(format!("allow `{}` ({})", need.name, need.evidence))
+}
