@@ -1,0 +1,74 @@
+//! Every corpus profile, run through real runc in both `noNewPrivileges` modes,
+//! must get the verdict (and exit status) recorded in `runc-results.json`.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use serde_json::Value;
+
+/// runc runs in parallel, never more than this (the machine has 2 cores).
+const PARALLELISM: usize = 2;
+
+#[test]
+fn corpus_verdicts_match_runc_results() {
+    if let Err(reason) = runc::available() {
+        eprintln!("SKIPPED corpus_verdicts_match_runc_results: {reason}");
+        return;
+    }
+    let corpus = runc::corpus_dir();
+    let results_path = corpus.join("runc-results.json");
+    let results: Value = serde_json::from_slice(
+        &std::fs::read(&results_path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", results_path.display())),
+    )
+    .expect("runc-results.json is JSON");
+    let results = results.as_object().expect("runc-results.json is an object");
+    assert!(
+        results.len() >= 33,
+        "corpus shrank: {} entries",
+        results.len()
+    );
+
+    // (file, nnp, expected verdict, expected exit)
+    let mut jobs = VecDeque::new();
+    for (file, entry) in results {
+        for (nnp, rec) in [(true, entry), (false, &entry["nnp_false"])] {
+            let verdict = Verdict::parse(rec["verdict"].as_str().expect("verdict"))
+                .unwrap_or_else(|| panic!("{file}: unknown verdict {}", rec["verdict"]));
+            let exit = rec["exit"].as_i64().expect("exit") as i32;
+            jobs.push_back((file.clone(), nnp, verdict, exit));
+        }
+    }
+    let total = jobs.len();
+    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+    let jobs = Mutex::new(jobs);
+    let mismatches = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..PARALLELISM {
+            s.spawn(|| loop {
+                let Some((file, nnp, want, want_exit)) = jobs.lock().unwrap().pop_front() else {
+                    break;
+                };
+                let bytes = std::fs::read(corpus.join(&file)).expect("corpus file");
+                let got = oracle.run(&bytes, nnp, &["/bin/true"]);
+                if got.verdict != want || got.exit != want_exit {
+                    mismatches.lock().unwrap().push(format!(
+                        "{file} nnp={nnp}: want {want} ({want_exit}), got {} ({}) stderr: {}",
+                        got.verdict,
+                        got.exit,
+                        got.stderr.trim()
+                    ));
+                }
+            });
+        }
+    });
+    let mismatches = mismatches.into_inner().unwrap();
+    assert!(
+        mismatches.is_empty(),
+        "{} of {total} runs disagree with runc-results.json:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+    eprintln!("all {total} corpus runs match runc-results.json");
+}
