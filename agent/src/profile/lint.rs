@@ -388,7 +388,7 @@ fn lint_conflicts(spec: &FilterSpec, compiled: &CompiledFilter, arch: Arch, repo
             .find(|(name, action, _)| *name == rule.syscall && *action != rule.action)
         {
             let winner = compile::resolve_syscall(&rule.syscall, arch)
-                .and_then(|nr| bpf::run(&compiled.program, &SeccompData::new(nr, arch, [0; 6])).ok())
+                .and_then(|nr| bpf::run(&compiled.program, &SeccompData::new(nr, arch.audit_arch(), [0; 6])).ok())
                 .and_then(Action::from_ret);
             let verdict = winner.map_or(String::new(), |w| format!("; the compiled filter applies {w}"));
             report.diagnostics.push(
@@ -412,21 +412,38 @@ fn lint_conflicts(spec: &FilterSpec, compiled: &CompiledFilter, arch: Arch, repo
 /// after the filter is loaded. Returns whether the container cannot start.
 fn predict_runtime_needs(spec: &FilterSpec, compiled: &CompiledFilter, opts: &LintOptions, report: &mut ProfileReport) -> bool {
     let mut fails = false;
-    for need in runc_init::RUNC_1_1_5.iter().filter(|n| n.applies(opts.no_new_privileges)) {
-        let Some(nr) = compile::resolve_syscall(need.name, opts.arch) else {
+    for need in runc_init::RUNC_1_1_5.iter().filter(|n| n.in_mode(opts.no_new_privileges)) {
+        let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
             continue;
         };
-        let data = SeccompData::new(nr, opts.arch, need.args);
-        let Some(action) = bpf::run(&compiled.program, &data).ok().and_then(Action::from_ret) else {
-            continue;
-        };
-        if !denial_is_fatal(action, need) {
+        if denial_is_fatal(action, need) {
+            fails = true;
+            report.diagnostics.push(runtime_denial(spec, need, action, opts, None));
             continue;
         }
-        fails = true;
-        report.diagnostics.push(runtime_denial(spec, need, action, opts));
+        // Denied alone it is harmless only while the caller's fallback is allowed.
+        let Some((_, alternatives)) = runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name) else {
+            continue;
+        };
+        if action.lets_syscall_run() || report.diagnostics.iter().any(|d| d.message.contains(&format!("`{}`", need.name))) {
+            continue;
+        }
+        let all_denied = alternatives.iter().all(|alt| {
+            filter_action(compiled, opts.arch, alt, [0; 6]).is_some_and(|a| !a.lets_syscall_run())
+        });
+        if all_denied {
+            fails = true;
+            report.diagnostics.push(runtime_denial(spec, need, action, opts, Some(alternatives)));
+        }
     }
     fails
+}
+
+/// The action the compiled filter takes for `name(args)` on `arch`.
+fn filter_action(compiled: &CompiledFilter, arch: Arch, name: &str, args: [u64; 6]) -> Option<Action> {
+    let nr = compile::resolve_syscall(name, arch)?;
+    let data = SeccompData::new(nr, arch.audit_arch(), args);
+    bpf::run(&compiled.program, &data).ok().and_then(Action::from_ret)
 }
 
 fn denial_is_fatal(action: Action, need: &InitSyscall) -> bool {
@@ -439,7 +456,13 @@ fn denial_is_fatal(action: Action, need: &InitSyscall) -> bool {
     }
 }
 
-fn runtime_denial(spec: &FilterSpec, need: &InitSyscall, action: Action, opts: &LintOptions) -> Diagnostic {
+fn runtime_denial(
+    spec: &FilterSpec,
+    need: &InitSyscall,
+    action: Action,
+    opts: &LintOptions,
+    fallbacks: Option<&[&str]>,
+) -> Diagnostic {
     let pointer = spec
         .rules
         .iter()
@@ -461,8 +484,9 @@ fn runtime_denial(spec: &FilterSpec, need: &InitSyscall, action: Action, opts: &
         code,
         pointer,
         format!(
-            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}, so the container fails to start",
-            need.name
+            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}, so the container fails to start",
+            need.name,
+            fallbacks.map_or(String::new(), |alts| format!(" and denies its fallback `{}` too", alts.join("`, `"))),
         ),
     )
     .with_help(format!("allow `{}` ({})", need.name, need.evidence))
