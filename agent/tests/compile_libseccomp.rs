@@ -248,6 +248,27 @@ fn libseccomp_rejections_carry_context() {
         "{msg}"
     );
     assert!(std::error::Error::source(&err).is_some());
+    // libseccomp refuses ERRNO data of 4095 (MAX_ERRNO) and up, as rule and default.
+    let s = spec(
+        Action::Allow,
+        vec![],
+        vec![rule(1, "chdir", Action::Errno(4095), vec![])],
+    );
+    assert!(matches!(
+        compile(&s, Arch::X86_64),
+        Err(CompileError::AddRule {
+            source: Errno(libc::EINVAL),
+            ..
+        })
+    ));
+    let s = spec(Action::Errno(5000), vec![], vec![]);
+    assert_eq!(
+        compile(&s, Arch::X86_64),
+        Err(CompileError::Init {
+            action: Action::Errno(5000),
+            source: Errno(libc::EINVAL)
+        })
+    );
     let bad = Cond { index: 6, ..c0 };
     let s = spec(
         Action::Allow,

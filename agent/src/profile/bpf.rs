@@ -32,7 +32,7 @@ impl SeccompData {
     /// The 32-bit word at byte offset `off` (aligned, in bounds), host byte
     /// order like the kernel's `BPF_LD|BPF_W|BPF_ABS` on seccomp data.
     fn word(&self, off: u32) -> Option<u32> {
-        if off % 4 != 0 || off >= Self::SIZE {
+        if !off.is_multiple_of(4) || off >= Self::SIZE {
             return None;
         }
         let mut bytes = [0u8; 64];

@@ -353,7 +353,7 @@ fn export_with(
 pub fn compile(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, CompileError> {
     let (ctx, mut compiled) = build(spec, native)?;
     let bytes = export_with(|f| ctx.export_bpf(f.as_fd()))?;
-    if bytes.len() % SockFilter::SIZE != 0 {
+    if !bytes.len().is_multiple_of(SockFilter::SIZE) {
         return Err(CompileError::TruncatedProgram { len: bytes.len() });
     }
     compiled.program = bytes
