@@ -311,3 +311,86 @@ fn default_kill_allowlist_matches_kernel() {
         check(&spec, &probes, &expect);
     }
 }
+
+/// Whether the kernel accepts `program` (errno when it does not).
+fn kernel_load(program: &[SockFilter]) -> Result<(), i32> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(program.len()).unwrap(),
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: the child only makes async-signal-safe calls and then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                libc::_exit(SETUP_FAILED_EXIT);
+            }
+            let r = libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0,
+                &fprog as *const libc::sock_fprog,
+            );
+            libc::_exit(if r == 0 { 0 } else { *libc::__errno_location() });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: pid is our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    // Every accepted program below returns ALLOW, so _exit runs.
+    assert!(libc::WIFEXITED(status), "{status:#x}");
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        SETUP_FAILED_EXIT => panic!("no_new_privs failed"),
+        e => Err(e),
+    }
+}
+
+#[test]
+fn validate_agrees_with_kernel_loader() {
+    use nodeproof::profile::bpf::{op, validate};
+    let ins = |code, jt, jf, k| SockFilter { code, jt, jf, k };
+    let allow = 0x7fff_0000;
+    let ret_allow = ins(op::RET_K, 0, 0, allow);
+    let programs: Vec<(&str, Vec<SockFilter>)> = vec![
+        ("plain", vec![ins(op::LD_W_ABS, 0, 0, 0), ret_allow]),
+        ("arg word", vec![ins(op::LD_W_ABS, 0, 0, 60), ret_allow]),
+        ("offset 64", vec![ins(op::LD_W_ABS, 0, 0, 64), ret_allow]),
+        ("misaligned", vec![ins(op::LD_W_ABS, 0, 0, 2), ret_allow]),
+        ("byte load", vec![ins(0x30, 0, 0, 0), ret_allow]),
+        ("mod", vec![ins(op::ALU_MOD_K, 0, 0, 3), ret_allow]),
+        ("div k 0", vec![ins(op::ALU_DIV_K, 0, 0, 0), ret_allow]),
+        ("shift 32", vec![ins(op::ALU_LSH_K, 0, 0, 32), ret_allow]),
+        ("shift 31", vec![ins(op::ALU_LSH_K, 0, 0, 31), ret_allow]),
+        ("uninit mem", vec![ins(op::LD_MEM, 0, 0, 1), ret_allow]),
+        (
+            "mem",
+            vec![
+                ins(op::LD_IMM, 0, 0, allow),
+                ins(op::ST, 0, 0, 1),
+                ins(op::LDX_MEM, 0, 0, 1),
+                ins(op::TXA, 0, 0, 0),
+                ins(op::RET_A, 0, 0, 0),
+            ],
+        ),
+        ("ja out", vec![ins(op::JA, 0, 0, 1), ret_allow]),
+        ("jeq out", vec![ins(op::JEQ_K, 0, 1, 0), ret_allow]),
+        ("no ret", vec![ret_allow, ins(op::LD_IMM, 0, 0, 0)]),
+    ];
+    let mut rejected = 0;
+    for (what, p) in &programs {
+        let ours = validate(p);
+        let kernel = kernel_load(p);
+        assert_eq!(
+            ours.is_ok(),
+            kernel.is_ok(),
+            "{what}: {ours:?} vs {kernel:?}"
+        );
+        if let Err(e) = kernel {
+            assert_eq!(e, libc::EINVAL, "{what}");
+            rejected += 1;
+        }
+    }
+    assert_eq!(rejected, 10);
+}

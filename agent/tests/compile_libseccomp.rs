@@ -1,6 +1,6 @@
 //! `profile::compile` against the real libseccomp, checked with the BPF interpreter.
 
-use nodeproof::profile::bpf::{run, SeccompData};
+use nodeproof::profile::bpf::{run, validate, SeccompData};
 use nodeproof::profile::compile::{
     compile, export_pfc, resolve_syscall, syscall_name, CompileError, Errno, SkippedRule,
     BPF_MAXINSNS,
@@ -72,6 +72,7 @@ fn errno_rule_on_native_arch() {
     assert!(c.skipped.is_empty());
     assert!(c.fits_kernel_limit());
     assert_eq!(c.instruction_count(), c.program.len());
+    assert_eq!(validate(&c.program), Ok(()));
     let p = &c.program;
     assert_eq!(eval(p, Arch::X86_64, 83, [0; 6]), Action::Errno(1));
     assert_eq!(

@@ -74,6 +74,10 @@ pub enum BpfError {
     BadShift { pc: usize, shift: u32 },
     #[error("execution ran past the last instruction (pc {pc}) without returning")]
     FellOffEnd { pc: usize },
+    #[error("instruction {pc}: scratch memory slot {slot} may be read before it is written")]
+    UninitializedMem { pc: usize, slot: u32 },
+    #[error("the last instruction (pc {pc}) is not a return")]
+    LastNotReturn { pc: usize },
 }
 
 // Classic BPF opcode fields (linux/bpf_common.h).
@@ -271,6 +275,103 @@ pub fn run(program: &[SockFilter], data: &SeccompData) -> Result<u32, BpfError> 
     Err(BpfError::FellOffEnd { pc })
 }
 
+/// Check `program` the way the kernel does when it is loaded
+/// (`bpf_check_classic` + `seccomp_check_filter`), over every instruction
+/// rather than only the path one input takes.
+pub fn validate(program: &[SockFilter]) -> Result<(), BpfError> {
+    let len = program.len();
+    if len == 0 {
+        return Err(BpfError::Empty);
+    }
+    if len > BPF_MAXINSNS {
+        return Err(BpfError::TooLong { len });
+    }
+    for (pc, ins) in program.iter().enumerate() {
+        let (code, k) = (ins.code, ins.k);
+        let bad = BpfError::BadOpcode { pc, code };
+        let in_range = |off: u32| (off as usize) < len - pc - 1;
+        match code {
+            c if c == BPF_LD | BPF_W | BPF_ABS => {
+                if !k.is_multiple_of(4) || k >= SeccompData::SIZE {
+                    return Err(BpfError::BadLoad { pc, offset: k });
+                }
+            }
+            c if c == BPF_LD | BPF_W | BPF_LEN || c == BPF_LDX | BPF_W | BPF_LEN => {}
+            c if c == BPF_LD | BPF_IMM || c == BPF_LDX | BPF_IMM => {}
+            c if c == BPF_LD | BPF_MEM || c == BPF_LDX | BPF_MEM || c == BPF_ST || c == BPF_STX => {
+                if k >= BPF_MEMWORDS {
+                    return Err(BpfError::BadMemSlot { pc, slot: k });
+                }
+            }
+            c if c & 0x07 == BPF_ALU => match c & 0xf0 {
+                BPF_ADD | BPF_SUB | BPF_MUL | BPF_OR | BPF_AND | BPF_XOR => {}
+                BPF_DIV => {
+                    if c & BPF_X == 0 && k == 0 {
+                        return Err(BpfError::DivByZeroConst { pc });
+                    }
+                }
+                BPF_LSH | BPF_RSH => {
+                    if c & BPF_X == 0 && k >= 32 {
+                        return Err(BpfError::BadShift { pc, shift: k });
+                    }
+                }
+                BPF_NEG if c & BPF_X == 0 => {}
+                _ => return Err(bad),
+            },
+            c if c == BPF_JMP | BPF_JA => {
+                if !in_range(k) {
+                    return Err(BpfError::JumpOutOfRange { pc });
+                }
+            }
+            c if c & 0x07 == BPF_JMP => match c & 0xf0 {
+                BPF_JEQ | BPF_JGT | BPF_JGE | BPF_JSET => {
+                    if !in_range(u32::from(ins.jt)) || !in_range(u32::from(ins.jf)) {
+                        return Err(BpfError::JumpOutOfRange { pc });
+                    }
+                }
+                _ => return Err(bad),
+            },
+            c if c == BPF_RET | BPF_K || c == BPF_RET | BPF_A => {}
+            c if c == BPF_MISC | BPF_TAX || c == BPF_MISC | BPF_TXA => {}
+            _ => return Err(bad),
+        }
+    }
+    let last = program[len - 1].code;
+    if last != BPF_RET | BPF_K && last != BPF_RET | BPF_A {
+        return Err(BpfError::LastNotReturn { pc: len - 1 });
+    }
+    check_load_and_stores(program)
+}
+
+/// The kernel's `check_load_and_stores`: a scratch slot must be written on
+/// every path before it is read. Jumps only go forward, so one pass suffices.
+fn check_load_and_stores(program: &[SockFilter]) -> Result<(), BpfError> {
+    let mut masks = vec![u16::MAX; program.len()];
+    let mut valid: u16 = 0;
+    for (pc, ins) in program.iter().enumerate() {
+        valid &= masks[pc];
+        // Slots and targets were range-checked by `validate`.
+        let bit = 1u16 << (ins.k & 15);
+        match ins.code {
+            c if c == BPF_ST || c == BPF_STX => valid |= bit,
+            c if (c == BPF_LD | BPF_MEM || c == BPF_LDX | BPF_MEM) && valid & bit == 0 => {
+                return Err(BpfError::UninitializedMem { pc, slot: ins.k });
+            }
+            c if c == BPF_JMP | BPF_JA => {
+                masks[pc + 1 + ins.k as usize] &= valid;
+                valid = u16::MAX;
+            }
+            c if c & 0x07 == BPF_JMP => {
+                masks[pc + 1 + usize::from(ins.jt)] &= valid;
+                masks[pc + 1 + usize::from(ins.jf)] &= valid;
+                valid = u16::MAX;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::op::*;
@@ -452,6 +553,59 @@ mod tests {
         assert_eq!(
             run(&[ins(LD_IMM, 0, 0, 0)], &data(0)),
             Err(BpfError::FellOffEnd { pc: 1 })
+        );
+    }
+
+    #[test]
+    fn validate_mirrors_kernel_checks() {
+        let ok = [
+            ins(LD_W_ABS, 0, 0, 0),
+            ins(JEQ_K, 0, 1, 1),
+            ins(RET_K, 0, 0, 0),
+            ins(RET_A, 0, 0, 0),
+        ];
+        assert_eq!(validate(&ok), Ok(()));
+        assert_eq!(
+            validate(&[ins(RET_K, 0, 0, 0), ins(LD_IMM, 0, 0, 0)]),
+            Err(BpfError::LastNotReturn { pc: 1 })
+        );
+        // Never executed, still rejected.
+        assert_eq!(
+            validate(&[
+                ins(RET_K, 0, 0, 0),
+                ins(ALU_MOD_K, 0, 0, 3),
+                ins(RET_A, 0, 0, 0)
+            ]),
+            Err(BpfError::BadOpcode {
+                pc: 1,
+                code: ALU_MOD_K
+            })
+        );
+        assert_eq!(
+            validate(&[ins(LD_MEM, 0, 0, 2), ins(RET_A, 0, 0, 0)]),
+            Err(BpfError::UninitializedMem { pc: 0, slot: 2 })
+        );
+        // Stored on one path only: the join point may read garbage.
+        let one_path = [
+            ins(JEQ_K, 0, 1, 0),
+            ins(ST, 0, 0, 2),
+            ins(LD_MEM, 0, 0, 2),
+            ins(RET_A, 0, 0, 0),
+        ];
+        assert_eq!(
+            validate(&one_path),
+            Err(BpfError::UninitializedMem { pc: 2, slot: 2 })
+        );
+        let both = [
+            ins(ST, 0, 0, 2),
+            ins(JEQ_K, 0, 0, 0),
+            ins(LD_MEM, 0, 0, 2),
+            ins(RET_A, 0, 0, 0),
+        ];
+        assert_eq!(validate(&both), Ok(()));
+        assert_eq!(
+            validate(&[ins(JA, 0, 0, 1), ins(RET_K, 0, 0, 0)]),
+            Err(BpfError::JumpOutOfRange { pc: 0 })
         );
     }
 }

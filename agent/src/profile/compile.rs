@@ -243,10 +243,12 @@ fn build(
     native: Arch,
 ) -> Result<(ScmpFilterContext, CompiledFilter), CompileError> {
     let host = Arch::native();
-    let mut ctx = ScmpFilterContext::new(scmp_action(spec.default_action)).map_err(|e| {
+    // seccomp_init returns NULL without an errno; its only failure for a
+    // well-formed call is an action libseccomp rejects, i.e. EINVAL.
+    let mut ctx = ScmpFilterContext::new(scmp_action(spec.default_action)).map_err(|_| {
         CompileError::Init {
             action: spec.default_action,
-            source: Errno::from_seccomp(&e),
+            source: Errno(libc::EINVAL),
         }
     })?;
     if native != host {
