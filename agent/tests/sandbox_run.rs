@@ -224,3 +224,14 @@ fn without_no_new_privs_loading_needs_cap_sys_admin() {
         })
     );
 }
+
+#[test]
+fn command_starts_with_default_sigpipe_and_no_blocked_signals() {
+    // The test harness (like any Rust binary) ignores SIGPIPE; the command must not.
+    let prog = program(Action::Allow, &[]);
+    let script = "ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status); \
+                  blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' /proc/self/status); \
+                  [ $(( 0x$ign & 0x1000 )) -eq 0 ] && [ $(( 0x$blk )) -eq 0 ]";
+    let r = run(&prog, &["sh", "-c", script]);
+    assert_eq!(r.exit_code, Some(0));
+}

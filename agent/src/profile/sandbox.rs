@@ -261,6 +261,12 @@ unsafe fn child(
     if libc::read(go_r, (&mut b as *mut u8).cast(), 1) != 1 {
         libc::_exit(CHILD_FAILED_EXIT);
     }
+    // Like std::process::Command: Rust ignores SIGPIPE and the calling thread
+    // may block signals; the command should start with neither.
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
         report(STAGE_NNP, *libc::__errno_location());
     }
