@@ -64,7 +64,9 @@ pub enum ConfigError {
         #[source]
         source: toml::de::Error,
     },
-    #[error("invalid config {path}: seccomp.runtime must be auto, containerd or crio, not {value:?}")]
+    #[error(
+        "invalid config {path}: seccomp.runtime must be auto, containerd or crio, not {value:?}"
+    )]
     Runtime { path: PathBuf, value: String },
 }
 
@@ -74,7 +76,10 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        if !matches!(config.seccomp.runtime.as_str(), "auto" | "containerd" | "crio") {
+        if !matches!(
+            config.seccomp.runtime.as_str(),
+            "auto" | "containerd" | "crio"
+        ) {
             return Err(ConfigError::Runtime {
                 path: path.to_path_buf(),
                 value: config.seccomp.runtime.clone(),
@@ -115,8 +120,12 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_values_are_refused() {
         let e = Config::parse("[seccomp]\nroots = \"/x\"\n", Path::new("c.toml")).unwrap_err();
-        assert!(format!("{:?}", e).contains("unknown field `roots`"), "{e:?}");
-        let e = Config::parse("[seccomp]\nruntime = \"docker\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(
+            format!("{:?}", e).contains("unknown field `roots`"),
+            "{e:?}"
+        );
+        let e =
+            Config::parse("[seccomp]\nruntime = \"docker\"\n", Path::new("c.toml")).unwrap_err();
         assert_eq!(
             e.to_string(),
             "invalid config c.toml: seccomp.runtime must be auto, containerd or crio, not \"docker\""

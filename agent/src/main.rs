@@ -11,13 +11,20 @@ use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use nodeproof::config::Config;
 use nodeproof::finding::{Condition, Finding, Status};
+use nodeproof::profile::compile::SockFilter;
 use nodeproof::profile::diagnostic::render_text;
 use nodeproof::profile::filter::Arch;
+use nodeproof::profile::filter::FilterSpec;
 use nodeproof::profile::lint::{LintOptions, ProfileReport, Runtime};
-use nodeproof::profile::{compile, lint, node, sandbox, scan};
+use nodeproof::profile::model::Seccomp;
+use nodeproof::profile::{compile, lint, node, patchbpf, sandbox, scan};
 
 #[derive(Parser)]
-#[command(name = "nodeproof", version, about = "Finds seccomp, eBPF and GPU gray failures on a Kubernetes node before pods hit them")]
+#[command(
+    name = "nodeproof",
+    version,
+    about = "Finds seccomp, eBPF and GPU gray failures on a Kubernetes node before pods hit them"
+)]
 struct Cli {
     /// Config file (default: /etc/nodeproof/config.toml if present, else built-in defaults).
     #[arg(long, global = true)]
@@ -107,7 +114,8 @@ enum CompileFormat {
 }
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
-    Arch::from_cli_name(s).ok_or_else(|| format!("unknown architecture {s:?} (try x86_64, aarch64, SCMP_ARCH_X86)"))
+    Arch::from_cli_name(s)
+        .ok_or_else(|| format!("unknown architecture {s:?} (try x86_64, aarch64, SCMP_ARCH_X86)"))
 }
 
 fn main() -> ExitCode {
@@ -150,8 +158,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print_reports(&reports, output)?;
                 Ok(exit(reports.iter().all(|r| node::passes(r, strict))))
             }
-            ProfileCommand::Compile { path, mode, format } => compile_cmd(&path, &lint_options(&mode, &config), format),
-            ProfileCommand::Test { path, mode, command } => test_cmd(&path, &lint_options(&mode, &config), &command),
+            ProfileCommand::Compile { path, mode, format } => {
+                compile_cmd(&path, &lint_options(&mode, &config), format)
+            }
+            ProfileCommand::Test {
+                path,
+                mode,
+                command,
+            } => test_cmd(&path, &lint_options(&mode, &config), &command),
         },
     }
 }
@@ -178,7 +192,9 @@ fn detect_runtime(config: &Config) -> Runtime {
         "crio" => Runtime::Crio,
         "containerd" => Runtime::Containerd,
         _ => {
-            let crio = ["/run/crio/crio.sock", "/var/run/crio/crio.sock"].iter().any(|p| Path::new(p).exists());
+            let crio = ["/run/crio/crio.sock", "/var/run/crio/crio.sock"]
+                .iter()
+                .any(|p| Path::new(p).exists());
             let containerd = Path::new("/run/containerd/containerd.sock").exists();
             if crio && !containerd {
                 Runtime::Crio
@@ -196,7 +212,9 @@ fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
             Some(RuntimeArg::Crio) => Runtime::Crio,
             None => detect_runtime(config),
         },
-        no_new_privileges: mode.no_new_privileges.unwrap_or(config.seccomp.no_new_privileges),
+        no_new_privileges: mode
+            .no_new_privileges
+            .unwrap_or(config.seccomp.no_new_privileges),
         arch: mode.arch.unwrap_or_else(Arch::native),
         check_listener: true,
     }
@@ -232,7 +250,8 @@ fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
                     r.outcome.as_str(),
                     errors,
                     warnings,
-                    r.instructions.map_or(String::new(), |n| format!(", {n} BPF instructions")),
+                    r.instructions
+                        .map_or(String::new(), |n| format!(", {n} BPF instructions")),
                 )?;
             }
         }
@@ -256,19 +275,35 @@ fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
 fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if output == Format::Json {
-        serde_json::to_writer(&mut out, &serde_json::json!({ "conditions": conditions, "findings": findings }))?;
+        serde_json::to_writer(
+            &mut out,
+            &serde_json::json!({ "conditions": conditions, "findings": findings }),
+        )?;
         writeln!(out)?;
         return Ok(());
     }
-    let width = findings.iter().map(|f| f.subject.len()).max().unwrap_or(7).clamp(7, 60);
-    writeln!(out, "{:<16} {:<width$} {:<8} {}", "CHECK", "SUBJECT", "STATUS", "DETAIL")?;
+    let width = findings
+        .iter()
+        .map(|f| f.subject.len())
+        .max()
+        .unwrap_or(7)
+        .clamp(7, 60);
+    writeln!(
+        out,
+        "{:<16} {:<width$} {:<8} {}",
+        "CHECK", "SUBJECT", "STATUS", "DETAIL"
+    )?;
     for f in findings {
         let status = match f.status {
             Status::Ok => "ok",
             Status::Warning => "warning",
             Status::Failed => "FAILED",
         };
-        writeln!(out, "{:<16} {:<width$} {:<8} {}", f.check, f.subject, status, f.message)?;
+        writeln!(
+            out,
+            "{:<16} {:<width$} {:<8} {}",
+            f.check, f.subject, status, f.message
+        )?;
     }
     writeln!(out)?;
     for c in conditions {
@@ -278,45 +313,78 @@ fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -
 }
 
 /// Decode and translate one profile, refusing anything that would not load.
-fn load_spec(path: &Path, opts: &LintOptions) -> Result<nodeproof::profile::filter::FilterSpec> {
+fn load_spec(path: &Path, opts: &LintOptions) -> Result<(Seccomp, FilterSpec)> {
     let file = scan::read_entry(path, None);
-    let bytes = file.contents.map_err(|d| anyhow::anyhow!("{}", d.message))?;
+    let bytes = file
+        .contents
+        .map_err(|d| anyhow::anyhow!("{}", d.message))?;
     let report = lint::lint_source(&path.to_string_lossy(), &bytes, opts);
-    match lint::filter_spec(&bytes, opts) {
-        Some(spec) => Ok(spec),
+    match lint::profile_and_filter(&bytes, opts) {
+        Some(found) => Ok(found),
         None => {
-            let cause = report
-                .diagnostics
-                .first()
-                .map_or_else(String::new, |d| format!(": {}[{}]: {}", d.severity, d.code, d.message));
-            bail!("{} does not produce a filter (outcome {}){cause}", path.display(), report.outcome.as_str())
+            let cause = report.diagnostics.first().map_or_else(String::new, |d| {
+                format!(": {}[{}]: {}", d.severity, d.code, d.message)
+            });
+            bail!(
+                "{} does not produce a filter (outcome {}){cause}",
+                path.display(),
+                report.outcome.as_str()
+            )
         }
     }
 }
 
+/// The program runc loads: its -ENOSYS stub, then libseccomp's filter.
+fn loaded_program(
+    profile: &Seccomp,
+    spec: &FilterSpec,
+    arch: Arch,
+) -> Result<(usize, Vec<SockFilter>)> {
+    let compiled =
+        compile::compile(spec, arch).context("libseccomp could not compile the filter")?;
+    let mut program = patchbpf::enosys_stub(profile, arch);
+    let stub = program.len();
+    program.extend(compiled.program);
+    Ok((stub, program))
+}
+
 fn compile_cmd(path: &Path, opts: &LintOptions, format: CompileFormat) -> Result<ExitCode> {
-    let spec = load_spec(path, opts)?;
+    let (profile, spec) = load_spec(path, opts)?;
     let mut out = std::io::stdout().lock();
     match format {
         CompileFormat::Pfc => {
-            let text = compile::export_pfc(&spec, opts.arch).context("libseccomp could not export the filter")?;
+            let text = compile::export_pfc(&spec, opts.arch)
+                .context("libseccomp could not export the filter")?;
             write!(out, "{text}")?;
         }
         CompileFormat::Bpf => {
-            let compiled = compile::compile(&spec, opts.arch).context("libseccomp could not compile the filter")?;
-            for (i, ins) in compiled.program.iter().enumerate() {
-                writeln!(out, "{i:04}: code=0x{:04x} jt={} jf={} k=0x{:08x}", ins.code, ins.jt, ins.jf, ins.k)?;
+            let (stub, program) = loaded_program(&profile, &spec, opts.arch)?;
+            writeln!(
+                out,
+                "# runc -ENOSYS stub: {stub} instructions, then libseccomp's filter"
+            )?;
+            for (i, ins) in program.iter().enumerate() {
+                writeln!(
+                    out,
+                    "{i:04}: code=0x{:04x} jt={} jf={} k=0x{:08x}",
+                    ins.code, ins.jt, ins.jf, ins.k
+                )?;
             }
-            writeln!(out, "# {} instructions (kernel limit {})", compiled.program.len(), compile::BPF_MAXINSNS)?;
+            writeln!(
+                out,
+                "# {} instructions (kernel limit {})",
+                program.len(),
+                compile::BPF_MAXINSNS
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn test_cmd(path: &Path, opts: &LintOptions, command: &[OsString]) -> Result<ExitCode> {
-    let spec = load_spec(path, opts)?;
-    let compiled = compile::compile(&spec, opts.arch).context("libseccomp could not compile the filter")?;
-    let report = sandbox::run_under_filter(&compiled.program, opts.arch, opts.no_new_privileges, command)
+    let (profile, spec) = load_spec(path, opts)?;
+    let (_, program) = loaded_program(&profile, &spec, opts.arch)?;
+    let report = sandbox::run_under_filter(&program, opts.arch, opts.no_new_privileges, command)
         .context("could not run the command under the profile")?;
     println!("{report}");
     Ok(exit(report.succeeded()))

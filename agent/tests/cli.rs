@@ -26,8 +26,16 @@ fn lint_exit_codes_and_json_shape() {
     let bad = write(dir.path(), "bad.json", "{\n  \"defaultAction\": \"SCMP_ACT_ALLOW\",\n  \"flags\": [\"SECCOMP_FILTER_FLAG_LOG\"]\n}\n");
 
     // Warnings only: exit 0, but 1 with --strict.
-    assert_eq!(nodeproof(&["profile", "lint", &good]).status.code(), Some(0));
-    assert_eq!(nodeproof(&["profile", "lint", "--strict", &good]).status.code(), Some(1));
+    assert_eq!(
+        nodeproof(&["profile", "lint", &good]).status.code(),
+        Some(0)
+    );
+    assert_eq!(
+        nodeproof(&["profile", "lint", "--strict", &good])
+            .status
+            .code(),
+        Some(1)
+    );
 
     let out = nodeproof(&["profile", "lint", "-o", "json", &good, &bad]);
     assert_eq!(out.status.code(), Some(1));
@@ -42,7 +50,10 @@ fn lint_exit_codes_and_json_shape() {
     assert_eq!(d["code"], "flags-unsupported");
     assert_eq!(d["severity"], "error");
     assert_eq!(d["pointer"], "/flags");
-    assert_eq!((d["line"].as_u64(), d["column"].as_u64()), (Some(3), Some(3)));
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(3), Some(3))
+    );
     assert!(d["message"].as_str().unwrap().contains("flags"));
 }
 
@@ -55,9 +66,16 @@ fn lint_text_reads_like_rustc() {
         "{\n  \"defaultAction\": \"SCMP_ACT_ALLOW\",\n  \"syscalls\": [{\"names\": [\"mkdir\"], \"action\": \"SCMP_ACT_ERRNO\", \"agrs\": []}]\n}\n",
     );
     let out = nodeproof(&["profile", "lint", &p]);
-    assert_eq!(out.status.code(), Some(1), "an error diagnostic fails the lint");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an error diagnostic fails the lint"
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("error[misspelled-field]: `agrs` is not a field of LinuxSyscall"), "{text}");
+    assert!(
+        text.contains("error[misspelled-field]: `agrs` is not a field of LinuxSyscall"),
+        "{text}"
+    );
     assert!(text.contains(&format!("  --> {p}:3:")), "{text}");
     assert!(text.contains("= help: did you mean `args`?"), "{text}");
     assert!(text.contains("outcome ok"), "{text}");
@@ -65,8 +83,18 @@ fn lint_text_reads_like_rustc() {
 
 #[test]
 fn usage_errors_exit_2() {
-    assert_eq!(nodeproof(&["profile", "lint", "--runtime", "docker"]).status.code(), Some(2));
-    assert_eq!(nodeproof(&["profile", "lint", "--arch", "vax", "x.json"]).status.code(), Some(2));
+    assert_eq!(
+        nodeproof(&["profile", "lint", "--runtime", "docker"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        nodeproof(&["profile", "lint", "--arch", "vax", "x.json"])
+            .status
+            .code(),
+        Some(2)
+    );
     assert_eq!(nodeproof(&["frobnicate"]).status.code(), Some(2));
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "c.toml", "[seccomp]\nroot = 3\n");
@@ -81,7 +109,12 @@ fn check_reports_the_condition() {
     write(dir.path(), "ok.json", ALLOW_MKDIR_DENIED);
     let root = dir.path().to_string_lossy().into_owned();
     let out = nodeproof(&["--seccomp-root", &root, "check", "-o", "json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["conditions"][0]["type"], "SeccompProfilesReady");
     assert_eq!(v["conditions"][0]["status"], "True");
@@ -91,7 +124,10 @@ fn check_reports_the_condition() {
     let out = nodeproof(&["--seccomp-root", &root, "check"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("SeccompProfilesReady=False (ProfileRejected)"), "{text}");
+    assert!(
+        text.contains("SeccompProfilesReady=False (ProfileRejected)"),
+        "{text}"
+    );
     assert!(text.contains("broken.json (rejected)"), "{text}");
 }
 
@@ -99,11 +135,17 @@ fn check_reports_the_condition() {
 fn compile_prints_bpf_and_pfc() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "p.json", ALLOW_MKDIR_DENIED);
-    let out = nodeproof(&["profile", "compile", &p, "--arch", "x86_64", "--format", "pfc"]);
+    let out = nodeproof(&[
+        "profile", "compile", &p, "--arch", "x86_64", "--format", "pfc",
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("mkdir"), "{text}");
-    let out = nodeproof(&["profile", "compile", &p, "--arch", "aarch64", "--format", "bpf"]);
+    let out = nodeproof(&[
+        "profile", "compile", &p, "--arch", "aarch64", "--format", "bpf",
+    ]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8(out.stdout).unwrap().contains("instructions (kernel limit 4096)"));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("instructions (kernel limit 4096)"));
 }

@@ -81,13 +81,43 @@ fn decoder_rules() {
             Outcome::Ok,
             vec![(W, AllowByDefault), (N, NullValue)],
         ),
-        ("top-level null disables seccomp", "null", Outcome::Ok, vec![(E, SeccompDisabled)]),
-        ("empty object disables seccomp", "{}", Outcome::Ok, vec![(E, SeccompDisabled)]),
-        ("top-level array", "[]", Outcome::Rejected, vec![(E, JsonType)]),
-        ("top-level string", "\"x\"", Outcome::Rejected, vec![(E, JsonType)]),
+        (
+            "top-level null disables seccomp",
+            "null",
+            Outcome::Ok,
+            vec![(E, SeccompDisabled)],
+        ),
+        (
+            "empty object disables seccomp",
+            "{}",
+            Outcome::Ok,
+            vec![(E, SeccompDisabled)],
+        ),
+        (
+            "top-level array",
+            "[]",
+            Outcome::Rejected,
+            vec![(E, JsonType)],
+        ),
+        (
+            "top-level string",
+            "\"x\"",
+            Outcome::Rejected,
+            vec![(E, JsonType)],
+        ),
         ("empty file", "", Outcome::Rejected, vec![(E, JsonSyntax)]),
-        ("truncated", r#"{"defaultAction":"SCMP_A"#, Outcome::Rejected, vec![(E, JsonSyntax)]),
-        ("byte order mark", "\u{feff}{\"defaultAction\":\"SCMP_ACT_ALLOW\"}", Outcome::Rejected, vec![(E, JsonSyntax)]),
+        (
+            "truncated",
+            r#"{"defaultAction":"SCMP_A"#,
+            Outcome::Rejected,
+            vec![(E, JsonSyntax)],
+        ),
+        (
+            "byte order mark",
+            "\u{feff}{\"defaultAction\":\"SCMP_ACT_ALLOW\"}",
+            Outcome::Rejected,
+            vec![(E, JsonSyntax)],
+        ),
         (
             "unknown syscall is skipped",
             r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdirr"],"action":"SCMP_ACT_ERRNO"}]}"#,
@@ -154,9 +184,13 @@ fn decoder_rules() {
 fn diagnostics_carry_pointer_line_and_column() {
     let src = "{\n  \"defaultAction\": \"SCMP_ACT_ALLOW\",\n  \"syscalls\": [\n    {\"names\": [\"mkdir\"], \"action\": 7}\n  ]\n}\n";
     let r = lint_source("p.json", src.as_bytes(), &opts());
-    let d = r.diagnostics.iter().find(|d| d.code == JsonType).expect("type error");
+    let d = r
+        .diagnostics
+        .iter()
+        .find(|d| d.code == JsonType)
+        .expect("type error");
     assert_eq!(d.pointer, "/syscalls/0/action");
-    assert_eq!((d.line, d.column), (Some(4), Some(35)));
+    assert_eq!((d.line, d.column), (Some(4), Some(36)));
     assert_eq!(d.message, "`action` must be a string, found number");
     assert_eq!(
         d.help.as_deref(),
@@ -174,9 +208,15 @@ fn duplicate_arrays_merge_into_decoded_elements_like_go() {
     let spec = filter_spec(src.as_bytes(), &opts()).expect("a filter");
     assert_eq!(spec.rules.len(), 1);
     let rule = &spec.rules[0];
-    assert_eq!((rule.syscall.as_str(), rule.action), ("rmdir", Action::Errno(1)));
+    assert_eq!(
+        (rule.syscall.as_str(), rule.action),
+        ("rmdir", Action::Errno(1))
+    );
     assert_eq!(rule.conds.len(), 1);
-    assert_eq!((rule.conds[0].index, rule.conds[0].op, rule.conds[0].value), (1, CmpOp::Eq, 448));
+    assert_eq!(
+        (rule.conds[0].index, rule.conds[0].op, rule.conds[0].value),
+        (1, CmpOp::Eq, 448)
+    );
 }
 
 #[test]
@@ -184,6 +224,10 @@ fn deep_nesting_is_a_diagnostic() {
     let deep = format!("{{\"x\":{}{}}}", "[".repeat(20_000), "]".repeat(20_000));
     let (outcome, c) = codes(&deep);
     assert_eq!((outcome, c), (Outcome::Rejected, vec![(E, JsonSyntax)]));
-    let ok_deep = format!("{{\"defaultAction\":\"SCMP_ACT_ALLOW\",\"x\":{}{}}}", "[".repeat(5_000), "]".repeat(5_000));
+    let ok_deep = format!(
+        "{{\"defaultAction\":\"SCMP_ACT_ALLOW\",\"x\":{}{}}}",
+        "[".repeat(5_000),
+        "]".repeat(5_000)
+    );
     assert_eq!(codes(&ok_deep).0, Outcome::Ok);
 }

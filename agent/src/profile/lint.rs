@@ -12,6 +12,7 @@ use super::diagnostic::{Code, Diagnostic, Severity};
 use super::filter::{Action, Arch, FilterSpec};
 use super::json::{self, LineIndex, Node};
 use super::model::{Seccomp, OCI_SECCOMP, TPL_SECCOMP};
+use super::patchbpf;
 use super::runc::{self, Stage, Translation};
 use super::runc_init::{self, InitSyscall, Phase};
 use super::template::{self, TemplateContext};
@@ -101,7 +102,10 @@ pub struct ProfileReport {
 
 impl ProfileReport {
     pub fn count(&self, severity: Severity) -> usize {
-        self.diagnostics.iter().filter(|d| d.severity == severity).count()
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == severity)
+            .count()
     }
 
     /// A report for a file that could not be read at all.
@@ -137,7 +141,9 @@ pub fn lint_source(path: &str, src: &[u8], opts: &LintOptions) -> ProfileReport 
                 })
                 .with_help("the runtime refuses a profile that is not valid JSON");
             if src.starts_with(b"\xef\xbb\xbf") {
-                d = d.with_help("remove the UTF-8 byte order mark: Go's JSON decoder does not accept it");
+                d = d.with_help(
+                    "remove the UTF-8 byte order mark: Go's JSON decoder does not accept it",
+                );
             }
             report.diagnostics.push(d);
             report.outcome = Outcome::Rejected;
@@ -169,20 +175,36 @@ fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> Profile
 /// The filter runc would build from `src`, if it builds one.
 pub fn filter_spec(src: &[u8], opts: &LintOptions) -> Option<FilterSpec> {
     let root = json::parse(src).ok()?;
-    let mut scratch = ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
-    prepare(&root, opts, &mut scratch).ok()
+    let mut scratch =
+        ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
+    prepare(&root, opts, &mut scratch)
+        .ok()
+        .map(|(spec, _)| spec)
+}
+
+/// The decoded profile and the filter runc would build from `src`, if it builds one.
+pub fn profile_and_filter(src: &[u8], opts: &LintOptions) -> Option<(Seccomp, FilterSpec)> {
+    let root = json::parse(src).ok()?;
+    let mut scratch =
+        ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
+    prepare(&root, opts, &mut scratch)
+        .ok()
+        .map(|(spec, profile)| (profile, spec))
 }
 
 fn run_pipeline(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Outcome {
-    let spec = match prepare(root, opts, report) {
-        Ok(spec) => spec,
-        Err(outcome) => return outcome,
-    };
-    predict(&spec, opts, report)
+    match prepare(root, opts, report) {
+        Ok((spec, profile)) => predict(&spec, &profile, opts, report),
+        Err(outcome) => outcome,
+    }
 }
 
 /// Decode and translate: the filter spec, or the outcome that stops short of one.
-fn prepare(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Result<FilterSpec, Outcome> {
+fn prepare(
+    root: &Node,
+    opts: &LintOptions,
+    report: &mut ProfileReport,
+) -> Result<(FilterSpec, Seccomp), Outcome> {
     let schema = match opts.runtime {
         Runtime::Containerd => &OCI_SECCOMP,
         Runtime::Crio => &TPL_SECCOMP,
@@ -199,13 +221,15 @@ fn prepare(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Resul
     }
     let profile = match opts.runtime {
         Runtime::Containerd => Seccomp::from_oci(&decoded.root),
-        Runtime::Crio => match template::evaluate(&decoded.root, &TemplateContext::for_host(opts.arch)) {
-            Ok(p) => p,
-            Err(d) => {
-                report.diagnostics.push(d);
-                return Err(Outcome::Rejected);
+        Runtime::Crio => {
+            match template::evaluate(&decoded.root, &TemplateContext::for_host(opts.arch)) {
+                Ok(p) => p,
+                Err(d) => {
+                    report.diagnostics.push(d);
+                    return Err(Outcome::Rejected);
+                }
             }
-        },
+        }
     };
     let resolves = |name: &str| compile::resolve_syscall(name, opts.arch).is_some();
     let (translation, notes) = runc::translate(&profile, &resolves);
@@ -231,14 +255,19 @@ fn prepare(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Resul
         }
         Translation::Filter(spec) => {
             lint_profile(&profile, report);
-            Ok(spec)
+            Ok((spec, profile))
         }
     }
 }
 
 /// Compile and predict what happens when the container starts.
-fn predict(spec: &FilterSpec, opts: &LintOptions, report: &mut ProfileReport) -> Outcome {
-    let compiled = match compile::compile(spec, opts.arch) {
+fn predict(
+    spec: &FilterSpec,
+    profile: &Seccomp,
+    opts: &LintOptions,
+    report: &mut ProfileReport,
+) -> Outcome {
+    let mut compiled = match compile::compile(spec, opts.arch) {
         Ok(c) => c,
         Err(e) => {
             report.diagnostics.push(Diagnostic::error(
@@ -249,6 +278,10 @@ fn predict(spec: &FilterSpec, opts: &LintOptions, report: &mut ProfileReport) ->
             return Outcome::StartFailed;
         }
     };
+    // What the kernel gets: runc's -ENOSYS stub, then libseccomp's program.
+    let mut program = patchbpf::enosys_stub(profile, opts.arch);
+    program.append(&mut compiled.program);
+    compiled.program = program;
     report.instructions = Some(compiled.program.len());
     report.architectures = compiled_arches(&compiled);
     lint_conflicts(spec, &compiled, opts.arch, report);
@@ -343,15 +376,15 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
                 "errno 0 makes the denied syscall return 0 (success) without running".to_string(),
                 "use a real errno such as 1 (EPERM) or 38 (ENOSYS)",
             )
+        } else if e & 0xffff >= 4095 {
+            (
+                format!("errno {e} is refused by libseccomp (it must be below 4095), so runc init fails"),
+                "use an errno between 1 and 4094",
+            )
         } else if e > 0xffff {
             (
-                format!("errno {e} does not fit: runc keeps the low 16 bits, so the syscall fails with {}", (e & 0xffff).min(4095)),
-                "use an errno between 1 and 4095",
-            )
-        } else if e > 4095 {
-            (
-                format!("errno {e} is above the kernel's MAX_ERRNO; the kernel returns 4095 instead"),
-                "use an errno between 1 and 4095",
+                format!("errno {e} does not fit: runc keeps the low 16 bits, so the syscall fails with errno {}", e & 0xffff),
+                "use an errno between 1 and 4094",
             )
         } else {
             return;
@@ -360,27 +393,41 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
             .diagnostics
             .push(Diagnostic::error(Code::ErrnoOutOfRange, pointer, msg).with_help(help));
     };
-    check_errno(p.default_errno_ret, &p.default_action, "/defaultErrnoRet".into());
+    check_errno(
+        p.default_errno_ret,
+        &p.default_action,
+        "/defaultErrnoRet".into(),
+    );
     for rule in &p.syscalls {
-        check_errno(rule.errno_ret, &rule.action, format!("{}/errnoRet", rule.pointer));
+        check_errno(
+            rule.errno_ret,
+            &rule.action,
+            format!("{}/errnoRet", rule.pointer),
+        );
     }
     for rule in &p.syscalls {
         for arg in &rule.args {
             if arg.value_two != 0 && arg.op != "SCMP_CMP_MASKED_EQ" {
-                report.diagnostics.push(
-                    Diagnostic::warning(
-                        Code::ValueTwoIgnored,
-                        format!("{}/valueTwo", arg.pointer),
-                        format!("`valueTwo` is only used by SCMP_CMP_MASKED_EQ; {} ignores it", arg.op),
+                report.diagnostics.push(Diagnostic::warning(
+                    Code::ValueTwoIgnored,
+                    format!("{}/valueTwo", arg.pointer),
+                    format!(
+                        "`valueTwo` is only used by SCMP_CMP_MASKED_EQ; {} ignores it",
+                        arg.op
                     ),
-                );
+                ));
             }
         }
     }
 }
 
 /// The same syscall with different unconditional actions: name which one wins.
-fn lint_conflicts(spec: &FilterSpec, compiled: &CompiledFilter, arch: Arch, report: &mut ProfileReport) {
+fn lint_conflicts(
+    spec: &FilterSpec,
+    compiled: &CompiledFilter,
+    arch: Arch,
+    report: &mut ProfileReport,
+) {
     let mut seen: Vec<(&str, Action, &str)> = Vec::new();
     for rule in spec.rules.iter().filter(|r| r.conds.is_empty()) {
         if let Some((_, first, first_ptr)) = seen
@@ -388,9 +435,17 @@ fn lint_conflicts(spec: &FilterSpec, compiled: &CompiledFilter, arch: Arch, repo
             .find(|(name, action, _)| *name == rule.syscall && *action != rule.action)
         {
             let winner = compile::resolve_syscall(&rule.syscall, arch)
-                .and_then(|nr| bpf::run(&compiled.program, &SeccompData::new(nr, arch.audit_arch(), [0; 6])).ok())
+                .and_then(|nr| {
+                    bpf::run(
+                        &compiled.program,
+                        &SeccompData::new(nr, arch.audit_arch(), [0; 6]),
+                    )
+                    .ok()
+                })
                 .and_then(Action::from_ret);
-            let verdict = winner.map_or(String::new(), |w| format!("; the compiled filter applies {w}"));
+            let verdict = winner.map_or(String::new(), |w| {
+                format!("; the compiled filter applies {w}")
+            });
             report.diagnostics.push(
                 Diagnostic::warning(
                     Code::ConflictingActions,
@@ -410,22 +465,38 @@ fn lint_conflicts(spec: &FilterSpec, compiled: &CompiledFilter, arch: Arch, repo
 
 /// Evaluate the filter against what runc init and a minimal entrypoint do
 /// after the filter is loaded. Returns whether the container cannot start.
-fn predict_runtime_needs(spec: &FilterSpec, compiled: &CompiledFilter, opts: &LintOptions, report: &mut ProfileReport) -> bool {
+fn predict_runtime_needs(
+    spec: &FilterSpec,
+    compiled: &CompiledFilter,
+    opts: &LintOptions,
+    report: &mut ProfileReport,
+) -> bool {
     let mut fails = false;
-    for need in runc_init::RUNC_1_1_5.iter().filter(|n| n.in_mode(opts.no_new_privileges)) {
+    for need in runc_init::RUNC_1_1_5
+        .iter()
+        .filter(|n| n.in_mode(opts.no_new_privileges))
+    {
         let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
             continue;
         };
         if denial_is_fatal(action, need) {
             fails = true;
-            report.diagnostics.push(runtime_denial(spec, need, action, opts, None));
+            report
+                .diagnostics
+                .push(runtime_denial(spec, need, action, opts, None));
             continue;
         }
         // Denied alone it is harmless only while the caller's fallback is allowed.
-        let Some((_, alternatives)) = runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name) else {
+        let Some((_, alternatives)) = runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name)
+        else {
             continue;
         };
-        if action.lets_syscall_run() || report.diagnostics.iter().any(|d| d.message.contains(&format!("`{}`", need.name))) {
+        if action.lets_syscall_run()
+            || report
+                .diagnostics
+                .iter()
+                .any(|d| d.message.contains(&format!("`{}`", need.name)))
+        {
             continue;
         }
         let all_denied = alternatives.iter().all(|alt| {
@@ -433,17 +504,26 @@ fn predict_runtime_needs(spec: &FilterSpec, compiled: &CompiledFilter, opts: &Li
         });
         if all_denied {
             fails = true;
-            report.diagnostics.push(runtime_denial(spec, need, action, opts, Some(alternatives)));
+            report
+                .diagnostics
+                .push(runtime_denial(spec, need, action, opts, Some(alternatives)));
         }
     }
     fails
 }
 
 /// The action the compiled filter takes for `name(args)` on `arch`.
-fn filter_action(compiled: &CompiledFilter, arch: Arch, name: &str, args: [u64; 6]) -> Option<Action> {
+fn filter_action(
+    compiled: &CompiledFilter,
+    arch: Arch,
+    name: &str,
+    args: [u64; 6],
+) -> Option<Action> {
     let nr = compile::resolve_syscall(name, arch)?;
     let data = SeccompData::new(nr, arch.audit_arch(), args);
-    bpf::run(&compiled.program, &data).ok().and_then(Action::from_ret)
+    bpf::run(&compiled.program, &data)
+        .ok()
+        .and_then(Action::from_ret)
 }
 
 fn denial_is_fatal(action: Action, need: &InitSyscall) -> bool {
@@ -473,7 +553,10 @@ fn runtime_denial(
         );
     let (code, who) = match need.phase {
         Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),
-        Phase::Entrypoint => (Code::EntrypointSyscallDenied, "the container's first process"),
+        Phase::Entrypoint => (
+            Code::EntrypointSyscallDenied,
+            "the container's first process",
+        ),
     };
     let mode = if opts.no_new_privileges {
         "noNewPrivileges=true"

@@ -12,12 +12,16 @@ pub const CONDITION: &str = "SeccompProfilesReady";
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
 pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileReport> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len().max(1));
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len().max(1));
     let chunk = files.len().div_ceil(threads).max(1);
     std::thread::scope(|s| {
         let handles: Vec<_> = files
             .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(|f| lint_file(f, opts)).collect::<Vec<_>>()))
+            .map(|part| {
+                s.spawn(move || part.iter().map(|f| lint_file(f, opts)).collect::<Vec<_>>())
+            })
             .collect();
         handles
             .into_iter()
@@ -59,9 +63,9 @@ fn reason(r: &ProfileReport) -> &'static str {
 }
 
 fn first_line(r: &ProfileReport) -> String {
-    r.diagnostics
-        .first()
-        .map_or_else(String::new, |d| format!("{}[{}]: {}", d.severity, d.code, d.message))
+    r.diagnostics.first().map_or_else(String::new, |d| {
+        format!("{}[{}]: {}", d.severity, d.code, d.message)
+    })
 }
 
 pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
@@ -76,7 +80,10 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
                 Status::Ok
             };
             let message = match status {
-                Status::Ok => format!("outcome ok, {} BPF instructions", r.instructions.unwrap_or(0)),
+                Status::Ok => format!(
+                    "outcome ok, {} BPF instructions",
+                    r.instructions.unwrap_or(0)
+                ),
                 _ => format!("outcome {}: {}", r.outcome.as_str(), first_line(r)),
             };
             Finding {
@@ -105,7 +112,11 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
             kind: CONDITION,
             status: "True",
             reason: "ProfilesValid".into(),
-            message: format!("{} profiles under {} predicted ok", reports.len(), root.display()),
+            message: format!(
+                "{} profiles under {} predicted ok",
+                reports.len(),
+                root.display()
+            ),
         },
         Some(first) => {
             let names: Vec<String> = failing

@@ -41,6 +41,51 @@ pub struct SandboxReport {
     pub exec_failed: Option<i32>,
 }
 
+impl SandboxReport {
+    /// The command ran and exited 0.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+impl std::fmt::Display for SandboxReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(errno) = self.exec_failed {
+            let e = std::io::Error::from_raw_os_error(errno);
+            return write!(f, "the command could not be executed: {e}");
+        }
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => write!(f, "exited with status {code}")?,
+            (None, Some(sig)) => write!(f, "killed by signal {sig} ({})", signal_name(sig))?,
+            (None, None) => write!(f, "ended without an exit status")?,
+        }
+        if let Some(d) = &self.denied {
+            let name = d
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("syscall {}", d.nr));
+            write!(
+                f,
+                "; the filter answered `{name}` (nr {}) with {}",
+                d.nr, d.action
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "other",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
     #[error("no command given")]

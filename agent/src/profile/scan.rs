@@ -147,12 +147,17 @@ fn read_checked(path: &Path, root: Option<&Path>) -> Result<Vec<u8>, Diagnostic>
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| io_diag(path, "cannot open", &e))?;
-    let opened = file.metadata().map_err(|e| io_diag(path, "cannot stat", &e))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| io_diag(path, "cannot stat", &e))?;
     if !opened.file_type().is_file() {
         return Err(Diagnostic::error(
             Code::IoError,
             "",
-            format!("{} changed into a non-regular file while being read", path.display()),
+            format!(
+                "{} changed into a non-regular file while being read",
+                path.display()
+            ),
         ));
     }
     read_capped(file, path)
@@ -227,7 +232,12 @@ mod tests {
         let summary: Vec<(String, String)> = found
             .iter()
             .map(|f| {
-                let name = f.path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                let name = f
+                    .path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
                 let what = match &f.contents {
                     Ok(b) => format!("ok {}", b.len()),
                     Err(d) => d.message.replace(&root.display().to_string(), "ROOT"),
@@ -265,6 +275,11 @@ mod tests {
         assert!(found[0].contents.is_ok());
 
         let missing = collect(&[dir.path().join("nope.json")]);
-        assert!(missing[0].contents.as_ref().unwrap_err().message.contains("cannot access"));
+        assert!(missing[0]
+            .contents
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("cannot access"));
     }
 }
