@@ -180,7 +180,15 @@ pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut
         match (d.line, d.column) {
             (Some(line), Some(col)) => {
                 let _ = writeln!(out, "  --> {path}:{line}:{col}");
-                let text = index.line_text(line);
+                // Tabs become 4 spaces so the caret lines up in any terminal.
+                let raw = index.line_text(line);
+                let text = raw.replace('\t', "    ");
+                let prefix: String = raw.chars().take(col - 1).collect();
+                let shown_col = prefix
+                    .chars()
+                    .map(|c| if c == '\t' { 4 } else { 1 })
+                    .sum::<usize>()
+                    + 1;
                 let gutter = line.to_string().len();
                 let _ = writeln!(out, "{:gutter$} |", "");
                 let _ = writeln!(out, "{line} | {text}");
@@ -200,7 +208,7 @@ pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut
                     out,
                     "{:gutter$} | {}{}",
                     "",
-                    " ".repeat(col - 1),
+                    " ".repeat(shown_col - 1),
                     "^".repeat(width)
                 );
             }

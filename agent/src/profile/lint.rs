@@ -479,6 +479,15 @@ fn predict_runtime_needs(
         let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
             continue;
         };
+        let already = report.diagnostics.iter().any(|d| {
+            matches!(
+                d.code,
+                Code::RuntimeSyscallDenied | Code::EntrypointSyscallDenied
+            ) && d.message.contains(&format!("`{}`", need.name))
+        });
+        if already {
+            continue;
+        }
         if denial_is_fatal(action, need) {
             fails = true;
             report
@@ -572,5 +581,8 @@ fn runtime_denial(
             fallbacks.map_or(String::new(), |alts| format!(" and denies its fallback `{}` too", alts.join("`, `"))),
         ),
     )
-    .with_help(format!("allow `{}` ({})", need.name, need.evidence))
+    .with_help(match need.observed_failure(opts.no_new_privileges, matches!(action, Action::Errno(38) | Action::Trace(_))) {
+        Some(seen) => format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
+        None => format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
+    })
 }

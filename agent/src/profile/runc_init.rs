@@ -46,6 +46,20 @@ pub struct InitSyscall {
 }
 
 impl InitSyscall {
+    /// What runc or the container printed when this syscall alone was denied
+    /// in that mode, from the learner's record in `evidence`.
+    pub fn observed_failure(&self, no_new_privileges: bool, enosys: bool) -> Option<&'static str> {
+        let key = format!(
+            "deny NNP={} {} \u{2192} ",
+            no_new_privileges,
+            if enosys { "ENOSYS" } else { "EPERM" }
+        );
+        let rest = &self.evidence[self.evidence.find(&key)? + key.len()..];
+        let rest = rest.split(';').next()?;
+        let msg = rest.split_once("): ").map(|(_, m)| m)?.trim();
+        (!msg.is_empty()).then_some(msg)
+    }
+
     pub fn in_mode(&self, no_new_privileges: bool) -> bool {
         if no_new_privileges {
             self.in_nnp_true
