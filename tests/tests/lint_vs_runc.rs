@@ -1,0 +1,189 @@
+//! nodeproof's predicted outcome must equal what real runc does, for every
+//! corpus profile (against the recorded results, and live) and for a set of
+//! broken variants of our own, in both noNewPrivileges modes.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use nodeproof::profile::filter::Arch;
+use nodeproof::profile::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use serde_json::Value;
+
+const PARALLELISM: usize = 2;
+
+fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
+    let opts = LintOptions {
+        runtime: Runtime::Containerd,
+        no_new_privileges: nnp,
+        arch: Arch::native(),
+        check_listener: true,
+    };
+    let r = lint_source("p.json", bytes, &opts);
+    let first = r
+        .diagnostics
+        .first()
+        .map_or_else(String::new, |d| format!("{}[{}]: {}", d.severity, d.code, d.message));
+    (r.outcome, first)
+}
+
+fn expected(v: Verdict) -> Outcome {
+    match v {
+        Verdict::Accepted => Outcome::Ok,
+        Verdict::Rejected => Outcome::Rejected,
+        Verdict::StartFailed => Outcome::StartFailed,
+    }
+}
+
+/// Needs no runc: the recorded verdicts of the shared corpus.
+#[test]
+fn corpus_predictions_match_recorded_runc_results() {
+    let corpus = runc::corpus_dir();
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(corpus.join("runc-results.json")).expect("runc-results.json")).unwrap();
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (file, entry) in results.as_object().unwrap() {
+        let bytes = std::fs::read(corpus.join(file)).unwrap();
+        for (nnp, rec) in [(true, entry), (false, &entry["nnp_false"])] {
+            let want = expected(Verdict::parse(rec["verdict"].as_str().unwrap()).unwrap());
+            let (got, why) = predict(&bytes, nnp);
+            checked += 1;
+            if got != want {
+                wrong.push(format!("{file} nnp={nnp}: runc {want:?}, nodeproof {got:?} ({why})"));
+            }
+        }
+    }
+    assert_eq!(checked, 66);
+    assert!(wrong.is_empty(), "{} of {checked} differ:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+/// Profiles written to break in specific ways, with the outcome runc gives them.
+fn variants() -> Vec<(&'static str, Vec<u8>)> {
+    let allow = |rules: &str| format!(r#"{{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{rules}]}}"#);
+    let default = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles/runtime-default-x86_64.json")).unwrap();
+    let default_text = String::from_utf8(default.clone()).unwrap();
+    // The default profile with one syscall taken out of its allow lists.
+    let without = |name: &str| default_text.replace(&format!("\"{name}\","), "").replace(&format!(",\n        \"{name}\"\n"), "\n");
+    // A filter far beyond 4096 instructions: one masked comparison per value.
+    let big_rules: Vec<String> = (0..1500)
+        .map(|i| format!(r#"{{"names":["ioctl"],"action":"SCMP_ACT_ERRNO","args":[{{"index":1,"value":{},"op":"SCMP_CMP_EQ"}}]}}"#, 0x10000 + i))
+        .collect();
+    vec![
+        ("runtime default", default.clone()),
+        ("misspelled args", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
+        ("case-folded key", br#"{"DefaultAction":"SCMP_ACT_ALLOW"}"#.to_vec()),
+        // Go 1.19 folds the long s (U+017F) to 's': this key is `syscalls`, and execve is denied.
+        ("long-s key", "{\"defaultAction\":\"SCMP_ACT_ALLOW\",\"\u{17f}yscalls\":[{\"names\":[\"execve\"],\"action\":\"SCMP_ACT_ERRNO\"}]}".as_bytes().to_vec()),
+        ("last duplicate wins", br#"{"defaultAction":"SCMP_ACT_ALLOW","defaultAction":"SCMP_ACT_KILL"}"#.to_vec()),
+        ("null profile", b"null".to_vec()),
+        ("empty object", b"{}".to_vec()),
+        ("top-level array", b"[]".to_vec()),
+        ("truncated", br#"{"defaultAction":"SCMP_ACT_ALLOW","sysc"#.to_vec()),
+        ("byte order mark", b"\xef\xbb\xbf{\"defaultAction\":\"SCMP_ACT_ALLOW\"}".to_vec()),
+        ("numeric action", allow(r#"{"names":["mkdir"],"action":2}"#).into_bytes()),
+        ("negative errno", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","errnoRet":-1}"#).into_bytes()),
+        ("flags", br#"{"defaultAction":"SCMP_ACT_ALLOW","flags":["SECCOMP_FILTER_FLAG_TSYNC"]}"#.to_vec()),
+        ("unknown arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["x86_64"]}"#.to_vec()),
+        ("unknown operator", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","args":[{"index":0,"value":1,"op":"EQ"}]}"#).into_bytes()),
+        ("empty syscall name", allow(r#"{"names":[""],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
+        ("argument index 6", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","args":[{"index":6,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
+        ("notify write", br#"{"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/none.sock","syscalls":[{"names":["write"],"action":"SCMP_ACT_NOTIFY"}]}"#.to_vec()),
+        ("notify without listener", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_NOTIFY"}"#).into_bytes()),
+        ("notify, agent socket missing", br#"{"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/run/nodeproof-test-none.sock","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_NOTIFY"}]}"#.to_vec()),
+        ("errno too large for libseccomp", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","errnoRet":5000}"#).into_bytes()),
+        ("errno 0", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","errnoRet":0}"#).into_bytes()),
+        ("execve killed", allow(r#"{"names":["execve"],"action":"SCMP_ACT_KILL_PROCESS"}"#).into_bytes()),
+        ("shadowed and unknown rules", allow(r#"{"names":["mkdir","no_such_syscall"],"action":"SCMP_ACT_ALLOW"}"#).into_bytes()),
+        ("split conditions on getdents64", allow(r#"{"names":["getdents64"],"action":"SCMP_ACT_ERRNO","args":[{"index":2,"value":1,"op":"SCMP_CMP_GE"},{"index":2,"value":4,"op":"SCMP_CMP_LE"}]}"#).into_bytes()),
+        ("default without getdents64", without("getdents64").into_bytes()),
+        ("default without capset", without("capset").into_bytes()),
+        ("default without brk", without("brk").into_bytes()),
+        ("default without brk and mmap", without("brk").replace("\"mmap\",", "").into_bytes()),
+        ("default, denials answered ENOSYS", default_text.replacen("\"SCMP_ACT_ERRNO\"", "\"SCMP_ACT_ERRNO\",\n  \"defaultErrnoRet\": 38", 1).into_bytes()),
+        ("filter over 4096 instructions", allow(&big_rules.join(",")).into_bytes()),
+    ]
+}
+
+/// Live: each variant through real runc in both modes.
+#[test]
+fn broken_variants_match_real_runc() {
+    if let Err(reason) = runc::available() {
+        eprintln!("SKIPPED broken_variants_match_real_runc: {reason}");
+        return;
+    }
+    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+    let jobs: VecDeque<(&str, Vec<u8>, bool)> = variants()
+        .into_iter()
+        .flat_map(|(name, bytes)| [(name, bytes.clone(), true), (name, bytes, false)])
+        .collect();
+    let total = jobs.len();
+    let jobs = Mutex::new(jobs);
+    let wrong = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..PARALLELISM {
+            s.spawn(|| loop {
+                let Some((name, bytes, nnp)) = jobs.lock().unwrap().pop_front() else { break };
+                let run = oracle.run(&bytes, nnp, &["/bin/true"]);
+                let (got, why) = predict(&bytes, nnp);
+                if got != expected(run.verdict) {
+                    wrong.lock().unwrap().push(format!(
+                        "{name} nnp={nnp}: runc {} (exit {}, {}), nodeproof {got:?} ({why})",
+                        run.verdict,
+                        run.exit,
+                        run.stderr.trim()
+                    ));
+                }
+            });
+        }
+    });
+    let wrong = wrong.into_inner().unwrap();
+    assert!(wrong.is_empty(), "{} of {total} differ:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+/// Live: the shared corpus through real runc, compared with the prediction
+/// (not with the recorded file), so a different runc build is caught too.
+#[test]
+fn corpus_predictions_match_live_runc() {
+    if let Err(reason) = runc::available() {
+        eprintln!("SKIPPED corpus_predictions_match_live_runc: {reason}");
+        return;
+    }
+    let corpus = runc::corpus_dir();
+    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+    let mut files: Vec<_> = walk(&corpus);
+    files.sort();
+    let jobs: VecDeque<_> = files.iter().flat_map(|f| [(f.clone(), true), (f.clone(), false)]).collect();
+    let total = jobs.len();
+    let jobs = Mutex::new(jobs);
+    let wrong = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..PARALLELISM {
+            s.spawn(|| loop {
+                let Some((file, nnp)) = jobs.lock().unwrap().pop_front() else { break };
+                let bytes = std::fs::read(&file).unwrap();
+                let run = oracle.run(&bytes, nnp, &["/bin/true"]);
+                let (got, why) = predict(&bytes, nnp);
+                if got != expected(run.verdict) {
+                    wrong.lock().unwrap().push(format!("{} nnp={nnp}: runc {}, nodeproof {got:?} ({why})", file.display(), run.verdict));
+                }
+            });
+        }
+    });
+    assert!(total >= 66);
+    let wrong = wrong.into_inner().unwrap();
+    assert!(wrong.is_empty(), "{} of {total} differ:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "json") && !p.ends_with("runc-results.json") {
+            out.push(p);
+        }
+    }
+    out
+}
