@@ -3,3 +3,4 @@
 //! picks implementations; everything else lives here.
 
 pub mod profile;
+pub mod trace;
