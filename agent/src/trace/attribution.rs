@@ -191,9 +191,14 @@ impl CgroupResolver {
         }
     }
 
-    /// The host's resolver: `/sys/fs/cgroup`, `/proc`.
+    /// The host's resolver: the cgroup2 mount (`/sys/fs/cgroup` on unified
+    /// hosts, `/sys/fs/cgroup/unified` on hybrid ones), and `/proc`.
     pub fn host() -> Self {
-        Self::new("/sys/fs/cgroup", "/proc")
+        let root = std::fs::read_to_string("/proc/self/mounts")
+            .ok()
+            .and_then(|m| cgroup2_mount(&m))
+            .unwrap_or_else(|| "/sys/fs/cgroup".to_string());
+        Self::new(root, "/proc")
     }
 
     /// The cgroup path for a denial, by id first, then by the process.
@@ -210,6 +215,12 @@ impl CgroupResolver {
                 return Some(p.clone());
             }
         }
+        self.proc_path(pid)
+    }
+
+    /// The process's cgroup path from `/proc/<pid>/cgroup`, cached (the
+    /// process may be gone by the time its counts are summarized).
+    fn proc_path(&mut self, pid: u32) -> Option<String> {
         self.by_pid
             .entry(pid)
             .or_insert_with(|| {
@@ -221,17 +232,36 @@ impl CgroupResolver {
             .clone()
     }
 
-    /// Full attribution of a denial.
+    /// Full attribution of a denial. The id names a cgroup2 directory; on
+    /// cgroup v1 or hybrid hosts the kubepods layout may exist only in the v1
+    /// hierarchies, so a path without a pod is checked against the process's
+    /// own cgroup file too.
     pub fn attribute(&mut self, cgroup_id: u64, pid: u32, pods: &dyn PodLookup) -> Attribution {
-        let Some(path) = self.path(cgroup_id, pid) else {
-            return Attribution::default();
+        let mut a = match self.path(cgroup_id, pid) {
+            Some(path) => parse_cgroup_path(&path),
+            None => Attribution::default(),
         };
-        let mut a = parse_cgroup_path(&path);
+        if a.pod_uid.is_none() {
+            if let Some(v1) = self.proc_path(pid).map(|p| parse_cgroup_path(&p)) {
+                if v1.pod_uid.is_some() {
+                    a = v1;
+                }
+            }
+        }
         if let Some(uid) = &a.pod_uid {
             a.pod = pods.pod(uid);
         }
         a
     }
+}
+
+/// The mount point of the cgroup2 hierarchy in a `/proc/self/mounts` text.
+pub fn cgroup2_mount(mounts: &str) -> Option<String> {
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup2").then(|| dir.to_string())
+    })
 }
 
 fn walk(root: &Path, dir: &Path, depth: usize, out: &mut HashMap<u64, String>) {
@@ -331,6 +361,20 @@ mod tests {
     }
 
     #[test]
+    fn cgroup2_mount_unified_and_hybrid() {
+        assert_eq!(
+            cgroup2_mount("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n").as_deref(),
+            Some("/sys/fs/cgroup")
+        );
+        let hybrid = "tmpfs /sys/fs/cgroup tmpfs rw 0 0\ncgroup /sys/fs/cgroup/pids cgroup rw,pids 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n";
+        assert_eq!(
+            cgroup2_mount(hybrid).as_deref(),
+            Some("/sys/fs/cgroup/unified")
+        );
+        assert_eq!(cgroup2_mount("proc /proc proc rw 0 0\n"), None);
+    }
+
+    #[test]
     fn resolver_by_id_and_by_pid() {
         use std::os::unix::fs::MetadataExt;
         let cg = tempfile::tempdir().unwrap();
@@ -364,6 +408,21 @@ mod tests {
         let b = r.attribute(u64::MAX, 77, &NoPodLookup);
         assert_eq!(b.qos.as_deref(), Some("besteffort"));
         assert_eq!(b.pod, None);
+        // Hybrid host: the id names a v2 cgroup outside kubepods, the v1 lines know the pod.
+        std::fs::create_dir_all(cg.path().join("system.slice")).unwrap();
+        let sys_ino = std::fs::metadata(cg.path().join("system.slice"))
+            .unwrap()
+            .ino();
+        std::fs::create_dir_all(proc_.path().join("79")).unwrap();
+        std::fs::write(
+            proc_.path().join("79/cgroup"),
+            format!("4:memory:/kubepods/pod{UID}/{ID}\n0::/system.slice\n"),
+        )
+        .unwrap();
+        let mut r = CgroupResolver::new(cg.path(), proc_.path());
+        let c = r.attribute(sys_ino, 79, &NoPodLookup);
+        assert_eq!(c.qos.as_deref(), Some("guaranteed"));
+        assert_eq!(c.container_id.as_deref(), Some(ID));
         // Neither: nothing.
         assert_eq!(
             r.attribute(u64::MAX - 1, 78, &NoPodLookup),
