@@ -294,7 +294,9 @@ mod tests {
     #[test]
     fn kubepods_layouts() {
         let uid_ = UID.replace('-', "_");
-        let table: Vec<(String, Option<&str>, Option<&str>, Option<&str>)> = vec![
+        // (path, pod uid, container id, qos)
+        type Row<'a> = (String, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+        let table: Vec<Row> = vec![
             // systemd driver, containerd
             (
                 format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/cri-containerd-{ID}.scope"),
