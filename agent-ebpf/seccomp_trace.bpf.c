@@ -24,8 +24,9 @@
  * per-CPU hash, and rate-limited samples through a ring buffer.
  *
  * Pairing rule, shared by tp_btf and tracepoint: a task's state is created at
- * its first confined sys_enter. A confined sys_exit with *no state at all* is
- * not judged (counted in NP_STAT_UNPAIRED_FIRST) and creates the state. That
+ * its first confined sys_exit (tp_btf) or sys_enter (tracepoint), or when a
+ * seccomp SIGSYS or a context switch mid-syscall needs it. A confined
+ * sys_exit with *no state at all* is not judged (counted in NP_STAT_UNPAIRED_FIRST) and creates the state. That
  * single rule covers every known exit-without-enter that is not a denial:
  * the seccomp()/prctl() call that installs the first filter (mode was 0 at
  * entry), a child's first return from clone/clone3/fork/vfork, a syscall
@@ -50,6 +51,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define AUDIT_ARCH_X86_64 0xC000003EU
 #define AUDIT_ARCH_I386 0x40000003U
 #define TS_COMPAT 0x0002U
+#define NP_NR_EXIT 60
+#define NP_NR_EXIT_GROUP 231
 /* x86_64 kernel stack without KASAN; pt_regs sits at its top (no padding). */
 #define NP_THREAD_SIZE 16384
 
@@ -206,18 +209,62 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
 
 /* ---------------------------------------------------------------- tp_btf */
 
+/*
+ * Per-task bookkeeping without a helper call on the common path. Each CPU has
+ * one slot naming the task that entered a confined syscall on it and is still
+ * running: sys_enter writes it, the matching sys_exit clears it with a
+ * cmpxchg, and sched_switch, when the task leaves the CPU mid-syscall, moves
+ * the mark into task storage (entered = 1) and clears the slot. Invariant: a
+ * task outside a syscall is in no slot. So at sys_exit, "slot == current"
+ * means this syscall entered (fast path, no task storage); otherwise task
+ * storage decides (slow path: a syscall that blocked, or a denial).
+ * cmpxchg on both sides: a preempted exit program and sched_switch must not
+ * both claim the same mark.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_slot SEC(".maps");
+
 SEC("tp_btf/sys_enter")
 int np_btf_enter(__u64 *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct np_task_state *st;
+	__u32 zero = 0;
+	__u64 *slot;
 
 	/* The one field every unconfined task reads before leaving. */
 	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
 		return 0;
-	st = bpf_task_storage_get(&np_task_store, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	/* exit/exit_group never return: do_exit's last switch would only move the mark. */
+	if (ctx[1] == NP_NR_EXIT || ctx[1] == NP_NR_EXIT_GROUP)
+		return 0;
+	slot = bpf_map_lookup_elem(&np_slot, &zero); /* inlined: no helper call */
+	if (slot)
+		*slot = (__u64)task;
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int np_btf_switch(__u64 *ctx)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct np_task_state *st;
+	__u32 zero = 0;
+	__u64 *slot;
+
+	slot = bpf_map_lookup_elem(&np_slot, &zero);
+	if (!slot || *slot != (__u64)prev)
+		return 0;
+	if (__sync_val_compare_and_swap(slot, (__u64)prev, 0) != (__u64)prev)
+		return 0;
+	st = bpf_task_storage_get(&np_task_store, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (st)
 		st->entered = 1;
+	else
+		np_stat(NP_STAT_STATE_FAIL);
 	return 0;
 }
 
@@ -226,9 +273,16 @@ int np_btf_exit(__u64 *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct np_task_state *st;
+	__u32 zero = 0;
+	__u64 *slot;
 
 	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
 		return 0;
+	slot = bpf_map_lookup_elem(&np_slot, &zero);
+	if (slot && *slot == (__u64)task &&
+	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task)
+		return 0; /* entered on this CPU and never left it: paired */
+
 	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
 	if (st && st->entered) {
 		st->entered = 0;
@@ -236,6 +290,8 @@ int np_btf_exit(__u64 *ctx)
 		return 0;
 	}
 	if (!st) {
+		/* Never seen before: the filter-installing call, a child's first
+		 * return, or a syscall in flight at attach. Not judged; seen from now. */
 		np_stat(NP_STAT_UNPAIRED_FIRST);
 		if (!bpf_task_storage_get(&np_task_store, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE))
 			np_stat(NP_STAT_STATE_FAIL);

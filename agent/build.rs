@@ -56,7 +56,8 @@ fn compile(clang: &str, arch: &str, src: &Path, out: &Path, name: &str) {
     let input = src.join(format!("{name}.bpf.c"));
     let output = out.join(format!("{name}.bpf.o"));
     let status = Command::new(clang)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
+        // -mcpu=v3: BPF atomics (cmpxchg) and 32-bit jumps; kernels >= 5.1 run it.
+        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-mcpu=v3"])
         .arg(format!("-D__TARGET_ARCH_{arch}"))
         .arg("-I")
         .arg(src)

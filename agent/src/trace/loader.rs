@@ -111,6 +111,7 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
         Strategy::TpBtf => &[
             ("np_btf_signal", Attach::BtfTp("signal_generate")),
             ("np_btf_proc_exit", Attach::BtfTp("sched_process_exit")),
+            ("np_btf_switch", Attach::BtfTp("sched_switch")),
             ("np_btf_enter", Attach::BtfTp("sys_enter")),
             ("np_btf_exit", Attach::BtfTp("sys_exit")),
         ],
