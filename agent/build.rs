@@ -57,7 +57,9 @@ fn compile(clang: &str, arch: &str, src: &Path, out: &Path, name: &str) {
     let output = out.join(format!("{name}.bpf.o"));
     let status = Command::new(clang)
         // -mcpu=v3: BPF atomics (cmpxchg) and 32-bit jumps; kernels >= 5.1 run it.
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-mcpu=v3"])
+        .args([
+            "-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-mcpu=v3",
+        ])
         .arg(format!("-D__TARGET_ARCH_{arch}"))
         .arg("-I")
         .arg(src)

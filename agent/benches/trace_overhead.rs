@@ -28,10 +28,11 @@ impl Variant {
     }
 }
 
+/// Held only to keep the programs attached; dropping detaches.
 enum Attached {
     None,
-    Empty(#[allow(dead_code)] aya::Ebpf),
-    Tracer(#[allow(dead_code)] Tracer),
+    Empty(#[allow(dead_code)] Box<aya::Ebpf>),
+    Tracer(#[allow(dead_code)] Box<Tracer>),
 }
 
 fn attach(v: Variant) -> Attached {
@@ -40,21 +41,24 @@ fn attach(v: Variant) -> Attached {
         Variant::Empty => {
             let mut bpf = aya::Ebpf::load(trace::bpf::EMPTY_PAIR).expect("load empty pair");
             let btf = aya::Btf::from_sys_fs().expect("kernel BTF");
-            for (prog, tp) in [("np_empty_enter", "sys_enter"), ("np_empty_exit", "sys_exit")] {
+            for (prog, tp) in [
+                ("np_empty_enter", "sys_enter"),
+                ("np_empty_exit", "sys_exit"),
+            ] {
                 let p: &mut aya::programs::BtfTracePoint =
                     bpf.program_mut(prog).unwrap().try_into().unwrap();
                 p.load(tp, &btf).expect("load");
                 p.attach().expect("attach");
             }
-            Attached::Empty(bpf)
+            Attached::Empty(Box::new(bpf))
         }
-        Variant::Nodeproof(s) => Attached::Tracer(
+        Variant::Nodeproof(s) => Attached::Tracer(Box::new(
             Tracer::start(&TracerConfig {
                 strategy: Some(s),
                 ..TracerConfig::default()
             })
             .expect("start tracer"),
-        ),
+        )),
     }
 }
 
@@ -111,7 +115,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() {
@@ -122,12 +129,19 @@ fn main() {
     }
     let missing = loader::missing_capabilities(loader::effective_capabilities());
     if !missing.is_empty() {
-        println!("trace_overhead: skipped, needs {} (or root)", missing.join(" + "));
+        println!(
+            "trace_overhead: skipped, needs {} (or root)",
+            missing.join(" + ")
+        );
         return;
     }
     let rounds = env("NP_BENCH_ROUNDS", 9) as usize;
     let iters = env("NP_BENCH_ITERS", 2_000_000);
-    let mut variants = vec![Variant::Bare, Variant::Empty, Variant::Nodeproof(Strategy::TpBtf)];
+    let mut variants = vec![
+        Variant::Bare,
+        Variant::Empty,
+        Variant::Nodeproof(Strategy::TpBtf),
+    ];
     if std::env::var_os("NP_BENCH_TRACEPOINT").is_some() {
         variants.push(Variant::Nodeproof(Strategy::Tracepoint));
     }

@@ -155,7 +155,14 @@ impl Tracer {
                         tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
                     }
                     tracing::info!(%strategy, "seccomp tracing strategy loaded");
-                    return Self::from_loaded(bpf, strategy, attempts);
+                    let tracer = Self::from_loaded(bpf, strategy, attempts);
+                    drop(btf);
+                    // Parsing kernel BTF (several times: aya's loader parses its own copy)
+                    // peaks at tens of MiB of heap; hand it back so a long-running agent
+                    // stays within its RSS budget.
+                    // SAFETY: malloc_trim only releases free heap pages.
+                    unsafe { libc::malloc_trim(0) };
+                    return tracer;
                 }
                 Err(a) => attempts.push(a),
             }
@@ -218,6 +225,9 @@ fn try_strategy(
         .allow_unsupported_maps() // task storage: aya 0.14 has no userspace type for it
         .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
         .override_global("np_sample_tgid", &sample_pid, true);
+    if btf.is_some() {
+        loader.btf(btf);
+    }
     let mut bpf = loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
         fail(
             FailureReason::from_errno(errno_in(&e)),
