@@ -5,3 +5,4 @@
 pub mod config;
 pub mod finding;
 pub mod profile;
+pub mod trace;

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * Records shared between the eBPF programs and the agent. The Rust mirror is
+ * agent/src/trace/event.rs; both sides pin the sizes so that a layout drift
+ * fails the build (static assert here, const assert there).
+ */
+#ifndef NP_TRACE_H
+#define NP_TRACE_H
+
+/* Action classes, stable across the ABI. */
+#define NP_ACT_ERRNO 1
+#define NP_ACT_KILL 2
+#define NP_ACT_TRAP 3
+#define NP_ACT_NOTIFY_ERROR 4
+
+/* Indices of the per-CPU stats array. */
+#define NP_STAT_SAMPLES 0          /* samples written to the ring buffer */
+#define NP_STAT_DROP_RATELIMIT 1   /* samples not written: rate limit */
+#define NP_STAT_DROP_RINGBUF 2     /* samples not written: ring buffer full */
+#define NP_STAT_COUNT_MAP_FULL 3   /* denials that found no slot in counts (lost counts) */
+#define NP_STAT_UNPAIRED_FIRST 4   /* first exit of a task never seen entering: not judged */
+#define NP_STAT_STATE_FAIL 5       /* task state could not be created */
+#define NP_STAT_MAX 8
+
+struct np_count_key {
+	__u64 cgroup_id;
+	__u32 tgid;
+	__s32 nr;
+	__s32 err;
+	__u32 action;
+	__u32 arch;
+	__u32 _pad;
+	char comm[16];
+};
+
+struct np_event {
+	__u64 ts_ns;
+	__u64 cgroup_id;
+	__u32 tgid;
+	__u32 tid;
+	__u32 mnt_ns;
+	__s32 nr;
+	__u32 arch;
+	__s32 err;
+	__u32 action;
+	__u32 _pad;
+	char comm[16];
+};
+
+_Static_assert(sizeof(struct np_count_key) == 48, "np_count_key layout");
+_Static_assert(sizeof(struct np_event) == 64, "np_event layout");
+
+#endif

@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/*
+ * nodeproof: seccomp denials seen from the kernel, without audit and without
+ * touching the profile.
+ *
+ * Three ways to notice that seccomp skipped a syscall, one per strategy; the
+ * agent loads the first that the kernel accepts (see agent/src/trace/loader.rs):
+ *
+ *  fexit    fexit/__secure_computing returning -1. Only tasks with seccomp
+ *           work pay anything. Needs BPF trampolines (refused on some kernels).
+ *  tp_btf   tp_btf/sys_enter + tp_btf/sys_exit. The x86 entry code runs
+ *           seccomp before trace_sys_enter(), so a skipped syscall never
+ *           reaches sys_enter but still passes sys_exit: a confined task's
+ *           sys_exit with no recorded sys_enter is a denial.
+ *  tracepoint  the same pairing on the classic raw_syscalls tracepoints, with
+ *           a tid-keyed LRU hash instead of task storage and only probe reads,
+ *           for kernels that refuse BTF-typed attach points.
+ *
+ * All three share: signal_generate (SIGSYS with si_code SYS_SECCOMP marks a
+ * TRAP so the following skip is classed as trap), sched_process_exit (a task
+ * leaving with seccomp.mode == SECCOMP_MODE_DEAD was killed by a KILL_THREAD /
+ * KILL_PROCESS action; KILL_THREAD on a non-last thread calls do_exit()
+ * straight from seccomp and is visible nowhere else), exact counts in a
+ * per-CPU hash, and rate-limited samples through a ring buffer.
+ *
+ * Pairing rule, shared by tp_btf and tracepoint: a task's state is created at
+ * its first confined sys_exit (tp_btf) or sys_enter (tracepoint), or when a
+ * seccomp SIGSYS or a context switch mid-syscall needs it. A confined
+ * sys_exit with *no state at all* is not judged (counted in NP_STAT_UNPAIRED_FIRST) and creates the state. That
+ * single rule covers every known exit-without-enter that is not a denial:
+ * the seccomp()/prctl() call that installs the first filter (mode was 0 at
+ * entry), a child's first return from clone/clone3/fork/vfork, a syscall
+ * that was already in flight when the tracer attached, a thread given a filter
+ * by SECCOMP_FILTER_FLAG_TSYNC while blocked. Its only blind spot: a task whose
+ * very first observed syscall is denied (a clone child has state from its
+ * first return, so this is limited to tasks older than the tracer).
+ */
+#include "include/np_core.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "np_trace.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+#define SECCOMP_MODE_FILTER 2
+#define SECCOMP_MODE_DEAD 3 /* SECCOMP_MODE_FILTER + 1, set by the KILL actions */
+#define SIGSYS 31
+#define SYS_SECCOMP 1
+#define MAX_ERRNO 4095
+
+#define AUDIT_ARCH_X86_64 0xC000003EU
+#define AUDIT_ARCH_I386 0x40000003U
+#define TS_COMPAT 0x0002U
+#define NP_NR_EXIT 60
+#define NP_NR_EXIT_GROUP 231
+/* x86_64 kernel stack without KASAN; pt_regs sits at its top (no padding). */
+#define NP_THREAD_SIZE 16384
+
+/* Set by the loader before load (aya set_global). */
+const volatile __u64 np_sample_limit = 1000; /* samples per CPU per ~1.07 s window */
+const volatile __u32 np_sample_tgid = 0;     /* 0: samples for every process */
+
+struct np_task_state {
+	__u32 entered;   /* 1 between a confined sys_enter and its sys_exit */
+	__u32 trap;      /* 1 after a seccomp SIGSYS, until the syscall's exit */
+	__s32 trap_data; /* the filter's data, carried in si_errno */
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct np_task_state);
+} np_task_store SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct np_task_state);
+} np_tid_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct np_count_key);
+	__type(value, __u64);
+} np_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NP_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_stats SEC(".maps");
+
+struct np_rate {
+	__u64 window;
+	__u64 n;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct np_rate);
+} np_rate SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} np_events SEC(".maps");
+
+static __always_inline void np_stat(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&np_stats, &idx);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline __u32 np_arch(struct task_struct *task)
+{
+	__u32 status = BPF_CORE_READ(task, thread_info.status);
+	return (status & TS_COMPAT) ? AUDIT_ARCH_I386 : AUDIT_ARCH_X86_64;
+}
+
+/* Count one denial exactly, then maybe sample it. Only the denial path runs this. */
+static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 err, __u32 action)
+{
+	struct np_count_key key = {};
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 one = 1;
+	__u64 *cnt;
+
+	key.cgroup_id = bpf_get_current_cgroup_id();
+	key.tgid = pid_tgid >> 32;
+	key.nr = nr;
+	key.err = err;
+	key.action = action;
+	key.arch = np_arch(task);
+	bpf_get_current_comm(key.comm, sizeof(key.comm));
+
+	cnt = bpf_map_lookup_elem(&np_counts, &key);
+	if (cnt) {
+		/* Per-CPU slot, but a preempted program on the same CPU may race: atomic. */
+		__sync_fetch_and_add(cnt, 1);
+	} else if (bpf_map_update_elem(&np_counts, &key, &one, BPF_NOEXIST) != 0) {
+		/* Another CPU created the key first, or the map is full. */
+		cnt = bpf_map_lookup_elem(&np_counts, &key);
+		if (cnt)
+			__sync_fetch_and_add(cnt, 1);
+		else
+			np_stat(NP_STAT_COUNT_MAP_FULL);
+	}
+
+	if (np_sample_tgid && np_sample_tgid != key.tgid)
+		return;
+
+	__u32 zero = 0;
+	struct np_rate *rl = bpf_map_lookup_elem(&np_rate, &zero);
+	if (!rl)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 window = now >> 30;
+	if (rl->window != window) {
+		rl->window = window;
+		rl->n = 0;
+	}
+	if (rl->n >= np_sample_limit) {
+		np_stat(NP_STAT_DROP_RATELIMIT);
+		return;
+	}
+	rl->n++;
+
+	struct np_event *ev = bpf_ringbuf_reserve(&np_events, sizeof(*ev), 0);
+	if (!ev) {
+		np_stat(NP_STAT_DROP_RINGBUF);
+		return;
+	}
+	ev->ts_ns = now;
+	ev->cgroup_id = key.cgroup_id;
+	ev->tgid = key.tgid;
+	ev->tid = (__u32)pid_tgid;
+	ev->mnt_ns = BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
+	ev->nr = nr;
+	ev->arch = key.arch;
+	ev->err = err;
+	ev->action = action;
+	ev->_pad = 0;
+	__builtin_memcpy(ev->comm, key.comm, sizeof(ev->comm));
+	bpf_ringbuf_submit(ev, 0);
+	np_stat(NP_STAT_SAMPLES);
+}
+
+/* A skipped syscall's exit: classify by the trap mark, else by the return value. */
+static __always_inline void np_skipped(struct task_struct *task, struct np_task_state *st, long nr,
+				       long ret)
+{
+	if (nr < 0)
+		return; /* a ptrace tracer cancelled the syscall (orig_ax = -1): not seccomp */
+	if (st->trap) {
+		st->trap = 0;
+		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
+		return;
+	}
+	np_emit(task, nr, (ret < 0 && ret >= -MAX_ERRNO) ? -ret : 0, NP_ACT_ERRNO);
+}
+
+/* ---------------------------------------------------------------- tp_btf */
+
+/*
+ * Per-task bookkeeping without a helper call on the common path. Each CPU has
+ * one slot naming the task that entered a confined syscall on it and is still
+ * running: sys_enter writes it, the matching sys_exit clears it with a
+ * cmpxchg, and sched_switch, when the task leaves the CPU mid-syscall, moves
+ * the mark into task storage (entered = 1) and clears the slot. Invariant: a
+ * task outside a syscall is in no slot. So at sys_exit, "slot == current"
+ * means this syscall entered (fast path, no task storage); otherwise task
+ * storage decides (slow path: a syscall that blocked, or a denial).
+ * cmpxchg on both sides: a preempted exit program and sched_switch must not
+ * both claim the same mark.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_slot SEC(".maps");
+
+SEC("tp_btf/sys_enter")
+int np_btf_enter(__u64 *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 zero = 0;
+	__u64 *slot;
+
+	/* The one field every unconfined task reads before leaving. */
+	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+		return 0;
+	/* exit/exit_group never return: do_exit's last switch would only move the mark. */
+	if (ctx[1] == NP_NR_EXIT || ctx[1] == NP_NR_EXIT_GROUP)
+		return 0;
+	slot = bpf_map_lookup_elem(&np_slot, &zero); /* inlined: no helper call */
+	if (slot)
+		*slot = (__u64)task;
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int np_btf_switch(__u64 *ctx)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct np_task_state *st;
+	__u32 zero = 0;
+	__u64 *slot;
+
+	slot = bpf_map_lookup_elem(&np_slot, &zero);
+	if (!slot || *slot != (__u64)prev)
+		return 0;
+	if (__sync_val_compare_and_swap(slot, (__u64)prev, 0) != (__u64)prev)
+		return 0;
+	st = bpf_task_storage_get(&np_task_store, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (st)
+		st->entered = 1;
+	else
+		np_stat(NP_STAT_STATE_FAIL);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int np_btf_exit(__u64 *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct np_task_state *st;
+	__u32 zero = 0;
+	__u64 *slot;
+
+	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+		return 0;
+	slot = bpf_map_lookup_elem(&np_slot, &zero);
+	if (slot && *slot == (__u64)task &&
+	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task)
+		return 0; /* entered on this CPU and never left it: paired */
+
+	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+	if (st && st->entered) {
+		st->entered = 0;
+		st->trap = 0; /* a SIGSYS not from seccomp (self-queued) must not linger */
+		return 0;
+	}
+	if (!st) {
+		/* Never seen before: the filter-installing call, a child's first
+		 * return, or a syscall in flight at attach. Not judged; seen from now. */
+		np_stat(NP_STAT_UNPAIRED_FIRST);
+		if (!bpf_task_storage_get(&np_task_store, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE))
+			np_stat(NP_STAT_STATE_FAIL);
+		return 0;
+	}
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	np_skipped(task, st, (long)regs->orig_ax, (long)ctx[1]);
+	return 0;
+}
+
+static __always_inline int np_btf_sigsys(struct kernel_siginfo *info, struct task_struct *target)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct np_task_state *st;
+
+	/* SEND_SIG_NOINFO / SEND_SIG_PRIV are 0 and 1, not pointers. */
+	if ((unsigned long)info <= 1 || BPF_CORE_READ(info, si_code) != SYS_SECCOMP)
+		return 0;
+	if (BPF_CORE_READ(target, pid) != task->pid)
+		return 0;
+	/* KILL actions set mode DEAD before raising SIGSYS: counted at exit instead. */
+	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+		return 0;
+	st = bpf_task_storage_get(&np_task_store, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		np_stat(NP_STAT_STATE_FAIL);
+		return 0;
+	}
+	st->trap = 1;
+	st->trap_data = BPF_CORE_READ(info, si_errno);
+	return 0;
+}
+
+SEC("tp_btf/signal_generate")
+int np_btf_signal(__u64 *ctx)
+{
+	if ((int)ctx[0] != SIGSYS)
+		return 0;
+	return np_btf_sigsys((struct kernel_siginfo *)ctx[1], (struct task_struct *)ctx[2]);
+}
+
+SEC("tp_btf/sched_process_exit")
+int np_btf_proc_exit(__u64 *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	if (task->seccomp.mode != SECCOMP_MODE_DEAD)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	np_emit(task, (__s32)regs->orig_ax, 0, NP_ACT_KILL);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- fexit */
+
+SEC("fexit/__secure_computing")
+int np_fexit_seccomp(__u64 *ctx)
+{
+	__u64 ret = 0;
+	struct task_struct *task;
+	struct np_task_state *st;
+
+	/* bpf_get_func_ret: the signature lost its seccomp_data argument in 6.15. */
+	bpf_get_func_ret(ctx, &ret);
+	if ((int)ret != -1)
+		return 0;
+	task = bpf_get_current_task_btf();
+	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+		return 0; /* KILL (mode DEAD): counted at sched_process_exit */
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	long nr = (long)regs->orig_ax;
+	long rv = (long)regs->ax; /* syscall_set_return_value() put -errno here */
+	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+	if (st && st->trap) {
+		st->trap = 0;
+		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
+		return 0;
+	}
+	np_emit(task, nr, (rv < 0 && rv >= -MAX_ERRNO) ? -rv : 0, NP_ACT_ERRNO);
+	return 0;
+}
+
+/* ---------------------------------------------------------- tracepoint */
+
+struct np_tp_sys_enter {
+	__u64 common;
+	long id;
+	unsigned long args[6];
+};
+
+struct np_tp_sys_exit {
+	__u64 common;
+	long id;
+	long ret;
+};
+
+struct np_tp_signal_generate {
+	__u64 common;
+	int sig;
+	int err;
+	int code;
+	char comm[16];
+	int pid;
+	int group;
+	int result;
+};
+
+static __always_inline int np_tp_mode(struct task_struct *task)
+{
+	return BPF_CORE_READ(task, seccomp.mode);
+}
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int np_tp_enter(struct np_tp_sys_enter *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->entered = 1;
+	} else {
+		struct np_task_state init = {.entered = 1};
+		bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int np_tp_exit(struct np_tp_sys_exit *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && st->entered) {
+		st->entered = 0;
+		st->trap = 0;
+		return 0;
+	}
+	if (!st) {
+		struct np_task_state init = {};
+		np_stat(NP_STAT_UNPAIRED_FIRST);
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+		return 0;
+	}
+	np_skipped(task, st, ctx->id, ctx->ret);
+	return 0;
+}
+
+SEC("tracepoint/signal/signal_generate")
+int np_tp_signal(struct np_tp_signal_generate *ctx)
+{
+	if (ctx->sig != SIGSYS || ctx->code != SYS_SECCOMP)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if ((__u32)ctx->pid != tid)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0;
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->trap = 1;
+		st->trap_data = ctx->err;
+	} else {
+		struct np_task_state init = {.trap = 1, .trap_data = ctx->err};
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+	}
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int np_tp_proc_exit(void *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	int mode = np_tp_mode(task);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (mode == SECCOMP_MODE_FILTER) {
+		bpf_map_delete_elem(&np_tid_state, &tid); /* tids are recycled */
+		return 0;
+	}
+	if (mode != SECCOMP_MODE_DEAD)
+		return 0;
+	bpf_map_delete_elem(&np_tid_state, &tid);
+	/* No bpf_task_pt_regs here: find pt_regs at the top of the kernel stack. */
+	void *stack = BPF_CORE_READ(task, stack);
+	struct pt_regs *regs =
+		(struct pt_regs *)((char *)stack + NP_THREAD_SIZE - bpf_core_type_size(struct pt_regs));
+	unsigned long nr = BPF_CORE_READ(regs, orig_ax);
+	np_emit(task, (__s32)nr, 0, NP_ACT_KILL);
+	return 0;
+}

@@ -1,0 +1,15 @@
+//! The eBPF objects built by `build.rs` from `agent-ebpf/`, embedded 8-byte
+//! aligned (ELF64 headers and BPF instructions need it).
+
+/// The nodeproof programs (all strategies; the loader picks which to attach).
+pub static SECCOMP_TRACE: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/seccomp_trace.bpf.o"));
+
+/// An empty tp_btf sys_enter/sys_exit pair: the overhead floor the benchmark compares against.
+pub static EMPTY_PAIR: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/empty.bpf.o"));
+
+/// True when the build had no clang and embedded empty stubs.
+pub const fn is_stub() -> bool {
+    cfg!(nodeproof_bpf_stub)
+}

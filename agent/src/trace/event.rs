@@ -1,0 +1,261 @@
+//! The records the eBPF programs write, mirrored from `agent-ebpf/np_trace.h`,
+//! and their decoding into plain Rust values. Pure: tested without a kernel.
+
+use serde::Serialize;
+use std::fmt;
+
+/// Audit arch values (`include/uapi/linux/audit.h`) the programs report.
+pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+pub const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+pub const AUDIT_ARCH_AARCH64: u32 = 0xC000_00B7;
+
+/// Indices of the programs' per-CPU `np_stats` array.
+pub(crate) mod stat {
+    pub const SAMPLES: u32 = 0;
+    pub const DROP_RATELIMIT: u32 = 1;
+    pub const DROP_RINGBUF: u32 = 2;
+    pub const COUNT_MAP_FULL: u32 = 3;
+    pub const UNPAIRED_FIRST: u32 = 4;
+    pub const STATE_FAIL: u32 = 5;
+    pub const MAX: u32 = 8;
+}
+
+/// How seccomp refused the syscall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// SCMP_ACT_ERRNO (also TRACE without a tracer, which returns ENOSYS).
+    Errno,
+    /// SCMP_ACT_KILL_THREAD / SCMP_ACT_KILL_PROCESS.
+    Kill,
+    /// SCMP_ACT_TRAP (SIGSYS delivered to the task).
+    Trap,
+    /// SCMP_ACT_NOTIFY answered with an error. Reserved: the pairing programs
+    /// cannot tell it from ERRNO yet and report it as `errno`.
+    NotifyError,
+}
+
+impl Action {
+    pub fn from_raw(raw: u32) -> Option<Self> {
+        match raw {
+            1 => Some(Self::Errno),
+            2 => Some(Self::Kill),
+            3 => Some(Self::Trap),
+            4 => Some(Self::NotifyError),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Errno => "errno",
+            Self::Kill => "kill",
+            Self::Trap => "trap",
+            Self::NotifyError => "notify-error",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `struct np_count_key`: the key of the in-kernel exact counts.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RawCountKey {
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    pub nr: i32,
+    pub err: i32,
+    pub action: u32,
+    pub arch: u32,
+    pub pad: u32,
+    pub comm: [u8; 16],
+}
+
+/// `struct np_event`: one sample from the ring buffer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawEvent {
+    pub ts_ns: u64,
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub mnt_ns: u32,
+    pub nr: i32,
+    pub arch: u32,
+    pub err: i32,
+    pub action: u32,
+    pub pad: u32,
+    pub comm: [u8; 16],
+}
+
+// The C side static-asserts the same sizes: a drift on either side breaks the build.
+const _: () = assert!(std::mem::size_of::<RawCountKey>() == 48);
+const _: () = assert!(std::mem::size_of::<RawEvent>() == 64);
+
+// SAFETY: plain-old-data, `repr(C)`, no padding the compiler adds (sizes asserted above).
+unsafe impl aya::Pod for RawCountKey {}
+
+/// A decoded denial sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
+    pub ts_ns: u64,
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub mnt_ns: u32,
+    pub nr: i32,
+    pub arch: u32,
+    pub errno: i32,
+    pub action: Action,
+    pub comm: String,
+}
+
+/// A decoded count key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CountKey {
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub nr: i32,
+    pub errno: i32,
+    pub action: Action,
+    pub arch: u32,
+    pub comm: String,
+}
+
+/// Errors decoding kernel records.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("sample is {len} bytes, expected {expected}")]
+    Length { len: usize, expected: usize },
+    #[error("unknown action class {raw}")]
+    Action { raw: u32 },
+}
+
+/// The kernel's `comm`: NUL-terminated within 16 bytes, not necessarily UTF-8.
+pub fn comm_to_string(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Decodes one ring-buffer record. Reads unaligned: ring-buffer records are
+/// 8-byte aligned in practice, but nothing in the API promises it.
+pub fn decode_event(bytes: &[u8]) -> Result<Denial, DecodeError> {
+    let expected = std::mem::size_of::<RawEvent>();
+    if bytes.len() < expected {
+        return Err(DecodeError::Length {
+            len: bytes.len(),
+            expected,
+        });
+    }
+    // SAFETY: length checked; RawEvent is POD, every bit pattern is valid.
+    let raw: RawEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let action = Action::from_raw(raw.action).ok_or(DecodeError::Action { raw: raw.action })?;
+    Ok(Denial {
+        ts_ns: raw.ts_ns,
+        cgroup_id: raw.cgroup_id,
+        pid: raw.tgid,
+        tid: raw.tid,
+        mnt_ns: raw.mnt_ns,
+        nr: raw.nr,
+        arch: raw.arch,
+        errno: raw.err,
+        action,
+        comm: comm_to_string(&raw.comm),
+    })
+}
+
+/// Decodes one count key.
+pub fn decode_count_key(raw: &RawCountKey) -> Result<CountKey, DecodeError> {
+    let action = Action::from_raw(raw.action).ok_or(DecodeError::Action { raw: raw.action })?;
+    Ok(CountKey {
+        cgroup_id: raw.cgroup_id,
+        pid: raw.tgid,
+        nr: raw.nr,
+        errno: raw.err,
+        action,
+        arch: raw.arch,
+        comm: comm_to_string(&raw.comm),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comm(s: &str) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..s.len()].copy_from_slice(s.as_bytes());
+        c
+    }
+
+    fn raw_event() -> RawEvent {
+        RawEvent {
+            ts_ns: 42,
+            cgroup_id: 7,
+            tgid: 100,
+            tid: 101,
+            mnt_ns: 4026531841,
+            nr: 83,
+            arch: AUDIT_ARCH_X86_64,
+            err: 1,
+            action: 1,
+            pad: 0,
+            comm: comm("mkdir"),
+        }
+    }
+
+    fn bytes_of(ev: &RawEvent) -> Vec<u8> {
+        // SAFETY: reading a POD value's bytes.
+        unsafe { std::slice::from_raw_parts((ev as *const RawEvent).cast::<u8>(), 64) }.to_vec()
+    }
+
+    #[test]
+    fn decodes_an_event() {
+        let d = decode_event(&bytes_of(&raw_event())).unwrap();
+        assert_eq!(d.pid, 100);
+        assert_eq!(d.tid, 101);
+        assert_eq!(d.nr, 83);
+        assert_eq!(d.errno, 1);
+        assert_eq!(d.action, Action::Errno);
+        assert_eq!(d.comm, "mkdir");
+    }
+
+    #[test]
+    fn decodes_from_an_unaligned_buffer() {
+        let mut buf = vec![0u8];
+        buf.extend(bytes_of(&raw_event()));
+        assert_eq!(decode_event(&buf[1..]).unwrap().nr, 83);
+    }
+
+    #[test]
+    fn rejects_short_records_and_unknown_actions() {
+        assert_eq!(
+            decode_event(&[0u8; 10]),
+            Err(DecodeError::Length {
+                len: 10,
+                expected: 64
+            })
+        );
+        let mut ev = raw_event();
+        ev.action = 9;
+        assert_eq!(
+            decode_event(&bytes_of(&ev)),
+            Err(DecodeError::Action { raw: 9 })
+        );
+    }
+
+    #[test]
+    fn comm_stops_at_nul_and_survives_full_length_and_bad_utf8() {
+        assert_eq!(comm_to_string(&comm("sh")), "sh");
+        assert_eq!(comm_to_string(&[b'a'; 16]), "a".repeat(16));
+        let mut c = comm("x");
+        c[1] = 0xff;
+        assert_eq!(comm_to_string(&c), "x\u{fffd}");
+    }
+}

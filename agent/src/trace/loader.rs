@@ -1,0 +1,487 @@
+//! The real edge: loads the embedded programs with aya, probes the strategies
+//! in order (or the forced one), attaches, and reads samples, counts and stats.
+
+use super::bpf;
+use super::event::{decode_count_key, decode_event, stat, CountKey, Denial, RawCountKey};
+use super::{EventSource, Stats, Strategy, TraceError};
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::programs::{BtfTracePoint, FExit, TracePoint};
+use aya::{Btf, Ebpf, EbpfLoader};
+use std::fmt;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Why a strategy did not load; the node condition's reason when none does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// EPERM/EACCES: missing capabilities, lockdown, or a policy refusing the program type.
+    BpfPermissionDenied,
+    /// The kernel lacks the attach point, BTF, or a helper.
+    KernelUnsupported,
+    /// The embedded programs are stubs (built without clang).
+    ProgramsNotBuilt,
+    /// Anything else (verifier rejection, out of memory).
+    LoadFailed,
+}
+
+impl FailureReason {
+    /// The `SeccompTracingReady=False` reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BpfPermissionDenied => "BPFPermissionDenied",
+            Self::KernelUnsupported => "KernelUnsupported",
+            Self::ProgramsNotBuilt => "ProgramsNotBuilt",
+            Self::LoadFailed => "BPFLoadFailed",
+        }
+    }
+
+    /// Classifies the errno a load or attach failed with.
+    pub fn from_errno(errno: Option<i32>) -> Self {
+        match errno {
+            Some(libc::EPERM) | Some(libc::EACCES) => Self::BpfPermissionDenied,
+            // 524 is the kernel-internal ENOTSUPP that leaks out of BPF syscalls.
+            Some(libc::ENOENT)
+            | Some(libc::EINVAL)
+            | Some(libc::EOPNOTSUPP)
+            | Some(524)
+            | Some(libc::E2BIG)
+            | Some(libc::ENOSYS) => Self::KernelUnsupported,
+            _ => Self::LoadFailed,
+        }
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One refused strategy, kept for the log, the metric and `nodeproof check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeAttempt {
+    pub strategy: Strategy,
+    pub reason: FailureReason,
+    /// The program or step that failed and the kernel's answer.
+    pub detail: String,
+}
+
+impl fmt::Display for ProbeAttempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} ({})", self.strategy, self.reason, self.detail)
+    }
+}
+
+/// Loader settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracerConfig {
+    /// Force one strategy instead of probing fexit → tp_btf → tracepoint.
+    pub strategy: Option<Strategy>,
+    /// Samples per CPU per ~1.07 s window; counts are exact regardless.
+    pub sample_limit_per_cpu: u64,
+    /// Only sample this process (counts still cover every process).
+    pub sample_pid: Option<u32>,
+}
+
+impl Default for TracerConfig {
+    fn default() -> Self {
+        Self {
+            strategy: None,
+            sample_limit_per_cpu: 1000,
+            sample_pid: None,
+        }
+    }
+}
+
+enum Attach {
+    Fexit(&'static str),
+    BtfTp(&'static str),
+    Tp(&'static str, &'static str),
+}
+
+/// Programs of each strategy, attached in this order: the helpers that mark
+/// state (signal, exit) before the pairing pair, enter before exit.
+fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
+    match strategy {
+        Strategy::Fexit => &[
+            ("np_btf_signal", Attach::BtfTp("signal_generate")),
+            ("np_btf_proc_exit", Attach::BtfTp("sched_process_exit")),
+            ("np_fexit_seccomp", Attach::Fexit("__secure_computing")),
+        ],
+        Strategy::TpBtf => &[
+            ("np_btf_signal", Attach::BtfTp("signal_generate")),
+            ("np_btf_proc_exit", Attach::BtfTp("sched_process_exit")),
+            ("np_btf_switch", Attach::BtfTp("sched_switch")),
+            ("np_btf_enter", Attach::BtfTp("sys_enter")),
+            ("np_btf_exit", Attach::BtfTp("sys_exit")),
+        ],
+        Strategy::Tracepoint => &[
+            ("np_tp_signal", Attach::Tp("signal", "signal_generate")),
+            ("np_tp_proc_exit", Attach::Tp("sched", "sched_process_exit")),
+            ("np_tp_enter", Attach::Tp("raw_syscalls", "sys_enter")),
+            ("np_tp_exit", Attach::Tp("raw_syscalls", "sys_exit")),
+        ],
+    }
+}
+
+/// A running tracer. Dropping it detaches every program.
+pub struct Tracer {
+    // Owns the programs and their links; kept alive for the attachment.
+    _bpf: Ebpf,
+    ring: RingBuf<MapData>,
+    counts: PerCpuHashMap<MapData, RawCountKey, u64>,
+    stats: PerCpuArray<MapData, u64>,
+    strategy: Strategy,
+    attempts: Vec<ProbeAttempt>,
+}
+
+impl Tracer {
+    /// Probes the strategies (or loads the forced one) and attaches the first that loads.
+    pub fn start(cfg: &TracerConfig) -> Result<Self, TraceError> {
+        if bpf::is_stub() {
+            return Err(TraceError::NotBuilt);
+        }
+        raise_memlock();
+        let order: Vec<Strategy> = match cfg.strategy {
+            Some(s) => vec![s],
+            None => Strategy::ALL.to_vec(),
+        };
+        let btf = Btf::from_sys_fs().ok();
+        let mut attempts = Vec::new();
+        for strategy in order {
+            match try_strategy(strategy, cfg, btf.as_ref()) {
+                Ok(bpf) => {
+                    for a in &attempts {
+                        tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
+                    }
+                    tracing::info!(%strategy, "seccomp tracing strategy loaded");
+                    let tracer = Self::from_loaded(bpf, strategy, attempts);
+                    drop(btf);
+                    // Parsing kernel BTF (several times: aya's loader parses its own copy)
+                    // peaks at tens of MiB of heap; hand it back so a long-running agent
+                    // stays within its RSS budget.
+                    // SAFETY: malloc_trim only releases free heap pages.
+                    unsafe { libc::malloc_trim(0) };
+                    return tracer;
+                }
+                Err(a) => attempts.push(a),
+            }
+        }
+        Err(TraceError::NoStrategy {
+            missing_caps: missing_capabilities(effective_capabilities()),
+            attempts,
+        })
+    }
+
+    fn from_loaded(
+        mut bpf: Ebpf,
+        strategy: Strategy,
+        attempts: Vec<ProbeAttempt>,
+    ) -> Result<Self, TraceError> {
+        let mut take =
+            |name: &'static str| bpf.take_map(name).ok_or(TraceError::MissingMap { name });
+        let ring = RingBuf::try_from(take("np_events")?).map_err(|source| TraceError::Map {
+            name: "np_events",
+            source,
+        })?;
+        let counts =
+            PerCpuHashMap::try_from(take("np_counts")?).map_err(|source| TraceError::Map {
+                name: "np_counts",
+                source,
+            })?;
+        let stats = PerCpuArray::try_from(take("np_stats")?).map_err(|source| TraceError::Map {
+            name: "np_stats",
+            source,
+        })?;
+        Ok(Self {
+            _bpf: bpf,
+            ring,
+            counts,
+            stats,
+            strategy,
+            attempts,
+        })
+    }
+
+    /// Strategies refused before this one loaded (empty when the first loaded).
+    pub fn attempts(&self) -> &[ProbeAttempt] {
+        &self.attempts
+    }
+}
+
+fn try_strategy(
+    strategy: Strategy,
+    cfg: &TracerConfig,
+    btf: Option<&Btf>,
+) -> Result<Ebpf, ProbeAttempt> {
+    let fail = |reason, detail: String| ProbeAttempt {
+        strategy,
+        reason,
+        detail,
+    };
+    let sample_pid = cfg.sample_pid.unwrap_or(0);
+    let mut loader = EbpfLoader::new();
+    loader
+        .allow_unsupported_maps() // task storage: aya 0.14 has no userspace type for it
+        .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
+        .override_global("np_sample_tgid", &sample_pid, true);
+    if btf.is_some() {
+        loader.btf(btf);
+    }
+    let mut bpf = loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
+        fail(
+            FailureReason::from_errno(errno_in(&e)),
+            format!("creating maps: {}", error_chain(&e)),
+        )
+    })?;
+    for (name, attach) in programs(strategy) {
+        let step = |what: &str, e: &(dyn std::error::Error + 'static)| {
+            fail(
+                FailureReason::from_errno(errno_in(e)),
+                format!("{what} {name}: {}", error_chain(e)),
+            )
+        };
+        let prog = bpf
+            .program_mut(name)
+            .ok_or_else(|| fail(FailureReason::LoadFailed, format!("{name} not in object")))?;
+        let need_btf = || {
+            btf.ok_or_else(|| {
+                fail(
+                    FailureReason::KernelUnsupported,
+                    "no kernel BTF (/sys/kernel/btf/vmlinux)".to_string(),
+                )
+            })
+        };
+        match attach {
+            Attach::Fexit(func) => {
+                let p: &mut FExit = prog.try_into().map_err(|e| step("type of", &e))?;
+                p.load(func, need_btf()?).map_err(|e| step("loading", &e))?;
+                p.attach().map_err(|e| step("attaching", &e))?;
+            }
+            Attach::BtfTp(tp) => {
+                let p: &mut BtfTracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
+                p.load(tp, need_btf()?).map_err(|e| step("loading", &e))?;
+                p.attach().map_err(|e| step("attaching", &e))?;
+            }
+            Attach::Tp(cat, tp) => {
+                let p: &mut TracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
+                p.load().map_err(|e| step("loading", &e))?;
+                p.attach(cat, tp).map_err(|e| step("attaching", &e))?;
+            }
+        }
+    }
+    Ok(bpf)
+}
+
+/// The first OS error in a chain of sources.
+fn errno_in(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if let Some(n) = io.raw_os_error() {
+                return Some(n);
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(err) = cur {
+        s.push_str(": ");
+        s.push_str(&err.to_string());
+        cur = err.source();
+    }
+    // Verifier logs can run to megabytes; the first lines say enough here.
+    if s.len() > 600 {
+        s.truncate(600);
+        s.push('…');
+    }
+    s
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones use
+/// memcg and ignore it. Raise it where allowed (infinity needs
+/// CAP_SYS_RESOURCE; else soft up to hard) and carry on either way.
+fn raise_memlock() {
+    let inf = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit/getrlimit with valid pointers.
+    unsafe {
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &inf) == 0 {
+            return;
+        }
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut cur) == 0 {
+            cur.rlim_cur = cur.rlim_max;
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &cur);
+        }
+    }
+}
+
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
+pub(crate) const CAP_PERFMON: u32 = 38;
+pub(crate) const CAP_BPF: u32 = 39;
+
+/// The calling thread's effective capability mask (0 when unreadable).
+pub fn effective_capabilities() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|s| parse_cap_eff(&s))
+        .unwrap_or(0)
+}
+
+/// `CapEff:` from a `/proc/<pid>/status` text.
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// Capabilities a tracer needs and the mask lacks: CAP_BPF and CAP_PERFMON,
+/// both covered by CAP_SYS_ADMIN (root).
+pub fn missing_capabilities(cap_eff: u64) -> Vec<&'static str> {
+    let has = |c: u32| cap_eff & (1u64 << c) != 0;
+    if has(CAP_SYS_ADMIN) {
+        return Vec::new();
+    }
+    let mut missing = Vec::new();
+    if !has(CAP_BPF) {
+        missing.push("CAP_BPF");
+    }
+    if !has(CAP_PERFMON) {
+        missing.push("CAP_PERFMON");
+    }
+    missing
+}
+
+impl EventSource for Tracer {
+    fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(Denial)) -> Result<(), TraceError> {
+        let mut drained = self.drain(sink)?;
+        if drained == 0 && !timeout.is_zero() {
+            let mut pfd = libc::pollfd {
+                fd: self.ring.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd.
+            let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(TraceError::Poll { source: e });
+                }
+            }
+            drained = self.drain(sink)?;
+        }
+        let _ = drained;
+        Ok(())
+    }
+
+    fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError> {
+        let mut out = Vec::new();
+        for item in self.counts.iter() {
+            let (raw, per_cpu) = item.map_err(|source| TraceError::Map {
+                name: "np_counts",
+                source,
+            })?;
+            let key = decode_count_key(&raw).map_err(|source| TraceError::Decode { source })?;
+            out.push((key, per_cpu.iter().sum()));
+        }
+        Ok(out)
+    }
+
+    fn stats(&self) -> Result<Stats, TraceError> {
+        let mut v = [0u64; stat::MAX as usize];
+        for (i, slot) in v.iter_mut().enumerate() {
+            let per_cpu = self
+                .stats
+                .get(&(i as u32), 0)
+                .map_err(|source| TraceError::Map {
+                    name: "np_stats",
+                    source,
+                })?;
+            *slot = per_cpu.iter().sum();
+        }
+        Ok(Stats {
+            samples: v[stat::SAMPLES as usize],
+            dropped_ratelimit: v[stat::DROP_RATELIMIT as usize],
+            dropped_ringbuf: v[stat::DROP_RINGBUF as usize],
+            lost_counts: v[stat::COUNT_MAP_FULL as usize],
+            unjudged_first_exits: v[stat::UNPAIRED_FIRST as usize],
+            state_failures: v[stat::STATE_FAIL as usize],
+        })
+    }
+}
+
+impl Tracer {
+    fn drain(&mut self, sink: &mut dyn FnMut(Denial)) -> Result<usize, TraceError> {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            let d = decode_event(&item).map_err(|source| TraceError::Decode { source })?;
+            drop(item);
+            sink(d);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_from_errno() {
+        assert_eq!(
+            FailureReason::from_errno(Some(libc::EPERM)),
+            FailureReason::BpfPermissionDenied
+        );
+        assert_eq!(
+            FailureReason::from_errno(Some(libc::ENOENT)),
+            FailureReason::KernelUnsupported
+        );
+        assert_eq!(
+            FailureReason::from_errno(Some(524)),
+            FailureReason::KernelUnsupported
+        );
+        assert_eq!(FailureReason::from_errno(None), FailureReason::LoadFailed);
+        assert_eq!(
+            FailureReason::BpfPermissionDenied.as_str(),
+            "BPFPermissionDenied"
+        );
+    }
+
+    #[test]
+    fn capabilities() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(parse_cap_eff(status), Some(0x1ff_ffff_ffff));
+        assert!(missing_capabilities(1 << CAP_SYS_ADMIN).is_empty());
+        assert!(missing_capabilities((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
+        assert_eq!(missing_capabilities(1 << CAP_BPF), vec!["CAP_PERFMON"]);
+        assert_eq!(missing_capabilities(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+    }
+
+    #[test]
+    fn errno_found_through_sources() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(errno_in(&e), Some(libc::EPERM));
+    }
+}

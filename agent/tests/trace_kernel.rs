@@ -1,0 +1,622 @@
+//! The tracer against the real kernel: real processes under real libseccomp
+//! filters (loaded in a forked child only), exact counts per (pid, syscall,
+//! errno, action), for every strategy this kernel loads. Needs CAP_BPF +
+//! CAP_PERFMON (or root); without them each test says why it skips.
+
+use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+use nodeproof::trace::{
+    self, loader, Action, CgroupResolver, EventSource, NoPodLookup, OutputFormat, Strategy,
+    TraceError, TraceOptions, Tracer, TracerConfig,
+};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MKDIR: i32 = libc::SYS_mkdir as i32;
+const RMDIR: i32 = libc::SYS_rmdir as i32;
+const CHMOD: i32 = libc::SYS_chmod as i32;
+const SYMLINK: i32 = libc::SYS_symlink as i32;
+
+fn skip_reason() -> Option<String> {
+    let missing = loader::missing_capabilities(loader::effective_capabilities());
+    (!missing.is_empty()).then(|| format!("needs {} (or root)", missing.join(" + ")))
+}
+
+macro_rules! require_bpf {
+    () => {
+        if let Some(r) = skip_reason() {
+            eprintln!("SKIP: {r}");
+            return;
+        }
+    };
+}
+
+/// The strategies this kernel loads, each forced; fexit is checked for a
+/// clean refusal when the kernel refuses it.
+fn strategies() -> Vec<Strategy> {
+    let mut ok = Vec::new();
+    for s in Strategy::ALL {
+        match Tracer::start(&cfg(Some(s))) {
+            Ok(_) => ok.push(s),
+            Err(TraceError::NoStrategy { attempts, .. }) if s == Strategy::Fexit => {
+                assert_eq!(attempts.len(), 1);
+                assert_eq!(attempts[0].strategy, Strategy::Fexit);
+                eprintln!("fexit refused here: {}", attempts[0]);
+            }
+            Err(e) => panic!("strategy {s} must load on this kernel: {e}"),
+        }
+    }
+    ok
+}
+
+fn cfg(strategy: Option<Strategy>) -> TracerConfig {
+    TracerConfig {
+        strategy,
+        ..TracerConfig::default()
+    }
+}
+
+fn install(rules: &[(&str, ScmpAction)]) {
+    let mut f = ScmpFilterContext::new(ScmpAction::Allow).expect("filter");
+    for (name, action) in rules {
+        f.add_rule(*action, ScmpSyscall::from_name(name).expect("syscall"))
+            .expect("rule");
+    }
+    f.load().expect("load filter");
+}
+
+fn path(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+/// One raw syscall on a path that does not exist (so an allowed call fails harmlessly).
+fn call(nr: i32) -> (i64, i32) {
+    let p = path("/nonexistent-nodeproof/x");
+    let t = path("/nonexistent-nodeproof/y");
+    // SAFETY: plain syscalls on valid C strings.
+    let rc = unsafe {
+        match nr {
+            MKDIR => libc::syscall(libc::SYS_mkdir, p.as_ptr(), 0o755),
+            RMDIR => libc::syscall(libc::SYS_rmdir, p.as_ptr()),
+            CHMOD => libc::syscall(libc::SYS_chmod, p.as_ptr(), 0o755),
+            SYMLINK => libc::syscall(libc::SYS_symlink, p.as_ptr(), t.as_ptr()),
+            _ => unreachable!(),
+        }
+    };
+    (
+        rc,
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+    )
+}
+
+/// Forks; the child runs `f` and `_exit`s with its result. Returns (pid, wait status).
+fn in_child(f: impl FnOnce() -> i32) -> (u32, i32) {
+    // SAFETY: the child only runs `f` and exits without unwinding into the harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    (pid as u32, status)
+}
+
+fn exited_ok(status: i32) -> bool {
+    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+}
+
+/// (nr, errno, action) → count for one process.
+fn counts_of(t: &Tracer, pid: u32) -> HashMap<(i32, i32, Action), u64> {
+    let mut m = HashMap::new();
+    for (k, n) in t.counts().unwrap() {
+        if k.pid == pid {
+            *m.entry((k.nr, k.errno, k.action)).or_default() += n;
+        }
+    }
+    m
+}
+
+fn expect(pairs: &[((i32, i32, Action), u64)]) -> HashMap<(i32, i32, Action), u64> {
+    pairs.iter().copied().collect()
+}
+
+#[test]
+fn probing_picks_the_first_strategy_that_loads_and_records_refusals() {
+    require_bpf!();
+    let t = Tracer::start(&cfg(None)).unwrap();
+    if t.strategy() != Strategy::Fexit {
+        let refused: Vec<_> = t.attempts().iter().map(|a| a.strategy).collect();
+        assert_eq!(refused[0], Strategy::Fexit);
+        assert!(!refused.contains(&t.strategy()));
+    }
+    let r = trace::Readiness::of(Ok(&t));
+    assert!(r.ready);
+    assert!(r.message.contains(t.strategy().as_str()), "{}", r.message);
+}
+
+#[test]
+fn errno_with_several_errnos_exact_per_strategy() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            install(&[
+                ("mkdir", ScmpAction::Errno(libc::EPERM)),
+                ("rmdir", ScmpAction::Errno(libc::EACCES)),
+                ("chmod", ScmpAction::Errno(libc::EROFS)),
+            ]);
+            let mut bad = 0;
+            for _ in 0..5 {
+                bad += i32::from(call(MKDIR) != (-1, libc::EPERM));
+            }
+            for _ in 0..3 {
+                bad += i32::from(call(RMDIR) != (-1, libc::EACCES));
+            }
+            for _ in 0..7 {
+                bad += i32::from(call(CHMOD) != (-1, libc::EROFS));
+            }
+            // An allowed call that fails on its own is not a denial.
+            bad += i32::from(call(SYMLINK).1 != libc::ENOENT);
+            bad
+        });
+        assert!(exited_ok(status), "{s}: child status {status:#x}");
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[
+                ((MKDIR, libc::EPERM, Action::Errno), 5),
+                ((RMDIR, libc::EACCES, Action::Errno), 3),
+                ((CHMOD, libc::EROFS, Action::Errno), 7),
+            ]),
+            "{s}"
+        );
+        assert_eq!(t.stats().unwrap().lost_counts, 0);
+    }
+}
+
+#[test]
+fn kill_process_counts_one_kill() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            install(&[("mkdir", ScmpAction::KillProcess)]);
+            call(MKDIR);
+            0
+        });
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+            "{s}: {status:#x}"
+        );
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[((MKDIR, 0, Action::Kill), 1)]),
+            "{s}"
+        );
+    }
+}
+
+extern "C" fn deny_in_thread(_: *mut libc::c_void) -> *mut libc::c_void {
+    call(MKDIR);
+    std::ptr::null_mut()
+}
+
+#[test]
+fn kill_thread_counts_one_kill_and_the_process_lives_on() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            install(&[("mkdir", ScmpAction::KillThread)]);
+            // A raw pthread: std's join expects the thread to finish its Rust epilogue.
+            let mut th: libc::pthread_t = 0;
+            // SAFETY: valid thread function and out pointer.
+            unsafe {
+                libc::pthread_create(
+                    &mut th,
+                    std::ptr::null(),
+                    deny_in_thread,
+                    std::ptr::null_mut(),
+                );
+                libc::pthread_join(th, std::ptr::null_mut());
+            }
+            0
+        });
+        assert!(exited_ok(status), "{s}: {status:#x}");
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[((MKDIR, 0, Action::Kill), 1)]),
+            "{s}"
+        );
+    }
+}
+
+static TRAPS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_sigsys(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    TRAPS.fetch_add(1, Ordering::Relaxed);
+}
+
+#[test]
+fn trap_counts_as_trap_not_errno() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            // SAFETY: installing a handler that only bumps an atomic.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_sigsys as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO;
+                libc::sigaction(libc::SIGSYS, &sa, std::ptr::null_mut());
+            }
+            install(&[("mkdir", ScmpAction::Trap)]);
+            for _ in 0..4 {
+                call(MKDIR);
+            }
+            TRAPS.load(Ordering::Relaxed) as i32
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 4,
+            "{s}: {status:#x}"
+        );
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[((MKDIR, 0, Action::Trap), 4)]),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn log_action_is_not_a_denial() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            install(&[("mkdir", ScmpAction::Log)]);
+            (0..3)
+                .map(|_| i32::from(call(MKDIR).1 != libc::ENOENT))
+                .sum()
+        });
+        assert!(exited_ok(status), "{s}");
+        assert_eq!(counts_of(&t, pid), HashMap::new(), "{s}");
+    }
+}
+
+#[test]
+fn multithreaded_denials_are_exact() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    std::thread::spawn(|| {
+                        for _ in 0..2500 {
+                            call(MKDIR);
+                        }
+                    })
+                })
+                .collect();
+            threads.into_iter().for_each(|h| h.join().unwrap());
+            0
+        });
+        assert!(exited_ok(status), "{s}");
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[((MKDIR, libc::EPERM, Action::Errno), 10_000)]),
+            "{s}"
+        );
+        let st = t.stats().unwrap();
+        assert_eq!(st.lost_counts, 0);
+    }
+}
+
+#[test]
+fn fork_exec_chain_counts_each_process() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe with a valid array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (child, status) = in_child(|| {
+            install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+            for i in 0..3 {
+                // SAFETY: the grandchild only execs.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    let prog = path("/bin/mkdir");
+                    let arg = path(&format!("/nonexistent-nodeproof/{i}"));
+                    let argv = [prog.as_ptr(), arg.as_ptr(), std::ptr::null()];
+                    unsafe {
+                        libc::execv(prog.as_ptr(), argv.as_ptr());
+                        libc::_exit(127);
+                    }
+                }
+                let bytes = (pid as u32).to_ne_bytes();
+                unsafe {
+                    libc::write(fds[1], bytes.as_ptr().cast(), 4);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+            }
+            // The child's own denial, after its children.
+            call(MKDIR);
+            0
+        });
+        assert!(exited_ok(status), "{s}");
+        let mut buf = [0u8; 12];
+        // SAFETY: reading into a valid buffer, then closing our fds.
+        unsafe {
+            assert_eq!(libc::read(fds[0], buf.as_mut_ptr().cast(), 12), 12);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        let one = expect(&[((MKDIR, libc::EPERM, Action::Errno), 1)]);
+        assert_eq!(counts_of(&t, child), one, "{s}: child");
+        let rows = t.counts().unwrap();
+        for c in buf.chunks(4) {
+            let gc = u32::from_ne_bytes(c.try_into().unwrap());
+            assert_eq!(counts_of(&t, gc), one, "{s}: grandchild {gc}");
+            assert!(rows.iter().any(|(k, _)| k.pid == gc && k.comm == "mkdir"));
+        }
+    }
+}
+
+#[test]
+fn nested_filters_and_the_second_install_is_not_a_denial() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+            call(MKDIR);
+            call(MKDIR);
+            install(&[("rmdir", ScmpAction::Errno(libc::EACCES))]);
+            for _ in 0..3 {
+                call(MKDIR);
+            }
+            for _ in 0..4 {
+                call(RMDIR);
+            }
+            0
+        });
+        assert!(exited_ok(status), "{s}");
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[
+                ((MKDIR, libc::EPERM, Action::Errno), 5),
+                ((RMDIR, libc::EACCES, Action::Errno), 4),
+            ]),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn filter_installed_mid_run() {
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let (pid, status) = in_child(|| {
+            // Unconfined and failing on its own (ENOENT): nothing to report.
+            for _ in 0..3 {
+                call(RMDIR);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            install(&[("rmdir", ScmpAction::Errno(libc::EPERM))]);
+            for _ in 0..4 {
+                call(RMDIR);
+            }
+            0
+        });
+        assert!(exited_ok(status), "{s}");
+        assert_eq!(
+            counts_of(&t, pid),
+            expect(&[((RMDIR, libc::EPERM, Action::Errno), 4)]),
+            "{s}"
+        );
+    }
+}
+
+/// A fork storm and a compiler, both unconfined and under a filter that
+/// denies only a syscall they never make (`reboot`), in one v1 pids cgroup
+/// plus one v2 cgroup: not one denial may be reported for any of them.
+#[test]
+fn busy_workloads_produce_no_false_denials() {
+    require_bpf!();
+    let v2 = CgroupDir::create("unified");
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let before = t.stats().unwrap();
+        let workload = |confined: bool| {
+            let v2 = v2.as_ref().map(|c| c.procs.clone());
+            in_child(move || {
+                if let Some(p) = &v2 {
+                    std::fs::write(p, "0").expect("join test cgroup");
+                }
+                if confined {
+                    install(&[("reboot", ScmpAction::Errno(libc::EPERM))]);
+                }
+                let sh = "for i in $(seq 150); do /bin/true; done; \
+                          printf 'int main(void){return 0;}' > /tmp/np-$$.c && \
+                          cc -O2 -o /tmp/np-$$ /tmp/np-$$.c && /tmp/np-$$; rc=$?; rm -f /tmp/np-$$ /tmp/np-$$.c; exit $rc";
+                let threads: Vec<_> = (0..3)
+                    .map(|_| {
+                        std::thread::spawn(|| {
+                            for _ in 0..2000 {
+                                // SAFETY: getppid has no arguments.
+                                unsafe { libc::getppid() };
+                            }
+                        })
+                    })
+                    .collect();
+                let ok = std::process::Command::new("/bin/sh")
+                    .args(["-c", sh])
+                    .status()
+                    .map(|st| st.success())
+                    .unwrap_or(false);
+                threads.into_iter().for_each(|h| h.join().unwrap());
+                i32::from(!ok)
+            })
+        };
+        let (p1, st1) = workload(false);
+        let (p2, st2) = workload(true);
+        assert!(exited_ok(st1) && exited_ok(st2), "{s}: {st1:#x} {st2:#x}");
+        assert!(counts_of(&t, p1).is_empty(), "{s}");
+        assert!(counts_of(&t, p2).is_empty(), "{s}");
+        if let Some(c) = &v2 {
+            let false_ones: Vec<_> = t
+                .counts()
+                .unwrap()
+                .into_iter()
+                .filter(|(k, _)| k.cgroup_id == c.id)
+                .collect();
+            assert!(false_ones.is_empty(), "{s}: false denials {false_ones:?}");
+        }
+        // The confined storm's new tasks were seen (their first exits were not judged).
+        assert!(t.stats().unwrap().unjudged_first_exits > before.unjudged_first_exits + 100);
+    }
+}
+
+/// `run_with` end to end: JSON samples while the run lasts, then the summary
+/// line with exact counts and attribution through a kubepods-shaped cgroup.
+#[test]
+fn run_json_summary_is_exact_and_attributed() {
+    require_bpf!();
+    let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+    let id = "ab".repeat(32);
+    let Some(cg) = CgroupDir::create_at("unified", &format!("kubepods/burstable/pod{uid}/{id}"))
+    else {
+        eprintln!("SKIP: no writable cgroup2 hierarchy");
+        return;
+    };
+    let mut tracer = Tracer::start(&cfg(None)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let child_pid = Arc::new(AtomicU32::new(0));
+    let worker = {
+        let (stop, child_pid, procs) = (stop.clone(), child_pid.clone(), cg.procs.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let (pid, status) = in_child(move || {
+                std::fs::write(&procs, "0").expect("join cgroup");
+                // SAFETY: PR_SET_NAME with a valid C string.
+                unsafe { libc::prctl(libc::PR_SET_NAME, c"np-e2e".as_ptr()) };
+                install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+                for _ in 0..6 {
+                    call(MKDIR);
+                }
+                0
+            });
+            child_pid.store(pid, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(200));
+            stop.store(true, Ordering::SeqCst);
+            status
+        })
+    };
+    let opts = TraceOptions {
+        comm: Some("np-e2e".into()),
+        format: OutputFormat::Json,
+        ..TraceOptions::default()
+    };
+    let mut out = Vec::new();
+    let summary = trace::run_with(
+        &mut tracer,
+        &opts,
+        &mut out,
+        &stop,
+        &mut CgroupResolver::host(),
+        &NoPodLookup,
+    )
+    .unwrap();
+    assert!(exited_ok(worker.join().unwrap()));
+    let pid = child_pid.load(Ordering::SeqCst);
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (last, samples) = lines.split_last().unwrap();
+    assert_eq!(samples.len(), 6, "{text}");
+    for sm in samples {
+        assert_eq!(sm["pid"], pid);
+        assert_eq!(sm["syscall"], "mkdir");
+        assert_eq!(sm["errno"], 1);
+        assert_eq!(sm["container_id"], id.as_str());
+        assert_eq!(sm["pod_uid"], uid);
+    }
+    assert_eq!(summary.count(pid, MKDIR, libc::EPERM, Action::Errno), 6);
+    let row = &last["summary"][0];
+    assert_eq!(last["summary"].as_array().unwrap().len(), 1, "{last}");
+    assert_eq!(row["pid"], pid);
+    assert_eq!(row["comm"], "np-e2e");
+    assert_eq!(row["syscall"], "mkdir");
+    assert_eq!(row["nr"], 83);
+    assert_eq!(row["action"], "errno");
+    assert_eq!(row["errno"], 1);
+    assert_eq!(row["count"], 6);
+    assert_eq!(row["container_id"], id.as_str());
+    assert_eq!(row["pod_uid"], uid);
+    assert_eq!(last["dropped"], 0);
+    assert_eq!(last["strategy"], tracer.strategy().as_str());
+}
+
+/// A test cgroup under a mounted hierarchy, removed (leaf first) on drop.
+struct CgroupDir {
+    top: std::path::PathBuf,
+    leaf: std::path::PathBuf,
+    procs: std::path::PathBuf,
+    id: u64,
+}
+
+impl CgroupDir {
+    fn create(hierarchy: &str) -> Option<Self> {
+        Self::create_at(hierarchy, "leaf")
+    }
+
+    /// `hierarchy` is tried under /sys/fs/cgroup (hybrid hosts) and then the
+    /// mount itself (unified hosts).
+    fn create_at(hierarchy: &str, sub: &str) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let base = [
+            format!("/sys/fs/cgroup/{hierarchy}"),
+            "/sys/fs/cgroup".to_string(),
+        ]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.join("cgroup.controllers").exists())?;
+        static N: AtomicU32 = AtomicU32::new(0);
+        let top = base.join(format!(
+            "nodeproof-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let leaf = top.join(sub);
+        std::fs::create_dir_all(&leaf).ok()?;
+        let id = std::fs::metadata(&leaf).ok()?.ino();
+        Some(Self {
+            procs: leaf.join("cgroup.procs"),
+            top,
+            leaf,
+            id,
+        })
+    }
+}
+
+impl Drop for CgroupDir {
+    fn drop(&mut self) {
+        let mut p = self.leaf.clone();
+        while p.starts_with(&self.top) {
+            let _ = std::fs::remove_dir(&p);
+            if !p.pop() {
+                break;
+            }
+        }
+    }
+}
