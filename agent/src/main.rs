@@ -5,6 +5,8 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
@@ -18,6 +20,7 @@ use nodeproof::profile::filter::FilterSpec;
 use nodeproof::profile::lint::{LintOptions, ProfileReport, Runtime};
 use nodeproof::profile::model::Seccomp;
 use nodeproof::profile::{compile, lint, node, patchbpf, sandbox, scan};
+use nodeproof::trace;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +50,23 @@ enum Command {
     Profile {
         #[command(subcommand)]
         command: ProfileCommand,
+    },
+    /// Stream seccomp denials (eBPF); on --duration end or Ctrl-C print exact counts.
+    Trace {
+        /// How long to trace, e.g. 10s, 2m, 500ms (default: until Ctrl-C).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Only this command name (comm).
+        #[arg(long)]
+        comm: Option<String>,
+        /// Only this process id.
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Force a detection strategy: fexit, tp_btf or tracepoint (default: the first that loads).
+        #[arg(long)]
+        strategy: Option<trace::Strategy>,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
     },
 }
 
@@ -113,6 +133,27 @@ enum CompileFormat {
     Pfc,
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (try 10s, 2m, 500ms)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
 fn parse_arch(s: &str) -> Result<Arch, String> {
     Arch::from_cli_name(s)
         .ok_or_else(|| format!("unknown architecture {s:?} (try x86_64, aarch64, SCMP_ARCH_X86)"))
@@ -167,7 +208,45 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 command,
             } => test_cmd(&path, &lint_options(&mode, &config), &command),
         },
+        Command::Trace {
+            duration,
+            comm,
+            pid,
+            strategy,
+            output,
+        } => trace_cmd(trace::TraceOptions {
+            duration,
+            comm,
+            pid,
+            format: match output {
+                Format::Text => trace::OutputFormat::Text,
+                Format::Json => trace::OutputFormat::Json,
+            },
+            strategy,
+        }),
     }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
+    // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+    }
+    trace::run(&opts, &mut std::io::stdout().lock(), &STOP).context("seccomp tracing failed")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The configured root; from a source checkout with no kubelet root, the repo's `profiles/`.
@@ -180,7 +259,7 @@ fn seccomp_root(flag: Option<&Path>, config: &Config) -> PathBuf {
         return configured;
     }
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
-    if checkout.is_dir() {
+    if let Ok(checkout) = checkout.canonicalize() {
         tracing::info!(root = %checkout.display(), "kubelet seccomp root absent; using the checkout's profiles/");
         return checkout;
     }
@@ -267,9 +346,38 @@ fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
     };
     let reports = node::lint_root(root, &opts);
     let findings = node::findings(&reports);
-    let conditions = vec![node::condition(root, &reports)];
+    let mut findings = findings;
+    let mut conditions = vec![node::condition(root, &reports)];
+    let (finding, condition) = tracing_check();
+    findings.push(finding);
+    conditions.push(condition);
     print_check(&findings, &conditions, output)?;
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
+}
+
+/// Whether the eBPF tracer loads here, and with which strategy (loaded, then detached).
+fn tracing_check() -> (Finding, Condition) {
+    let started = trace::Tracer::start(&trace::TracerConfig::default());
+    let readiness = trace::Readiness::of(started.as_ref());
+    drop(started);
+    let finding = Finding {
+        check: "seccomp-tracing",
+        subject: "eBPF".into(),
+        status: if readiness.ready {
+            Status::Ok
+        } else {
+            Status::Failed
+        },
+        reason: readiness.reason.to_string(),
+        message: readiness.message.clone(),
+    };
+    let condition = Condition {
+        kind: "SeccompTracingReady",
+        status: if readiness.ready { "True" } else { "False" },
+        reason: readiness.reason.to_string(),
+        message: readiness.message,
+    };
+    (finding, condition)
 }
 
 fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -> Result<()> {

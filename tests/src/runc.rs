@@ -191,10 +191,19 @@ impl RuncOracle {
         let spec_dir = dir.join("spec");
         let spec = spec_dir.join("config.json");
         if !spec.is_file() {
+            // `runc spec` refuses to overwrite, and tests create oracles in parallel:
+            // make it in a private directory and rename the result into place.
             fs::create_dir_all(&spec_dir).map_err(io_err("mkdir spec"))?;
+            let private = dir.join(format!(
+                "spec.tmp.{}.{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = fs::remove_dir_all(&private);
+            fs::create_dir_all(&private).map_err(io_err("mkdir private spec dir"))?;
             let out = Command::new(&runc)
                 .arg("spec")
-                .current_dir(&spec_dir)
+                .current_dir(&private)
                 .output()
                 .map_err(io_err("run `runc spec`"))?;
             if !out.status.success() {
@@ -202,6 +211,9 @@ impl RuncOracle {
                     String::from_utf8_lossy(&out.stderr).into(),
                 ));
             }
+            fs::rename(private.join("config.json"), &spec)
+                .map_err(io_err("install spec config.json"))?;
+            let _ = fs::remove_dir_all(&private);
         }
         let text = fs::read(&spec).map_err(io_err("read spec config.json"))?;
         let base_config: Value =
@@ -297,7 +309,10 @@ impl RuncOracle {
         )
         .map_err(io_err("write config.json"))?;
 
+        // -k: runc forwards SIGTERM to a container that may never act on it
+        // (a KILL_THREAD default leaves init's other threads waiting).
         let out = Command::new("timeout")
+            .args(["-k", "5"])
             .arg(RUN_TIMEOUT_S.to_string())
             .args(wrapper)
             .arg(&self.runc)

@@ -20,10 +20,9 @@ fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
         check_listener: true,
     };
     let r = lint_source("p.json", bytes, &opts);
-    let first = r
-        .diagnostics
-        .first()
-        .map_or_else(String::new, |d| format!("{}[{}]: {}", d.severity, d.code, d.message));
+    let first = r.diagnostics.first().map_or_else(String::new, |d| {
+        format!("{}[{}]: {}", d.severity, d.code, d.message)
+    });
     (r.outcome, first)
 }
 
@@ -39,8 +38,10 @@ fn expected(v: Verdict) -> Outcome {
 #[test]
 fn corpus_predictions_match_recorded_runc_results() {
     let corpus = runc::corpus_dir();
-    let results: Value =
-        serde_json::from_slice(&std::fs::read(corpus.join("runc-results.json")).expect("runc-results.json")).unwrap();
+    let results: Value = serde_json::from_slice(
+        &std::fs::read(corpus.join("runc-results.json")).expect("runc-results.json"),
+    )
+    .unwrap();
     let mut checked = 0;
     let mut wrong = Vec::new();
     for (file, entry) in results.as_object().unwrap() {
@@ -50,21 +51,37 @@ fn corpus_predictions_match_recorded_runc_results() {
             let (got, why) = predict(&bytes, nnp);
             checked += 1;
             if got != want {
-                wrong.push(format!("{file} nnp={nnp}: runc {want:?}, nodeproof {got:?} ({why})"));
+                wrong.push(format!(
+                    "{file} nnp={nnp}: runc {want:?}, nodeproof {got:?} ({why})"
+                ));
             }
         }
     }
     assert_eq!(checked, 66);
-    assert!(wrong.is_empty(), "{} of {checked} differ:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {checked} differ:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 /// Profiles written to break in specific ways, with the outcome runc gives them.
 fn variants() -> Vec<(&'static str, Vec<u8>)> {
-    let allow = |rules: &str| format!(r#"{{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{rules}]}}"#);
-    let default = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles/runtime-default-x86_64.json")).unwrap();
+    let allow =
+        |rules: &str| format!(r#"{{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{rules}]}}"#);
+    let default = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap();
     let default_text = String::from_utf8(default.clone()).unwrap();
     // The default profile with one syscall taken out of its allow lists.
-    let without = |name: &str| default_text.replace(&format!("\"{name}\","), "").replace(&format!(",\n        \"{name}\"\n"), "\n");
+    let without = |name: &str| {
+        default_text
+            .replace(&format!("\"{name}\","), "")
+            .replace(&format!(",\n        \"{name}\"\n"), "\n")
+    };
     // A filter far beyond 4096 instructions: one masked comparison per value.
     let big_rules: Vec<String> = (0..1500)
         .map(|i| format!(r#"{{"names":["ioctl"],"action":"SCMP_ACT_ERRNO","args":[{{"index":1,"value":{},"op":"SCMP_CMP_EQ"}}]}}"#, 0x10000 + i))
@@ -123,7 +140,9 @@ fn broken_variants_match_real_runc() {
     std::thread::scope(|s| {
         for _ in 0..PARALLELISM {
             s.spawn(|| loop {
-                let Some((name, bytes, nnp)) = jobs.lock().unwrap().pop_front() else { break };
+                let Some((name, bytes, nnp)) = jobs.lock().unwrap().pop_front() else {
+                    break;
+                };
                 let run = oracle.run(&bytes, nnp, &["/bin/true"]);
                 let (got, why) = predict(&bytes, nnp);
                 if got != expected(run.verdict) {
@@ -138,7 +157,12 @@ fn broken_variants_match_real_runc() {
         }
     });
     let wrong = wrong.into_inner().unwrap();
-    assert!(wrong.is_empty(), "{} of {total} differ:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} differ:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 /// Live: the shared corpus through real runc, compared with the prediction
@@ -153,26 +177,40 @@ fn corpus_predictions_match_live_runc() {
     let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
     let mut files: Vec<_> = walk(&corpus);
     files.sort();
-    let jobs: VecDeque<_> = files.iter().flat_map(|f| [(f.clone(), true), (f.clone(), false)]).collect();
+    let jobs: VecDeque<_> = files
+        .iter()
+        .flat_map(|f| [(f.clone(), true), (f.clone(), false)])
+        .collect();
     let total = jobs.len();
     let jobs = Mutex::new(jobs);
     let wrong = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..PARALLELISM {
             s.spawn(|| loop {
-                let Some((file, nnp)) = jobs.lock().unwrap().pop_front() else { break };
+                let Some((file, nnp)) = jobs.lock().unwrap().pop_front() else {
+                    break;
+                };
                 let bytes = std::fs::read(&file).unwrap();
                 let run = oracle.run(&bytes, nnp, &["/bin/true"]);
                 let (got, why) = predict(&bytes, nnp);
                 if got != expected(run.verdict) {
-                    wrong.lock().unwrap().push(format!("{} nnp={nnp}: runc {}, nodeproof {got:?} ({why})", file.display(), run.verdict));
+                    wrong.lock().unwrap().push(format!(
+                        "{} nnp={nnp}: runc {}, nodeproof {got:?} ({why})",
+                        file.display(),
+                        run.verdict
+                    ));
                 }
             });
         }
     });
     assert!(total >= 66);
     let wrong = wrong.into_inner().unwrap();
-    assert!(wrong.is_empty(), "{} of {total} differ:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} differ:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
