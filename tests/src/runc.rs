@@ -183,7 +183,11 @@ impl RuncOracle {
         };
         if fresh {
             // Copy under a temporary name first so parallel users never see half a binary.
-            let tmp = dir.join(format!("busybox.tmp.{}", std::process::id()));
+            let tmp = dir.join(format!(
+                "busybox.tmp.{}.{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
             fs::copy(BUSYBOX, &tmp).map_err(io_err("copy busybox"))?;
             fs::rename(&tmp, &busybox).map_err(io_err("install busybox"))?;
         }
