@@ -398,8 +398,8 @@ fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -
         .clamp(7, 60);
     writeln!(
         out,
-        "{:<16} {:<width$} {:<8} {}",
-        "CHECK", "SUBJECT", "STATUS", "DETAIL"
+        "{:<16} {:<width$} {:<8} DETAIL",
+        "CHECK", "SUBJECT", "STATUS"
     )?;
     for f in findings {
         let status = match f.status {

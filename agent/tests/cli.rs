@@ -149,3 +149,122 @@ fn compile_prints_bpf_and_pfc() {
         .unwrap()
         .contains("instructions (kernel limit 4096)"));
 }
+
+#[test]
+fn profile_test_reports_the_denied_syscall() {
+    let dir = tempfile::tempdir().unwrap();
+    let kill = write(
+        dir.path(),
+        "kill.json",
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_KILL_PROCESS"}]}"#,
+    );
+    let target = dir.path().join("made");
+    let target = target.to_string_lossy();
+    let out = nodeproof(&[
+        "profile",
+        "test",
+        &kill,
+        "--no-new-privileges",
+        "--",
+        "/bin/mkdir",
+        &target,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("killed by signal 31 (SIGSYS)"), "{text}");
+    assert!(
+        text.contains("`mkdir` (nr 83) with SCMP_ACT_KILL_PROCESS"),
+        "{text}"
+    );
+
+    let errno = write(dir.path(), "errno.json", ALLOW_MKDIR_DENIED);
+    let out = nodeproof(&["profile", "test", &errno, "--", "/bin/mkdir", &target]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("exited with status 1"));
+
+    let allow = write(
+        dir.path(),
+        "allow.json",
+        r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#,
+    );
+    let out = nodeproof(&["profile", "test", &allow, "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(0));
+
+    // A profile that never yields a filter is refused with its cause.
+    let broken = write(dir.path(), "broken.json", "[]");
+    let out = nodeproof(&["profile", "test", &broken, "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("json-type"));
+}
+
+/// Unreadable files (EACCES for a non-root reader) are an `unknown` outcome with the cause, not a crash.
+#[test]
+fn unreadable_profile_as_unprivileged_user() {
+    if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--version").output().is_err()
+    {
+        eprintln!("SKIPPED unreadable_profile_as_unprivileged_user: needs root and setpriv to become another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let secret = write(dir.path(), "secret.json", ALLOW_MKDIR_DENIED);
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_nodeproof"),
+        ])
+        .args(["profile", "lint", "-o", "json", &secret])
+        .env("NODEPROOF_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["profiles"][0];
+    assert_eq!(p["outcome"], "unknown");
+    assert_eq!(p["diagnostics"][0]["code"], "io-error");
+    assert!(
+        p["diagnostics"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{p}"
+    );
+}
+
+#[test]
+fn ten_thousand_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..10_000 {
+        let body = if i % 1000 == 7 {
+            "{\"defaultAction\":"
+        } else {
+            ALLOW_MKDIR_DENIED
+        };
+        std::fs::write(dir.path().join(format!("p{i:05}.json")), body).unwrap();
+    }
+    let root = dir.path().to_string_lossy().into_owned();
+    let out = nodeproof(&["profile", "lint", "-o", "json", &root]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let profiles = v["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 10_000);
+    let rejected = profiles
+        .iter()
+        .filter(|p| p["outcome"] == "rejected")
+        .count();
+    assert_eq!(rejected, 10);
+}

@@ -26,7 +26,8 @@ use Severity::{Error as E, Note as N, Warning as W};
 
 #[test]
 fn decoder_rules() {
-    let cases: Vec<(&str, &str, Outcome, Vec<(Severity, Code)>)> = vec![
+    type Case = (&'static str, &'static str, Outcome, Vec<(Severity, Code)>);
+    let cases: Vec<Case> = vec![
         (
             "misspelled args make the rule unconditional",
             r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}]}"#,

@@ -69,9 +69,16 @@ fn main() -> Result<()> {
         }
         "bench" => {
             setup()?;
-            let mut bench = vec!["bench", "-p", "nodeproof", "--bench", "profile_lint"];
-            bench.extend(rest.iter().map(String::as_str));
-            cargo(&bench)
+            // Each prints its figures and ratios; a name narrows the run to one of them.
+            let which = rest.first().map(String::as_str);
+            if which.is_none_or(|w| w == "profile_lint") {
+                cargo(&["bench", "-p", "nodeproof-e2e", "--bench", "profile_lint"])?;
+            }
+            if which.is_none_or(|w| w == "trace_overhead") {
+                prepare_kernel();
+                cargo(&["bench", "-p", "nodeproof", "--bench", "trace_overhead"])?;
+            }
+            Ok(())
         }
         _ => {
             eprintln!(

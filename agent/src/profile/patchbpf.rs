@@ -83,7 +83,7 @@ fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
         let mut section = vec![ins(op::LD_W_ABS, OFFSET_NR, 0, 0)];
         if maxes.len() == 1 {
             let (&arch, &nr) = maxes.iter().next().expect("one entry");
-            let mut sec_tail = if base_enosys + 1 <= 255 {
+            let mut sec_tail = if base_enosys < 255 {
                 vec![ins(JGT, nr, (base_enosys + 1) as u8, 0), ja(base_filter)]
             } else {
                 // jle nr,1 ; ret ENOSYS ; ja filter
@@ -106,7 +106,7 @@ fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
         } else {
             let x86 = maxes.get(&Arch::X86_64).copied().unwrap_or(0);
             let x32 = maxes.get(&Arch::X32).copied().unwrap_or(0);
-            if base_enosys + 2 <= 255 {
+            if base_enosys < 254 {
                 section.extend([
                     ins(JSET, X32_BIT, 1, 0),
                     ins(JGT, x86, (base_enosys + 2) as u8, 1),

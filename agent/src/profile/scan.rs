@@ -88,6 +88,8 @@ pub fn read_entry(path: &Path, root: Option<&Path>) -> ProfileFile {
     }
 }
 
+// A diagnostic is what callers report; it is built once per file, so its size does not matter.
+#[allow(clippy::result_large_err)]
 fn read_checked(path: &Path, root: Option<&Path>) -> Result<Vec<u8>, Diagnostic> {
     let lmeta = fs::symlink_metadata(path).map_err(|e| io_diag(path, "cannot access", &e))?;
     if lmeta.file_type().is_symlink() {
@@ -163,6 +165,8 @@ fn read_checked(path: &Path, root: Option<&Path>) -> Result<Vec<u8>, Diagnostic>
     read_capped(file, path)
 }
 
+// A diagnostic is what callers report; it is built once per file, so its size does not matter.
+#[allow(clippy::result_large_err)]
 fn read_capped(file: File, path: &Path) -> Result<Vec<u8>, Diagnostic> {
     let mut buf = Vec::new();
     file.take(MAX_PROFILE_BYTES + 1)

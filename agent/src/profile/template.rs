@@ -78,6 +78,8 @@ pub fn go_arch_name(arch: Arch) -> &'static str {
 }
 
 /// Evaluate a value decoded with [`super::model::TPL_SECCOMP`].
+// A diagnostic is what callers report; it is built once per file, so its size does not matter.
+#[allow(clippy::result_large_err)]
 pub fn evaluate(root: &DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnostic> {
     let architectures = root.str_list(5);
     let arch_map = root.obj_list(6);

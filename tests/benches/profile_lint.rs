@@ -1,0 +1,135 @@
+//! Benchmark of `profile lint`, side by side in one run:
+//! - lint + compile of Docker's default profile for its three x86 arches
+//!   (CRI-O evaluates the template's archMap) and as containerd reads it;
+//! - a directory of 1,000 profiles;
+//! - `runc run` of the same default profile (the oracle this replaces), and the ratio;
+//! - peak memory (max RSS) of this process.
+//! Run: `cargo xtask bench` (or `cargo bench -p nodeproof-e2e --bench profile_lint`).
+
+use std::time::{Duration, Instant};
+
+use nodeproof::profile::filter::Arch;
+use nodeproof::profile::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof::profile::node;
+use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn spread(v: &[Duration]) -> (Duration, Duration) {
+    (*v.iter().min().unwrap(), *v.iter().max().unwrap())
+}
+
+fn time<F: FnMut()>(n: usize, mut f: F) -> Vec<Duration> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect()
+}
+
+fn max_rss_kib() -> i64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    u.ru_maxrss
+}
+
+fn main() {
+    let corpus = runc::corpus_dir();
+    let default = std::fs::read(corpus.join("moby/default.json")).expect("moby/default.json");
+    let opts = |runtime| LintOptions {
+        runtime,
+        no_new_privileges: false,
+        arch: Arch::X86_64,
+        check_listener: true,
+    };
+
+    // Warm up libseccomp's tables.
+    for _ in 0..20 {
+        lint_source("default.json", &default, &opts(Runtime::Crio));
+    }
+    let crio = lint_source("default.json", &default, &opts(Runtime::Crio));
+    assert_eq!(crio.outcome, Outcome::Ok);
+    assert_eq!(crio.architectures.len(), 3, "{:?}", crio.architectures);
+    let t_crio = time(300, || {
+        lint_source("default.json", &default, &opts(Runtime::Crio));
+    });
+    let t_containerd = time(300, || {
+        lint_source("default.json", &default, &opts(Runtime::Containerd));
+    });
+
+    // 1,000 profiles: the corpus, copied round-robin.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sources = Vec::new();
+    for sub in std::fs::read_dir(&corpus)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+    {
+        for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
+            sources.push(std::fs::read(f.path()).unwrap());
+        }
+    }
+    for i in 0..1000 {
+        std::fs::write(
+            dir.path().join(format!("p{i:04}.json")),
+            &sources[i % sources.len()],
+        )
+        .unwrap();
+    }
+    let t_dir = time(5, || {
+        let reports = node::lint_root(dir.path(), &opts(Runtime::Containerd));
+        assert_eq!(reports.len(), 1000);
+    });
+
+    println!(
+        "profile lint benchmark (release build, {} CPUs)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let row = |what: &str, v: &[Duration]| {
+        let (lo, hi) = spread(v);
+        println!(
+            "  {what:<58} median {:>10.3?}  [min {:.3?}, max {:.3?}, n={}]",
+            median(v.to_vec()),
+            lo,
+            hi,
+            v.len()
+        );
+    };
+    row(
+        "moby default, lint+compile, 3 x86 arches (--runtime crio)",
+        &t_crio,
+    );
+    row(
+        "moby default, lint+compile, native arch (containerd)",
+        &t_containerd,
+    );
+    row("directory of 1,000 profiles", &t_dir);
+    println!(
+        "  BPF instructions of moby default (3 arches, with runc's stub): {}",
+        crio.instructions.unwrap_or(0)
+    );
+
+    match runc::available() {
+        Err(reason) => println!("  runc comparison skipped: {reason}"),
+        Ok(()) => {
+            let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+            let t_runc = time(7, || {
+                let run = oracle.run(&default, false, &["/bin/true"]);
+                assert_eq!(run.verdict, Verdict::Accepted);
+            });
+            row(
+                "runc run of the same profile (/bin/true, NNP=false)",
+                &t_runc,
+            );
+            let ratio = median(t_runc).as_secs_f64() / median(t_containerd).as_secs_f64();
+            println!("  ratio runc run / nodeproof lint (containerd): {ratio:.0}x faster");
+        }
+    }
+    println!("  peak RSS of this process: {} KiB", max_rss_kib());
+}
