@@ -4,6 +4,7 @@
 //! - a directory of 1,000 profiles;
 //! - `runc run` of the same default profile (the oracle this replaces), and the ratio;
 //! - peak memory (max RSS) of this process.
+//!
 //! Run: `cargo xtask bench` (or `cargo bench -p nodeproof-e2e --bench profile_lint`).
 
 use std::time::{Duration, Instant};
