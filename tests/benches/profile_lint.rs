@@ -60,6 +60,12 @@ fn main() {
     let t_crio = time(300, || {
         lint_source("default.json", &default, &opts(Runtime::Crio));
     });
+    // libseccomp's own share: rule adds + export for the same filter.
+    let (_, spec) = nodeproof::profile::lint::profile_and_filter(&default, &opts(Runtime::Crio))
+        .expect("a filter");
+    let t_libseccomp = time(300, || {
+        nodeproof::profile::compile::compile(&spec, Arch::X86_64).expect("compiles");
+    });
     let t_containerd = time(300, || {
         lint_source("default.json", &default, &opts(Runtime::Containerd));
     });
