@@ -113,6 +113,10 @@ fn main() {
         &t_crio,
     );
     row(
+        "  of which libseccomp rule adds + BPF export",
+        &t_libseccomp,
+    );
+    row(
         "moby default, lint+compile, native arch (containerd)",
         &t_containerd,
     );
