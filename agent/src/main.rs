@@ -113,6 +113,15 @@ struct ModeArgs {
     /// Node architecture (x86_64, aarch64, ... or SCMP_ARCH_*); default: this machine's.
     #[arg(long, value_parser = parse_arch)]
     arch: Option<Arch>,
+    /// The runc whose behaviour is predicted. Only 1.1 (learned from Debian 12's 1.1.5) is modelled so far.
+    #[arg(long, value_enum, default_value_t = RuncVersion::V1_1)]
+    runc_version: RuncVersion,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RuncVersion {
+    #[value(name = "1.1")]
+    V1_1,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

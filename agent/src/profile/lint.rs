@@ -159,10 +159,10 @@ fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> Profile
     let index = LineIndex::new(src);
     for d in &mut report.diagnostics {
         if d.span.is_none() {
-            if let Some(root) = root {
-                d.span = resolve_pointer(root, &d.pointer);
-            }
+            d.span = root.and_then(|root| resolve_pointer(root, &d.pointer));
         }
+        // Whole-document findings point at the start, so every diagnostic has a position.
+        d.span.get_or_insert(json::Span { start: 0, end: 0 });
         d.locate(&index);
     }
     // Errors first, then by position, so the first line is the cause.
