@@ -25,6 +25,16 @@ pub fn cycle(config: &GpuConfig, probe: &mut dyn GpuProbe, state: &mut PolicySta
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    cycle_at(config, probe, state, now)
+}
+
+/// `cycle` at a given time in seconds, so windows and hysteresis are testable.
+pub fn cycle_at(
+    config: &GpuConfig,
+    probe: &mut dyn GpuProbe,
+    state: &mut PolicyState,
+    now: u64,
+) -> GpuReport {
     let pci = pci::discover(&config.sysfs_root);
     let snapshot = match &pci {
         Ok(devices) if devices.is_empty() => None,
