@@ -598,3 +598,260 @@ fn judge_gpu(config: &GpuConfig, state: &mut GpuState, g: &GpuInfo, now: u64) ->
         checks,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::gpu::probe::{RemappedRows, XidEvent};
+
+    fn pci(n: u32) -> Vec<PciGpu> {
+        (0..n)
+            .map(|i| PciGpu {
+                bus_id: format!("0000:{:02x}:00.0", 0x18 + i),
+                class: 0x030200,
+                driver: Some("nvidia".into()),
+            })
+            .collect()
+    }
+
+    fn snapshot(gpus: Vec<GpuInfo>, xids: &[(u32, u64)]) -> Snapshot {
+        Snapshot {
+            driver: DriverState::Ready,
+            system: None,
+            gpus,
+            xids: xids
+                .iter()
+                .map(|&(g, xid)| XidEvent {
+                    gpu: Some(g),
+                    uuid: None,
+                    xid,
+                })
+                .collect(),
+            notes: Vec::new(),
+            elapsed: Duration::from_millis(1),
+        }
+    }
+
+    fn gpu(i: u32) -> GpuInfo {
+        GpuInfo {
+            index: i,
+            uuid: Some(format!("GPU-{i}")),
+            pci_bus_id: Some(format!("0000:{:02x}:00.0", 0x18 + i)),
+            ..GpuInfo::default()
+        }
+    }
+
+    /// One GPU, one interval: what the default policy says.
+    #[test]
+    fn default_policy_table() {
+        type Edit = fn(&mut GpuInfo);
+        let cases: &[(&str, Edit, &[u64], &str, &str)] = &[
+            ("clean", |_| {}, &[], "True", "GPUsHealthy"),
+            ("lost", |g| g.lost = true, &[], "False", "GPULost"),
+            ("xid 79", |_| {}, &[79], "False", "FatalXid"),
+            ("xid 48", |_| {}, &[48], "False", "FatalXid"),
+            (
+                "app xids",
+                |_| {},
+                &[13, 31, 43, 45, 68, 109],
+                "True",
+                "GPUsHealthy",
+            ),
+            ("2 other", |_| {}, &[32, 32], "True", "GPUsHealthy"),
+            ("3 other", |_| {}, &[32, 32, 32], "False", "XidRateExceeded"),
+            (
+                "dbe",
+                |g| g.ecc_uncorrected_volatile = Some(1),
+                &[],
+                "False",
+                "UncorrectableECC",
+            ),
+            (
+                "old dbe",
+                |g| g.ecc_uncorrected_aggregate = Some(50),
+                &[],
+                "True",
+                "GPUsHealthy",
+            ),
+            (
+                "pages",
+                |g| g.retired_pages_pending = Some(true),
+                &[],
+                "False",
+                "RetiredPagesPending",
+            ),
+            (
+                "remap pending",
+                |g| {
+                    g.remapped_rows = Some(RemappedRows {
+                        correctable: 0,
+                        uncorrectable: 1,
+                        pending: true,
+                        failed: false,
+                    })
+                },
+                &[],
+                "False",
+                "RowRemapPending",
+            ),
+            (
+                "remap failed",
+                |g| {
+                    g.remapped_rows = Some(RemappedRows {
+                        correctable: 0,
+                        uncorrectable: 9,
+                        pending: true,
+                        failed: true,
+                    })
+                },
+                &[],
+                "False",
+                "RowRemapFailed",
+            ),
+        ];
+        for (name, edit, xids, status, reason) in cases {
+            let mut g = gpu(0);
+            edit(&mut g);
+            let xids: Vec<(u32, u64)> = xids.iter().map(|x| (0, *x)).collect();
+            let e = evaluate(
+                &GpuConfig::default(),
+                &mut PolicyState::default(),
+                Ok(&pci(1)),
+                Some(&snapshot(vec![g], &xids)),
+                100,
+            );
+            assert_eq!(
+                (e.gpu_healthy.status, e.gpu_healthy.reason.as_str()),
+                (*status, *reason),
+                "{name}: {}",
+                e.gpu_healthy.message
+            );
+            assert_eq!(e.driver_ready.reason, "DriverReady", "{name}");
+        }
+    }
+
+    #[test]
+    fn other_xids_count_within_their_window_only() {
+        let config = GpuConfig::default();
+        let mut state = PolicyState::default();
+        for t in [0, 2000] {
+            let e = evaluate(
+                &config,
+                &mut state,
+                Ok(&pci(1)),
+                Some(&snapshot(vec![gpu(0)], &[(0, 32)])),
+                t,
+            );
+            assert_eq!(e.gpu_healthy.status, "True");
+        }
+        // The third within 3600 s of the other two trips; one at 5000 s sees only the 2000 s one.
+        let e = evaluate(
+            &config,
+            &mut state,
+            Ok(&pci(1)),
+            Some(&snapshot(vec![gpu(0)], &[(0, 32)])),
+            3500,
+        );
+        assert_eq!(e.gpu_healthy.reason, "XidRateExceeded");
+        let mut state2 = PolicyState::default();
+        for t in [0, 2000, 5000] {
+            let e = evaluate(
+                &config,
+                &mut state2,
+                Ok(&pci(1)),
+                Some(&snapshot(vec![gpu(0)], &[(0, 32)])),
+                t,
+            );
+            assert_eq!(e.gpu_healthy.status, "True", "t={t}");
+        }
+    }
+
+    #[test]
+    fn a_new_breach_restarts_the_clean_count() {
+        let config = GpuConfig::default();
+        let mut state = PolicyState::default();
+        let mut lost = gpu(0);
+        lost.lost = true;
+        let run = |state: &mut PolicyState, g: &GpuInfo, t| {
+            evaluate(
+                &config,
+                state,
+                Ok(&pci(1)),
+                Some(&snapshot(vec![g.clone()], &[])),
+                t,
+            )
+            .gpu_healthy
+            .status
+        };
+        assert_eq!(run(&mut state, &lost, 0), "False");
+        assert_eq!(run(&mut state, &gpu(0), 60), "False");
+        assert_eq!(run(&mut state, &gpu(0), 120), "False");
+        assert_eq!(run(&mut state, &lost, 180), "False");
+        assert_eq!(run(&mut state, &gpu(0), 240), "False");
+        assert_eq!(run(&mut state, &gpu(0), 300), "False");
+        assert_eq!(run(&mut state, &gpu(0), 360), "True");
+    }
+
+    #[test]
+    fn driver_states_and_missing_devices() {
+        let config = GpuConfig::default();
+        let cases = [
+            (
+                DriverState::LibraryMissing { detail: "x".into() },
+                "NVMLLibraryMissing",
+            ),
+            (
+                DriverState::InitFailed {
+                    call: "nvmlInit_v2".into(),
+                    error: "Driver Not Loaded".into(),
+                },
+                "NVMLInitFailed",
+            ),
+            (
+                DriverState::NotAnswering {
+                    call: "nvmlInit_v2".into(),
+                    waited_ms: 5000,
+                },
+                "DriverNotAnswering",
+            ),
+        ];
+        for (driver, reason) in cases {
+            let s = Snapshot::failed(driver, Duration::ZERO);
+            let e = evaluate(
+                &config,
+                &mut PolicyState::default(),
+                Ok(&pci(2)),
+                Some(&s),
+                0,
+            );
+            assert_eq!(
+                (e.driver_ready.status, e.driver_ready.reason.as_str()),
+                ("False", reason)
+            );
+            assert_eq!(
+                (e.gpu_healthy.status, e.gpu_healthy.reason.as_str()),
+                ("Unknown", "DriverNotReady")
+            );
+        }
+        let e = evaluate(
+            &config,
+            &mut PolicyState::default(),
+            Ok(&pci(2)),
+            Some(&snapshot(vec![gpu(0)], &[])),
+            0,
+        );
+        assert_eq!(e.driver_ready.reason, "GPUsMissingFromNVML");
+        assert!(
+            e.driver_ready
+                .message
+                .ends_with("not seen: 0000:19:00.0 (nvidia)"),
+            "{}",
+            e.driver_ready.message
+        );
+        let e = evaluate(&config, &mut PolicyState::default(), Ok(&[]), None, 0);
+        assert!(e.no_gpu);
+        assert_eq!(e.driver_ready.reason, "NoGPU");
+    }
+}
