@@ -543,7 +543,7 @@ fn gpu_cmd(config: &Config, output: Format) -> Result<ExitCode> {
             serde_json::to_writer(&mut out, &value)?;
             writeln!(out)?;
         }
-        Format::Text => write!(out, "{}status: {status}\n", report.text())?,
+        Format::Text => writeln!(out, "{}status: {status}", report.text())?,
     }
     Ok(exit(report.no_gpu() || report.healthy()))
 }
