@@ -14,7 +14,14 @@ fn status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix(key)?.trim().trim_end_matches(" kB").trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
@@ -39,7 +46,10 @@ fn main() {
     let mut probe = NvmlProbe::new(s.library(), Duration::from_secs(5));
     let first = Instant::now();
     let snap = probe.snapshot();
-    println!("first snapshot (dlopen + nvmlInit + event registration): {:?}", first.elapsed());
+    println!(
+        "first snapshot (dlopen + nvmlInit + event registration): {:?}",
+        first.elapsed()
+    );
     assert_eq!(snap.gpus.len(), 8);
     let times = (0..n)
         .map(|_| {
@@ -65,7 +75,10 @@ fn main() {
             t.elapsed()
         })
         .collect();
-    summary("cycle (sysfs discovery + snapshot + policy + metrics)", times);
+    summary(
+        "cycle (sysfs discovery + snapshot + policy + metrics)",
+        times,
+    );
     println!(
         "memory: VmRSS before probe {} KiB, after {} KiB; VmHWM {} KiB; threads {}",
         rss_before,
