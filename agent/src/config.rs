@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::gpu::GpuConfig;
+
 /// The configuration compiled into the binary, used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../systemd/config.toml");
 
@@ -16,6 +18,8 @@ pub const DEFAULT_PATH: &str = "/etc/nodeproof/config.toml";
 pub struct Config {
     #[serde(default)]
     pub seccomp: SeccompConfig,
+    #[serde(default)]
+    pub gpu: GpuConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -68,6 +72,11 @@ pub enum ConfigError {
         "invalid config {path}: seccomp.runtime must be auto, containerd or crio, not {value:?}"
     )]
     Runtime { path: PathBuf, value: String },
+    #[error("invalid config {path}: {}", problems.join("; "))]
+    Gpu {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
 }
 
 impl Config {
@@ -83,6 +92,13 @@ impl Config {
             return Err(ConfigError::Runtime {
                 path: path.to_path_buf(),
                 value: config.seccomp.runtime.clone(),
+            });
+        }
+        let problems = config.gpu.problems();
+        if !problems.is_empty() {
+            return Err(ConfigError::Gpu {
+                path: path.to_path_buf(),
+                problems,
             });
         }
         Ok(config)
@@ -115,6 +131,24 @@ mod tests {
     fn embedded_default_parses() {
         let c = Config::parse(EMBEDDED_DEFAULT, Path::new("x")).unwrap();
         assert_eq!(c.seccomp, SeccompConfig::default());
+        assert_eq!(c.gpu, GpuConfig::default());
+    }
+
+    #[test]
+    fn gpu_policy_problems_are_reported_at_once_with_their_keys() {
+        let text = "[gpu]\nnvml-timeout-ms = 0\n[gpu.xid]\nfatal = [79, 13]\nfatal-count = 0\n";
+        let e = Config::parse(text, Path::new("c.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config c.toml: gpu.nvml-timeout-ms must be at least 1; \
+             gpu.xid.fatal-count must be at least 1; \
+             gpu.xid.fatal and gpu.xid.ignored both list XID 13"
+        );
+        let e = Config::parse("[gpu.memory]\necc-max = 1\n", Path::new("c.toml")).unwrap_err();
+        assert!(
+            format!("{e:?}").contains("unknown field `ecc-max`"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -4,5 +4,6 @@
 
 pub mod config;
 pub mod finding;
+pub mod gpu;
 pub mod profile;
 pub mod trace;

@@ -13,6 +13,7 @@ use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use nodeproof::config::Config;
 use nodeproof::finding::{Condition, Finding, Status};
+use nodeproof::gpu;
 use nodeproof::profile::compile::SockFilter;
 use nodeproof::profile::diagnostic::render_text;
 use nodeproof::profile::filter::Arch;
@@ -43,6 +44,11 @@ struct Cli {
 enum Command {
     /// One-shot report of this node; exit 0 all good, 1 problems found.
     Check {
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+    /// GPU driver and device health (NVML); exit 0 healthy or no GPU, 1 not.
+    Gpu {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
@@ -194,6 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let root = seccomp_root(cli.seccomp_root.as_deref(), &config);
     match cli.command {
         Command::Check { output } => check(&root, &config, output),
+        Command::Gpu { output } => gpu_cmd(&config, output),
         Command::Profile { command } => match command {
             ProfileCommand::Lint {
                 paths,
@@ -360,6 +367,12 @@ fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
     let (finding, condition) = tracing_check();
     findings.push(finding);
     conditions.push(condition);
+    let gpu = gpu_cycle(config);
+    findings.extend(gpu.findings());
+    // Absent, not Unknown, on nodes without NVIDIA devices: nothing to fail.
+    if !gpu.no_gpu() {
+        conditions.extend(gpu.conditions());
+    }
     print_check(&findings, &conditions, output)?;
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
 }
@@ -505,4 +518,41 @@ fn test_cmd(path: &Path, opts: &LintOptions, command: &[OsString]) -> Result<Exi
         .context("could not run the command under the profile")?;
     println!("{report}");
     Ok(exit(report.succeeded()))
+}
+
+// ---- nodeproof gpu ----
+
+/// One GPU probe cycle with the configured NVML library and policy.
+fn gpu_cycle(config: &Config) -> gpu::GpuReport {
+    let mut probe = gpu::nvml::NvmlProbe::new(
+        &config.gpu.nvml_library,
+        Duration::from_millis(config.gpu.nvml_timeout_ms),
+    );
+    gpu::cycle(&config.gpu, &mut probe, &mut gpu::PolicyState::default())
+}
+
+fn gpu_cmd(config: &Config, output: Format) -> Result<ExitCode> {
+    let report = gpu_cycle(config);
+    let status = if report.no_gpu() {
+        "NoGPU"
+    } else if report.healthy() {
+        "Healthy"
+    } else {
+        "Unhealthy"
+    };
+    let mut out = std::io::stdout().lock();
+    match output {
+        Format::Json => {
+            let value = serde_json::json!({
+                "status": status,
+                "conditions": report.conditions(),
+                "findings": report.findings(),
+                "report": report,
+            });
+            serde_json::to_writer(&mut out, &value)?;
+            writeln!(out)?;
+        }
+        Format::Text => writeln!(out, "{}status: {status}", report.text())?,
+    }
+    Ok(exit(report.no_gpu() || report.healthy()))
 }

@@ -1,0 +1,51 @@
+//! GPU driver and device health: PCI discovery from sysfs, an NVML probe on
+//! a dedicated thread, a TOML policy with hysteresis, and the findings,
+//! conditions and metrics they produce.
+//!
+//! The probe is the only edge (it needs a driver); discovery takes a sysfs
+//! root and the policy is pure, so both are tested without a GPU. The NVML
+//! probe itself is tested through the real FFI against a fake
+//! `libnvidia-ml.so.1` (`agent/tests/fake-nvml/`).
+
+pub mod nvml;
+pub mod pci;
+pub mod policy;
+pub mod probe;
+pub mod report;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use policy::{GpuConfig, PolicyState};
+pub use probe::{GpuProbe, Snapshot};
+pub use report::GpuReport;
+
+/// One probe cycle: discover, probe (only when NVIDIA devices exist, so no
+/// driver library is loaded on CPU nodes), evaluate against the policy.
+pub fn cycle(config: &GpuConfig, probe: &mut dyn GpuProbe, state: &mut PolicyState) -> GpuReport {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    cycle_at(config, probe, state, now)
+}
+
+/// `cycle` at a given time in seconds, so windows and hysteresis are testable.
+pub fn cycle_at(
+    config: &GpuConfig,
+    probe: &mut dyn GpuProbe,
+    state: &mut PolicyState,
+    now: u64,
+) -> GpuReport {
+    let pci = pci::discover(&config.sysfs_root);
+    let snapshot = match &pci {
+        Ok(devices) if devices.is_empty() => None,
+        _ => Some(probe.snapshot()),
+    };
+    let evaluation = policy::evaluate(
+        config,
+        state,
+        pci.as_deref().map_err(|e| e.to_string()),
+        snapshot.as_ref(),
+        now,
+    );
+    GpuReport::new(pci, snapshot, evaluation)
+}

@@ -1,0 +1,237 @@
+//! One cycle's GPU picture as findings, conditions, JSON and metrics text:
+//! what `nodeproof gpu` prints is what `check` and the daemon report.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::pci::{PciError, PciGpu};
+use super::policy::{Evaluation, PolicyState, Verdict};
+use super::probe::Snapshot;
+use crate::finding::{Condition, Finding, Status};
+
+#[derive(Debug, Serialize)]
+pub struct GpuReport {
+    pub pci: Vec<PciGpu>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_error: Option<String>,
+    pub snapshot: Option<Snapshot>,
+    pub evaluation: Evaluation,
+}
+
+impl GpuReport {
+    pub fn new(
+        pci: Result<Vec<PciGpu>, PciError>,
+        snapshot: Option<Snapshot>,
+        evaluation: Evaluation,
+    ) -> GpuReport {
+        let (pci, pci_error) = match pci {
+            Ok(list) => (list, None),
+            // The source chain (the io error) belongs in the text a user reads.
+            Err(e) => (
+                Vec::new(),
+                Some(format!(
+                    "{e}: {}",
+                    std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())
+                )),
+            ),
+        };
+        GpuReport {
+            pci,
+            pci_error,
+            snapshot,
+            evaluation,
+        }
+    }
+
+    /// Nothing to check on this node (exit 0 with status NoGPU).
+    pub fn no_gpu(&self) -> bool {
+        self.evaluation.no_gpu
+    }
+
+    /// Both conditions True.
+    pub fn healthy(&self) -> bool {
+        self.evaluation.driver_ready.status == "True"
+            && self.evaluation.gpu_healthy.status == "True"
+    }
+
+    pub fn conditions(&self) -> Vec<Condition> {
+        vec![
+            condition("GPUDriverReady", &self.evaluation.driver_ready),
+            condition("GPUHealthy", &self.evaluation.gpu_healthy),
+        ]
+    }
+
+    /// One finding for the driver and one per GPU.
+    pub fn findings(&self) -> Vec<Finding> {
+        let e = &self.evaluation;
+        let status = |v: &Verdict| match v.status {
+            "True" => Status::Ok,
+            _ if e.no_gpu => Status::Ok,
+            _ => Status::Failed,
+        };
+        let mut out = vec![Finding {
+            check: "gpu-driver",
+            subject: "NVML".into(),
+            status: status(&e.driver_ready),
+            reason: e.driver_ready.reason.clone(),
+            message: e.driver_ready.message.clone(),
+        }];
+        for g in &e.gpus {
+            let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
+            out.push(Finding {
+                check: "gpu-health",
+                subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
+                    .trim_end()
+                    .to_string(),
+                status: if failed.is_empty() {
+                    Status::Ok
+                } else {
+                    Status::Failed
+                },
+                reason: failed
+                    .first()
+                    .map_or_else(|| "Healthy".to_string(), |c| c.reason.clone()),
+                message: if failed.is_empty() {
+                    "all checks pass".into()
+                } else {
+                    failed
+                        .iter()
+                        .map(|c| c.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+            });
+        }
+        out
+    }
+
+    /// Prometheus text: per-GPU health gauges (1 healthy, 0 not) by check,
+    /// XID counters by class, the driver-ready gauge. The articles' alert
+    /// ("GPU health below 95% for 2 minutes") becomes
+    /// `100 * avg by (node) (nodeproof_gpu_health{check="all"}) < 95`.
+    pub fn metrics(&self, state: &PolicyState) -> String {
+        let e = &self.evaluation;
+        let mut m = String::new();
+        let _ = writeln!(m, "# HELP nodeproof_gpu_driver_ready 1 when NVML answers in time for every NVIDIA PCI device.");
+        let _ = writeln!(m, "# TYPE nodeproof_gpu_driver_ready gauge");
+        if !e.no_gpu {
+            let _ = writeln!(
+                m,
+                "nodeproof_gpu_driver_ready {}",
+                u8::from(e.driver_ready.status == "True")
+            );
+        }
+        let _ = writeln!(m, "# HELP nodeproof_gpu_health 1 when the GPU passes the check, 0 when it breaks the policy.");
+        let _ = writeln!(m, "# TYPE nodeproof_gpu_health gauge");
+        for g in &e.gpus {
+            let uuid = g.uuid.as_deref().unwrap_or("");
+            let _ = writeln!(
+                m,
+                "nodeproof_gpu_health{{gpu=\"{}\",uuid=\"{uuid}\",check=\"all\"}} {}",
+                g.index,
+                u8::from(g.healthy)
+            );
+            for c in &g.checks {
+                let _ = writeln!(
+                    m,
+                    "nodeproof_gpu_health{{gpu=\"{}\",uuid=\"{uuid}\",check=\"{}\"}} {}",
+                    g.index,
+                    c.check,
+                    u8::from(c.ok)
+                );
+            }
+        }
+        let _ = writeln!(
+            m,
+            "# HELP nodeproof_gpu_xid_errors_total XID events seen, by policy class."
+        );
+        let _ = writeln!(m, "# TYPE nodeproof_gpu_xid_errors_total counter");
+        for ((gpu, class), n) in &state.xid_totals {
+            let _ = writeln!(
+                m,
+                "nodeproof_gpu_xid_errors_total{{gpu=\"{gpu}\",class=\"{}\"}} {n}",
+                class.as_str()
+            );
+        }
+        m
+    }
+
+    /// The human picture `nodeproof gpu` prints.
+    pub fn text(&self) -> String {
+        let mut t = String::new();
+        if let Some(err) = &self.pci_error {
+            let _ = writeln!(t, "PCI: {err}");
+        } else {
+            let _ = writeln!(t, "PCI: {} NVIDIA display devices", self.pci.len());
+            for p in &self.pci {
+                let _ = writeln!(
+                    t,
+                    "  {} class 0x{:06x} driver {}",
+                    p.bus_id,
+                    p.class,
+                    p.driver.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        if let Some(s) = &self.snapshot {
+            if let Some(sys) = &s.system {
+                let _ = writeln!(
+                    t,
+                    "NVML: driver {} CUDA {} NVML {} devices {} ({} ms)",
+                    sys.driver_version.as_deref().unwrap_or("?"),
+                    sys.cuda_driver_version.as_deref().unwrap_or("?"),
+                    sys.nvml_version.as_deref().unwrap_or("?"),
+                    sys.device_count,
+                    s.elapsed.as_millis()
+                );
+            }
+            for g in &s.gpus {
+                let _ =
+                    writeln!(
+                    t,
+                    "  GPU {} {} {} {} persistence {} ECC DBE vol/agg {}/{} temp {} C power {} W{}",
+                    g.index,
+                    g.uuid.as_deref().unwrap_or("?"),
+                    g.name.as_deref().unwrap_or("?"),
+                    g.pci_bus_id.as_deref().unwrap_or("?"),
+                    g.persistence_mode.map_or("?", |p| if p { "on" } else { "off" }),
+                    opt(g.ecc_uncorrected_volatile),
+                    opt(g.ecc_uncorrected_aggregate),
+                    opt(g.temperature_c),
+                    g.power_mw.map_or("?".to_string(), |p| format!("{:.0}", f64::from(p) / 1000.0)),
+                    if g.lost { " LOST" } else { "" }
+                );
+            }
+            for x in &s.xids {
+                let _ = writeln!(
+                    t,
+                    "  XID {} on GPU {}",
+                    x.xid,
+                    x.gpu.map_or("?".into(), |g| g.to_string())
+                );
+            }
+            for n in &s.notes {
+                let _ = writeln!(t, "  note: {n}");
+            }
+        }
+        let _ = writeln!(t);
+        for c in self.conditions() {
+            let _ = writeln!(t, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message);
+        }
+        t
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "?".into(), |v| v.to_string())
+}
+
+fn condition(kind: &'static str, v: &Verdict) -> Condition {
+    Condition {
+        kind,
+        status: v.status,
+        reason: v.reason.clone(),
+        message: v.message.clone(),
+    }
+}

@@ -1,0 +1,451 @@
+/*
+ * A stand-in for libnvidia-ml.so.1, driven by a scenario file, so that
+ * nodeproof's NVML probe is tested through the real dlopen/dlsym/FFI path on
+ * machines without an NVIDIA GPU or driver.
+ *
+ * The scenario file is $NODEPROOF_FAKE_NVML_SCENARIO, else `scenario` next to
+ * this library (found with dladdr): tests copy the library into one directory
+ * per scenario, so scenarios run in parallel in one process (each copy is a
+ * distinct file, hence a distinct dlopen handle with its own state).
+ *
+ * The file is re-read at nvmlInit and at every nvmlDeviceGetCount_v2 (the
+ * start of a snapshot), so a test rewrites it to change the node between
+ * snapshots. Lines (all optional):
+ *   driver 550.54.15        nvmlSystemGetDriverVersion
+ *   nvml 12.550.54.15       nvmlSystemGetNVMLVersion
+ *   cuda 12040              nvmlSystemGetCudaDriverVersion_v2
+ *   gpus 8                  how many GPUs exist (default 8)
+ *   count 7                 what nvmlDeviceGetCount_v2 answers (default: gpus)
+ *   init ok | init fail N | init hang MS   (MS 0: forever)
+ *   hang count MS           nvmlDeviceGetCount_v2 blocks MS milliseconds
+ *   lost I                  GPU I answers NVML_ERROR_GPU_IS_LOST
+ *   ecc I VOLATILE AGGREGATE   uncorrectable ECC counts of GPU I
+ *   pages-pending I         GPU I has retired pages pending
+ *   remap I CORR UNC PENDING FAILED
+ *   xid SEQ I CODE          an XID event; delivered once (SEQ increasing)
+ *
+ * nvml-wrapper resolves every NVML symbol when it loads the library but keeps
+ * each lookup as a Result, so symbols this file does not define only fail
+ * when called (FailedToLoadSymbol). Only nvmlShutdown and nvmlEventSetFree
+ * are called unconditionally (from Drop) and must exist.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
+};
+
+#define MAX_GPUS 64
+#define MAX_XIDS 256
+#define XID_EVENT 8ULL
+
+struct gpu {
+    int lost;
+    unsigned long long ecc_volatile, ecc_aggregate;
+    int pages_pending;
+    unsigned remap_corr, remap_unc, remap_pending, remap_failed;
+};
+
+struct xid {
+    long seq;
+    unsigned gpu;
+    unsigned long long code;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char driver[80], nvml_version[80];
+static int cuda;
+static unsigned gpus, count;
+static char init_mode[16];
+static long init_arg, hang_count_ms;
+static struct gpu gpu[MAX_GPUS];
+static struct xid xids[MAX_XIDS];
+static unsigned nxids;
+static long delivered_seq;
+static int initialized;
+static struct nvmlEventSet_st { int unused; } the_set;
+
+static void scenario_path(char *out, size_t len)
+{
+    const char *env = getenv("NODEPROOF_FAKE_NVML_SCENARIO");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    Dl_info info;
+    if (dladdr((void *)scenario_path, &info) && info.dli_fname) {
+        snprintf(out, len, "%s", info.dli_fname);
+        char *slash = strrchr(out, '/');
+        if (slash) {
+            snprintf(slash + 1, len - (size_t)(slash + 1 - out), "scenario");
+            return;
+        }
+    }
+    snprintf(out, len, "scenario");
+}
+
+static void load_scenario(void)
+{
+    char path[4096], line[256];
+    snprintf(driver, sizeof driver, "550.54.15");
+    snprintf(nvml_version, sizeof nvml_version, "12.550.54.15");
+    cuda = 12040;
+    gpus = 8;
+    count = (unsigned)-1;
+    snprintf(init_mode, sizeof init_mode, "ok");
+    init_arg = 0;
+    hang_count_ms = 0;
+    memset(gpu, 0, sizeof gpu);
+    nxids = 0;
+    scenario_path(path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        goto done;
+    while (fgets(line, sizeof line, f)) {
+        unsigned i, a, b, c, d;
+        unsigned long long x, y;
+        long seq, ms;
+        char word[16];
+        if (sscanf(line, "driver %79s", driver) == 1 || sscanf(line, "nvml %79s", nvml_version) == 1 ||
+            sscanf(line, "cuda %d", &cuda) == 1 || sscanf(line, "gpus %u", &gpus) == 1 ||
+            sscanf(line, "count %u", &count) == 1)
+            continue;
+        if (sscanf(line, "init %15s %ld", word, &ms) >= 1) {
+            snprintf(init_mode, sizeof init_mode, "%s", word);
+            init_arg = ms;
+        } else if (sscanf(line, "hang count %ld", &ms) == 1) {
+            hang_count_ms = ms;
+        } else if (sscanf(line, "lost %u", &i) == 1 && i < MAX_GPUS) {
+            gpu[i].lost = 1;
+        } else if (sscanf(line, "ecc %u %llu %llu", &i, &x, &y) == 3 && i < MAX_GPUS) {
+            gpu[i].ecc_volatile = x;
+            gpu[i].ecc_aggregate = y;
+        } else if (sscanf(line, "pages-pending %u", &i) == 1 && i < MAX_GPUS) {
+            gpu[i].pages_pending = 1;
+        } else if (sscanf(line, "remap %u %u %u %u %u", &i, &a, &b, &c, &d) == 5 && i < MAX_GPUS) {
+            gpu[i].remap_corr = a;
+            gpu[i].remap_unc = b;
+            gpu[i].remap_pending = c;
+            gpu[i].remap_failed = d;
+        } else if (sscanf(line, "xid %ld %u %llu", &seq, &i, &x) == 3 && nxids < MAX_XIDS) {
+            xids[nxids].seq = seq;
+            xids[nxids].gpu = i;
+            xids[nxids].code = x;
+            nxids++;
+        }
+    }
+    fclose(f);
+done:
+    if (gpus > MAX_GPUS)
+        gpus = MAX_GPUS;
+    if (count == (unsigned)-1 || count > gpus)
+        count = gpus;
+}
+
+static void sleep_ms(long ms)
+{
+    if (ms <= 0) {
+        for (;;)
+            pause();
+    }
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Device handles are index + 1, so a null handle is never valid. */
+static int dev_index(nvmlDevice_t d, unsigned *out)
+{
+    unsigned long i = (unsigned long)d;
+    if (i == 0 || i > count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = (unsigned)(i - 1);
+    return gpu[i - 1].lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+#define DEVICE(d, i)                                                                               \
+    unsigned i;                                                                                    \
+    do {                                                                                           \
+        if (!initialized)                                                                          \
+            return NVML_ERROR_UNINITIALIZED;                                                       \
+        int rc_ = dev_index(d, &i);                                                                \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+static int put_string(char *buf, unsigned len, const char *s)
+{
+    if (!buf || strlen(s) + 1 > len)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, s, strlen(s) + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void)
+{
+    pthread_mutex_lock(&lock);
+    load_scenario();
+    char mode[16];
+    long arg = init_arg;
+    snprintf(mode, sizeof mode, "%s", init_mode);
+    pthread_mutex_unlock(&lock);
+    if (strcmp(mode, "hang") == 0)
+        sleep_ms(arg);
+    if (strcmp(mode, "fail") == 0)
+        return arg ? (int)arg : 9; /* NVML_ERROR_DRIVER_NOT_LOADED */
+    initialized = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return nvmlInit_v2();
+}
+
+nvmlReturn_t nvmlShutdown(void)
+{
+    initialized = 0;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r)
+{
+    (void)r;
+    return "fake NVML error";
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len)
+{
+    return put_string(buf, len, driver);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len)
+{
+    return put_string(buf, len, nvml_version);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    *v = cuda;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+    return nvmlSystemGetCudaDriverVersion_v2(v);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+    if (!initialized)
+        return NVML_ERROR_UNINITIALIZED;
+    pthread_mutex_lock(&lock);
+    load_scenario();
+    long hang = hang_count_ms;
+    *n = count;
+    pthread_mutex_unlock(&lock);
+    if (hang)
+        sleep_ms(hang);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *d)
+{
+    if (!initialized)
+        return NVML_ERROR_UNINITIALIZED;
+    if (index >= count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpu[index].lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    *d = (nvmlDevice_t)(unsigned long)(index + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *out)
+{
+    DEVICE(d, i);
+    *out = i;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len)
+{
+    DEVICE(d, i);
+    char s[96];
+    snprintf(s, sizeof s, "GPU-fa4e0000-0000-4000-8000-%012u", i);
+    return put_string(buf, len, s);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *buf, unsigned int len)
+{
+    DEVICE(d, i);
+    (void)i;
+    return put_string(buf, len, "NVIDIA H100 80GB HBM3");
+}
+
+/* GPU i sits at bus 0x18 + i, which the tests' fake sysfs mirrors. */
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+    DEVICE(d, i);
+    memset(p, 0, sizeof *p);
+    p->domain = 0;
+    p->bus = 0x18 + i;
+    p->device = 0;
+    p->pciDeviceId = 0x233010de;
+    p->pciSubSystemId = 0x16c110de;
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "0000:%02X:00.0", 0x18 + i);
+    snprintf(p->busId, sizeof p->busId, "00000000:%02X:00.0", 0x18 + i);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode)
+{
+    DEVICE(d, i);
+    (void)i;
+    *mode = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter, unsigned long long *n)
+{
+    DEVICE(d, i);
+    if (type != 1) /* only uncorrected is modelled */
+        return NVML_ERROR_NOT_SUPPORTED;
+    *n = counter == 0 ? gpu[i].ecc_volatile : gpu[i].ecc_aggregate;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *pending)
+{
+    DEVICE(d, i);
+    *pending = gpu[i].pages_pending;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned *corr, unsigned *unc, unsigned *pending,
+                                       unsigned *failed)
+{
+    DEVICE(d, i);
+    *corr = gpu[i].remap_corr;
+    *unc = gpu[i].remap_unc;
+    *pending = gpu[i].remap_pending;
+    *failed = gpu[i].remap_failed;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned *t)
+{
+    DEVICE(d, i);
+    (void)sensor;
+    *t = 35 + i;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *r)
+{
+    DEVICE(d, i);
+    (void)i;
+    *r = 1; /* GpuIdle */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned *mw)
+{
+    DEVICE(d, i);
+    *mw = 70000 + 1000 * i;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
+{
+    DEVICE(d, i);
+    (void)i;
+    *types = XID_EVENT | 1 | 2;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (!initialized)
+        return NVML_ERROR_UNINITIALIZED;
+    *set = &the_set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set)
+{
+    DEVICE(d, i);
+    (void)i;
+    if (set != &the_set || (types & ~(XID_EVENT | 1 | 2)))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms)
+{
+    if (!initialized)
+        return NVML_ERROR_UNINITIALIZED;
+    if (set != &the_set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    const struct xid *next = NULL;
+    for (unsigned k = 0; k < nxids; k++)
+        if (xids[k].seq > delivered_seq && (!next || xids[k].seq < next->seq))
+            next = &xids[k];
+    if (next) {
+        delivered_seq = next->seq;
+        memset(data, 0, sizeof *data);
+        data->device = (nvmlDevice_t)(unsigned long)(next->gpu + 1);
+        data->eventType = XID_EVENT;
+        data->eventData = next->code;
+        data->gpuInstanceId = 0xFFFFFFFF;
+        data->computeInstanceId = 0xFFFFFFFF;
+    }
+    pthread_mutex_unlock(&lock);
+    if (next)
+        return NVML_SUCCESS;
+    if (timeout_ms)
+        sleep_ms(timeout_ms < 50 ? timeout_ms : 50);
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    (void)set;
+    return NVML_SUCCESS;
+}
