@@ -5,4 +5,5 @@
 pub mod config;
 pub mod finding;
 pub mod profile;
+pub mod report;
 pub mod trace;
