@@ -45,6 +45,8 @@ enum Command {
     Check {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
+        #[command(flatten)]
+        report: ReportArgs,
     },
     /// Seccomp profile tools.
     Profile {
@@ -68,6 +70,20 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
+}
+
+/// `check --report`: where and as whom to report (docs/reporting.md).
+#[derive(clap::Args, Clone)]
+struct ReportArgs {
+    /// Also write the node conditions and their events to the API server, then exit.
+    #[arg(long)]
+    report: bool,
+    /// Kubeconfig to report with (default: the kubelet's, then in-cluster, else log only).
+    #[arg(long, requires = "report")]
+    kubeconfig: Option<PathBuf>,
+    /// The Node's name (default: NODE_NAME, then the hostname).
+    #[arg(long, requires = "report")]
+    node_name: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -184,7 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let config = Config::load(cli.config.as_deref())?;
     let root = seccomp_root(cli.seccomp_root.as_deref(), &config);
     match cli.command {
-        Command::Check { output } => check(&root, &config, output),
+        Command::Check { output, report } => check(&root, &config, output, &report),
         Command::Profile { command } => match command {
             ProfileCommand::Lint {
                 paths,
@@ -338,7 +354,7 @@ fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
     Ok(())
 }
 
-fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
+fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> Result<ExitCode> {
     let opts = LintOptions {
         runtime: detect_runtime(config),
         no_new_privileges: config.seccomp.no_new_privileges,
@@ -352,7 +368,26 @@ fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
     findings.push(finding);
     conditions.push(condition);
     print_check(&findings, &conditions, output)?;
+    if report.report {
+        report_conditions(&conditions, report)?;
+    }
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
+}
+
+/// After the checks ran (they never wait on the API server): write their conditions.
+fn report_conditions(conditions: &[Condition], args: &ReportArgs) -> Result<()> {
+    let opts = nodeproof::report::OnceOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        node_name: args.node_name.clone(),
+        deadline: None,
+    };
+    let done = nodeproof::report::report_once(conditions, &opts)
+        .context("could not report to the API server")?;
+    eprintln!(
+        "reported node {} with {}: {} status writes, {} event writes",
+        done.node, done.credentials, done.stats.status_writes, done.stats.event_writes
+    );
+    Ok(())
 }
 
 /// Whether the eBPF tracer loads here, and with which strategy (loaded, then detached).

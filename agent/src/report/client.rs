@@ -317,6 +317,11 @@ pub async fn connect(source: &Source) -> Result<Option<kube::Client>, ReportErro
         }
         Source::InCluster => kube::Config::incluster().map_err(|e| failed(e.into()))?,
     };
+    let mut config = config;
+    // kube-rs retries 429/503/504 inside a request by default. The report
+    // loop retries itself with only the latest state and honours
+    // Retry-After without holding a request open, so no hidden retries.
+    config.default_retry = false;
     kube::Client::try_from(config)
         .map(Some)
         .map_err(|e| failed(e.into()))

@@ -405,8 +405,18 @@ mod tests {
         Condition {
             kind,
             status: if ok { "True" } else { "False" },
-            reason: if ok { "ProfilesLoad" } else { "ProfileStartFails" }.into(),
-            message: if ok { "all good" } else { "1 of 3 profiles fail" }.into(),
+            reason: if ok {
+                "ProfilesLoad"
+            } else {
+                "ProfileStartFails"
+            }
+            .into(),
+            message: if ok {
+                "all good"
+            } else {
+                "1 of 3 profiles fail"
+            }
+            .into(),
         }
     }
 

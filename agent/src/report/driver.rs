@@ -132,8 +132,7 @@ impl<R: Reporter> ReportLoop<R> {
         reason: &str,
         message: &str,
     ) {
-        self.recorder
-            .record(now, pod, event_type, reason, message);
+        self.recorder.record(now, pod, event_type, reason, message);
     }
 
     fn on_transitions(&mut self, transitions: Vec<Transition>) {

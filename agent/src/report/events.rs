@@ -383,12 +383,30 @@ mod tests {
     #[test]
     fn duplicates_become_one_event_with_a_count() {
         let mut r = Recorder::new(RecorderConfig::default());
-        r.record(t(0), node(), EventType::Warning, "ProfileRejected", "a.json");
+        r.record(
+            t(0),
+            node(),
+            EventType::Warning,
+            "ProfileRejected",
+            "a.json",
+        );
         let w = ack_all(&mut r, t(0));
         assert!(matches!(&w[..], [EventWrite::Create { count: 1, .. }]));
         let name = w[0].name().to_string();
-        r.record(t(10), node(), EventType::Warning, "ProfileRejected", "a.json");
-        r.record(t(20), node(), EventType::Warning, "ProfileRejected", "a.json");
+        r.record(
+            t(10),
+            node(),
+            EventType::Warning,
+            "ProfileRejected",
+            "a.json",
+        );
+        r.record(
+            t(20),
+            node(),
+            EventType::Warning,
+            "ProfileRejected",
+            "a.json",
+        );
         let w = ack_all(&mut r, t(20));
         assert_eq!(
             w,
@@ -399,7 +417,10 @@ mod tests {
                 last: t(20)
             }]
         );
-        assert_eq!(w[0].body("n1"), json!({"count":3,"lastTimestamp":"2023-11-14T22:13:40Z"}));
+        assert_eq!(
+            w[0].body("n1"),
+            json!({"count":3,"lastTimestamp":"2023-11-14T22:13:40Z"})
+        );
         assert!(r.due(t(30)).is_empty());
     }
 
@@ -459,7 +480,10 @@ mod tests {
         let mut r = Recorder::new(RecorderConfig::default());
         r.record(t(0), node(), EventType::Warning, "ProfileStartFails", "x");
         let body = r.due(t(0))[0].body("n1");
-        assert_eq!(body["involvedObject"], json!({"apiVersion":"v1","kind":"Node","name":"n1","uid":"uid-1"}));
+        assert_eq!(
+            body["involvedObject"],
+            json!({"apiVersion":"v1","kind":"Node","name":"n1","uid":"uid-1"})
+        );
         assert_eq!(body["metadata"]["namespace"], "default");
         assert_eq!(body["source"], json!({"component":"nodeproof","host":"n1"}));
         assert_eq!(body["reportingComponent"], "nodeproof");

@@ -58,11 +58,9 @@ pub enum OnceError {
 /// Write `conditions` (and their transition events) once, retrying through
 /// transient failures until the deadline. Runs after the checks, so they
 /// never waited on the API server.
-pub fn report_once(
-    conditions: &[Condition],
-    opts: &OnceOptions,
-) -> Result<OnceSummary, OnceError> {
-    let node = credentials::node_name_here(opts.node_name.as_deref()).ok_or(OnceError::NoNodeName)?;
+pub fn report_once(conditions: &[Condition], opts: &OnceOptions) -> Result<OnceSummary, OnceError> {
+    let node =
+        credentials::node_name_here(opts.node_name.as_deref()).ok_or(OnceError::NoNodeName)?;
     let source = credentials::choose_here(opts.kubeconfig.as_deref());
     let described = source.describe();
     let span = tracing::info_span!("report", node = %node, credentials = %described);
@@ -79,11 +77,9 @@ pub fn report_once(
     };
     let stats = runtime.block_on(async {
         match client::connect(&source).await.map_err(wrap)? {
-            Some(client) => {
-                run_once(KubeReporter::new(client, &node), conditions, deadline)
-                    .await
-                    .map_err(wrap)
-            }
+            Some(client) => run_once(KubeReporter::new(client, &node), conditions, deadline)
+                .await
+                .map_err(wrap),
             None => {
                 tracing::warn!("no credentials found; logging what would be written");
                 run_once(LogReporter::new(&node), conditions, deadline)
