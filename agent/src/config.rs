@@ -16,6 +16,24 @@ pub const DEFAULT_PATH: &str = "/etc/nodeproof/config.toml";
 pub struct Config {
     #[serde(default)]
     pub seccomp: SeccompConfig,
+    #[serde(default)]
+    pub report: ReportConfig,
+}
+
+/// Reporting to the API server (docs/reporting.md); flags override it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ReportConfig {
+    /// The Node's name (default: NODE_NAME, then the hostname).
+    pub node_name: Option<String>,
+    /// Credentials (default: the kubelet's kubeconfig, then in-cluster, else log only).
+    pub kubeconfig: Option<PathBuf>,
+    /// Label the Node `nodeproof.dev/<condition>=true|false` (node identity suffices).
+    #[serde(default)]
+    pub labels: bool,
+    /// Taint the Node while a GPU condition is bad, with this separate
+    /// credential (deploy/rbac-taints.yaml); unset: no taints.
+    pub taint_kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -115,6 +133,7 @@ mod tests {
     fn embedded_default_parses() {
         let c = Config::parse(EMBEDDED_DEFAULT, Path::new("x")).unwrap();
         assert_eq!(c.seccomp, SeccompConfig::default());
+        assert_eq!(c.report, ReportConfig::default());
     }
 
     #[test]

@@ -369,18 +369,20 @@ fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> R
     conditions.push(condition);
     print_check(&findings, &conditions, output)?;
     if report.report {
-        report_conditions(&conditions, report)?;
+        report_conditions(&conditions, report, config)?;
     }
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
 }
 
 /// After the checks ran (they never wait on the API server): write their conditions.
-fn report_conditions(conditions: &[Condition], args: &ReportArgs) -> Result<()> {
-    let opts = nodeproof::report::OnceOptions {
-        kubeconfig: args.kubeconfig.clone(),
-        node_name: args.node_name.clone(),
-        deadline: None,
-    };
+fn report_conditions(conditions: &[Condition], args: &ReportArgs, config: &Config) -> Result<()> {
+    let mut opts = nodeproof::report::OnceOptions::from(&config.report);
+    if args.kubeconfig.is_some() {
+        opts.kubeconfig = args.kubeconfig.clone();
+    }
+    if args.node_name.is_some() {
+        opts.node_name = args.node_name.clone();
+    }
     let done = nodeproof::report::report_once(conditions, &opts)
         .context("could not report to the API server")?;
     eprintln!(

@@ -15,6 +15,7 @@ use nodeproof::finding::Condition;
 use nodeproof::report::client::{KubeReporter, ReportError};
 use nodeproof::report::conditions::{rfc3339, Hysteresis, Policy};
 use nodeproof::report::driver::{LoopConfig, ReportLoop};
+use nodeproof::report::marks::MarkPolicy;
 use nodeproof::report::{credentials, run_once};
 use support::apiserver::{Fault, Identity, TestApiServer};
 
@@ -74,6 +75,15 @@ impl Cluster {
             .unwrap()
             .unwrap();
         KubeReporter::new(client, node).with_timeout(Duration::from_millis(500))
+    }
+
+    async fn client(&self, token: &str) -> kube::Client {
+        let kubeconfig = self.server.kubeconfig(self.dir.path(), token);
+        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+        nodeproof::report::client::connect(&source)
+            .await
+            .unwrap()
+            .unwrap()
     }
 
     async fn report_loop(&self, policy: Policy) -> ReportLoop<KubeReporter> {
@@ -189,7 +199,7 @@ async fn flapping_input_is_absorbed_by_hysteresis() {
     let mut lp = c.report_loop(Policy::default()).await; // 2 bad to go False
     let input = |off: Duration| {
         let round = off.as_secs() / 30;
-        vec![seccomp(round % 2 == 0, "flappy")]
+        vec![seccomp(round.is_multiple_of(2), "flappy")]
     };
     simulate(
         &mut lp,
@@ -419,7 +429,7 @@ async fn event_dedup_counts_every_occurrence() {
     };
     let mut lp = c.report_loop(policy).await;
     // Flips every check for an hour: 60 falls, 59 recoveries.
-    let input = |off: Duration| vec![seccomp((off.as_secs() / 30) % 2 == 0, "flappy")];
+    let input = |off: Duration| vec![seccomp((off.as_secs() / 30).is_multiple_of(2), "flappy")];
     simulate(
         &mut lp,
         t0(),
@@ -455,14 +465,24 @@ async fn event_dedup_counts_every_occurrence() {
 async fn node_identity_is_refused_other_nodes_and_missing_nodes_are_named() {
     let c = cluster();
     let other = c.reporter("n2").await;
-    let e = run_once(other, &healthy(), Duration::from_secs(5))
-        .await
-        .unwrap_err();
+    let e = run_once(
+        other,
+        &healthy(),
+        MarkPolicy::default(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(e, ReportError::Forbidden { .. }), "{e}");
     let missing = c.reporter("nope").await;
-    let e = run_once(missing, &healthy(), Duration::from_secs(5))
-        .await
-        .unwrap_err();
+    let e = run_once(
+        missing,
+        &healthy(),
+        MarkPolicy::default(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap_err();
     assert!(e.to_string().contains("\"nope\" does not exist"), "{e}");
 }
 
@@ -472,6 +492,7 @@ async fn run_once_writes_and_exits() {
     let stats = run_once(
         c.reporter("n1").await,
         &[seccomp(false, "x")],
+        MarkPolicy::default(),
         Duration::from_secs(5),
     )
     .await
@@ -484,4 +505,132 @@ async fn run_once_writes_and_exits() {
         c.server.condition("n1", "SeccompProfilesReady").unwrap()["status"],
         "False"
     );
+}
+
+fn gpu(ok: bool) -> Condition {
+    Condition {
+        kind: "GPUHealthy",
+        status: if ok { "True" } else { "False" },
+        reason: if ok { "Healthy" } else { "XidError" }.into(),
+        message: if ok {
+            "2 GPUs usable"
+        } else {
+            "xid 79 on GPU 1"
+        }
+        .into(),
+    }
+}
+
+fn immediate() -> Policy {
+    Policy {
+        hysteresis: Hysteresis::IMMEDIATE,
+        ..Policy::default()
+    }
+}
+
+#[tokio::test]
+async fn opt_in_labels_go_through_the_node_identity() {
+    let c = cluster();
+    c.server.merge_node(
+        "n1",
+        json!({"metadata":{"labels":{"kubernetes.io/hostname":"n1","nodeproof.dev/stale":"x"}}}),
+    );
+    let config = LoopConfig {
+        policy: immediate(),
+        marks: MarkPolicy {
+            labels: true,
+            ..MarkPolicy::default()
+        },
+        ..LoopConfig::default()
+    };
+    let mut lp = ReportLoop::new(c.reporter("n1").await, config, 7);
+    lp.observe(t0(), &[gpu(false)]);
+    lp.flush(t0()).await.unwrap();
+    let labels = c.server.node("n1")["metadata"]["labels"].clone();
+    assert_eq!(
+        labels,
+        json!({"kubernetes.io/hostname":"n1","nodeproof.dev/gpu-healthy":"false"})
+    );
+    lp.observe(t0() + min(1), &[gpu(false)]);
+    lp.flush(t0() + min(1)).await.unwrap();
+    lp.observe(t0() + min(2), &[gpu(true)]);
+    lp.flush(t0() + min(2)).await.unwrap();
+    assert_eq!(
+        c.server.node("n1")["metadata"]["labels"]["nodeproof.dev/gpu-healthy"],
+        "true"
+    );
+    assert_eq!(lp.stats().label_writes, 2, "written on change only");
+}
+
+#[tokio::test]
+async fn taints_need_their_own_credential() {
+    let c = cluster();
+    let theirs = json!({"key":"dedicated","value":"ml","effect":"NoSchedule"});
+    c.server
+        .merge_node("n1", json!({"spec":{"taints":[theirs.clone()]}}));
+    let marks = MarkPolicy {
+        taint_kinds: MarkPolicy::default_taint_kinds(),
+        ..MarkPolicy::default()
+    };
+    let config = LoopConfig {
+        policy: immediate(),
+        marks,
+        ..LoopConfig::default()
+    };
+    // The node identity alone cannot taint: said clearly, not retried.
+    let mut lp = ReportLoop::new(c.reporter("n1").await, config.clone(), 7);
+    lp.observe(t0(), &[gpu(false)]);
+    let e = lp.flush(t0()).await.unwrap_err();
+    assert!(matches!(e, ReportError::NoTaintCredential { .. }), "{e}");
+    assert!(e.is_fatal());
+    // And the API server refuses it if tried (NodeRestriction).
+    let as_node = c
+        .reporter("n1")
+        .await
+        .with_taint_client(c.client("node-n1").await);
+    let mut lp = ReportLoop::new(as_node, config.clone(), 7);
+    lp.observe(t0(), &[gpu(false)]);
+    let e = lp.flush(t0()).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("node is not allowed to modify taints"),
+        "{e}"
+    );
+    // With the ServiceAccount: tainted, others' taint kept, through a 409.
+    // (The status is already False from the tries above, so only taints are due.)
+    let with_sa = c
+        .reporter("n1")
+        .await
+        .with_taint_client(c.client("sa-taints").await);
+    let mut lp = ReportLoop::new(with_sa, config, 7);
+    lp.observe(t0(), &[gpu(false)]);
+    c.server.clear_log();
+    c.server.set_fault(Fault::ConflictOnce);
+    lp.flush(t0()).await.unwrap();
+    let shapes: Vec<_> = c
+        .server
+        .log()
+        .iter()
+        .map(|l| (l.method.clone(), l.path.clone(), l.status))
+        .collect();
+    let node = "/api/v1/nodes/n1".to_string();
+    assert_eq!(
+        shapes,
+        vec![
+            ("GET".into(), node.clone(), 200),
+            ("GET".into(), node.clone(), 200),
+            ("PATCH".into(), node.clone(), 409),
+            ("GET".into(), node.clone(), 200),
+            ("PATCH".into(), node.clone(), 200),
+        ]
+    );
+    let ours = json!({"key":"nodeproof.dev/gpu-healthy","value":"False","effect":"NoSchedule"});
+    assert_eq!(
+        c.server.node("n1")["spec"]["taints"],
+        json!([theirs.clone(), ours])
+    );
+    lp.observe(t0() + min(1), &[gpu(true)]);
+    lp.flush(t0() + min(1)).await.unwrap();
+    assert_eq!(c.server.node("n1")["spec"]["taints"], json!([theirs]));
+    assert_eq!(lp.stats().taint_writes, 2);
 }

@@ -5,6 +5,7 @@
 //! it may GET its Node, PATCH (not GET) `nodes/<name>/status`, and create and
 //! patch core/v1 Events (events.k8s.io/v1 is refused to nodes).
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +15,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use super::conditions::{is_owned, NodeCondition, StatusUpdate};
 use super::credentials::Source;
 use super::events::EventWrite;
+use super::marks::{self, Taint};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "nodeproof";
@@ -64,6 +66,8 @@ pub enum ReportError {
         node: String,
         after: Duration,
     },
+    #[error("taints for node {node} need their own credential (NodeRestriction refuses them to the node identity; see deploy/rbac-taints.yaml)")]
+    NoTaintCredential { node: String },
     #[error("cannot load credentials from {source_desc}")]
     Credentials {
         source_desc: String,
@@ -88,6 +92,7 @@ impl ReportError {
             ReportError::NodeNotFound { .. }
                 | ReportError::Forbidden { .. }
                 | ReportError::Credentials { .. }
+                | ReportError::NoTaintCredential { .. }
                 | ReportError::Encode { .. }
         )
     }
@@ -140,6 +145,10 @@ pub struct NodeState {
     pub uid: Option<String>,
     /// nodeproof's own condition types only.
     pub conditions: Vec<NodeCondition>,
+    /// nodeproof's own labels (`nodeproof.dev/`) only.
+    pub labels: BTreeMap<String, String>,
+    /// nodeproof's own taints only.
+    pub taints: Vec<Taint>,
 }
 
 /// The API server, or a stand-in for it.
@@ -153,11 +162,17 @@ pub trait Reporter {
     async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError>;
     /// Create or patch one core/v1 Event.
     async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError>;
+    /// Strategic-merge PATCH of the Node's labels (`marks::label_patch`).
+    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError>;
+    /// Make nodeproof's taints on the Node exactly `ours`, keeping others'.
+    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError>;
 }
 
 /// The kube-rs reporter.
 pub struct KubeReporter {
     client: kube::Client,
+    /// A separate credential for taints (None: taints unavailable).
+    taint_client: Option<kube::Client>,
     node: String,
     timeout: Duration,
 }
@@ -166,9 +181,16 @@ impl KubeReporter {
     pub fn new(client: kube::Client, node: &str) -> Self {
         KubeReporter {
             client,
+            taint_client: None,
             node: node.to_string(),
             timeout: Duration::from_secs(10),
         }
+    }
+
+    /// Taint with this client (a ServiceAccount allowed to patch nodes).
+    pub fn with_taint_client(mut self, client: kube::Client) -> Self {
+        self.taint_client = Some(client);
+        self
     }
 
     /// Bound each request, so a slow API server delays reporting, not the agent.
@@ -268,6 +290,53 @@ impl Reporter for KubeReporter {
         }
         Ok(())
     }
+
+    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        self.bounded(
+            "PATCH node labels",
+            nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError> {
+        let Some(client) = &self.taint_client else {
+            return Err(ReportError::NoTaintCredential {
+                node: self.node.clone(),
+            });
+        };
+        let nodes: Api<Node> = Api::all(client.clone());
+        // `spec.taints` is replaced whole, so compute it from a fresh read and
+        // guard the write with that read's resourceVersion; on 409 read again.
+        let mut attempts = 0;
+        loop {
+            let node = self
+                .bounded("GET node for taints", nodes.get(&self.node))
+                .await?;
+            let on_node: Vec<serde_json::Value> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|t| serde_json::to_value(t).ok())
+                .collect();
+            let rv = node.metadata.resource_version.clone().unwrap_or_default();
+            let body = marks::taint_patch(&rv, &on_node, ours);
+            match self
+                .bounded(
+                    "PATCH node taints",
+                    nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
+                )
+                .await
+            {
+                Err(ReportError::Conflict { .. }) if attempts < 3 => attempts += 1,
+                r => return r.map(|_| ()),
+            }
+        }
+    }
 }
 
 /// The Node's UID and nodeproof's own conditions on it.
@@ -294,9 +363,32 @@ pub fn node_state(node: &Node) -> NodeState {
             }
         })
         .collect();
+    let labels = node
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(marks::PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| t.key.starts_with(marks::PREFIX))
+        .map(|t| Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone(),
+        })
+        .collect();
     NodeState {
         uid: node.metadata.uid.clone(),
         conditions,
+        labels,
+        taints,
     }
 }
 
@@ -383,6 +475,18 @@ impl Reporter for LogReporter {
             }
         };
         self.log(method, &path, &write.body(&self.node));
+        Ok(())
+    }
+
+    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
+        self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), body);
+        Ok(())
+    }
+
+    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError> {
+        let list: Vec<_> = ours.iter().map(Taint::to_json).collect();
+        let body = serde_json::json!({ "nodeproofTaints": list });
+        self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), &body);
         Ok(())
     }
 }

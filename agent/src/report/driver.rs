@@ -8,17 +8,21 @@
 //! event recorder), never a queue of writes; failures back off exponentially
 //! with jitter, a 429's Retry-After is honoured, a 409 re-reads the Node.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::client::{ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, Recorder, RecorderConfig};
+use super::marks::{self, MarkPolicy, Taint};
 use crate::finding::Condition;
 
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
     pub policy: Policy,
     pub events: RecorderConfig,
+    /// Opt-in labels and taints (both off by default).
+    pub marks: MarkPolicy,
     /// First retry delay after a failure; doubles up to `backoff_cap`.
     pub backoff_base: Duration,
     /// Longest retry delay before jitter (+0..25%). 20 s keeps convergence
@@ -31,6 +35,7 @@ impl Default for LoopConfig {
         LoopConfig {
             policy: Policy::default(),
             events: RecorderConfig::default(),
+            marks: MarkPolicy::default(),
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(20),
         }
@@ -73,7 +78,15 @@ pub struct Stats {
     pub node_reads: u64,
     pub status_writes: u64,
     pub event_writes: u64,
+    pub label_writes: u64,
+    pub taint_writes: u64,
     pub failures: u64,
+}
+
+/// Labels and taints that differ from the Node's.
+struct MarksDue {
+    labels: Option<BTreeMap<String, String>>,
+    taints: Option<Vec<Taint>>,
 }
 
 pub struct ReportLoop<R> {
@@ -81,6 +94,10 @@ pub struct ReportLoop<R> {
     tracker: Tracker,
     recorder: Recorder,
     node_uid: Option<String>,
+    marks: MarkPolicy,
+    /// Our labels and taints as last read or written.
+    labels_on_node: BTreeMap<String, String>,
+    taints_on_node: Vec<Taint>,
     backoff: Backoff,
     not_before: Option<SystemTime>,
     stats: Stats,
@@ -93,6 +110,9 @@ impl<R: Reporter> ReportLoop<R> {
             tracker: Tracker::new(config.policy),
             recorder: Recorder::new(config.events),
             node_uid: None,
+            marks: config.marks,
+            labels_on_node: BTreeMap::new(),
+            taints_on_node: Vec::new(),
             backoff: Backoff {
                 base: config.backoff_base,
                 cap: config.backoff_cap,
@@ -167,6 +187,23 @@ impl<R: Reporter> ReportLoop<R> {
         self.tracker.is_resumed()
             && self.tracker.due(now).is_none()
             && self.recorder.next_due().is_none()
+            && self.marks_due().is_none()
+    }
+
+    /// Labels and taints that differ from the Node's (None: nothing to do).
+    fn marks_due(&self) -> Option<MarksDue> {
+        let labels = marks::labels(&self.marks, self.tracker.conditions());
+        let labels = (labels != self.labels_on_node).then_some(labels);
+        // Without taint kinds nothing is tainted, and nothing is untainted
+        // either: that needs the taint credential, which is then absent.
+        let taints = if self.marks.taint_kinds.is_empty() {
+            None
+        } else {
+            let mut wanted = marks::taints(&self.marks, self.tracker.conditions());
+            wanted.sort();
+            (wanted != self.taints_on_node).then_some(wanted)
+        };
+        (labels.is_some() || taints.is_some()).then_some(MarksDue { labels, taints })
     }
 
     /// When the loop next has something to do (None: nothing until new results).
@@ -174,7 +211,10 @@ impl<R: Reporter> ReportLoop<R> {
         if let Some(t) = self.not_before.filter(|t| *t > now) {
             return Some(t);
         }
-        if !self.tracker.is_resumed() || self.tracker.due(now).is_some() {
+        if !self.tracker.is_resumed()
+            || self.tracker.due(now).is_some()
+            || self.marks_due().is_some()
+        {
             return Some(now);
         }
         [self.tracker.next_heartbeat(), self.recorder.next_due()]
@@ -209,6 +249,9 @@ impl<R: Reporter> ReportLoop<R> {
         let state = self.reporter.read_node().await?;
         self.stats.node_reads += 1;
         self.node_uid = state.uid.clone();
+        self.labels_on_node = state.labels.clone();
+        self.taints_on_node = state.taints.clone();
+        self.taints_on_node.sort();
         Ok(state)
     }
 
@@ -233,6 +276,19 @@ impl<R: Reporter> ReportLoop<R> {
             result?;
             self.tracker.written(&update);
             self.stats.status_writes += 1;
+        }
+        if let Some(MarksDue { labels, taints }) = self.marks_due() {
+            if let Some(labels) = labels {
+                let body = marks::label_patch(&self.labels_on_node, &labels);
+                self.reporter.patch_labels(&body).await?;
+                self.labels_on_node = labels;
+                self.stats.label_writes += 1;
+            }
+            if let Some(taints) = taints {
+                self.reporter.set_taints(&taints).await?;
+                self.taints_on_node = taints;
+                self.stats.taint_writes += 1;
+            }
         }
         let mut writes = self.recorder.due(now).into_iter();
         while let Some(write) = writes.next() {

@@ -4,6 +4,7 @@
 //! - `conditions`: pure desired-state computation (hysteresis, continuity,
 //!   heartbeat, stale cleanup);
 //! - `events`: pure dedup and rate-limit recorder;
+//! - `marks`: pure opt-in labels and taints from the conditions;
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state.
@@ -13,6 +14,7 @@ pub mod conditions;
 pub mod credentials;
 pub mod driver;
 pub mod events;
+pub mod marks;
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -20,7 +22,9 @@ use std::time::{Duration, SystemTime};
 use client::{KubeReporter, LogReporter, ReportError, Reporter};
 use conditions::{Hysteresis, Policy};
 use driver::{LoopConfig, ReportLoop, Stats};
+use marks::MarkPolicy;
 
+use crate::config::ReportConfig;
 use crate::finding::Condition;
 
 /// What `nodeproof check --report` was asked.
@@ -28,8 +32,24 @@ use crate::finding::Condition;
 pub struct OnceOptions {
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,
+    /// Opt-in `nodeproof.dev/` labels.
+    pub labels: bool,
+    /// Opt-in taints, with this credential.
+    pub taint_kubeconfig: Option<PathBuf>,
     /// Give up retrying after this long (default 30 s).
     pub deadline: Option<Duration>,
+}
+
+impl From<&ReportConfig> for OnceOptions {
+    fn from(c: &ReportConfig) -> Self {
+        OnceOptions {
+            kubeconfig: c.kubeconfig.clone(),
+            node_name: c.node_name.clone(),
+            labels: c.labels,
+            taint_kubeconfig: c.taint_kubeconfig.clone(),
+            deadline: None,
+        }
+    }
 }
 
 /// How a one-shot report went.
@@ -49,7 +69,7 @@ pub enum OnceError {
         node: String,
         credentials: String,
         #[source]
-        source: ReportError,
+        source: Box<ReportError>,
     },
     #[error("cannot start the reporting runtime")]
     Runtime(#[source] std::io::Error),
@@ -73,16 +93,33 @@ pub fn report_once(conditions: &[Condition], opts: &OnceOptions) -> Result<OnceS
     let wrap = |source| OnceError::Report {
         node: node.clone(),
         credentials: described.clone(),
-        source,
+        source: Box::new(source),
+    };
+    let marks = MarkPolicy {
+        labels: opts.labels,
+        taint_kinds: if opts.taint_kubeconfig.is_some() {
+            MarkPolicy::default_taint_kinds()
+        } else {
+            Default::default()
+        },
     };
     let stats = runtime.block_on(async {
         match client::connect(&source).await.map_err(wrap)? {
-            Some(client) => run_once(KubeReporter::new(client, &node), conditions, deadline)
-                .await
-                .map_err(wrap),
+            Some(client) => {
+                let mut reporter = KubeReporter::new(client, &node);
+                if let Some(path) = &opts.taint_kubeconfig {
+                    let taints = credentials::Source::Kubeconfig(path.clone());
+                    if let Some(c) = client::connect(&taints).await.map_err(wrap)? {
+                        reporter = reporter.with_taint_client(c);
+                    }
+                }
+                run_once(reporter, conditions, marks, deadline)
+                    .await
+                    .map_err(wrap)
+            }
             None => {
                 tracing::warn!("no credentials found; logging what would be written");
-                run_once(LogReporter::new(&node), conditions, deadline)
+                run_once(LogReporter::new(&node), conditions, marks, deadline)
                     .await
                     .map_err(wrap)
             }
@@ -100,6 +137,7 @@ pub fn report_once(conditions: &[Condition], opts: &OnceOptions) -> Result<OnceS
 pub async fn run_once<R: Reporter>(
     reporter: R,
     conditions: &[Condition],
+    marks: MarkPolicy,
     deadline: Duration,
 ) -> Result<Stats, ReportError> {
     let config = LoopConfig {
@@ -107,6 +145,7 @@ pub async fn run_once<R: Reporter>(
             hysteresis: Hysteresis::IMMEDIATE,
             ..Policy::default()
         },
+        marks,
         ..LoopConfig::default()
     };
     let seed = u64::from(std::process::id()) ^ now_nanos();

@@ -40,7 +40,7 @@ pub enum Fault {
         retry_after_secs: u32,
     },
     Slow(Duration),
-    /// The next status patch gets a 409.
+    /// The next Node patch gets a 409.
     ConflictOnce,
 }
 
@@ -159,6 +159,15 @@ impl TestApiServer {
                 "status": {"conditions": conditions},
             }),
         );
+    }
+
+    /// Someone else's taint (or label) on a Node.
+    pub fn merge_node(&self, name: &str, patch: Value) {
+        let mut st = self.state.lock().unwrap();
+        let rv = st.next_rv();
+        let node = st.nodes.get_mut(name).unwrap();
+        merge_json(node, &patch);
+        node["metadata"]["resourceVersion"] = json!(rv);
     }
 
     pub fn node(&self, name: &str) -> Value {
@@ -342,12 +351,12 @@ fn route(
                     return status(409, "Conflict", "the object has been modified");
                 }
             }
+            if s.fault == Some(Fault::ConflictOnce) {
+                s.fault = None;
+                return status(409, "Conflict", "the object has been modified");
+            }
             match rest {
                 ["status"] => {
-                    if s.fault == Some(Fault::ConflictOnce) {
-                        s.fault = None;
-                        return status(409, "Conflict", "the object has been modified");
-                    }
                     let mut node = node;
                     merge_status(&mut node, body);
                     node["metadata"]["resourceVersion"] = json!(s.next_rv());
