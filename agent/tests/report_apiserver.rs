@@ -14,7 +14,8 @@ use tempfile::TempDir;
 use nodeproof::finding::Condition;
 use nodeproof::report::client::{KubeReporter, ReportError};
 use nodeproof::report::conditions::{rfc3339, Hysteresis, Policy};
-use nodeproof::report::driver::{LoopConfig, ReportLoop};
+use nodeproof::report::driver::{self, LoopConfig, ReportLoop};
+use nodeproof::report::events::{EventType, ObjectRef};
 use nodeproof::report::marks::MarkPolicy;
 use nodeproof::report::{credentials, run_once};
 use support::apiserver::{Fault, Identity, TestApiServer};
@@ -633,4 +634,56 @@ async fn taints_need_their_own_credential() {
     lp.flush(t0() + min(1)).await.unwrap();
     assert_eq!(c.server.node("n1")["spec"]["taints"], json!([theirs]));
     assert_eq!(lp.stats().taint_writes, 2);
+}
+
+#[tokio::test]
+async fn pod_findings_become_events_in_the_pods_namespace() {
+    let c = cluster();
+    let mut lp = c.report_loop(Policy::default()).await;
+    let pod = ObjectRef {
+        kind: "Pod",
+        namespace: "ml".into(),
+        name: "trainer-0".into(),
+        uid: Some("pod-uid".into()),
+    };
+    for _ in 0..3 {
+        lp.pod_event(
+            t0(),
+            pod.clone(),
+            EventType::Warning,
+            "SeccompProfileStartFails",
+            "profile vllm-strict.json denies getdents64",
+        );
+    }
+    lp.flush(t0()).await.unwrap();
+    let events = c.server.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["metadata"]["namespace"], "ml");
+    assert_eq!(events[0]["involvedObject"]["kind"], "Pod");
+    assert_eq!(events[0]["count"], 3);
+}
+
+#[tokio::test]
+async fn daemon_runner_reports_rounds_on_the_real_clock() {
+    let c = cluster();
+    let lp = c.report_loop(immediate()).await;
+    let (tx, rx) = tokio::sync::watch::channel(Vec::new());
+    let runner = tokio::spawn(driver::run(lp, rx));
+    tx.send(vec![seccomp(false, "broken")]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.server.condition("n1", "SeccompProfilesReady").is_none() {
+        assert!(std::time::Instant::now() < deadline, "never reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tx.send(healthy()).unwrap();
+    while c.server.condition("n1", "SeccompProfilesReady").unwrap()["status"] != "True" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "recovery never reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(tx);
+    let lp = runner.await.unwrap();
+    assert_eq!(lp.stats().status_writes, 2);
 }

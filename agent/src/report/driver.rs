@@ -311,6 +311,41 @@ impl<R: Reporter> ReportLoop<R> {
     }
 }
 
+/// The daemon's reporter: check rounds arrive on `rounds` (a watch channel,
+/// so the checks never wait: a round sent while a request is in flight just
+/// replaces the previous one), the API server is brought up to date on the
+/// real clock. Returns the loop when the sender is dropped.
+pub async fn run<R: Reporter>(
+    mut lp: ReportLoop<R>,
+    mut rounds: tokio::sync::watch::Receiver<Vec<Condition>>,
+) -> ReportLoop<R> {
+    loop {
+        let now = SystemTime::now();
+        if let Err(e) = lp.flush(now).await {
+            // Handled here (retried on the loop's schedule), so logged here.
+            if e.is_fatal() {
+                tracing::error!(error = %e, "reporting failed; retrying with backoff");
+            } else {
+                tracing::warn!(error = %e, "reporting failed; retrying");
+            }
+        }
+        let wait = lp
+            .next_wake(now)
+            .map(|t| t.duration_since(SystemTime::now()).unwrap_or_default())
+            .unwrap_or(Duration::from_secs(3600));
+        tokio::select! {
+            changed = rounds.changed() => {
+                if changed.is_err() {
+                    return lp;
+                }
+                let round = rounds.borrow_and_update().clone();
+                lp.observe(SystemTime::now(), &round);
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
