@@ -20,6 +20,23 @@ pub struct Config {
     pub seccomp: SeccompConfig,
     #[serde(default)]
     pub gpu: GpuConfig,
+    pub report: ReportConfig,
+}
+
+/// Reporting to the API server (docs/reporting.md); flags override it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ReportConfig {
+    /// The Node's name (default: NODE_NAME, then the hostname).
+    pub node_name: Option<String>,
+    /// Credentials (default: the kubelet's kubeconfig, then in-cluster, else log only).
+    pub kubeconfig: Option<PathBuf>,
+    /// Label the Node `nodeproof.dev/<condition>=true|false` (node identity suffices).
+    #[serde(default)]
+    pub labels: bool,
+    /// Taint the Node while a GPU condition is bad, with this separate
+    /// credential (deploy/rbac-taints.yaml); unset: no taints.
+    pub taint_kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -132,6 +149,7 @@ mod tests {
         let c = Config::parse(EMBEDDED_DEFAULT, Path::new("x")).unwrap();
         assert_eq!(c.seccomp, SeccompConfig::default());
         assert_eq!(c.gpu, GpuConfig::default());
+        assert_eq!(c.report, ReportConfig::default());
     }
 
     #[test]

@@ -6,4 +6,5 @@ pub mod config;
 pub mod finding;
 pub mod gpu;
 pub mod profile;
+pub mod report;
 pub mod trace;

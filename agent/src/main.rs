@@ -46,6 +46,8 @@ enum Command {
     Check {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
+        #[command(flatten)]
+        report: ReportArgs,
     },
     /// GPU driver and device health (NVML); exit 0 healthy or no GPU, 1 not.
     Gpu {
@@ -74,6 +76,20 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
+}
+
+/// `check --report`: where and as whom to report (docs/reporting.md).
+#[derive(clap::Args, Clone)]
+struct ReportArgs {
+    /// Also write the node conditions and their events to the API server, then exit.
+    #[arg(long)]
+    report: bool,
+    /// Kubeconfig to report with (default: the kubelet's, then in-cluster, else log only).
+    #[arg(long, requires = "report")]
+    kubeconfig: Option<PathBuf>,
+    /// The Node's name (default: NODE_NAME, then the hostname).
+    #[arg(long, requires = "report")]
+    node_name: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -199,7 +215,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let config = Config::load(cli.config.as_deref())?;
     let root = seccomp_root(cli.seccomp_root.as_deref(), &config);
     match cli.command {
-        Command::Check { output } => check(&root, &config, output),
+        Command::Check { output, report } => check(&root, &config, output, &report),
         Command::Gpu { output } => gpu_cmd(&config, output),
         Command::Profile { command } => match command {
             ProfileCommand::Lint {
@@ -354,7 +370,7 @@ fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
     Ok(())
 }
 
-fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
+fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> Result<ExitCode> {
     let opts = LintOptions {
         runtime: detect_runtime(config),
         no_new_privileges: config.seccomp.no_new_privileges,
@@ -374,7 +390,28 @@ fn check(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
         conditions.extend(gpu.conditions());
     }
     print_check(&findings, &conditions, output)?;
+    if report.report {
+        report_conditions(&conditions, report, config)?;
+    }
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
+}
+
+/// After the checks ran (they never wait on the API server): write their conditions.
+fn report_conditions(conditions: &[Condition], args: &ReportArgs, config: &Config) -> Result<()> {
+    let mut opts = nodeproof::report::OnceOptions::from(&config.report);
+    if args.kubeconfig.is_some() {
+        opts.kubeconfig = args.kubeconfig.clone();
+    }
+    if args.node_name.is_some() {
+        opts.node_name = args.node_name.clone();
+    }
+    let done = nodeproof::report::report_once(conditions, &opts)
+        .context("could not report to the API server")?;
+    eprintln!(
+        "reported node {} with {}: {} status writes, {} event writes",
+        done.node, done.credentials, done.stats.status_writes, done.stats.event_writes
+    );
+    Ok(())
 }
 
 /// Whether the eBPF tracer loads here, and with which strategy (loaded, then detached).

@@ -1,0 +1,492 @@
+//! The edge to the API server: the `Reporter` trait, its kube-rs
+//! implementation and the log implementation used without credentials.
+//!
+//! Request shapes are chosen for a node identity under the Node authorizer:
+//! it may GET its Node, PATCH (not GET) `nodes/<name>/status`, and create and
+//! patch core/v1 Events (events.k8s.io/v1 is refused to nodes).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use super::conditions::{is_owned, NodeCondition, StatusUpdate};
+use super::credentials::Source;
+use super::events::EventWrite;
+use super::marks::{self, Taint};
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "nodeproof";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(
+        "node {node:?} does not exist in the cluster (set --node-name or NODE_NAME to the Node's name)"
+    )]
+    NodeNotFound { node: String },
+    #[error("{op} for node {node} forbidden: {message}")]
+    Forbidden {
+        op: &'static str,
+        node: String,
+        message: String,
+    },
+    #[error("{op} for node {node} conflicted")]
+    Conflict { op: &'static str, node: String },
+    #[error("{op} for node {node} throttled (HTTP 429)")]
+    Throttled {
+        op: &'static str,
+        node: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("{op} for node {node}: event {name} no longer exists")]
+    EventGone {
+        op: &'static str,
+        node: String,
+        name: String,
+    },
+    #[error("{op} for node {node} failed: HTTP {code}: {message}")]
+    Api {
+        op: &'static str,
+        node: String,
+        code: u16,
+        message: String,
+    },
+    #[error("{op} for node {node} failed")]
+    Transport {
+        op: &'static str,
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{op} for node {node} timed out after {after:?}")]
+    Timeout {
+        op: &'static str,
+        node: String,
+        after: Duration,
+    },
+    #[error("taints for node {node} need their own credential (NodeRestriction refuses them to the node identity; see deploy/rbac-taints.yaml)")]
+    NoTaintCredential { node: String },
+    #[error("cannot load credentials from {source_desc}")]
+    Credentials {
+        source_desc: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{op} for node {node}: invalid {what}")]
+    Encode {
+        op: &'static str,
+        node: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl ReportError {
+    /// Errors retrying cannot fix: stop and say so.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            ReportError::NodeNotFound { .. }
+                | ReportError::Forbidden { .. }
+                | ReportError::Credentials { .. }
+                | ReportError::NoTaintCredential { .. }
+                | ReportError::Encode { .. }
+        )
+    }
+
+    /// What the API server asked us to wait (429 `Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ReportError::Throttled { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    fn from_kube(op: &'static str, node: &str, e: kube::Error) -> Self {
+        let node = node.to_string();
+        match e {
+            kube::Error::Api(s) => match s.code {
+                403 => ReportError::Forbidden {
+                    op,
+                    node,
+                    message: s.message,
+                },
+                409 => ReportError::Conflict { op, node },
+                429 => ReportError::Throttled {
+                    op,
+                    node,
+                    // The API server puts Retry-After in the Status details too,
+                    // which is what kube-rs exposes.
+                    retry_after: s
+                        .details
+                        .as_ref()
+                        .map(|d| d.retry_after_seconds)
+                        .filter(|s| *s > 0)
+                        .map(|s| Duration::from_secs(s.into())),
+                },
+                code => ReportError::Api {
+                    op,
+                    node,
+                    code,
+                    message: s.message,
+                },
+            },
+            source => ReportError::Transport { op, node, source },
+        }
+    }
+}
+
+/// What a GET of the Node tells the reporter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeState {
+    pub uid: Option<String>,
+    /// nodeproof's own condition types only.
+    pub conditions: Vec<NodeCondition>,
+    /// nodeproof's own labels (`nodeproof.dev/`) only.
+    pub labels: BTreeMap<String, String>,
+    /// nodeproof's own taints only.
+    pub taints: Vec<Taint>,
+}
+
+/// The API server, or a stand-in for it.
+// Used with concrete types on a current-thread runtime, so the futures need no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait Reporter {
+    fn node(&self) -> &str;
+    /// GET the Node: it exists, its UID, its current own conditions.
+    async fn read_node(&self) -> Result<NodeState, ReportError>;
+    /// PATCH `nodes/<name>/status` with `update`.
+    async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError>;
+    /// Create or patch one core/v1 Event.
+    async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError>;
+    /// Strategic-merge PATCH of the Node's labels (`marks::label_patch`).
+    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError>;
+    /// Make nodeproof's taints on the Node exactly `ours`, keeping others'.
+    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError>;
+}
+
+/// The kube-rs reporter.
+pub struct KubeReporter {
+    client: kube::Client,
+    /// A separate credential for taints (None: taints unavailable).
+    taint_client: Option<kube::Client>,
+    node: String,
+    timeout: Duration,
+}
+
+impl KubeReporter {
+    pub fn new(client: kube::Client, node: &str) -> Self {
+        KubeReporter {
+            client,
+            taint_client: None,
+            node: node.to_string(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Taint with this client (a ServiceAccount allowed to patch nodes).
+    pub fn with_taint_client(mut self, client: kube::Client) -> Self {
+        self.taint_client = Some(client);
+        self
+    }
+
+    /// Bound each request, so a slow API server delays reporting, not the agent.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ReportError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => r.map_err(|e| ReportError::from_kube(op, &self.node, e)),
+            Err(_) => Err(ReportError::Timeout {
+                op,
+                node: self.node.clone(),
+                after: self.timeout,
+            }),
+        }
+    }
+
+    fn params() -> PatchParams {
+        PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        }
+    }
+}
+
+impl Reporter for KubeReporter {
+    fn node(&self) -> &str {
+        &self.node
+    }
+
+    async fn read_node(&self) -> Result<NodeState, ReportError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = self
+            .bounded("GET node", nodes.get(&self.node))
+            .await
+            .map_err(|e| match e {
+                ReportError::Api { code: 404, .. } => ReportError::NodeNotFound {
+                    node: self.node.clone(),
+                },
+                e => e,
+            })?;
+        Ok(node_state(&node))
+    }
+
+    async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let body = update.patch_body();
+        self.bounded(
+            "PATCH node status",
+            nodes.patch_status(&self.node, &Self::params(), &Patch::Strategic(body)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError> {
+        let events: Api<Event> =
+            Api::namespaced(self.client.clone(), write.key().object.event_namespace());
+        let body = write.body(&self.node);
+        match write {
+            EventWrite::Create { .. } => {
+                let event: Event =
+                    serde_json::from_value(body).map_err(|source| ReportError::Encode {
+                        op: "POST event",
+                        node: self.node.clone(),
+                        what: "event",
+                        source,
+                    })?;
+                let pp = PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PostParams::default()
+                };
+                self.bounded("POST event", events.create(&pp, &event))
+                    .await?;
+            }
+            EventWrite::Update { name, .. } => {
+                self.bounded(
+                    "PATCH event",
+                    events.patch(name, &Self::params(), &Patch::Strategic(body)),
+                )
+                .await
+                .map_err(|e| match e {
+                    ReportError::Api { code: 404, op, .. } => ReportError::EventGone {
+                        op,
+                        node: self.node.clone(),
+                        name: name.clone(),
+                    },
+                    e => e,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        self.bounded(
+            "PATCH node labels",
+            nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError> {
+        let Some(client) = &self.taint_client else {
+            return Err(ReportError::NoTaintCredential {
+                node: self.node.clone(),
+            });
+        };
+        let nodes: Api<Node> = Api::all(client.clone());
+        // `spec.taints` is replaced whole, so compute it from a fresh read and
+        // guard the write with that read's resourceVersion; on 409 read again.
+        let mut attempts = 0;
+        loop {
+            let node = self
+                .bounded("GET node for taints", nodes.get(&self.node))
+                .await?;
+            let on_node: Vec<serde_json::Value> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|t| serde_json::to_value(t).ok())
+                .collect();
+            let rv = node.metadata.resource_version.clone().unwrap_or_default();
+            let body = marks::taint_patch(&rv, &on_node, ours);
+            match self
+                .bounded(
+                    "PATCH node taints",
+                    nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
+                )
+                .await
+            {
+                Err(ReportError::Conflict { .. }) if attempts < 3 => attempts += 1,
+                r => return r.map(|_| ()),
+            }
+        }
+    }
+}
+
+/// The Node's UID and nodeproof's own conditions on it.
+pub fn node_state(node: &Node) -> NodeState {
+    let conditions = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| is_owned(&c.type_))
+        .map(|c| {
+            let time = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+                t.as_ref()
+                    .map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0))
+            };
+            NodeCondition {
+                kind: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+                last_transition: time(&c.last_transition_time),
+                last_heartbeat: time(&c.last_heartbeat_time),
+            }
+        })
+        .collect();
+    let labels = node
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(marks::PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| t.key.starts_with(marks::PREFIX))
+        .map(|t| Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone(),
+        })
+        .collect();
+    NodeState {
+        uid: node.metadata.uid.clone(),
+        conditions,
+        labels,
+        taints,
+    }
+}
+
+/// A kube client from `source` (None for `Source::None`).
+pub async fn connect(source: &Source) -> Result<Option<kube::Client>, ReportError> {
+    let failed = |e: Box<dyn std::error::Error + Send + Sync>| ReportError::Credentials {
+        source_desc: source.describe(),
+        source: e,
+    };
+    let config = match source {
+        Source::None => return Ok(None),
+        Source::Kubeconfig(path) | Source::Kubelet(path) => {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(path).map_err(|e| failed(e.into()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| failed(e.into()))?
+        }
+        Source::InCluster => kube::Config::incluster().map_err(|e| failed(e.into()))?,
+    };
+    let mut config = config;
+    // kube-rs retries 429/503/504 inside a request by default. The report
+    // loop retries itself with only the latest state and honours
+    // Retry-After without holding a request open, so no hidden retries.
+    config.default_retry = false;
+    kube::Client::try_from(config)
+        .map(Some)
+        .map_err(|e| failed(e.into()))
+}
+
+/// The reporter without credentials: logs (to stderr and the journal)
+/// exactly the requests it would have made, so the checks still run and
+/// their result is still visible.
+pub struct LogReporter {
+    node: String,
+    lines: Mutex<Vec<String>>,
+}
+
+impl LogReporter {
+    pub fn new(node: &str) -> Self {
+        LogReporter {
+            node: node.to_string(),
+            lines: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Everything logged so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    fn log(&self, method: &str, path: &str, body: &serde_json::Value) {
+        let line = format!("would {method} {path}?fieldManager={FIELD_MANAGER} {body}");
+        tracing::info!(node = %self.node, method, path, %body, "no credentials: not written");
+        eprintln!("nodeproof: {line}");
+        if let Ok(mut lines) = self.lines.lock() {
+            lines.push(line);
+        }
+    }
+}
+
+impl Reporter for LogReporter {
+    fn node(&self) -> &str {
+        &self.node
+    }
+
+    async fn read_node(&self) -> Result<NodeState, ReportError> {
+        // Nothing to read: every condition is reported as first seen.
+        Ok(NodeState::default())
+    }
+
+    async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError> {
+        let path = format!("/api/v1/nodes/{}/status", self.node);
+        self.log("PATCH", &path, &update.patch_body());
+        Ok(())
+    }
+
+    async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError> {
+        let ns = write.key().object.event_namespace();
+        let (method, path) = match write {
+            EventWrite::Create { .. } => ("POST", format!("/api/v1/namespaces/{ns}/events")),
+            EventWrite::Update { name, .. } => {
+                ("PATCH", format!("/api/v1/namespaces/{ns}/events/{name}"))
+            }
+        };
+        self.log(method, &path, &write.body(&self.node));
+        Ok(())
+    }
+
+    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
+        self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), body);
+        Ok(())
+    }
+
+    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError> {
+        let list: Vec<_> = ours.iter().map(Taint::to_json).collect();
+        let body = serde_json::json!({ "nodeproofTaints": list });
+        self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), &body);
+        Ok(())
+    }
+}

@@ -1,0 +1,483 @@
+//! A test API server with the semantics nodeproof's reporting depends on:
+//! TLS (self-signed, rcgen), bearer tokens, a Node-authorizer-like rule set
+//! (own node only, no GET of nodes/status, core events only, no taint
+//! changes by a node identity), strategic merge of `status.conditions` by
+//! type (with `$patch: delete`), resourceVersions and 409s, and fault
+//! injection (down, 500, 429 with Retry-After, slow).
+//!
+//! Not a Kubernetes: only the handful of paths the reporter uses.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use serde_json::{json, Value};
+use tokio_rustls::rustls;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// `system:node:<name>`, as the kubelet's credentials authenticate.
+    Node(String),
+    /// A ServiceAccount with the taint ClusterRole (deploy/rbac-taints.yaml).
+    TaintServiceAccount,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// New connections are reset; requests on open ones get 503.
+    Down,
+    Error500,
+    TooManyRequests {
+        retry_after_secs: u32,
+    },
+    Slow(Duration),
+    /// The next Node patch gets a 409.
+    ConflictOnce,
+}
+
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    pub body: Value,
+    pub status: u16,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<String, Value>,
+    events: BTreeMap<(String, String), Value>,
+    rv: u64,
+    tokens: BTreeMap<String, Identity>,
+    fault: Option<Fault>,
+    log: Vec<Logged>,
+}
+
+impl State {
+    fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+}
+
+pub struct TestApiServer {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    ca_pem: String,
+    _runtime: std::thread::JoinHandle<()>,
+}
+
+impl TestApiServer {
+    /// Start on 127.0.0.1 with a fresh self-signed certificate.
+    pub fn start() -> Self {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()])
+            .expect("self-signed certificate");
+        let ca_pem = certified.cert.pem();
+        let cert_der = certified.cert.der().clone();
+        let key_der =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert_der], key_der)
+        .expect("server certificate");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let state = Arc::new(Mutex::new(State::default()));
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let addr = std_listener.local_addr().expect("addr");
+        let st = state.clone();
+        let runtime = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+                let app = Router::new().fallback(handle).with_state(st.clone());
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    if st.lock().unwrap().fault == Some(Fault::Down) {
+                        drop(tcp); // connection reset: the API server is not there
+                        continue;
+                    }
+                    let acceptor = acceptor.clone();
+                    let app = app.clone();
+                    tokio::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let svc = hyper_util::service::TowerToHyperService::new(app);
+                        let _ = hyper_util::server::conn::auto::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                    });
+                }
+            });
+        });
+        TestApiServer {
+            addr,
+            state,
+            ca_pem,
+            _runtime: runtime,
+        }
+    }
+
+    pub fn add_token(&self, token: &str, who: Identity) {
+        self.state.lock().unwrap().tokens.insert(token.into(), who);
+    }
+
+    /// Register a Node, with the kubelet's own conditions on it.
+    pub fn add_node(&self, name: &str, conditions: Value) {
+        let mut st = self.state.lock().unwrap();
+        let rv = st.next_rv();
+        st.nodes.insert(
+            name.into(),
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": rv, "labels": {}},
+                "spec": {},
+                "status": {"conditions": conditions},
+            }),
+        );
+    }
+
+    /// Someone else's taint (or label) on a Node.
+    pub fn merge_node(&self, name: &str, patch: Value) {
+        let mut st = self.state.lock().unwrap();
+        let rv = st.next_rv();
+        let node = st.nodes.get_mut(name).unwrap();
+        merge_json(node, &patch);
+        node["metadata"]["resourceVersion"] = json!(rv);
+    }
+
+    pub fn node(&self, name: &str) -> Value {
+        self.state.lock().unwrap().nodes[name].clone()
+    }
+
+    /// The Node's condition of `kind`, if any.
+    pub fn condition(&self, node: &str, kind: &str) -> Option<Value> {
+        self.node(node)["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == kind)
+            .cloned()
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        self.state
+            .lock()
+            .unwrap()
+            .events
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn set_fault(&self, fault: Fault) {
+        self.state.lock().unwrap().fault = Some(fault);
+    }
+
+    pub fn clear_fault(&self) {
+        self.state.lock().unwrap().fault = None;
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.state.lock().unwrap().log.clone()
+    }
+
+    pub fn clear_log(&self) {
+        self.state.lock().unwrap().log.clear();
+    }
+
+    /// Successful requests matching `method` and a path suffix.
+    pub fn count_ok(&self, method: &str, path_suffix: &str) -> usize {
+        self.log()
+            .iter()
+            .filter(|l| l.method == method && l.path.ends_with(path_suffix) && l.status < 300)
+            .count()
+    }
+
+    /// A kubeconfig for `token` (the CA as a file, as kubeadm's are).
+    pub fn kubeconfig(&self, dir: &Path, token: &str) -> PathBuf {
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, &self.ca_pem).unwrap();
+        let path = dir.join(format!("{token}.kubeconfig"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://{addr}\n    certificate-authority: {ca}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: u\ncurrent-context: test\nusers:\n- name: u\n  user:\n    token: {token}\n",
+                addr = self.addr,
+                ca = ca.display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    (
+        code,
+        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+               "reason": reason, "message": message, "code": code}),
+    )
+}
+
+async fn handle(
+    axum::extract::State(st): axum::extract::State<Arc<Mutex<State>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let fault = st.lock().unwrap().fault;
+    if let Some(Fault::Slow(d)) = fault {
+        tokio::time::sleep(d).await;
+    }
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut retry_after = None;
+    let (code, out) = {
+        let mut guard = st.lock().unwrap();
+        let s = &mut *guard;
+        match fault {
+            Some(Fault::Down) => status(503, "ServiceUnavailable", "apiserver is down"),
+            Some(Fault::Error500) => status(500, "InternalError", "injected failure"),
+            Some(Fault::TooManyRequests { retry_after_secs }) => {
+                retry_after = Some(retry_after_secs);
+                let (c, mut v) = status(429, "TooManyRequests", "too many requests");
+                v["details"] = json!({"retryAfterSeconds": retry_after_secs});
+                (c, v)
+            }
+            _ => route(s, &method, &uri, &headers, &content_type, &body_json),
+        }
+    };
+    {
+        let mut s = st.lock().unwrap();
+        s.log.push(Logged {
+            method: method.to_string(),
+            path: uri.path().to_string(),
+            query: uri.query().unwrap_or("").to_string(),
+            content_type,
+            body: body_json,
+            status: code,
+        });
+    }
+    let mut resp = (
+        StatusCode::from_u16(code).unwrap(),
+        [("content-type", "application/json")],
+        out.to_string(),
+    )
+        .into_response();
+    if let Some(secs) = retry_after {
+        resp.headers_mut()
+            .insert("retry-after", secs.to_string().parse().unwrap());
+    }
+    resp
+}
+
+fn route(
+    s: &mut State,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    content_type: &str,
+    body: &Value,
+) -> (u16, Value) {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(who) = token.and_then(|t| s.tokens.get(t)).cloned() else {
+        return status(401, "Unauthorized", "Unauthorized");
+    };
+    let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    let strategic = content_type == "application/strategic-merge-patch+json";
+    match (method.as_str(), parts.as_slice()) {
+        ("GET", ["api", "v1", "nodes", name]) => match s.nodes.get(*name) {
+            Some(n) => (200, n.clone()),
+            None => status(404, "NotFound", &format!("nodes \"{name}\" not found")),
+        },
+        ("GET", ["api", "v1", "nodes", _, "status"]) if matches!(who, Identity::Node(_)) => {
+            // What the Node authorizer says: nodes may patch, not get, their status.
+            status(
+                403,
+                "Forbidden",
+                "nodes/status \"get\" is forbidden for the node identity",
+            )
+        }
+        ("PATCH", ["api", "v1", "nodes", name, rest @ ..]) => {
+            if let Identity::Node(me) = &who {
+                if me != name {
+                    return status(
+                        403,
+                        "Forbidden",
+                        &format!("node \"{me}\" is not allowed to modify node \"{name}\""),
+                    );
+                }
+            }
+            if !strategic {
+                return status(415, "UnsupportedMediaType", "strategic merge only here");
+            }
+            let Some(node) = s.nodes.get(*name).cloned() else {
+                return status(404, "NotFound", &format!("nodes \"{name}\" not found"));
+            };
+            if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+                if node["metadata"]["resourceVersion"] != rv {
+                    return status(409, "Conflict", "the object has been modified");
+                }
+            }
+            if s.fault == Some(Fault::ConflictOnce) {
+                s.fault = None;
+                return status(409, "Conflict", "the object has been modified");
+            }
+            match rest {
+                ["status"] => {
+                    let mut node = node;
+                    merge_status(&mut node, body);
+                    node["metadata"]["resourceVersion"] = json!(s.next_rv());
+                    s.nodes.insert(name.to_string(), node.clone());
+                    (200, node)
+                }
+                [] => {
+                    let is_node = matches!(who, Identity::Node(_));
+                    if is_node && body["spec"].get("taints").is_some() {
+                        return status(403, "Forbidden", "node is not allowed to modify taints");
+                    }
+                    let labels = body["metadata"]["labels"].as_object();
+                    if is_node
+                        && labels.is_some_and(|l| {
+                            l.keys()
+                                .any(|k| k.contains("node-restriction.kubernetes.io/"))
+                        })
+                    {
+                        return status(403, "Forbidden", "is not allowed to modify labels");
+                    }
+                    let mut node = node;
+                    merge_json(&mut node, body);
+                    node["metadata"]["resourceVersion"] = json!(s.next_rv());
+                    s.nodes.insert(name.to_string(), node.clone());
+                    (200, node)
+                }
+                _ => status(404, "NotFound", "no such subresource"),
+            }
+        }
+        ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
+            let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let key = (ns.to_string(), name.clone());
+            if s.events.contains_key(&key) {
+                return status(
+                    409,
+                    "AlreadyExists",
+                    &format!("events \"{name}\" already exists"),
+                );
+            }
+            if let Identity::Node(me) = &who {
+                if body["involvedObject"]["kind"] == "Node"
+                    && body["involvedObject"]["name"] != me.as_str()
+                {
+                    return status(403, "Forbidden", "events about other nodes");
+                }
+            }
+            let mut ev = body.clone();
+            ev["metadata"]["resourceVersion"] = json!(s.next_rv());
+            s.events.insert(key, ev.clone());
+            (201, ev)
+        }
+        ("PATCH", ["api", "v1", "namespaces", ns, "events", name]) => {
+            if !strategic {
+                return status(415, "UnsupportedMediaType", "strategic merge only here");
+            }
+            let rv = s.next_rv();
+            match s.events.get_mut(&(ns.to_string(), name.to_string())) {
+                Some(ev) => {
+                    merge_json(ev, body);
+                    ev["metadata"]["resourceVersion"] = json!(rv);
+                    (200, ev.clone())
+                }
+                None => status(404, "NotFound", &format!("events \"{name}\" not found")),
+            }
+        }
+        (_, ["apis", "events.k8s.io", ..]) if matches!(who, Identity::Node(_)) => {
+            status(403, "Forbidden", "events.k8s.io is forbidden for nodes")
+        }
+        _ => status(404, "NotFound", "not served by the test API server"),
+    }
+}
+
+/// Strategic merge of a status patch: `conditions` merge by `type`,
+/// `$patch: delete` removes one; other fields merge as maps.
+fn merge_status(node: &mut Value, patch: &Value) {
+    let Some(status_patch) = patch.get("status").and_then(Value::as_object) else {
+        return;
+    };
+    for (key, value) in status_patch {
+        if key == "conditions" {
+            let list = node["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            node["status"]["conditions"] = json!(merge_by_type(list, value));
+        } else {
+            merge_json(&mut node["status"][key], value);
+        }
+    }
+}
+
+fn merge_by_type(mut list: Vec<Value>, patch: &Value) -> Vec<Value> {
+    for item in patch.as_array().into_iter().flatten() {
+        let kind = &item["type"];
+        let pos = list.iter().position(|c| &c["type"] == kind);
+        if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+            if let Some(i) = pos {
+                list.remove(i);
+            }
+            continue;
+        }
+        match pos {
+            Some(i) => merge_json(&mut list[i], item),
+            None => list.push(item.clone()),
+        }
+    }
+    list
+}
+
+/// JSON merge of maps (RFC 7386 style; null deletes).
+fn merge_json(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_json(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
