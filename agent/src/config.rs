@@ -20,6 +20,7 @@ pub struct Config {
     pub seccomp: SeccompConfig,
     #[serde(default)]
     pub gpu: GpuConfig,
+    #[serde(default)]
     pub report: ReportConfig,
 }
 
