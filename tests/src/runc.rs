@@ -42,7 +42,8 @@ pub const BUSYBOX: &str = "/bin/busybox";
 pub const RUN_TIMEOUT_S: u32 = 20;
 
 /// Applets linked into the container rootfs.
-const APPLETS: &[&str] = &["sh", "true", "mkdir", "echo", "ls"];
+/// `sleep` keeps a traced container (and so its cgroup) alive until the tracer has attributed it.
+const APPLETS: &[&str] = &["sh", "true", "mkdir", "echo", "ls", "sleep"];
 /// Stands for `.linux.seccomp` in the serialized config until the raw profile is spliced in.
 const PLACEHOLDER: &str = "@@NODEPROOF_SECCOMP_PROFILE_BYTES@@";
 const MARKER: &str = "init-started";
@@ -260,6 +261,36 @@ impl RuncOracle {
         args: &[&str],
         wrapper: &[OsString],
     ) -> Result<RuncRun, OracleError> {
+        self.run_full(profile_bytes, no_new_privileges, args, wrapper, None)
+    }
+
+    /// Like [`RuncOracle::run`], with `.linux.cgroupsPath` set to `cgroups_path`
+    /// (e.g. a kubelet-shaped `/kubepods/burstable/pod<uid>/<id>`): runc creates
+    /// that cgroup for the container and removes it when the container exits.
+    pub fn run_in_cgroup(
+        &self,
+        profile_bytes: &[u8],
+        no_new_privileges: bool,
+        args: &[&str],
+        cgroups_path: &str,
+    ) -> Result<RuncRun, OracleError> {
+        self.run_full(
+            profile_bytes,
+            no_new_privileges,
+            args,
+            &[],
+            Some(cgroups_path),
+        )
+    }
+
+    fn run_full(
+        &self,
+        profile_bytes: &[u8],
+        no_new_privileges: bool,
+        args: &[&str],
+        wrapper: &[OsString],
+        cgroups_path: Option<&str>,
+    ) -> Result<RuncRun, OracleError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -274,6 +305,7 @@ impl RuncOracle {
             no_new_privileges,
             args,
             wrapper,
+            cgroups_path,
         );
         // Always clean up, whatever happened; a leftover container would leak a process.
         let _ = Command::new(&self.runc)
@@ -293,6 +325,7 @@ impl RuncOracle {
         nnp: bool,
         args: &[&str],
         wrapper: &[OsString],
+        cgroups_path: Option<&str>,
     ) -> Result<RuncRun, OracleError> {
         let rootfs = bundle.join("rootfs");
         fs::create_dir_all(rootfs.join("bin")).map_err(io_err("mkdir rootfs"))?;
@@ -309,7 +342,7 @@ impl RuncOracle {
         let marker = bundle.join(MARKER);
         fs::write(
             bundle.join("config.json"),
-            self.config_bytes(profile, nnp, args, &marker)?,
+            self.config_bytes(profile, nnp, args, &marker, cgroups_path)?,
         )
         .map_err(io_err("write config.json"))?;
 
@@ -360,6 +393,7 @@ impl RuncOracle {
         nnp: bool,
         args: &[&str],
         marker: &Path,
+        cgroups_path: Option<&str>,
     ) -> Result<Vec<u8>, OracleError> {
         let mut c = self.base_config.clone();
         c["process"]["terminal"] = json!(false);
@@ -373,6 +407,9 @@ impl RuncOracle {
                 "args": ["busybox", "touch", marker],
             }]
         });
+        if let Some(p) = cgroups_path {
+            c["linux"]["cgroupsPath"] = json!(p);
+        }
         c["linux"]["seccomp"] = json!(PLACEHOLDER);
         let text = serde_json::to_vec_pretty(&c).map_err(|e| OracleError::Config(e.to_string()))?;
         let needle = format!("\"{PLACEHOLDER}\"");
@@ -418,7 +455,7 @@ mod tests {
         };
         let raw = b"\xef\xbb\xbf{\"defaultAction\":\"A\",\"DEFAULTACTION\":\"B\",";
         let out = oracle
-            .config_bytes(raw, false, &["/bin/true"], Path::new("/m"))
+            .config_bytes(raw, false, &["/bin/true"], Path::new("/m"), None)
             .unwrap();
         assert!(find(&out, raw).is_some());
         assert!(find(&out, PLACEHOLDER.as_bytes()).is_none());
@@ -428,11 +465,13 @@ mod tests {
                 true,
                 &["/bin/true"],
                 Path::new("/m"),
+                Some("/kubepods/pod1/c1"),
             )
             .unwrap();
         let v: Value = serde_json::from_slice(&ok).unwrap();
         assert_eq!(v["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
         assert_eq!(v["process"]["noNewPrivileges"], true);
         assert_eq!(v["process"]["args"][0], "/bin/true");
+        assert_eq!(v["linux"]["cgroupsPath"], "/kubepods/pod1/c1");
     }
 }
