@@ -620,3 +620,64 @@ impl Drop for CgroupDir {
         }
     }
 }
+
+/// No BTF (forced with a BTF path that does not exist): every strategy is
+/// refused, in probe order, as KernelUnsupported naming the missing BTF, and
+/// the node condition's reason says so.
+#[test]
+fn without_btf_every_strategy_refuses_in_order_as_kernel_unsupported() {
+    require_bpf!();
+    let err = match Tracer::start(&TracerConfig {
+        btf_path: Some("/nonexistent-nodeproof/vmlinux".into()),
+        ..TracerConfig::default()
+    }) {
+        Ok(t) => panic!("loaded {} without BTF", t.strategy()),
+        Err(e) => e,
+    };
+    let TraceError::NoStrategy {
+        missing_caps,
+        attempts,
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert!(missing_caps.is_empty());
+    let order: Vec<Strategy> = attempts.iter().map(|a| a.strategy).collect();
+    assert_eq!(order, Strategy::ALL.to_vec());
+    for a in attempts {
+        assert_eq!(a.reason, loader::FailureReason::KernelUnsupported, "{a}");
+        assert!(
+            a.detail
+                .contains("no BTF at /nonexistent-nodeproof/vmlinux"),
+            "{a}"
+        );
+    }
+    assert_eq!(trace::Readiness::failed(&err).reason, "KernelUnsupported");
+}
+
+/// An external BTF file (here a copy of the kernel's) serves the tracepoint
+/// strategy's CO-RE reads: counts stay exact.
+#[test]
+fn tracepoint_strategy_with_an_external_btf_file() {
+    require_bpf!();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("vmlinux.btf");
+    std::fs::copy("/sys/kernel/btf/vmlinux", &copy).expect("copy kernel BTF");
+    let t = Tracer::start(&TracerConfig {
+        strategy: Some(Strategy::Tracepoint),
+        btf_path: Some(copy),
+        ..TracerConfig::default()
+    })
+    .unwrap();
+    let (pid, status) = in_child(|| {
+        install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+        (0..3)
+            .map(|_| i32::from(call(MKDIR).1 != libc::EPERM))
+            .sum()
+    });
+    assert!(exited_ok(status));
+    assert_eq!(
+        counts_of(&t, pid),
+        expect(&[((MKDIR, libc::EPERM, Action::Errno), 3)])
+    );
+}

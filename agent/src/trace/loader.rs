@@ -9,7 +9,13 @@ use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use std::fmt;
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Where the kernel exposes its own BTF.
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// tracefs mount points; classic tracepoint ids are read from `events/<cat>/<name>/id` there.
+const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Why a strategy did not load; the node condition's reason when none does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +87,11 @@ pub struct TracerConfig {
     pub sample_limit_per_cpu: u64,
     /// Only sample this process (counts still cover every process).
     pub sample_pid: Option<u32>,
+    /// Kernel BTF from this file instead of `/sys/kernel/btf/vmlinux` (an
+    /// external BTF, e.g. from BTFHub, for a kernel built without
+    /// `CONFIG_DEBUG_INFO_BTF`). Only the CO-RE reads of the `tracepoint`
+    /// strategy can use it: `fexit` and `tp_btf` attach through the kernel's own BTF.
+    pub btf_path: Option<PathBuf>,
 }
 
 impl Default for TracerConfig {
@@ -89,6 +100,7 @@ impl Default for TracerConfig {
             strategy: None,
             sample_limit_per_cpu: 1000,
             sample_pid: None,
+            btf_path: None,
         }
     }
 }
@@ -146,7 +158,10 @@ impl Tracer {
             Some(s) => vec![s],
             None => Strategy::ALL.to_vec(),
         };
-        let btf = Btf::from_sys_fs().ok();
+        let btf_file = cfg.btf_path.as_deref().unwrap_or(Path::new(KERNEL_BTF));
+        // Why there is no BTF, kept for the refusal detail of every strategy that needs it.
+        let btf = Btf::parse_file(btf_file, aya::Endianness::default())
+            .map_err(|e| format!("no BTF at {}: {}", btf_file.display(), error_chain(&e)));
         let mut attempts = Vec::new();
         for strategy in order {
             match try_strategy(strategy, cfg, btf.as_ref()) {
@@ -212,22 +227,35 @@ impl Tracer {
 fn try_strategy(
     strategy: Strategy,
     cfg: &TracerConfig,
-    btf: Option<&Btf>,
+    btf: Result<&Btf, &String>,
 ) -> Result<Ebpf, ProbeAttempt> {
     let fail = |reason, detail: String| ProbeAttempt {
         strategy,
         reason,
         detail,
     };
+    // Every strategy reads task_struct fields through CO-RE relocations
+    // (seccomp.mode, stack, thread_info.status, nsproxy): without BTF aya would
+    // load them unrelocated, at the offsets of np_core.h's partial structs, and
+    // the programs would read the wrong bytes. Refuse honestly instead.
+    let btf = btf.map_err(|why| {
+        fail(
+            FailureReason::KernelUnsupported,
+            format!("{why} (CO-RE reads of task_struct need kernel BTF or an external BTF file)"),
+        )
+    })?;
+    if strategy == Strategy::Tracepoint {
+        if let Some(detail) = tracefs_unreadable() {
+            return Err(fail(FailureReason::BpfPermissionDenied, detail));
+        }
+    }
     let sample_pid = cfg.sample_pid.unwrap_or(0);
     let mut loader = EbpfLoader::new();
     loader
         .allow_unsupported_maps() // task storage: aya 0.14 has no userspace type for it
         .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
         .override_global("np_sample_tgid", &sample_pid, true);
-    if btf.is_some() {
-        loader.btf(btf);
-    }
+    loader.btf(Some(btf));
     let mut bpf = loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
         fail(
             FailureReason::from_errno(errno_in(&e)),
@@ -244,23 +272,15 @@ fn try_strategy(
         let prog = bpf
             .program_mut(name)
             .ok_or_else(|| fail(FailureReason::LoadFailed, format!("{name} not in object")))?;
-        let need_btf = || {
-            btf.ok_or_else(|| {
-                fail(
-                    FailureReason::KernelUnsupported,
-                    "no kernel BTF (/sys/kernel/btf/vmlinux)".to_string(),
-                )
-            })
-        };
         match attach {
             Attach::Fexit(func) => {
                 let p: &mut FExit = prog.try_into().map_err(|e| step("type of", &e))?;
-                p.load(func, need_btf()?).map_err(|e| step("loading", &e))?;
+                p.load(func, btf).map_err(|e| step("loading", &e))?;
                 p.attach().map_err(|e| step("attaching", &e))?;
             }
             Attach::BtfTp(tp) => {
                 let p: &mut BtfTracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
-                p.load(tp, need_btf()?).map_err(|e| step("loading", &e))?;
+                p.load(tp, btf).map_err(|e| step("loading", &e))?;
                 p.attach().map_err(|e| step("attaching", &e))?;
             }
             Attach::Tp(cat, tp) => {
@@ -271,6 +291,28 @@ fn try_strategy(
         }
     }
     Ok(bpf)
+}
+
+/// Why classic tracepoints cannot be attached by this process, when the
+/// reason is tracefs permissions: tracefs is mode 0700 root by default, and
+/// the event ids live there, so a non-root agent with CAP_BPF + CAP_PERFMON
+/// cannot use this strategy (tp_btf needs no tracefs).
+fn tracefs_unreadable() -> Option<String> {
+    let mut seen = None;
+    for dir in TRACEFS {
+        let events = Path::new(dir).join("events");
+        match std::fs::metadata(&events) {
+            Ok(_) => return None, // readable: attach will find the ids
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                seen = Some(format!(
+                    "{} is not readable by this user (tracefs is root-only by default; classic tracepoint ids live there): {e}",
+                    events.display()
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    seen
 }
 
 /// The first OS error in a chain of sources.
