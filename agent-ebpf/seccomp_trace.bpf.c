@@ -16,6 +16,23 @@
  *           a tid-keyed LRU hash instead of task storage and only probe reads,
  *           for kernels that refuse BTF-typed attach points.
  *
+ * USER_NOTIF: seccomp skips a notified syscall the supervisor answers with an
+ * error (or a value) exactly like an ERRNO one, so sys_exit alone cannot tell
+ * them apart. What differs is that the task slept *inside seccomp*, before
+ * sys_enter: a confined task that is not in a traced syscall body and goes to
+ * sleep voluntarily in TASK_INTERRUPTIBLE is waiting for its supervisor
+ * (seccomp_do_user_notification's wait_for_completion_interruptible; user
+ * space never sleeps, ptrace and group stops use other states). sched_switch
+ * marks it with the pending syscall nr and the task's nvcsw; the next skipped
+ * exit with the same nr and no voluntary switch since is the notified call:
+ * an error answer is NOTIFY_ERROR, a value answer (emulation) is no denial.
+ * A CONTINUE answer runs the call (it passes sys_enter), so a paired exit
+ * clears the mark; tp_btf's paired fast path touches no task storage, so it
+ * only looks when np_notify_marks (marks outstanding node-wide) is non-zero:
+ * a node without USER_NOTIF pays one load per confined exit.
+ * The tp_btf and tracepoint strategies do this; fexit does not attach
+ * sched_switch and reports notify errors as errno.
+ *
  * All three share: signal_generate (SIGSYS with si_code SYS_SECCOMP marks a
  * TRAP so the following skip is classed as trap), sched_process_exit (a task
  * leaving with seccomp.mode == SECCOMP_MODE_DEAD was killed by a KILL_THREAD /
@@ -45,6 +62,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define SECCOMP_MODE_FILTER 2
 #define SECCOMP_MODE_DEAD 3 /* SECCOMP_MODE_FILTER + 1, set by the KILL actions */
 #define SIGSYS 31
+#define TASK_INTERRUPTIBLE 0x1
 #define SYS_SECCOMP 1
 #define MAX_ERRNO 4095
 
@@ -60,10 +78,16 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 const volatile __u64 np_sample_limit = 1000; /* samples per CPU per ~1.07 s window */
 const volatile __u32 np_sample_tgid = 0;     /* 0: samples for every process */
 
+/* USER_NOTIF marks set and not yet cleared, node-wide (tp_btf only; see the top comment). */
+__s64 np_notify_marks = 0;
+
 struct np_task_state {
 	__u32 entered;   /* 1 between a confined sys_enter and its sys_exit */
 	__u32 trap;      /* 1 after a seccomp SIGSYS, until the syscall's exit */
 	__s32 trap_data; /* the filter's data, carried in si_errno */
+	__u32 notify;    /* 1 after a sleep inside seccomp (USER_NOTIF wait), until the next exit */
+	__u64 notify_nvcsw; /* the task's nvcsw at that sleep */
+	__s32 notify_nr;    /* the syscall that was waiting */
 	__u32 _pad;
 };
 
@@ -193,12 +217,53 @@ static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 er
 	np_stat(NP_STAT_SAMPLES);
 }
 
+static __always_inline unsigned int np_run_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+}
+
+/* A confined task outside any traced syscall body is going to sleep
+ * interruptibly: it waits for a USER_NOTIF answer (see the top comment). */
+static __always_inline void np_mark_notify(struct task_struct *task, struct np_task_state *st,
+					   struct pt_regs *regs)
+{
+	if (!st->notify)
+		__sync_fetch_and_add(&np_notify_marks, 1);
+	st->notify = 1;
+	st->notify_nvcsw = BPF_CORE_READ(task, nvcsw);
+	st->notify_nr = (__s32)BPF_CORE_READ(regs, orig_ax);
+}
+
+/* Clears a task's mark; marks are set and cleared only by the task itself or
+ * by sched_switch as it leaves the CPU, never concurrently. */
+static __always_inline void np_clear_notify(struct np_task_state *st)
+{
+	if (st->notify) {
+		st->notify = 0;
+		__sync_fetch_and_add(&np_notify_marks, -1);
+	}
+}
+
 /* A skipped syscall's exit: classify by the trap mark, else by the return value. */
 static __always_inline void np_skipped(struct task_struct *task, struct np_task_state *st, long nr,
 				       long ret)
 {
 	if (nr < 0)
 		return; /* a ptrace tracer cancelled the syscall (orig_ax = -1): not seccomp */
+	if (st->notify) {
+		np_clear_notify(st);
+		/* The mark belongs to this syscall only if nothing slept in between:
+		 * a CONTINUE'd notification runs the call, which leaves a stale mark. */
+		if (st->notify_nr == nr && BPF_CORE_READ(task, nvcsw) == st->notify_nvcsw) {
+			if (ret < 0 && ret >= -MAX_ERRNO)
+				np_emit(task, nr, -ret, NP_ACT_NOTIFY_ERROR);
+			else
+				np_stat(NP_STAT_NOTIFY_EMULATED);
+			return;
+		}
+	}
 	if (st->trap) {
 		st->trap = 0;
 		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
@@ -256,8 +321,21 @@ int np_btf_switch(__u64 *ctx)
 	__u64 *slot;
 
 	slot = bpf_map_lookup_elem(&np_slot, &zero);
-	if (!slot || *slot != (__u64)prev)
+	if (!slot)
 		return 0;
+	if (*slot != (__u64)prev) {
+		/* Not in a syscall entered on this CPU. Preempted, running, or not
+		 * confined: nothing to mark (ctx[0] is the preempt flag). */
+		if (ctx[0] || prev->seccomp.mode != SECCOMP_MODE_FILTER ||
+		    np_run_state(prev) != TASK_INTERRUPTIBLE)
+			return 0;
+		/* No state: never seen since attach, so "not entered" is unknown
+		 * (a syscall in flight at attach): leave it unjudged. */
+		st = bpf_task_storage_get(&np_task_store, prev, 0, 0);
+		if (st && !st->entered)
+			np_mark_notify(prev, st, (struct pt_regs *)bpf_task_pt_regs(prev));
+		return 0;
+	}
 	if (__sync_val_compare_and_swap(slot, (__u64)prev, 0) != (__u64)prev)
 		return 0;
 	st = bpf_task_storage_get(&np_task_store, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -280,13 +358,22 @@ int np_btf_exit(__u64 *ctx)
 		return 0;
 	slot = bpf_map_lookup_elem(&np_slot, &zero);
 	if (slot && *slot == (__u64)task &&
-	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task)
-		return 0; /* entered on this CPU and never left it: paired */
+	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task) {
+		/* Entered on this CPU and never left it: paired. A mark left by a
+		 * CONTINUE'd notification (this very call) ends here. */
+		if (np_notify_marks > 0) {
+			st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+			if (st)
+				np_clear_notify(st);
+		}
+		return 0;
+	}
 
 	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
 	if (st && st->entered) {
 		st->entered = 0;
 		st->trap = 0; /* a SIGSYS not from seccomp (self-queued) must not linger */
+		np_clear_notify(st);
 		return 0;
 	}
 	if (!st) {
@@ -338,6 +425,13 @@ int np_btf_proc_exit(__u64 *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
+	if (task->seccomp.mode == SECCOMP_MODE_FILTER && np_notify_marks > 0) {
+		/* Killed while waiting for its supervisor: the mark must not outlive it. */
+		struct np_task_state *st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+		if (st)
+			np_clear_notify(st);
+		return 0;
+	}
 	if (task->seccomp.mode != SECCOMP_MODE_DEAD)
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -399,9 +493,27 @@ struct np_tp_signal_generate {
 	int result;
 };
 
+struct np_tp_sched_switch {
+	__u64 common;
+	char prev_comm[16];
+	int prev_pid;
+	int prev_prio;
+	long prev_state; /* TASK_REPORT_MAX when preempted: 1 only for a voluntary interruptible sleep */
+	char next_comm[16];
+	int next_pid;
+	int next_prio;
+};
+
 static __always_inline int np_tp_mode(struct task_struct *task)
 {
 	return BPF_CORE_READ(task, seccomp.mode);
+}
+
+/* No bpf_task_pt_regs for classic tracepoints: pt_regs sit at the top of the kernel stack. */
+static __always_inline struct pt_regs *np_tp_regs(struct task_struct *task)
+{
+	void *stack = BPF_CORE_READ(task, stack);
+	return (struct pt_regs *)((char *)stack + NP_THREAD_SIZE - bpf_core_type_size(struct pt_regs));
 }
 
 SEC("tracepoint/raw_syscalls/sys_enter")
@@ -434,6 +546,7 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 	if (st && st->entered) {
 		st->entered = 0;
 		st->trap = 0;
+		np_clear_notify(st);
 		return 0;
 	}
 	if (!st) {
@@ -484,11 +597,23 @@ int np_tp_proc_exit(void *ctx)
 	if (mode != SECCOMP_MODE_DEAD)
 		return 0;
 	bpf_map_delete_elem(&np_tid_state, &tid);
-	/* No bpf_task_pt_regs here: find pt_regs at the top of the kernel stack. */
-	void *stack = BPF_CORE_READ(task, stack);
-	struct pt_regs *regs =
-		(struct pt_regs *)((char *)stack + NP_THREAD_SIZE - bpf_core_type_size(struct pt_regs));
-	unsigned long nr = BPF_CORE_READ(regs, orig_ax);
+	unsigned long nr = BPF_CORE_READ(np_tp_regs(task), orig_ax);
 	np_emit(task, (__s32)nr, 0, NP_ACT_KILL);
+	return 0;
+}
+
+/* The tracepoint fires on the CPU that switches away: current is prev. */
+SEC("tracepoint/sched/sched_switch")
+int np_tp_switch(struct np_tp_sched_switch *ctx)
+{
+	if (ctx->prev_state != TASK_INTERRUPTIBLE)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && !st->entered)
+		np_mark_notify(task, st, np_tp_regs(task));
 	return 0;
 }

@@ -681,3 +681,95 @@ fn tracepoint_strategy_with_an_external_btf_file() {
         expect(&[((MKDIR, libc::EPERM, Action::Errno), 3)])
     );
 }
+
+/// USER_NOTIF: a child loads a filter that notifies on mkdir (with a
+/// listener), the parent takes the listener fd with pidfd_getfd and answers:
+/// 4 calls with an error (EACCES), 2 with a value (emulated: not a denial),
+/// 3 with CONTINUE (the call really runs and fails with ENOENT: not a denial).
+/// Then 5 ERRNO denials of the same syscall from a second filter must stay `errno`.
+#[test]
+fn user_notif_error_is_notify_error_not_errno() {
+    use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe with a valid array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only runs the closure below and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = std::panic::catch_unwind(|| {
+                let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+                f.add_rule(ScmpAction::Notify, ScmpSyscall::from_name("mkdir").unwrap())
+                    .unwrap();
+                f.load().unwrap();
+                let fd = f.get_notify_fd().unwrap();
+                // SAFETY: writing 4 bytes from a valid buffer.
+                unsafe { libc::write(fds[1], (&fd as *const i32).cast(), 4) };
+                let mut got = Vec::new();
+                for _ in 0..9 {
+                    got.push(call(MKDIR));
+                }
+                let want: Vec<(i64, i32)> = [(-1, libc::EACCES); 4]
+                    .into_iter()
+                    .chain([(0, 0); 2].into_iter().map(|(r, _)| (r, -1)))
+                    .chain([(-1, libc::ENOENT); 3])
+                    .collect();
+                let mut bad = 0;
+                for (g, w) in got.iter().zip(&want) {
+                    // An emulated success leaves errno unspecified: compare the return only.
+                    bad += i32::from(g.0 != w.0 || (w.1 >= 0 && g.1 != w.1));
+                }
+                install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+                for _ in 0..5 {
+                    bad += i32::from(call(MKDIR) != (-1, libc::EPERM));
+                }
+                bad
+            })
+            .unwrap_or(101);
+            unsafe { libc::_exit(code) };
+        }
+        let mut child_fd = 0i32;
+        // SAFETY: reading 4 bytes into a valid i32; pidfd syscalls on our own child.
+        let listener = unsafe {
+            assert_eq!(libc::read(fds[0], (&mut child_fd as *mut i32).cast(), 4), 4);
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+            assert!(pidfd >= 0, "pidfd_open");
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, child_fd, 0) as i32;
+            assert!(fd >= 0, "pidfd_getfd");
+            libc::close(pidfd);
+            fd
+        };
+        for i in 0..9 {
+            let req = ScmpNotifReq::receive(listener).expect("receive");
+            let resp = match i {
+                0..=3 => {
+                    ScmpNotifResp::new_error(req.id, -libc::EACCES, ScmpNotifRespFlags::empty())
+                }
+                4..=5 => ScmpNotifResp::new_val(req.id, 0, ScmpNotifRespFlags::empty()),
+                _ => ScmpNotifResp::new_val(req.id, 0, ScmpNotifRespFlags::CONTINUE),
+            };
+            resp.respond(listener).expect("respond");
+        }
+        let mut status = 0;
+        // SAFETY: closing our fds and waiting for our own child.
+        unsafe {
+            libc::close(listener);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        }
+        assert!(exited_ok(status), "{s}: {status:#x}");
+        assert_eq!(
+            counts_of(&t, pid as u32),
+            expect(&[
+                ((MKDIR, libc::EACCES, Action::NotifyError), 4),
+                ((MKDIR, libc::EPERM, Action::Errno), 5),
+            ]),
+            "{s}"
+        );
+        assert!(t.stats().unwrap().notify_emulated >= 2, "{s}");
+    }
+}

@@ -130,6 +130,7 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
         Strategy::Tracepoint => &[
             ("np_tp_signal", Attach::Tp("signal", "signal_generate")),
             ("np_tp_proc_exit", Attach::Tp("sched", "sched_process_exit")),
+            ("np_tp_switch", Attach::Tp("sched", "sched_switch")),
             ("np_tp_enter", Attach::Tp("raw_syscalls", "sys_enter")),
             ("np_tp_exit", Attach::Tp("raw_syscalls", "sys_exit")),
         ],
@@ -466,6 +467,7 @@ impl EventSource for Tracer {
             lost_counts: v[stat::COUNT_MAP_FULL as usize],
             unjudged_first_exits: v[stat::UNPAIRED_FIRST as usize],
             state_failures: v[stat::STATE_FAIL as usize],
+            notify_emulated: v[stat::NOTIFY_EMULATED as usize],
         })
     }
 }

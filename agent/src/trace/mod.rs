@@ -102,6 +102,8 @@ pub struct Stats {
     /// child's first return, syscalls in flight at attach): not judged.
     pub unjudged_first_exits: u64,
     pub state_failures: u64,
+    /// USER_NOTIF calls the supervisor answered with a value (emulated): not denials.
+    pub notify_emulated: u64,
 }
 
 impl Stats {
