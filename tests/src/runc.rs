@@ -159,6 +159,16 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
+/// One `runc run`: what goes into config.json and what wraps runc.
+#[derive(Clone, Copy)]
+struct RunSpec<'a> {
+    profile: &'a [u8],
+    nnp: bool,
+    args: &'a [&'a str],
+    wrapper: &'a [OsString],
+    cgroups_path: Option<&'a str>,
+}
+
 /// Runs profiles through real runc. Cheap to share between threads.
 pub struct RuncOracle {
     dir: PathBuf,
@@ -261,7 +271,13 @@ impl RuncOracle {
         args: &[&str],
         wrapper: &[OsString],
     ) -> Result<RuncRun, OracleError> {
-        self.run_full(profile_bytes, no_new_privileges, args, wrapper, None)
+        self.run_full(&RunSpec {
+            profile: profile_bytes,
+            nnp: no_new_privileges,
+            args,
+            wrapper,
+            cgroups_path: None,
+        })
     }
 
     /// Like [`RuncOracle::run`], with `.linux.cgroupsPath` set to `cgroups_path`
@@ -274,23 +290,16 @@ impl RuncOracle {
         args: &[&str],
         cgroups_path: &str,
     ) -> Result<RuncRun, OracleError> {
-        self.run_full(
-            profile_bytes,
-            no_new_privileges,
+        self.run_full(&RunSpec {
+            profile: profile_bytes,
+            nnp: no_new_privileges,
             args,
-            &[],
-            Some(cgroups_path),
-        )
+            wrapper: &[],
+            cgroups_path: Some(cgroups_path),
+        })
     }
 
-    fn run_full(
-        &self,
-        profile_bytes: &[u8],
-        no_new_privileges: bool,
-        args: &[&str],
-        wrapper: &[OsString],
-        cgroups_path: Option<&str>,
-    ) -> Result<RuncRun, OracleError> {
+    fn run_full(&self, spec: &RunSpec) -> Result<RuncRun, OracleError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -298,15 +307,7 @@ impl RuncOracle {
             .unwrap_or(0);
         let id = format!("nodeproof-{}-{n}-{nanos:x}", std::process::id());
         let bundle = self.dir.join("runs").join(&id);
-        let result = self.run_in_bundle(
-            &id,
-            &bundle,
-            profile_bytes,
-            no_new_privileges,
-            args,
-            wrapper,
-            cgroups_path,
-        );
+        let result = self.run_in_bundle(&id, &bundle, spec);
         // Always clean up, whatever happened; a leftover container would leak a process.
         let _ = Command::new(&self.runc)
             .arg("--root")
@@ -321,12 +322,15 @@ impl RuncOracle {
         &self,
         id: &str,
         bundle: &Path,
-        profile: &[u8],
-        nnp: bool,
-        args: &[&str],
-        wrapper: &[OsString],
-        cgroups_path: Option<&str>,
+        spec: &RunSpec,
     ) -> Result<RuncRun, OracleError> {
+        let RunSpec {
+            profile,
+            nnp,
+            args,
+            wrapper,
+            cgroups_path,
+        } = *spec;
         let rootfs = bundle.join("rootfs");
         fs::create_dir_all(rootfs.join("bin")).map_err(io_err("mkdir rootfs"))?;
         fs::create_dir_all(rootfs.join("tmp")).map_err(io_err("mkdir rootfs/tmp"))?;

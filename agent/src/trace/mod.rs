@@ -88,6 +88,8 @@ pub struct TraceOptions {
     pub format: OutputFormat,
     /// Force a strategy instead of probing.
     pub strategy: Option<Strategy>,
+    /// Kernel BTF from this file (see [`TracerConfig::btf_path`]).
+    pub btf_path: Option<std::path::PathBuf>,
 }
 
 /// The programs' own counters.
@@ -262,6 +264,7 @@ pub fn run(
     let mut tracer = Tracer::start(&TracerConfig {
         strategy: opts.strategy,
         sample_pid: opts.pid,
+        btf_path: opts.btf_path.clone(),
         ..TracerConfig::default()
     })?;
     run_with(
