@@ -58,7 +58,7 @@ fn binary_for_nobody(dir: &Path) -> PathBuf {
 /// `nodeproof trace` as nobody with `caps` (e.g. "+bpf,+perfmon", or "" for none)
 /// as its only inheritable and ambient capabilities, and an empty bounding set
 /// apart from them: after exec the process holds exactly `caps`.
-fn trace_as_nobody(bin: &Path, caps: &str, duration: &str) -> Child {
+fn trace_as_nobody(bin: &Path, caps: &str, duration: &str, extra: &[&str]) -> Child {
     let mut cmd = Command::new("setpriv");
     cmd.args([
         &format!("--reuid={NOBODY}"),
@@ -84,6 +84,7 @@ fn trace_as_nobody(bin: &Path, caps: &str, duration: &str) -> Child {
             "--comm",
             COMM,
         ])
+        .args(extra)
         // info: the "strategy loaded" line tells the test when the programs are attached.
         .env("NODEPROOF_LOG", "info")
         .env("NO_COLOR", "1")
@@ -151,7 +152,7 @@ fn non_root_with_only_cap_bpf_and_cap_perfmon_counts_exactly() {
     }
     let dir = tempfile::tempdir().unwrap();
     let bin = binary_for_nobody(dir.path());
-    let mut child = trace_as_nobody(&bin, "+bpf,+perfmon", "3s");
+    let mut child = trace_as_nobody(&bin, "+bpf,+perfmon", "3s", &[]);
 
     // Wait for the attach, keeping what was said for the failure message.
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
@@ -228,7 +229,7 @@ fn without_the_capabilities_it_fails_naming_them() {
         ("+perfmon", &["missing CAP_BPF"]),
     ];
     for (caps, named) in cases {
-        let out = trace_as_nobody(&bin, caps, "1s")
+        let out = trace_as_nobody(&bin, caps, "1s", &[])
             .wait_with_output()
             .expect("wait for nodeproof");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -243,4 +244,37 @@ fn without_the_capabilities_it_fails_naming_them() {
         );
         assert!(out.stdout.is_empty(), "caps {caps:?}");
     }
+}
+
+/// With the capabilities but forced onto classic tracepoints: tracefs (where
+/// their ids live) is root-only, and the refusal says so instead of aya's
+/// "tracefs not found".
+#[test]
+fn forced_tracepoint_as_non_root_names_tracefs() {
+    if let Some(r) = skip_reason() {
+        eprintln!("SKIP forced_tracepoint_as_non_root_names_tracefs: {r}");
+        return;
+    }
+    let tracefs_root_only = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .filter_map(|d| std::fs::metadata(d).ok())
+        .any(|m| m.permissions().mode() & 0o005 == 0);
+    if !tracefs_root_only {
+        eprintln!(
+            "SKIP forced_tracepoint_as_non_root_names_tracefs: tracefs is world-readable here"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = binary_for_nobody(dir.path());
+    let out = trace_as_nobody(&bin, "+bpf,+perfmon", "1s", &["--strategy", "tracepoint"])
+        .wait_with_output()
+        .expect("wait for nodeproof");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tracepoint: BPFPermissionDenied")
+            && stderr.contains("tracing/events is not readable"),
+        "{stderr}"
+    );
 }
