@@ -149,8 +149,11 @@ static __always_inline __u32 np_arch(struct task_struct *task)
 	return (status & TS_COMPAT) ? AUDIT_ARCH_I386 : AUDIT_ARCH_X86_64;
 }
 
-/* Count one denial exactly, then maybe sample it. Only the denial path runs this. */
-static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 err, __u32 action)
+/* Count one denial exactly, then maybe sample it. Only the denial path runs this.
+ * core = 0 (the BTF-free programs, a compile-time constant): no CO-RE reads,
+ * so the arch is taken as x86_64 and mnt_ns as 0. */
+static __always_inline void np_emit_x(struct task_struct *task, __s32 nr, __s32 err, __u32 action,
+				      const int core)
 {
 	struct np_count_key key = {};
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -162,7 +165,7 @@ static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 er
 	key.nr = nr;
 	key.err = err;
 	key.action = action;
-	key.arch = np_arch(task);
+	key.arch = core ? np_arch(task) : AUDIT_ARCH_X86_64;
 	bpf_get_current_comm(key.comm, sizeof(key.comm));
 
 	cnt = bpf_map_lookup_elem(&np_counts, &key);
@@ -206,7 +209,7 @@ static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 er
 	ev->cgroup_id = key.cgroup_id;
 	ev->tgid = key.tgid;
 	ev->tid = (__u32)pid_tgid;
-	ev->mnt_ns = BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
+	ev->mnt_ns = core ? BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum) : 0;
 	ev->nr = nr;
 	ev->arch = key.arch;
 	ev->err = err;
@@ -246,13 +249,18 @@ static __always_inline void np_clear_notify(struct np_task_state *st)
 	}
 }
 
-/* A skipped syscall's exit: classify by the trap mark, else by the return value. */
-static __always_inline void np_skipped(struct task_struct *task, struct np_task_state *st, long nr,
-				       long ret)
+static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 err, __u32 action)
+{
+	np_emit_x(task, nr, err, action, 1);
+}
+
+/* A skipped syscall's exit: classify by the notify and trap marks, else by the return value. */
+static __always_inline void np_skipped_x(struct task_struct *task, struct np_task_state *st,
+					 long nr, long ret, const int core)
 {
 	if (nr < 0)
 		return; /* a ptrace tracer cancelled the syscall (orig_ax = -1): not seccomp */
-	if (st->notify) {
+	if (core && st->notify) {
 		np_clear_notify(st);
 		/* The mark belongs to this syscall only if nothing slept in between:
 		 * a CONTINUE'd notification runs the call, which leaves a stale mark. */
@@ -266,10 +274,16 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
 	}
 	if (st->trap) {
 		st->trap = 0;
-		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
+		np_emit_x(task, nr, st->trap_data, NP_ACT_TRAP, core);
 		return;
 	}
-	np_emit(task, nr, (ret < 0 && ret >= -MAX_ERRNO) ? -ret : 0, NP_ACT_ERRNO);
+	np_emit_x(task, nr, (ret < 0 && ret >= -MAX_ERRNO) ? -ret : 0, NP_ACT_ERRNO, core);
+}
+
+static __always_inline void np_skipped(struct task_struct *task, struct np_task_state *st, long nr,
+				       long ret)
+{
+	np_skipped_x(task, st, nr, ret, 1);
 }
 
 /* ---------------------------------------------------------------- tp_btf */
@@ -615,5 +629,122 @@ int np_tp_switch(struct np_tp_sched_switch *ctx)
 	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
 	if (st && !st->entered)
 		np_mark_notify(task, st, np_tp_regs(task));
+	return 0;
+}
+
+/* --------------------------------------------------- tracepoint without BTF
+ *
+ * The same classic-tracepoint pairing for kernels without BTF (and no BTF
+ * file): no CO-RE at all. The one task_struct field needed, seccomp.mode, is
+ * read at np_off_seccomp_mode, which the loader finds first with np_nb_probe:
+ * it snapshots the bytes of one of its own threads' task_struct before and
+ * after that thread installs an allow-all filter, and looks for struct
+ * seccomp's signature (mode 0 -> 2, filter_count 0 -> 1, filter NULL -> a
+ * kernel pointer). Given up here: the arch (x86_64 assumed), mnt_ns (0),
+ * USER_NOTIF classification (errno), and the syscall of a KILL (nr -1:
+ * pt_regs would need task->stack's offset too).
+ */
+const volatile __u32 np_off_seccomp_mode = 0;
+const volatile __u32 np_probe_tid = 0;
+
+#define NP_PROBE_BYTES 16384
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, char[NP_PROBE_BYTES]);
+} np_probe_snap SEC(".maps");
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int np_nb_probe(void *ctx)
+{
+	__u32 zero = 0;
+	if ((__u32)bpf_get_current_pid_tgid() != np_probe_tid)
+		return 0;
+	void *buf = bpf_map_lookup_elem(&np_probe_snap, &zero);
+	if (buf)
+		bpf_probe_read_kernel(buf, NP_PROBE_BYTES, (void *)bpf_get_current_task());
+	return 0;
+}
+
+static __always_inline int np_nb_mode(void)
+{
+	int mode = 0;
+	bpf_probe_read_kernel(&mode, sizeof(mode),
+			      (char *)bpf_get_current_task() + np_off_seccomp_mode);
+	return mode;
+}
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int np_nb_enter(struct np_tp_sys_enter *ctx)
+{
+	if (np_nb_mode() != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->entered = 1;
+	} else {
+		struct np_task_state init = {.entered = 1};
+		bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int np_nb_exit(struct np_tp_sys_exit *ctx)
+{
+	if (np_nb_mode() != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && st->entered) {
+		st->entered = 0;
+		st->trap = 0;
+		return 0;
+	}
+	if (!st) {
+		struct np_task_state init = {};
+		np_stat(NP_STAT_UNPAIRED_FIRST);
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+		return 0;
+	}
+	np_skipped_x((struct task_struct *)bpf_get_current_task(), st, ctx->id, ctx->ret, 0);
+	return 0;
+}
+
+SEC("tracepoint/signal/signal_generate")
+int np_nb_signal(struct np_tp_signal_generate *ctx)
+{
+	if (ctx->sig != SIGSYS || ctx->code != SYS_SECCOMP)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if ((__u32)ctx->pid != tid || np_nb_mode() != SECCOMP_MODE_FILTER)
+		return 0;
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->trap = 1;
+		st->trap_data = ctx->err;
+	} else {
+		struct np_task_state init = {.trap = 1, .trap_data = ctx->err};
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+	}
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int np_nb_proc_exit(void *ctx)
+{
+	int mode = np_nb_mode();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (mode != SECCOMP_MODE_FILTER && mode != SECCOMP_MODE_DEAD)
+		return 0;
+	bpf_map_delete_elem(&np_tid_state, &tid); /* tids are recycled */
+	if (mode == SECCOMP_MODE_DEAD)
+		np_emit_x((struct task_struct *)bpf_get_current_task(), -1, 0, NP_ACT_KILL, 0);
 	return 0;
 }

@@ -621,30 +621,24 @@ impl Drop for CgroupDir {
     }
 }
 
-/// No BTF (forced with a BTF path that does not exist): every strategy is
-/// refused, in probe order, as KernelUnsupported naming the missing BTF, and
-/// the node condition's reason says so.
+/// No BTF (forced with a BTF path that does not exist): fexit and tp_btf are
+/// refused, in probe order, as KernelUnsupported naming the missing BTF; the
+/// tracepoint strategy loads its BTF-free variant (seccomp.mode at a probed
+/// offset) and still counts ERRNO, TRAP and KILL exactly (a KILL's syscall is
+/// unknown there: nr -1).
 #[test]
-fn without_btf_every_strategy_refuses_in_order_as_kernel_unsupported() {
+fn without_btf_the_tracepoint_strategy_runs_btf_free_and_stays_exact() {
     require_bpf!();
-    let err = match Tracer::start(&TracerConfig {
+    let no_btf = TracerConfig {
         btf_path: Some("/nonexistent-nodeproof/vmlinux".into()),
         ..TracerConfig::default()
-    }) {
-        Ok(t) => panic!("loaded {} without BTF", t.strategy()),
-        Err(e) => e,
     };
-    let TraceError::NoStrategy {
-        missing_caps,
-        attempts,
-    } = &err
-    else {
-        panic!("{err}");
-    };
-    assert!(missing_caps.is_empty());
-    let order: Vec<Strategy> = attempts.iter().map(|a| a.strategy).collect();
-    assert_eq!(order, Strategy::ALL.to_vec());
-    for a in attempts {
+    let t = Tracer::start(&no_btf).expect("tracepoint without BTF");
+    assert_eq!(t.strategy(), Strategy::Tracepoint);
+    let offset = t.btf_free_offset().expect("BTF-free variant");
+    let order: Vec<Strategy> = t.attempts().iter().map(|a| a.strategy).collect();
+    assert_eq!(order, vec![Strategy::Fexit, Strategy::TpBtf]);
+    for a in t.attempts() {
         assert_eq!(a.reason, loader::FailureReason::KernelUnsupported, "{a}");
         assert!(
             a.detail
@@ -652,7 +646,66 @@ fn without_btf_every_strategy_refuses_in_order_as_kernel_unsupported() {
             "{a}"
         );
     }
-    assert_eq!(trace::Readiness::failed(&err).reason, "KernelUnsupported");
+    eprintln!("probed task_struct.seccomp.mode offset: {offset}");
+
+    let (pid, status) = in_child(|| {
+        install(&[
+            ("mkdir", ScmpAction::Errno(libc::EPERM)),
+            ("rmdir", ScmpAction::Errno(libc::EACCES)),
+        ]);
+        let mut bad = 0;
+        for _ in 0..5 {
+            bad += i32::from(call(MKDIR) != (-1, libc::EPERM));
+        }
+        for _ in 0..3 {
+            bad += i32::from(call(RMDIR) != (-1, libc::EACCES));
+        }
+        bad
+    });
+    assert!(exited_ok(status));
+    assert_eq!(
+        counts_of(&t, pid),
+        expect(&[
+            ((MKDIR, libc::EPERM, Action::Errno), 5),
+            ((RMDIR, libc::EACCES, Action::Errno), 3),
+        ])
+    );
+    let (pid, status) = in_child(|| {
+        install(&[("chmod", ScmpAction::KillProcess)]);
+        call(CHMOD);
+        0
+    });
+    assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS);
+    assert_eq!(counts_of(&t, pid), expect(&[((-1, 0, Action::Kill), 1)]));
+    // Unconfined and allowed syscalls: nothing (the probe's own thread included).
+    assert!(t
+        .counts()
+        .unwrap()
+        .iter()
+        .all(|(k, _)| k.pid != std::process::id()));
+}
+
+/// Nothing loads without BTF when the tracepoint strategy cannot run either
+/// (forced fexit/tp_btf): the refusal is KernelUnsupported and says why.
+#[test]
+fn without_btf_btf_strategies_refuse_as_kernel_unsupported() {
+    require_bpf!();
+    for s in [Strategy::Fexit, Strategy::TpBtf] {
+        let err = match Tracer::start(&TracerConfig {
+            strategy: Some(s),
+            btf_path: Some("/nonexistent-nodeproof/vmlinux".into()),
+            ..TracerConfig::default()
+        }) {
+            Ok(_) => panic!("{s} loaded without BTF"),
+            Err(e) => e,
+        };
+        let TraceError::NoStrategy { attempts, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].reason, loader::FailureReason::KernelUnsupported);
+        assert_eq!(trace::Readiness::failed(&err).reason, "KernelUnsupported");
+    }
 }
 
 /// An external BTF file (here a copy of the kernel's) serves the tracepoint

@@ -137,6 +137,18 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
     }
 }
 
+/// The tracepoint strategy's programs when there is no BTF: no CO-RE reads,
+/// `seccomp.mode` at a probed offset (see `probe_seccomp_mode_offset`).
+const BTF_FREE_PROGRAMS: &[(&str, Attach)] = &[
+    ("np_nb_signal", Attach::Tp("signal", "signal_generate")),
+    ("np_nb_proc_exit", Attach::Tp("sched", "sched_process_exit")),
+    ("np_nb_enter", Attach::Tp("raw_syscalls", "sys_enter")),
+    ("np_nb_exit", Attach::Tp("raw_syscalls", "sys_exit")),
+];
+
+/// Bytes of task_struct the offset probe snapshots (np_probe_snap's value size).
+const PROBE_BYTES: usize = 16384;
+
 /// A running tracer. Dropping it detaches every program.
 pub struct Tracer {
     // Owns the programs and their links; kept alive for the attachment.
@@ -146,6 +158,8 @@ pub struct Tracer {
     stats: PerCpuArray<MapData, u64>,
     strategy: Strategy,
     attempts: Vec<ProbeAttempt>,
+    /// The probed offset of task_struct.seccomp.mode when running without BTF.
+    btf_free_offset: Option<u32>,
 }
 
 impl Tracer {
@@ -166,12 +180,18 @@ impl Tracer {
         let mut attempts = Vec::new();
         for strategy in order {
             match try_strategy(strategy, cfg, btf.as_ref()) {
-                Ok(bpf) => {
+                Ok((bpf, btf_free_offset)) => {
                     for a in &attempts {
                         tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
                     }
                     tracing::info!(%strategy, "seccomp tracing strategy loaded");
-                    let tracer = Self::from_loaded(bpf, strategy, attempts);
+                    if let Some(offset) = btf_free_offset {
+                        tracing::info!(offset, "no BTF: task_struct.seccomp.mode offset probed");
+                    }
+                    let tracer = Self::from_loaded(bpf, strategy, attempts).map(|t| Self {
+                        btf_free_offset,
+                        ..t
+                    });
                     drop(btf);
                     // Parsing kernel BTF (several times: aya's loader parses its own copy)
                     // peaks at tens of MiB of heap; hand it back so a long-running agent
@@ -216,7 +236,14 @@ impl Tracer {
             stats,
             strategy,
             attempts,
+            btf_free_offset: None,
         })
+    }
+
+    /// `Some(offset of task_struct.seccomp.mode)` when the tracepoint strategy
+    /// runs without BTF (arch, mnt_ns, notify-error and a KILL's syscall are then unknown).
+    pub fn btf_free_offset(&self) -> Option<u32> {
+        self.btf_free_offset
     }
 
     /// Strategies refused before this one loaded (empty when the first loaded).
@@ -229,27 +256,36 @@ fn try_strategy(
     strategy: Strategy,
     cfg: &TracerConfig,
     btf: Result<&Btf, &String>,
-) -> Result<Ebpf, ProbeAttempt> {
+) -> Result<(Ebpf, Option<u32>), ProbeAttempt> {
     let fail = |reason, detail: String| ProbeAttempt {
         strategy,
         reason,
         detail,
     };
-    // Every strategy reads task_struct fields through CO-RE relocations
-    // (seccomp.mode, stack, thread_info.status, nsproxy): without BTF aya would
-    // load them unrelocated, at the offsets of np_core.h's partial structs, and
-    // the programs would read the wrong bytes. Refuse honestly instead.
-    let btf = btf.map_err(|why| {
-        fail(
-            FailureReason::KernelUnsupported,
-            format!("{why} (CO-RE reads of task_struct need kernel BTF or an external BTF file)"),
-        )
-    })?;
     if strategy == Strategy::Tracepoint {
         if let Some(detail) = tracefs_unreadable() {
             return Err(fail(FailureReason::BpfPermissionDenied, detail));
         }
     }
+    // The CO-RE programs read task_struct fields through relocations
+    // (seccomp.mode, stack, thread_info.status, nsproxy): without BTF aya would
+    // load them unrelocated, at the offsets of np_core.h's partial structs, and
+    // they would read the wrong bytes. fexit and tp_btf need the kernel's BTF
+    // anyway; the tracepoint strategy has a BTF-free variant with one probed offset.
+    let btf = match btf {
+        Ok(btf) => btf,
+        Err(why) if strategy == Strategy::Tracepoint => {
+            return load_btf_free(cfg).map_err(|(reason, detail)| {
+                fail(reason, format!("{why}; BTF-free variant: {detail}"))
+            });
+        }
+        Err(why) => {
+            return Err(fail(
+                FailureReason::KernelUnsupported,
+                format!("{why} (attaching to BTF-typed points needs the kernel's BTF)"),
+            ))
+        }
+    };
     let sample_pid = cfg.sample_pid.unwrap_or(0);
     let mut loader = EbpfLoader::new();
     loader
@@ -263,7 +299,27 @@ fn try_strategy(
             format!("creating maps: {}", error_chain(&e)),
         )
     })?;
-    for (name, attach) in programs(strategy) {
+    attach_all(&mut bpf, programs(strategy), Some(btf))
+        .map_err(|(reason, detail)| fail(reason, detail))?;
+    Ok((bpf, None))
+}
+
+/// Loads and attaches `progs` in order; the error is the refusal's reason and detail.
+fn attach_all(
+    bpf: &mut Ebpf,
+    progs: &[(&'static str, Attach)],
+    btf: Option<&Btf>,
+) -> Result<(), (FailureReason, String)> {
+    let fail = |reason, detail: String| (reason, detail);
+    let need_btf = || {
+        btf.ok_or_else(|| {
+            fail(
+                FailureReason::KernelUnsupported,
+                "BTF-typed attach point without BTF".to_string(),
+            )
+        })
+    };
+    for (name, attach) in progs {
         let step = |what: &str, e: &(dyn std::error::Error + 'static)| {
             fail(
                 FailureReason::from_errno(errno_in(e)),
@@ -276,12 +332,12 @@ fn try_strategy(
         match attach {
             Attach::Fexit(func) => {
                 let p: &mut FExit = prog.try_into().map_err(|e| step("type of", &e))?;
-                p.load(func, btf).map_err(|e| step("loading", &e))?;
+                p.load(func, need_btf()?).map_err(|e| step("loading", &e))?;
                 p.attach().map_err(|e| step("attaching", &e))?;
             }
             Attach::BtfTp(tp) => {
                 let p: &mut BtfTracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
-                p.load(tp, btf).map_err(|e| step("loading", &e))?;
+                p.load(tp, need_btf()?).map_err(|e| step("loading", &e))?;
                 p.attach().map_err(|e| step("attaching", &e))?;
             }
             Attach::Tp(cat, tp) => {
@@ -291,7 +347,162 @@ fn try_strategy(
             }
         }
     }
-    Ok(bpf)
+    Ok(())
+}
+
+/// The tracepoint strategy without BTF: probe the offset of
+/// task_struct.seccomp.mode, then load the CO-RE-free programs with it.
+fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReason, String)> {
+    let offset = probe_seccomp_mode_offset()?;
+    let sample_pid = cfg.sample_pid.unwrap_or(0);
+    let mut bpf = EbpfLoader::new()
+        .allow_unsupported_maps()
+        .btf(None)
+        .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
+        .override_global("np_sample_tgid", &sample_pid, true)
+        .override_global("np_off_seccomp_mode", &offset, true)
+        .load(bpf::SECCOMP_TRACE)
+        .map_err(|e| {
+            (
+                FailureReason::from_errno(errno_in(&e)),
+                format!("creating maps: {}", error_chain(&e)),
+            )
+        })?;
+    attach_all(&mut bpf, BTF_FREE_PROGRAMS, None)?;
+    Ok((bpf, Some(offset)))
+}
+
+/// Finds task_struct.seccomp.mode without BTF: one of our own threads has its
+/// task_struct bytes snapshotted (np_nb_probe, on its syscalls) before and
+/// after it installs an allow-all filter; `find_seccomp_mode` diffs them. The
+/// thread keeps its filter and no_new_privs and exits; no other thread is affected.
+fn probe_seccomp_mode_offset() -> Result<u32, (FailureReason, String)> {
+    use std::sync::mpsc;
+    let (tid_tx, tid_rx) = mpsc::channel::<u32>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<Result<(), String>>();
+    let worker = std::thread::spawn(move || {
+        // SAFETY: gettid/getppid take no arguments.
+        let _ = tid_tx.send(unsafe { libc::gettid() } as u32);
+        if go_rx.recv().is_err() {
+            return;
+        }
+        // SAFETY: a syscall the probe program snapshots on.
+        unsafe { libc::getppid() };
+        let _ = done_tx.send(Ok(()));
+        if go_rx.recv().is_err() {
+            return;
+        }
+        let _ = done_tx.send(install_allow_all_filter().map(|()| {
+            // SAFETY: as above, now under the filter.
+            unsafe { libc::getppid() };
+        }));
+    });
+    let tid = tid_rx
+        .recv()
+        .map_err(|_| (FailureReason::LoadFailed, "probe thread died".to_string()))?;
+    let result = (|| {
+        let mut bpf = EbpfLoader::new()
+            .allow_unsupported_maps()
+            .btf(None)
+            .override_global("np_probe_tid", &tid, true)
+            .load(bpf::SECCOMP_TRACE)
+            .map_err(|e| {
+                (
+                    FailureReason::from_errno(errno_in(&e)),
+                    format!("creating maps: {}", error_chain(&e)),
+                )
+            })?;
+        attach_all(
+            &mut bpf,
+            &[("np_nb_probe", Attach::Tp("raw_syscalls", "sys_enter"))],
+            None,
+        )?;
+        let snap = aya::maps::Array::<_, [u8; PROBE_BYTES]>::try_from(
+            bpf.map("np_probe_snap").ok_or((
+                FailureReason::LoadFailed,
+                "no np_probe_snap map".to_string(),
+            ))?,
+        )
+        .map_err(|e| (FailureReason::LoadFailed, error_chain(&e)))?;
+        let take = || -> Result<Box<[u8; PROBE_BYTES]>, (FailureReason, String)> {
+            let broken = || (FailureReason::LoadFailed, "probe thread died".to_string());
+            go_tx.send(()).map_err(|_| broken())?;
+            done_rx
+                .recv()
+                .map_err(|_| broken())?
+                .map_err(|e| (FailureReason::LoadFailed, e))?;
+            snap.get(&0, 0)
+                .map(Box::new)
+                .map_err(|e| (FailureReason::LoadFailed, error_chain(&e)))
+        };
+        let before = take()?;
+        let after = take()?;
+        find_seccomp_mode(&before[..], &after[..])
+            .map_err(|e| (FailureReason::KernelUnsupported, e))
+    })();
+    drop(go_tx);
+    let _ = worker.join();
+    result
+}
+
+/// Puts the calling thread under an allow-all filter (with no_new_privs,
+/// which an unprivileged filter needs).
+fn install_allow_all_filter() -> Result<(), String> {
+    const SECCOMP_SET_MODE_FILTER: libc::c_long = 1;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    let mut insn = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: SECCOMP_RET_ALLOW,
+    }];
+    let prog = libc::sock_fprog {
+        len: 1,
+        filter: insn.as_mut_ptr(),
+    };
+    // SAFETY: prctl with integer arguments; seccomp with a valid one-instruction program.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(format!(
+                "PR_SET_NO_NEW_PRIVS: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0 {
+            return Err(format!("seccomp(): {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// The offset of `struct seccomp` in two task_struct snapshots taken before
+/// and after a filter was installed: `int mode` 0 → 2 (SECCOMP_MODE_FILTER),
+/// `atomic_t filter_count` 0 → 1 (0 → 0 before 5.9, where it is padding),
+/// `struct seccomp_filter *filter` NULL → a kernel address. Exactly one match
+/// or an error (other fields change between snapshots too: times, counters).
+pub fn find_seccomp_mode(before: &[u8], after: &[u8]) -> Result<u32, String> {
+    let u32_at = |s: &[u8], o: usize| u32::from_ne_bytes(s[o..o + 4].try_into().unwrap());
+    let u64_at = |s: &[u8], o: usize| u64::from_ne_bytes(s[o..o + 8].try_into().unwrap());
+    let len = before.len().min(after.len());
+    let found: Vec<usize> = (0..len.saturating_sub(16))
+        .step_by(8)
+        .filter(|&o| {
+            u32_at(before, o) == 0
+                && u32_at(after, o) == 2
+                && u32_at(before, o + 4) == 0
+                && u32_at(after, o + 4) <= 1
+                && u64_at(before, o + 8) == 0
+                && u64_at(after, o + 8) >= 0xffff_8000_0000_0000
+        })
+        .collect();
+    match found.as_slice() {
+        [o] => Ok(*o as u32),
+        [] => Err("no struct seccomp signature in the task_struct snapshots".to_string()),
+        many => Err(format!(
+            "struct seccomp signature is ambiguous at offsets {many:?}"
+        )),
+    }
 }
 
 /// Why classic tracepoints cannot be attached by this process, when the
@@ -518,6 +729,27 @@ mod tests {
         assert!(missing_capabilities((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
         assert_eq!(missing_capabilities(1 << CAP_BPF), vec!["CAP_PERFMON"]);
         assert_eq!(missing_capabilities(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+    }
+
+    #[test]
+    fn seccomp_signature_found_once() {
+        let mut before = vec![0u8; 256];
+        let mut after = vec![0u8; 256];
+        // Noise that changes between snapshots (a counter, a time).
+        before[16] = 7;
+        after[16] = 9;
+        after[40..44].copy_from_slice(&2u32.to_ne_bytes()); // mode 0 -> 2 but no filter pointer
+        after[96..100].copy_from_slice(&2u32.to_ne_bytes());
+        after[100..104].copy_from_slice(&1u32.to_ne_bytes());
+        after[104..112].copy_from_slice(&0xffff_8881_0000_1000u64.to_ne_bytes());
+        assert_eq!(find_seccomp_mode(&before, &after), Ok(96));
+        assert!(find_seccomp_mode(&before, &before).is_err());
+        // A second match is refused, not guessed.
+        after[160..164].copy_from_slice(&2u32.to_ne_bytes());
+        after[168..176].copy_from_slice(&0xffff_8881_0000_2000u64.to_ne_bytes());
+        assert!(find_seccomp_mode(&before, &after)
+            .unwrap_err()
+            .contains("ambiguous"));
     }
 
     #[test]

@@ -196,7 +196,15 @@ pub struct Readiness {
 impl Readiness {
     pub fn of(result: Result<&Tracer, &TraceError>) -> Self {
         match result {
-            Ok(t) => Self::loaded(t.strategy(), t.attempts()),
+            Ok(t) => {
+                let mut r = Self::loaded(t.strategy(), t.attempts());
+                if let Some(off) = t.btf_free_offset() {
+                    r.message.push_str(&format!(
+                        "; no BTF: task_struct.seccomp.mode probed at offset {off}, arch, mount namespace, notify-error and a KILL's syscall unknown"
+                    ));
+                }
+                r
+            }
             Err(e) => Self::failed(e),
         }
     }
