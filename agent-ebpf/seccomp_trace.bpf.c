@@ -641,13 +641,35 @@ int np_tp_switch(struct np_tp_sched_switch *ctx)
  * after that thread installs an allow-all filter, and looks for struct
  * seccomp's signature (mode 0 -> 2, filter_count 0 -> 1, filter NULL -> a
  * kernel pointer). Given up here: the arch (x86_64 assumed), mnt_ns (0),
- * USER_NOTIF classification (errno), and the syscall of a KILL (nr -1:
- * pt_regs would need task->stack's offset too).
+ * USER_NOTIF classification (errno). A KILL's syscall comes from the pt_regs
+ * at the top of the kernel stack, whose task->stack offset the probe finds
+ * too (np_off_stack; nr -1 when it did not).
  */
 const volatile __u32 np_off_seccomp_mode = 0;
+const volatile __u32 np_off_stack = 0; /* task->stack; 0: not found, a KILL's nr is then -1 */
 const volatile __u32 np_probe_tid = 0;
 
 #define NP_PROBE_BYTES 16384
+#define NP_PROBE_CANDIDATES 32
+#define NP_PT_REGS_SIZE 168   /* x86_64 struct pt_regs: 21 registers, an ABI (user_regs_struct) */
+#define NP_PT_REGS_DI 112
+#define NP_PT_REGS_ORIG_AX 120
+
+/* task->stack candidates from user space (kernel addresses aligned to the
+ * stack size), and whether each one's pt_regs match the probing syscall. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NP_PROBE_CANDIDATES);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_probe_cand SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NP_PROBE_CANDIDATES);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_probe_hit SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -657,7 +679,7 @@ struct {
 } np_probe_snap SEC(".maps");
 
 SEC("tracepoint/raw_syscalls/sys_enter")
-int np_nb_probe(void *ctx)
+int np_nb_probe(struct np_tp_sys_enter *ctx)
 {
 	__u32 zero = 0;
 	if ((__u32)bpf_get_current_pid_tgid() != np_probe_tid)
@@ -665,6 +687,20 @@ int np_nb_probe(void *ctx)
 	void *buf = bpf_map_lookup_elem(&np_probe_snap, &zero);
 	if (buf)
 		bpf_probe_read_kernel(buf, NP_PROBE_BYTES, (void *)bpf_get_current_task());
+	/* A candidate is task->stack if the pt_regs at its top hold this very
+	 * syscall: orig_ax is the nr and di the first argument. */
+	for (__u32 i = 0; i < NP_PROBE_CANDIDATES; i++) {
+		__u32 k = i;
+		__u64 *cand = bpf_map_lookup_elem(&np_probe_cand, &k);
+		__u64 *hit = bpf_map_lookup_elem(&np_probe_hit, &k);
+		if (!cand || !hit || !*cand)
+			continue;
+		char *regs = (char *)*cand + NP_THREAD_SIZE - NP_PT_REGS_SIZE;
+		__u64 orig_ax = 0, di = 0;
+		bpf_probe_read_kernel(&orig_ax, 8, regs + NP_PT_REGS_ORIG_AX);
+		bpf_probe_read_kernel(&di, 8, regs + NP_PT_REGS_DI);
+		*hit = orig_ax == (__u64)ctx->id && di == ctx->args[0];
+	}
 	return 0;
 }
 
@@ -744,7 +780,17 @@ int np_nb_proc_exit(void *ctx)
 	if (mode != SECCOMP_MODE_FILTER && mode != SECCOMP_MODE_DEAD)
 		return 0;
 	bpf_map_delete_elem(&np_tid_state, &tid); /* tids are recycled */
-	if (mode == SECCOMP_MODE_DEAD)
-		np_emit_x((struct task_struct *)bpf_get_current_task(), -1, 0, NP_ACT_KILL, 0);
+	if (mode != SECCOMP_MODE_DEAD)
+		return 0;
+	__s64 nr = -1;
+	if (np_off_stack) {
+		char *task = (char *)bpf_get_current_task();
+		char *stack = 0;
+		bpf_probe_read_kernel(&stack, sizeof(stack), task + np_off_stack);
+		if (stack)
+			bpf_probe_read_kernel(&nr, sizeof(nr),
+					      stack + NP_THREAD_SIZE - NP_PT_REGS_SIZE + NP_PT_REGS_ORIG_AX);
+	}
+	np_emit_x((struct task_struct *)bpf_get_current_task(), (__s32)nr, 0, NP_ACT_KILL, 0);
 	return 0;
 }

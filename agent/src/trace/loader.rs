@@ -138,7 +138,7 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
 }
 
 /// The tracepoint strategy's programs when there is no BTF: no CO-RE reads,
-/// `seccomp.mode` at a probed offset (see `probe_seccomp_mode_offset`).
+/// `seccomp.mode` at a probed offset (see `probe_offsets`).
 const BTF_FREE_PROGRAMS: &[(&str, Attach)] = &[
     ("np_nb_signal", Attach::Tp("signal", "signal_generate")),
     ("np_nb_proc_exit", Attach::Tp("sched", "sched_process_exit")),
@@ -185,9 +185,6 @@ impl Tracer {
                         tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
                     }
                     tracing::info!(%strategy, "seccomp tracing strategy loaded");
-                    if let Some(offset) = btf_free_offset {
-                        tracing::info!(offset, "no BTF: task_struct.seccomp.mode offset probed");
-                    }
                     let tracer = Self::from_loaded(bpf, strategy, attempts).map(|t| Self {
                         btf_free_offset,
                         ..t
@@ -353,7 +350,13 @@ fn attach_all(
 /// The tracepoint strategy without BTF: probe the offset of
 /// task_struct.seccomp.mode, then load the CO-RE-free programs with it.
 fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReason, String)> {
-    let offset = probe_seccomp_mode_offset()?;
+    let off = probe_offsets()?;
+    let offset = off.seccomp_mode;
+    let stack = off.stack.unwrap_or(0);
+    tracing::info!(seccomp_mode = offset, stack = ?off.stack, "no BTF: task_struct offsets probed");
+    if off.stack.is_none() {
+        tracing::warn!("no BTF and task->stack not found: a KILL's syscall is reported as unknown");
+    }
     let sample_pid = cfg.sample_pid.unwrap_or(0);
     let mut bpf = EbpfLoader::new()
         .allow_unsupported_maps()
@@ -361,6 +364,7 @@ fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReas
         .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
         .override_global("np_sample_tgid", &sample_pid, true)
         .override_global("np_off_seccomp_mode", &offset, true)
+        .override_global("np_off_stack", &stack, true)
         .load(bpf::SECCOMP_TRACE)
         .map_err(|e| {
             (
@@ -372,31 +376,63 @@ fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReas
     Ok((bpf, Some(offset)))
 }
 
-/// Finds task_struct.seccomp.mode without BTF: one of our own threads has its
-/// task_struct bytes snapshotted (np_nb_probe, on its syscalls) before and
-/// after it installs an allow-all filter; `find_seccomp_mode` diffs them. The
-/// thread keeps its filter and no_new_privs and exits; no other thread is affected.
-fn probe_seccomp_mode_offset() -> Result<u32, (FailureReason, String)> {
+/// Offsets the BTF-free variant reads task_struct at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProbedOffsets {
+    seccomp_mode: u32,
+    /// `task->stack`, for a KILL's syscall; `None` when no candidate proved itself.
+    stack: Option<u32>,
+}
+
+/// What the probe thread does next; np_nb_probe runs on each of its syscalls.
+enum ProbeStep {
+    /// Any syscall: a snapshot before the filter.
+    Snapshot,
+    /// `close(PROBE_FD)`: a syscall with a known first argument for the stack check.
+    KnownArgs,
+    /// Install an allow-all filter, then a syscall: the snapshot after.
+    Filter,
+}
+
+/// A file descriptor nobody has open: `close` on it fails with EBADF, and its
+/// value in `di` tells the right pt_regs from chance matches.
+const PROBE_FD: libc::c_long = 0x7ead_beef;
+const PROBE_CANDIDATES: u32 = 32;
+
+/// Finds task_struct.seccomp.mode (and task->stack) without BTF: one of our
+/// own threads has its task_struct bytes snapshotted (np_nb_probe, on its
+/// syscalls) before and after it installs an allow-all filter;
+/// `find_seccomp_mode` diffs them. Stack candidates (kernel addresses aligned
+/// to the 16 KiB stack in the first snapshot) are checked in the kernel
+/// against the pt_regs of a `close(PROBE_FD)`. The thread keeps its filter and
+/// no_new_privs and exits; no other thread is affected.
+fn probe_offsets() -> Result<ProbedOffsets, (FailureReason, String)> {
     use std::sync::mpsc;
     let (tid_tx, tid_rx) = mpsc::channel::<u32>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<ProbeStep>();
     let (done_tx, done_rx) = mpsc::channel::<Result<(), String>>();
     let worker = std::thread::spawn(move || {
-        // SAFETY: gettid/getppid take no arguments.
+        // SAFETY: gettid takes no arguments.
         let _ = tid_tx.send(unsafe { libc::gettid() } as u32);
-        if go_rx.recv().is_err() {
-            return;
+        while let Ok(step) = go_rx.recv() {
+            let r = match step {
+                // SAFETY: plain syscalls without pointers.
+                ProbeStep::Snapshot => {
+                    unsafe { libc::getppid() };
+                    Ok(())
+                }
+                ProbeStep::KnownArgs => {
+                    unsafe { libc::syscall(libc::SYS_close, PROBE_FD) };
+                    Ok(())
+                }
+                ProbeStep::Filter => install_allow_all_filter().map(|()| {
+                    unsafe { libc::getppid() };
+                }),
+            };
+            if done_tx.send(r).is_err() {
+                return;
+            }
         }
-        // SAFETY: a syscall the probe program snapshots on.
-        unsafe { libc::getppid() };
-        let _ = done_tx.send(Ok(()));
-        if go_rx.recv().is_err() {
-            return;
-        }
-        let _ = done_tx.send(install_allow_all_filter().map(|()| {
-            // SAFETY: as above, now under the filter.
-            unsafe { libc::getppid() };
-        }));
     });
     let tid = tid_rx
         .recv()
@@ -418,32 +454,80 @@ fn probe_seccomp_mode_offset() -> Result<u32, (FailureReason, String)> {
             &[("np_nb_probe", Attach::Tp("raw_syscalls", "sys_enter"))],
             None,
         )?;
-        let snap = aya::maps::Array::<_, [u8; PROBE_BYTES]>::try_from(
-            bpf.map("np_probe_snap").ok_or((
-                FailureReason::LoadFailed,
-                "no np_probe_snap map".to_string(),
-            ))?,
-        )
-        .map_err(|e| (FailureReason::LoadFailed, error_chain(&e)))?;
-        let take = || -> Result<Box<[u8; PROBE_BYTES]>, (FailureReason, String)> {
+        let map_err = |e: aya::maps::MapError| (FailureReason::LoadFailed, error_chain(&e));
+        let missing = |name: &str| (FailureReason::LoadFailed, format!("no {name} map"));
+        let run = |step: ProbeStep| -> Result<(), (FailureReason, String)> {
             let broken = || (FailureReason::LoadFailed, "probe thread died".to_string());
-            go_tx.send(()).map_err(|_| broken())?;
+            go_tx.send(step).map_err(|_| broken())?;
             done_rx
                 .recv()
                 .map_err(|_| broken())?
-                .map_err(|e| (FailureReason::LoadFailed, e))?;
-            snap.get(&0, 0)
-                .map(Box::new)
-                .map_err(|e| (FailureReason::LoadFailed, error_chain(&e)))
+                .map_err(|e| (FailureReason::LoadFailed, e))
         };
-        let before = take()?;
-        let after = take()?;
-        find_seccomp_mode(&before[..], &after[..])
-            .map_err(|e| (FailureReason::KernelUnsupported, e))
+        let snapshot = |bpf: &Ebpf| -> Result<Box<[u8; PROBE_BYTES]>, (FailureReason, String)> {
+            let snap = aya::maps::Array::<_, [u8; PROBE_BYTES]>::try_from(
+                bpf.map("np_probe_snap")
+                    .ok_or_else(|| missing("np_probe_snap"))?,
+            )
+            .map_err(map_err)?;
+            snap.get(&0, 0).map(Box::new).map_err(map_err)
+        };
+
+        run(ProbeStep::Snapshot)?;
+        let before = snapshot(&bpf)?;
+        let candidates = stack_candidates(&before[..], PROBE_CANDIDATES as usize);
+        {
+            let mut cand = aya::maps::Array::<_, u64>::try_from(
+                bpf.map_mut("np_probe_cand")
+                    .ok_or_else(|| missing("np_probe_cand"))?,
+            )
+            .map_err(map_err)?;
+            for (i, (_, addr)) in candidates.iter().enumerate() {
+                cand.set(i as u32, addr, 0).map_err(map_err)?;
+            }
+        }
+        run(ProbeStep::KnownArgs)?;
+        let hits = {
+            let hit = aya::maps::Array::<_, u64>::try_from(
+                bpf.map("np_probe_hit")
+                    .ok_or_else(|| missing("np_probe_hit"))?,
+            )
+            .map_err(map_err)?;
+            let mut hits = Vec::new();
+            for (i, (off, _)) in candidates.iter().enumerate() {
+                if hit.get(&(i as u32), 0).map_err(map_err)? == 1 {
+                    hits.push(*off);
+                }
+            }
+            hits
+        };
+        run(ProbeStep::Filter)?;
+        let after = snapshot(&bpf)?;
+        let seccomp_mode = find_seccomp_mode(&before[..], &after[..])
+            .map_err(|e| (FailureReason::KernelUnsupported, e))?;
+        Ok(ProbedOffsets {
+            seccomp_mode,
+            stack: match hits.as_slice() {
+                [one] => Some(*one),
+                _ => None,
+            },
+        })
     })();
     drop(go_tx);
     let _ = worker.join();
     result
+}
+
+/// 8-aligned fields of a task_struct snapshot that look like `task->stack`:
+/// kernel addresses aligned to the 16 KiB x86_64 stack. (offset, value), at most `max`.
+fn stack_candidates(snap: &[u8], max: usize) -> Vec<(u32, u64)> {
+    const STACK_SIZE: u64 = 16384;
+    snap.chunks_exact(8)
+        .enumerate()
+        .map(|(i, c)| ((i * 8) as u32, u64::from_ne_bytes(c.try_into().unwrap())))
+        .filter(|&(_, v)| v >= 0xffff_8000_0000_0000 && v % STACK_SIZE == 0)
+        .take(max)
+        .collect()
 }
 
 /// Puts the calling thread under an allow-all filter (with no_new_privs,
@@ -750,6 +834,20 @@ mod tests {
         assert!(find_seccomp_mode(&before, &after)
             .unwrap_err()
             .contains("ambiguous"));
+    }
+
+    #[test]
+    fn stack_candidates_are_aligned_kernel_addresses() {
+        let mut snap = vec![0u8; 64];
+        snap[8..16].copy_from_slice(&0xffff_c900_0012_4000u64.to_ne_bytes()); // 16 KiB aligned
+        snap[16..24].copy_from_slice(&0xffff_c900_0012_4008u64.to_ne_bytes()); // not aligned
+        snap[24..32].copy_from_slice(&0x0000_7fff_0000_4000u64.to_ne_bytes()); // user address
+        snap[40..48].copy_from_slice(&0xffff_8881_0000_8000u64.to_ne_bytes());
+        assert_eq!(
+            stack_candidates(&snap, 8),
+            vec![(8, 0xffff_c900_0012_4000), (40, 0xffff_8881_0000_8000)]
+        );
+        assert_eq!(stack_candidates(&snap, 1).len(), 1);
     }
 
     #[test]
