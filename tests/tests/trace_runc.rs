@@ -131,6 +131,7 @@ fn runc_container_denials_are_exact_and_attributed_to_the_pod() {
     for (n, (strategy, nnp)) in runs.into_iter().enumerate() {
         let (uid, cid) = ids(n as u32);
         let cgroups_path = format!("/kubepods/burstable/pod{uid}/{cid}");
+        let _cleanup = PodCgroups(format!("kubepods/burstable/pod{uid}"));
         let (lines, used) = trace_one_container(&oracle, strategy, nnp, &cgroups_path);
         let what = format!("strategy {used} nnp={nnp}");
         let (summary, samples) = lines.split_last().expect("a summary line");
@@ -177,4 +178,27 @@ fn runc_container_denials_are_exact_and_attributed_to_the_pod() {
 /// EPERM, runc's default `errnoRet` for `SCMP_ACT_ERRNO`.
 fn libc_eperm() -> i64 {
     1
+}
+
+/// runc removes the container's cgroup but leaves the parents it created:
+/// remove this test's (empty) pod cgroup from every hierarchy on drop.
+/// `kubepods/burstable` itself stays: a real kubelet may own it.
+struct PodCgroups(String);
+
+impl Drop for PodCgroups {
+    fn drop(&mut self) {
+        let mut roots = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+        if let Ok(dirs) = std::fs::read_dir("/sys/fs/cgroup") {
+            roots.extend(dirs.flatten().map(|d| d.path()));
+        }
+        for root in roots {
+            let pod = root.join(&self.0);
+            if let Ok(children) = std::fs::read_dir(&pod) {
+                for c in children.flatten().filter(|c| c.path().is_dir()) {
+                    let _ = std::fs::remove_dir(c.path());
+                }
+                let _ = std::fs::remove_dir(&pod);
+            }
+        }
+    }
 }
