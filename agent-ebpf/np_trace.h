@@ -20,6 +20,7 @@
 #define NP_STAT_COUNT_MAP_FULL 3   /* denials that found no slot in counts (lost counts) */
 #define NP_STAT_UNPAIRED_FIRST 4   /* first exit of a task never seen entering: not judged */
 #define NP_STAT_STATE_FAIL 5       /* task state could not be created */
+#define NP_STAT_NOTIFY_EMULATED 6  /* USER_NOTIF answered with a value (the supervisor emulated the call): not a denial */
 #define NP_STAT_MAX 8
 
 struct np_count_key {

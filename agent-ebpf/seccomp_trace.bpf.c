@@ -16,6 +16,23 @@
  *           a tid-keyed LRU hash instead of task storage and only probe reads,
  *           for kernels that refuse BTF-typed attach points.
  *
+ * USER_NOTIF: seccomp skips a notified syscall the supervisor answers with an
+ * error (or a value) exactly like an ERRNO one, so sys_exit alone cannot tell
+ * them apart. What differs is that the task slept *inside seccomp*, before
+ * sys_enter: a confined task that is not in a traced syscall body and goes to
+ * sleep voluntarily in TASK_INTERRUPTIBLE is waiting for its supervisor
+ * (seccomp_do_user_notification's wait_for_completion_interruptible; user
+ * space never sleeps, ptrace and group stops use other states). sched_switch
+ * marks it with the pending syscall nr and the task's nvcsw; the next skipped
+ * exit with the same nr and no voluntary switch since is the notified call:
+ * an error answer is NOTIFY_ERROR, a value answer (emulation) is no denial.
+ * A CONTINUE answer runs the call (it passes sys_enter), so a paired exit
+ * clears the mark; tp_btf's paired fast path touches no task storage, so it
+ * only looks when np_notify_marks (marks outstanding node-wide) is non-zero:
+ * a node without USER_NOTIF pays one load per confined exit.
+ * The tp_btf and tracepoint strategies do this; fexit does not attach
+ * sched_switch and reports notify errors as errno.
+ *
  * All three share: signal_generate (SIGSYS with si_code SYS_SECCOMP marks a
  * TRAP so the following skip is classed as trap), sched_process_exit (a task
  * leaving with seccomp.mode == SECCOMP_MODE_DEAD was killed by a KILL_THREAD /
@@ -45,6 +62,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define SECCOMP_MODE_FILTER 2
 #define SECCOMP_MODE_DEAD 3 /* SECCOMP_MODE_FILTER + 1, set by the KILL actions */
 #define SIGSYS 31
+#define TASK_INTERRUPTIBLE 0x1
 #define SYS_SECCOMP 1
 #define MAX_ERRNO 4095
 
@@ -60,10 +78,16 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 const volatile __u64 np_sample_limit = 1000; /* samples per CPU per ~1.07 s window */
 const volatile __u32 np_sample_tgid = 0;     /* 0: samples for every process */
 
+/* USER_NOTIF marks set and not yet cleared, node-wide (tp_btf only; see the top comment). */
+__s64 np_notify_marks = 0;
+
 struct np_task_state {
 	__u32 entered;   /* 1 between a confined sys_enter and its sys_exit */
 	__u32 trap;      /* 1 after a seccomp SIGSYS, until the syscall's exit */
 	__s32 trap_data; /* the filter's data, carried in si_errno */
+	__u32 notify;    /* 1 after a sleep inside seccomp (USER_NOTIF wait), until the next exit */
+	__u64 notify_nvcsw; /* the task's nvcsw at that sleep */
+	__s32 notify_nr;    /* the syscall that was waiting */
 	__u32 _pad;
 };
 
@@ -125,8 +149,11 @@ static __always_inline __u32 np_arch(struct task_struct *task)
 	return (status & TS_COMPAT) ? AUDIT_ARCH_I386 : AUDIT_ARCH_X86_64;
 }
 
-/* Count one denial exactly, then maybe sample it. Only the denial path runs this. */
-static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 err, __u32 action)
+/* Count one denial exactly, then maybe sample it. Only the denial path runs this.
+ * core = 0 (the BTF-free programs, a compile-time constant): no CO-RE reads,
+ * so the arch is taken as x86_64 and mnt_ns as 0. */
+static __always_inline void np_emit_x(struct task_struct *task, __s32 nr, __s32 err, __u32 action,
+				      const int core)
 {
 	struct np_count_key key = {};
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -138,7 +165,7 @@ static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 er
 	key.nr = nr;
 	key.err = err;
 	key.action = action;
-	key.arch = np_arch(task);
+	key.arch = core ? np_arch(task) : AUDIT_ARCH_X86_64;
 	bpf_get_current_comm(key.comm, sizeof(key.comm));
 
 	cnt = bpf_map_lookup_elem(&np_counts, &key);
@@ -182,7 +209,7 @@ static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 er
 	ev->cgroup_id = key.cgroup_id;
 	ev->tgid = key.tgid;
 	ev->tid = (__u32)pid_tgid;
-	ev->mnt_ns = BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
+	ev->mnt_ns = core ? BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum) : 0;
 	ev->nr = nr;
 	ev->arch = key.arch;
 	ev->err = err;
@@ -193,18 +220,70 @@ static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 er
 	np_stat(NP_STAT_SAMPLES);
 }
 
-/* A skipped syscall's exit: classify by the trap mark, else by the return value. */
-static __always_inline void np_skipped(struct task_struct *task, struct np_task_state *st, long nr,
-				       long ret)
+static __always_inline unsigned int np_run_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+}
+
+/* A confined task outside any traced syscall body is going to sleep
+ * interruptibly: it waits for a USER_NOTIF answer (see the top comment). */
+static __always_inline void np_mark_notify(struct task_struct *task, struct np_task_state *st,
+					   struct pt_regs *regs)
+{
+	if (!st->notify)
+		__sync_fetch_and_add(&np_notify_marks, 1);
+	st->notify = 1;
+	st->notify_nvcsw = BPF_CORE_READ(task, nvcsw);
+	st->notify_nr = (__s32)BPF_CORE_READ(regs, orig_ax);
+}
+
+/* Clears a task's mark; marks are set and cleared only by the task itself or
+ * by sched_switch as it leaves the CPU, never concurrently. */
+static __always_inline void np_clear_notify(struct np_task_state *st)
+{
+	if (st->notify) {
+		st->notify = 0;
+		__sync_fetch_and_add(&np_notify_marks, -1);
+	}
+}
+
+static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 err, __u32 action)
+{
+	np_emit_x(task, nr, err, action, 1);
+}
+
+/* A skipped syscall's exit: classify by the notify and trap marks, else by the return value. */
+static __always_inline void np_skipped_x(struct task_struct *task, struct np_task_state *st,
+					 long nr, long ret, const int core)
 {
 	if (nr < 0)
 		return; /* a ptrace tracer cancelled the syscall (orig_ax = -1): not seccomp */
+	if (core && st->notify) {
+		np_clear_notify(st);
+		/* The mark belongs to this syscall only if nothing slept in between:
+		 * a CONTINUE'd notification runs the call, which leaves a stale mark. */
+		if (st->notify_nr == nr && BPF_CORE_READ(task, nvcsw) == st->notify_nvcsw) {
+			if (ret < 0 && ret >= -MAX_ERRNO)
+				np_emit(task, nr, -ret, NP_ACT_NOTIFY_ERROR);
+			else
+				np_stat(NP_STAT_NOTIFY_EMULATED);
+			return;
+		}
+	}
 	if (st->trap) {
 		st->trap = 0;
-		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
+		np_emit_x(task, nr, st->trap_data, NP_ACT_TRAP, core);
 		return;
 	}
-	np_emit(task, nr, (ret < 0 && ret >= -MAX_ERRNO) ? -ret : 0, NP_ACT_ERRNO);
+	np_emit_x(task, nr, (ret < 0 && ret >= -MAX_ERRNO) ? -ret : 0, NP_ACT_ERRNO, core);
+}
+
+static __always_inline void np_skipped(struct task_struct *task, struct np_task_state *st, long nr,
+				       long ret)
+{
+	np_skipped_x(task, st, nr, ret, 1);
 }
 
 /* ---------------------------------------------------------------- tp_btf */
@@ -256,8 +335,21 @@ int np_btf_switch(__u64 *ctx)
 	__u64 *slot;
 
 	slot = bpf_map_lookup_elem(&np_slot, &zero);
-	if (!slot || *slot != (__u64)prev)
+	if (!slot)
 		return 0;
+	if (*slot != (__u64)prev) {
+		/* Not in a syscall entered on this CPU. Preempted, running, or not
+		 * confined: nothing to mark (ctx[0] is the preempt flag). */
+		if (ctx[0] || prev->seccomp.mode != SECCOMP_MODE_FILTER ||
+		    np_run_state(prev) != TASK_INTERRUPTIBLE)
+			return 0;
+		/* No state: never seen since attach, so "not entered" is unknown
+		 * (a syscall in flight at attach): leave it unjudged. */
+		st = bpf_task_storage_get(&np_task_store, prev, 0, 0);
+		if (st && !st->entered)
+			np_mark_notify(prev, st, (struct pt_regs *)bpf_task_pt_regs(prev));
+		return 0;
+	}
 	if (__sync_val_compare_and_swap(slot, (__u64)prev, 0) != (__u64)prev)
 		return 0;
 	st = bpf_task_storage_get(&np_task_store, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -280,13 +372,22 @@ int np_btf_exit(__u64 *ctx)
 		return 0;
 	slot = bpf_map_lookup_elem(&np_slot, &zero);
 	if (slot && *slot == (__u64)task &&
-	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task)
-		return 0; /* entered on this CPU and never left it: paired */
+	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task) {
+		/* Entered on this CPU and never left it: paired. A mark left by a
+		 * CONTINUE'd notification (this very call) ends here. */
+		if (np_notify_marks > 0) {
+			st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+			if (st)
+				np_clear_notify(st);
+		}
+		return 0;
+	}
 
 	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
 	if (st && st->entered) {
 		st->entered = 0;
 		st->trap = 0; /* a SIGSYS not from seccomp (self-queued) must not linger */
+		np_clear_notify(st);
 		return 0;
 	}
 	if (!st) {
@@ -338,6 +439,13 @@ int np_btf_proc_exit(__u64 *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
+	if (task->seccomp.mode == SECCOMP_MODE_FILTER && np_notify_marks > 0) {
+		/* Killed while waiting for its supervisor: the mark must not outlive it. */
+		struct np_task_state *st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+		if (st)
+			np_clear_notify(st);
+		return 0;
+	}
 	if (task->seccomp.mode != SECCOMP_MODE_DEAD)
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -399,9 +507,27 @@ struct np_tp_signal_generate {
 	int result;
 };
 
+struct np_tp_sched_switch {
+	__u64 common;
+	char prev_comm[16];
+	int prev_pid;
+	int prev_prio;
+	long prev_state; /* TASK_REPORT_MAX when preempted: 1 only for a voluntary interruptible sleep */
+	char next_comm[16];
+	int next_pid;
+	int next_prio;
+};
+
 static __always_inline int np_tp_mode(struct task_struct *task)
 {
 	return BPF_CORE_READ(task, seccomp.mode);
+}
+
+/* No bpf_task_pt_regs for classic tracepoints: pt_regs sit at the top of the kernel stack. */
+static __always_inline struct pt_regs *np_tp_regs(struct task_struct *task)
+{
+	void *stack = BPF_CORE_READ(task, stack);
+	return (struct pt_regs *)((char *)stack + NP_THREAD_SIZE - bpf_core_type_size(struct pt_regs));
 }
 
 SEC("tracepoint/raw_syscalls/sys_enter")
@@ -434,6 +560,7 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 	if (st && st->entered) {
 		st->entered = 0;
 		st->trap = 0;
+		np_clear_notify(st);
 		return 0;
 	}
 	if (!st) {
@@ -484,11 +611,186 @@ int np_tp_proc_exit(void *ctx)
 	if (mode != SECCOMP_MODE_DEAD)
 		return 0;
 	bpf_map_delete_elem(&np_tid_state, &tid);
-	/* No bpf_task_pt_regs here: find pt_regs at the top of the kernel stack. */
-	void *stack = BPF_CORE_READ(task, stack);
-	struct pt_regs *regs =
-		(struct pt_regs *)((char *)stack + NP_THREAD_SIZE - bpf_core_type_size(struct pt_regs));
-	unsigned long nr = BPF_CORE_READ(regs, orig_ax);
+	unsigned long nr = BPF_CORE_READ(np_tp_regs(task), orig_ax);
 	np_emit(task, (__s32)nr, 0, NP_ACT_KILL);
+	return 0;
+}
+
+/* The tracepoint fires on the CPU that switches away: current is prev. */
+SEC("tracepoint/sched/sched_switch")
+int np_tp_switch(struct np_tp_sched_switch *ctx)
+{
+	if (ctx->prev_state != TASK_INTERRUPTIBLE)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && !st->entered)
+		np_mark_notify(task, st, np_tp_regs(task));
+	return 0;
+}
+
+/* --------------------------------------------------- tracepoint without BTF
+ *
+ * The same classic-tracepoint pairing for kernels without BTF (and no BTF
+ * file): no CO-RE at all. The one task_struct field needed, seccomp.mode, is
+ * read at np_off_seccomp_mode, which the loader finds first with np_nb_probe:
+ * it snapshots the bytes of one of its own threads' task_struct before and
+ * after that thread installs an allow-all filter, and looks for struct
+ * seccomp's signature (mode 0 -> 2, filter_count 0 -> 1, filter NULL -> a
+ * kernel pointer). Given up here: the arch (x86_64 assumed), mnt_ns (0),
+ * USER_NOTIF classification (errno). A KILL's syscall comes from the pt_regs
+ * at the top of the kernel stack, whose task->stack offset the probe finds
+ * too (np_off_stack; nr -1 when it did not).
+ */
+const volatile __u32 np_off_seccomp_mode = 0;
+const volatile __u32 np_off_stack = 0; /* task->stack; 0: not found, a KILL's nr is then -1 */
+const volatile __u32 np_probe_tid = 0;
+
+#define NP_PROBE_BYTES 16384
+#define NP_PROBE_CANDIDATES 32
+#define NP_PT_REGS_SIZE 168   /* x86_64 struct pt_regs: 21 registers, an ABI (user_regs_struct) */
+#define NP_PT_REGS_DI 112
+#define NP_PT_REGS_ORIG_AX 120
+
+/* task->stack candidates from user space (kernel addresses aligned to the
+ * stack size), and whether each one's pt_regs match the probing syscall. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NP_PROBE_CANDIDATES);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_probe_cand SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NP_PROBE_CANDIDATES);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_probe_hit SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, char[NP_PROBE_BYTES]);
+} np_probe_snap SEC(".maps");
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int np_nb_probe(struct np_tp_sys_enter *ctx)
+{
+	__u32 zero = 0;
+	if ((__u32)bpf_get_current_pid_tgid() != np_probe_tid)
+		return 0;
+	void *buf = bpf_map_lookup_elem(&np_probe_snap, &zero);
+	if (buf)
+		bpf_probe_read_kernel(buf, NP_PROBE_BYTES, (void *)bpf_get_current_task());
+	/* A candidate is task->stack if the pt_regs at its top hold this very
+	 * syscall: orig_ax is the nr and di the first argument. */
+	for (__u32 i = 0; i < NP_PROBE_CANDIDATES; i++) {
+		__u32 k = i;
+		__u64 *cand = bpf_map_lookup_elem(&np_probe_cand, &k);
+		__u64 *hit = bpf_map_lookup_elem(&np_probe_hit, &k);
+		if (!cand || !hit || !*cand)
+			continue;
+		char *regs = (char *)*cand + NP_THREAD_SIZE - NP_PT_REGS_SIZE;
+		__u64 orig_ax = 0, di = 0;
+		bpf_probe_read_kernel(&orig_ax, 8, regs + NP_PT_REGS_ORIG_AX);
+		bpf_probe_read_kernel(&di, 8, regs + NP_PT_REGS_DI);
+		*hit = orig_ax == (__u64)ctx->id && di == ctx->args[0];
+	}
+	return 0;
+}
+
+static __always_inline int np_nb_mode(void)
+{
+	int mode = 0;
+	bpf_probe_read_kernel(&mode, sizeof(mode),
+			      (char *)bpf_get_current_task() + np_off_seccomp_mode);
+	return mode;
+}
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int np_nb_enter(struct np_tp_sys_enter *ctx)
+{
+	if (np_nb_mode() != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->entered = 1;
+	} else {
+		struct np_task_state init = {.entered = 1};
+		bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int np_nb_exit(struct np_tp_sys_exit *ctx)
+{
+	if (np_nb_mode() != SECCOMP_MODE_FILTER)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && st->entered) {
+		st->entered = 0;
+		st->trap = 0;
+		return 0;
+	}
+	if (!st) {
+		struct np_task_state init = {};
+		np_stat(NP_STAT_UNPAIRED_FIRST);
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+		return 0;
+	}
+	np_skipped_x((struct task_struct *)bpf_get_current_task(), st, ctx->id, ctx->ret, 0);
+	return 0;
+}
+
+SEC("tracepoint/signal/signal_generate")
+int np_nb_signal(struct np_tp_signal_generate *ctx)
+{
+	if (ctx->sig != SIGSYS || ctx->code != SYS_SECCOMP)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if ((__u32)ctx->pid != tid || np_nb_mode() != SECCOMP_MODE_FILTER)
+		return 0;
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->trap = 1;
+		st->trap_data = ctx->err;
+	} else {
+		struct np_task_state init = {.trap = 1, .trap_data = ctx->err};
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+	}
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int np_nb_proc_exit(void *ctx)
+{
+	int mode = np_nb_mode();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (mode != SECCOMP_MODE_FILTER && mode != SECCOMP_MODE_DEAD)
+		return 0;
+	bpf_map_delete_elem(&np_tid_state, &tid); /* tids are recycled */
+	if (mode != SECCOMP_MODE_DEAD)
+		return 0;
+	__s64 nr = -1;
+	if (np_off_stack) {
+		char *task = (char *)bpf_get_current_task();
+		char *stack = 0;
+		bpf_probe_read_kernel(&stack, sizeof(stack), task + np_off_stack);
+		if (stack)
+			bpf_probe_read_kernel(&nr, sizeof(nr),
+					      stack + NP_THREAD_SIZE - NP_PT_REGS_SIZE + NP_PT_REGS_ORIG_AX);
+	}
+	np_emit_x((struct task_struct *)bpf_get_current_task(), (__s32)nr, 0, NP_ACT_KILL, 0);
 	return 0;
 }

@@ -83,6 +83,13 @@ struct task_struct {
 	char comm[16];
 	struct nsproxy *nsproxy;
 	struct seccomp seccomp;
+	unsigned int __state;
+	unsigned long nvcsw;
+} __attribute__((preserve_access_index));
+
+/* Before 5.14 the run state was `long state`; CO-RE picks whichever exists. */
+struct task_struct___pre514 {
+	long state;
 } __attribute__((preserve_access_index));
 
 struct kernel_siginfo {

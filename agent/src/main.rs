@@ -73,6 +73,10 @@ enum Command {
         /// Force a detection strategy: fexit, tp_btf or tracepoint (default: the first that loads).
         #[arg(long)]
         strategy: Option<trace::Strategy>,
+        /// Kernel BTF file to use instead of /sys/kernel/btf/vmlinux (e.g. from BTFHub,
+        /// for kernels without CONFIG_DEBUG_INFO_BTF; serves the tracepoint strategy).
+        #[arg(long)]
+        btf: Option<PathBuf>,
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
@@ -245,6 +249,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             comm,
             pid,
             strategy,
+            btf,
             output,
         } => trace_cmd(trace::TraceOptions {
             duration,
@@ -255,6 +260,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Format::Json => trace::OutputFormat::Json,
             },
             strategy,
+            btf_path: btf,
         }),
     }
 }

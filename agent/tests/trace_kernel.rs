@@ -620,3 +620,209 @@ impl Drop for CgroupDir {
         }
     }
 }
+
+/// No BTF (forced with a BTF path that does not exist): fexit and tp_btf are
+/// refused, in probe order, as KernelUnsupported naming the missing BTF; the
+/// tracepoint strategy loads its BTF-free variant (seccomp.mode at a probed
+/// offset, task->stack for a KILL's syscall) and still counts ERRNO and KILL exactly.
+#[test]
+fn without_btf_the_tracepoint_strategy_runs_btf_free_and_stays_exact() {
+    require_bpf!();
+    let no_btf = TracerConfig {
+        btf_path: Some("/nonexistent-nodeproof/vmlinux".into()),
+        ..TracerConfig::default()
+    };
+    let t = Tracer::start(&no_btf).expect("tracepoint without BTF");
+    assert_eq!(t.strategy(), Strategy::Tracepoint);
+    let offset = t.btf_free_offset().expect("BTF-free variant");
+    let order: Vec<Strategy> = t.attempts().iter().map(|a| a.strategy).collect();
+    assert_eq!(order, vec![Strategy::Fexit, Strategy::TpBtf]);
+    for a in t.attempts() {
+        assert_eq!(a.reason, loader::FailureReason::KernelUnsupported, "{a}");
+        assert!(
+            a.detail
+                .contains("no BTF at /nonexistent-nodeproof/vmlinux"),
+            "{a}"
+        );
+    }
+    eprintln!("probed task_struct.seccomp.mode offset: {offset}");
+
+    let (pid, status) = in_child(|| {
+        install(&[
+            ("mkdir", ScmpAction::Errno(libc::EPERM)),
+            ("rmdir", ScmpAction::Errno(libc::EACCES)),
+        ]);
+        let mut bad = 0;
+        for _ in 0..5 {
+            bad += i32::from(call(MKDIR) != (-1, libc::EPERM));
+        }
+        for _ in 0..3 {
+            bad += i32::from(call(RMDIR) != (-1, libc::EACCES));
+        }
+        bad
+    });
+    assert!(exited_ok(status));
+    assert_eq!(
+        counts_of(&t, pid),
+        expect(&[
+            ((MKDIR, libc::EPERM, Action::Errno), 5),
+            ((RMDIR, libc::EACCES, Action::Errno), 3),
+        ])
+    );
+    let (pid, status) = in_child(|| {
+        install(&[("chmod", ScmpAction::KillProcess)]);
+        call(CHMOD);
+        0
+    });
+    assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS);
+    // task->stack was probed too, so the KILL's syscall is known.
+    assert_eq!(counts_of(&t, pid), expect(&[((CHMOD, 0, Action::Kill), 1)]));
+    // Unconfined and allowed syscalls: nothing (the probe's own thread included).
+    assert!(t
+        .counts()
+        .unwrap()
+        .iter()
+        .all(|(k, _)| k.pid != std::process::id()));
+}
+
+/// Nothing loads without BTF when the tracepoint strategy cannot run either
+/// (forced fexit/tp_btf): the refusal is KernelUnsupported and says why.
+#[test]
+fn without_btf_btf_strategies_refuse_as_kernel_unsupported() {
+    require_bpf!();
+    for s in [Strategy::Fexit, Strategy::TpBtf] {
+        let err = match Tracer::start(&TracerConfig {
+            strategy: Some(s),
+            btf_path: Some("/nonexistent-nodeproof/vmlinux".into()),
+            ..TracerConfig::default()
+        }) {
+            Ok(_) => panic!("{s} loaded without BTF"),
+            Err(e) => e,
+        };
+        let TraceError::NoStrategy { attempts, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].reason, loader::FailureReason::KernelUnsupported);
+        assert_eq!(trace::Readiness::failed(&err).reason, "KernelUnsupported");
+    }
+}
+
+/// An external BTF file (here a copy of the kernel's) serves the tracepoint
+/// strategy's CO-RE reads: counts stay exact.
+#[test]
+fn tracepoint_strategy_with_an_external_btf_file() {
+    require_bpf!();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("vmlinux.btf");
+    std::fs::copy("/sys/kernel/btf/vmlinux", &copy).expect("copy kernel BTF");
+    let t = Tracer::start(&TracerConfig {
+        strategy: Some(Strategy::Tracepoint),
+        btf_path: Some(copy),
+        ..TracerConfig::default()
+    })
+    .unwrap();
+    let (pid, status) = in_child(|| {
+        install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+        (0..3)
+            .map(|_| i32::from(call(MKDIR).1 != libc::EPERM))
+            .sum()
+    });
+    assert!(exited_ok(status));
+    assert_eq!(
+        counts_of(&t, pid),
+        expect(&[((MKDIR, libc::EPERM, Action::Errno), 3)])
+    );
+}
+
+/// USER_NOTIF: a child loads a filter that notifies on mkdir (with a
+/// listener), the parent takes the listener fd with pidfd_getfd and answers:
+/// 4 calls with an error (EACCES), 2 with a value (emulated: not a denial),
+/// 3 with CONTINUE (the call really runs and fails with ENOENT: not a denial).
+/// Then 5 ERRNO denials of the same syscall from a second filter must stay `errno`.
+#[test]
+fn user_notif_error_is_notify_error_not_errno() {
+    use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+    require_bpf!();
+    for s in strategies() {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe with a valid array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only runs the closure below and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = std::panic::catch_unwind(|| {
+                let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+                f.add_rule(ScmpAction::Notify, ScmpSyscall::from_name("mkdir").unwrap())
+                    .unwrap();
+                f.load().unwrap();
+                let fd = f.get_notify_fd().unwrap();
+                // SAFETY: writing 4 bytes from a valid buffer.
+                unsafe { libc::write(fds[1], (&fd as *const i32).cast(), 4) };
+                let mut got = Vec::new();
+                for _ in 0..9 {
+                    got.push(call(MKDIR));
+                }
+                let want: Vec<(i64, i32)> = [(-1, libc::EACCES); 4]
+                    .into_iter()
+                    .chain([(0, 0); 2].into_iter().map(|(r, _)| (r, -1)))
+                    .chain([(-1, libc::ENOENT); 3])
+                    .collect();
+                let mut bad = 0;
+                for (g, w) in got.iter().zip(&want) {
+                    // An emulated success leaves errno unspecified: compare the return only.
+                    bad += i32::from(g.0 != w.0 || (w.1 >= 0 && g.1 != w.1));
+                }
+                install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+                for _ in 0..5 {
+                    bad += i32::from(call(MKDIR) != (-1, libc::EPERM));
+                }
+                bad
+            })
+            .unwrap_or(101);
+            unsafe { libc::_exit(code) };
+        }
+        let mut child_fd = 0i32;
+        // SAFETY: reading 4 bytes into a valid i32; pidfd syscalls on our own child.
+        let listener = unsafe {
+            assert_eq!(libc::read(fds[0], (&mut child_fd as *mut i32).cast(), 4), 4);
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+            assert!(pidfd >= 0, "pidfd_open");
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, child_fd, 0) as i32;
+            assert!(fd >= 0, "pidfd_getfd");
+            libc::close(pidfd);
+            fd
+        };
+        for i in 0..9 {
+            let req = ScmpNotifReq::receive(listener).expect("receive");
+            let resp = match i {
+                0..=3 => {
+                    ScmpNotifResp::new_error(req.id, -libc::EACCES, ScmpNotifRespFlags::empty())
+                }
+                4..=5 => ScmpNotifResp::new_val(req.id, 0, ScmpNotifRespFlags::empty()),
+                _ => ScmpNotifResp::new_val(req.id, 0, ScmpNotifRespFlags::CONTINUE),
+            };
+            resp.respond(listener).expect("respond");
+        }
+        let mut status = 0;
+        // SAFETY: closing our fds and waiting for our own child.
+        unsafe {
+            libc::close(listener);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        }
+        assert!(exited_ok(status), "{s}: {status:#x}");
+        assert_eq!(
+            counts_of(&t, pid as u32),
+            expect(&[
+                ((MKDIR, libc::EACCES, Action::NotifyError), 4),
+                ((MKDIR, libc::EPERM, Action::Errno), 5),
+            ]),
+            "{s}"
+        );
+        assert!(t.stats().unwrap().notify_emulated >= 2, "{s}");
+    }
+}

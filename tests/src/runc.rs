@@ -42,7 +42,8 @@ pub const BUSYBOX: &str = "/bin/busybox";
 pub const RUN_TIMEOUT_S: u32 = 20;
 
 /// Applets linked into the container rootfs.
-const APPLETS: &[&str] = &["sh", "true", "mkdir", "echo", "ls"];
+/// `sleep` keeps a traced container (and so its cgroup) alive until the tracer has attributed it.
+const APPLETS: &[&str] = &["sh", "true", "mkdir", "echo", "ls", "sleep"];
 /// Stands for `.linux.seccomp` in the serialized config until the raw profile is spliced in.
 const PLACEHOLDER: &str = "@@NODEPROOF_SECCOMP_PROFILE_BYTES@@";
 const MARKER: &str = "init-started";
@@ -158,6 +159,16 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
+/// One `runc run`: what goes into config.json and what wraps runc.
+#[derive(Clone, Copy)]
+struct RunSpec<'a> {
+    profile: &'a [u8],
+    nnp: bool,
+    args: &'a [&'a str],
+    wrapper: &'a [OsString],
+    cgroups_path: Option<&'a str>,
+}
+
 /// Runs profiles through real runc. Cheap to share between threads.
 pub struct RuncOracle {
     dir: PathBuf,
@@ -260,6 +271,35 @@ impl RuncOracle {
         args: &[&str],
         wrapper: &[OsString],
     ) -> Result<RuncRun, OracleError> {
+        self.run_full(&RunSpec {
+            profile: profile_bytes,
+            nnp: no_new_privileges,
+            args,
+            wrapper,
+            cgroups_path: None,
+        })
+    }
+
+    /// Like [`RuncOracle::run`], with `.linux.cgroupsPath` set to `cgroups_path`
+    /// (e.g. a kubelet-shaped `/kubepods/burstable/pod<uid>/<id>`): runc creates
+    /// that cgroup for the container and removes it when the container exits.
+    pub fn run_in_cgroup(
+        &self,
+        profile_bytes: &[u8],
+        no_new_privileges: bool,
+        args: &[&str],
+        cgroups_path: &str,
+    ) -> Result<RuncRun, OracleError> {
+        self.run_full(&RunSpec {
+            profile: profile_bytes,
+            nnp: no_new_privileges,
+            args,
+            wrapper: &[],
+            cgroups_path: Some(cgroups_path),
+        })
+    }
+
+    fn run_full(&self, spec: &RunSpec) -> Result<RuncRun, OracleError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -267,14 +307,7 @@ impl RuncOracle {
             .unwrap_or(0);
         let id = format!("nodeproof-{}-{n}-{nanos:x}", std::process::id());
         let bundle = self.dir.join("runs").join(&id);
-        let result = self.run_in_bundle(
-            &id,
-            &bundle,
-            profile_bytes,
-            no_new_privileges,
-            args,
-            wrapper,
-        );
+        let result = self.run_in_bundle(&id, &bundle, spec);
         // Always clean up, whatever happened; a leftover container would leak a process.
         let _ = Command::new(&self.runc)
             .arg("--root")
@@ -289,11 +322,15 @@ impl RuncOracle {
         &self,
         id: &str,
         bundle: &Path,
-        profile: &[u8],
-        nnp: bool,
-        args: &[&str],
-        wrapper: &[OsString],
+        spec: &RunSpec,
     ) -> Result<RuncRun, OracleError> {
+        let RunSpec {
+            profile,
+            nnp,
+            args,
+            wrapper,
+            cgroups_path,
+        } = *spec;
         let rootfs = bundle.join("rootfs");
         fs::create_dir_all(rootfs.join("bin")).map_err(io_err("mkdir rootfs"))?;
         fs::create_dir_all(rootfs.join("tmp")).map_err(io_err("mkdir rootfs/tmp"))?;
@@ -309,7 +346,7 @@ impl RuncOracle {
         let marker = bundle.join(MARKER);
         fs::write(
             bundle.join("config.json"),
-            self.config_bytes(profile, nnp, args, &marker)?,
+            self.config_bytes(profile, nnp, args, &marker, cgroups_path)?,
         )
         .map_err(io_err("write config.json"))?;
 
@@ -360,6 +397,7 @@ impl RuncOracle {
         nnp: bool,
         args: &[&str],
         marker: &Path,
+        cgroups_path: Option<&str>,
     ) -> Result<Vec<u8>, OracleError> {
         let mut c = self.base_config.clone();
         c["process"]["terminal"] = json!(false);
@@ -373,6 +411,9 @@ impl RuncOracle {
                 "args": ["busybox", "touch", marker],
             }]
         });
+        if let Some(p) = cgroups_path {
+            c["linux"]["cgroupsPath"] = json!(p);
+        }
         c["linux"]["seccomp"] = json!(PLACEHOLDER);
         let text = serde_json::to_vec_pretty(&c).map_err(|e| OracleError::Config(e.to_string()))?;
         let needle = format!("\"{PLACEHOLDER}\"");
@@ -418,7 +459,7 @@ mod tests {
         };
         let raw = b"\xef\xbb\xbf{\"defaultAction\":\"A\",\"DEFAULTACTION\":\"B\",";
         let out = oracle
-            .config_bytes(raw, false, &["/bin/true"], Path::new("/m"))
+            .config_bytes(raw, false, &["/bin/true"], Path::new("/m"), None)
             .unwrap();
         assert!(find(&out, raw).is_some());
         assert!(find(&out, PLACEHOLDER.as_bytes()).is_none());
@@ -428,11 +469,13 @@ mod tests {
                 true,
                 &["/bin/true"],
                 Path::new("/m"),
+                Some("/kubepods/pod1/c1"),
             )
             .unwrap();
         let v: Value = serde_json::from_slice(&ok).unwrap();
         assert_eq!(v["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
         assert_eq!(v["process"]["noNewPrivileges"], true);
         assert_eq!(v["process"]["args"][0], "/bin/true");
+        assert_eq!(v["linux"]["cgroupsPath"], "/kubepods/pod1/c1");
     }
 }

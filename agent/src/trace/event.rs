@@ -17,6 +17,7 @@ pub(crate) mod stat {
     pub const COUNT_MAP_FULL: u32 = 3;
     pub const UNPAIRED_FIRST: u32 = 4;
     pub const STATE_FAIL: u32 = 5;
+    pub const NOTIFY_EMULATED: u32 = 6;
     pub const MAX: u32 = 8;
 }
 

@@ -9,7 +9,13 @@ use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use std::fmt;
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Where the kernel exposes its own BTF.
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// tracefs mount points; classic tracepoint ids are read from `events/<cat>/<name>/id` there.
+const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Why a strategy did not load; the node condition's reason when none does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +87,11 @@ pub struct TracerConfig {
     pub sample_limit_per_cpu: u64,
     /// Only sample this process (counts still cover every process).
     pub sample_pid: Option<u32>,
+    /// Kernel BTF from this file instead of `/sys/kernel/btf/vmlinux` (an
+    /// external BTF, e.g. from BTFHub, for a kernel built without
+    /// `CONFIG_DEBUG_INFO_BTF`). Only the CO-RE reads of the `tracepoint`
+    /// strategy can use it: `fexit` and `tp_btf` attach through the kernel's own BTF.
+    pub btf_path: Option<PathBuf>,
 }
 
 impl Default for TracerConfig {
@@ -89,6 +100,7 @@ impl Default for TracerConfig {
             strategy: None,
             sample_limit_per_cpu: 1000,
             sample_pid: None,
+            btf_path: None,
         }
     }
 }
@@ -118,11 +130,24 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
         Strategy::Tracepoint => &[
             ("np_tp_signal", Attach::Tp("signal", "signal_generate")),
             ("np_tp_proc_exit", Attach::Tp("sched", "sched_process_exit")),
+            ("np_tp_switch", Attach::Tp("sched", "sched_switch")),
             ("np_tp_enter", Attach::Tp("raw_syscalls", "sys_enter")),
             ("np_tp_exit", Attach::Tp("raw_syscalls", "sys_exit")),
         ],
     }
 }
+
+/// The tracepoint strategy's programs when there is no BTF: no CO-RE reads,
+/// `seccomp.mode` at a probed offset (see `probe_offsets`).
+const BTF_FREE_PROGRAMS: &[(&str, Attach)] = &[
+    ("np_nb_signal", Attach::Tp("signal", "signal_generate")),
+    ("np_nb_proc_exit", Attach::Tp("sched", "sched_process_exit")),
+    ("np_nb_enter", Attach::Tp("raw_syscalls", "sys_enter")),
+    ("np_nb_exit", Attach::Tp("raw_syscalls", "sys_exit")),
+];
+
+/// Bytes of task_struct the offset probe snapshots (np_probe_snap's value size).
+const PROBE_BYTES: usize = 16384;
 
 /// A running tracer. Dropping it detaches every program.
 pub struct Tracer {
@@ -133,6 +158,8 @@ pub struct Tracer {
     stats: PerCpuArray<MapData, u64>,
     strategy: Strategy,
     attempts: Vec<ProbeAttempt>,
+    /// The probed offset of task_struct.seccomp.mode when running without BTF.
+    btf_free_offset: Option<u32>,
 }
 
 impl Tracer {
@@ -146,16 +173,22 @@ impl Tracer {
             Some(s) => vec![s],
             None => Strategy::ALL.to_vec(),
         };
-        let btf = Btf::from_sys_fs().ok();
+        let btf_file = cfg.btf_path.as_deref().unwrap_or(Path::new(KERNEL_BTF));
+        // Why there is no BTF, kept for the refusal detail of every strategy that needs it.
+        let btf = Btf::parse_file(btf_file, aya::Endianness::default())
+            .map_err(|e| format!("no BTF at {}: {}", btf_file.display(), error_chain(&e)));
         let mut attempts = Vec::new();
         for strategy in order {
             match try_strategy(strategy, cfg, btf.as_ref()) {
-                Ok(bpf) => {
+                Ok((bpf, btf_free_offset)) => {
                     for a in &attempts {
                         tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
                     }
                     tracing::info!(%strategy, "seccomp tracing strategy loaded");
-                    let tracer = Self::from_loaded(bpf, strategy, attempts);
+                    let tracer = Self::from_loaded(bpf, strategy, attempts).map(|t| Self {
+                        btf_free_offset,
+                        ..t
+                    });
                     drop(btf);
                     // Parsing kernel BTF (several times: aya's loader parses its own copy)
                     // peaks at tens of MiB of heap; hand it back so a long-running agent
@@ -200,7 +233,14 @@ impl Tracer {
             stats,
             strategy,
             attempts,
+            btf_free_offset: None,
         })
+    }
+
+    /// `Some(offset of task_struct.seccomp.mode)` when the tracepoint strategy
+    /// runs without BTF (arch, mnt_ns, notify-error and a KILL's syscall are then unknown).
+    pub fn btf_free_offset(&self) -> Option<u32> {
+        self.btf_free_offset
     }
 
     /// Strategies refused before this one loaded (empty when the first loaded).
@@ -212,12 +252,36 @@ impl Tracer {
 fn try_strategy(
     strategy: Strategy,
     cfg: &TracerConfig,
-    btf: Option<&Btf>,
-) -> Result<Ebpf, ProbeAttempt> {
+    btf: Result<&Btf, &String>,
+) -> Result<(Ebpf, Option<u32>), ProbeAttempt> {
     let fail = |reason, detail: String| ProbeAttempt {
         strategy,
         reason,
         detail,
+    };
+    if strategy == Strategy::Tracepoint {
+        if let Some(detail) = tracefs_unreadable() {
+            return Err(fail(FailureReason::BpfPermissionDenied, detail));
+        }
+    }
+    // The CO-RE programs read task_struct fields through relocations
+    // (seccomp.mode, stack, thread_info.status, nsproxy): without BTF aya would
+    // load them unrelocated, at the offsets of np_core.h's partial structs, and
+    // they would read the wrong bytes. fexit and tp_btf need the kernel's BTF
+    // anyway; the tracepoint strategy has a BTF-free variant with one probed offset.
+    let btf = match btf {
+        Ok(btf) => btf,
+        Err(why) if strategy == Strategy::Tracepoint => {
+            return load_btf_free(cfg).map_err(|(reason, detail)| {
+                fail(reason, format!("{why}; BTF-free variant: {detail}"))
+            });
+        }
+        Err(why) => {
+            return Err(fail(
+                FailureReason::KernelUnsupported,
+                format!("{why} (attaching to BTF-typed points needs the kernel's BTF)"),
+            ))
+        }
     };
     let sample_pid = cfg.sample_pid.unwrap_or(0);
     let mut loader = EbpfLoader::new();
@@ -225,16 +289,34 @@ fn try_strategy(
         .allow_unsupported_maps() // task storage: aya 0.14 has no userspace type for it
         .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
         .override_global("np_sample_tgid", &sample_pid, true);
-    if btf.is_some() {
-        loader.btf(btf);
-    }
+    loader.btf(Some(btf));
     let mut bpf = loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
         fail(
             FailureReason::from_errno(errno_in(&e)),
             format!("creating maps: {}", error_chain(&e)),
         )
     })?;
-    for (name, attach) in programs(strategy) {
+    attach_all(&mut bpf, programs(strategy), Some(btf))
+        .map_err(|(reason, detail)| fail(reason, detail))?;
+    Ok((bpf, None))
+}
+
+/// Loads and attaches `progs` in order; the error is the refusal's reason and detail.
+fn attach_all(
+    bpf: &mut Ebpf,
+    progs: &[(&'static str, Attach)],
+    btf: Option<&Btf>,
+) -> Result<(), (FailureReason, String)> {
+    let fail = |reason, detail: String| (reason, detail);
+    let need_btf = || {
+        btf.ok_or_else(|| {
+            fail(
+                FailureReason::KernelUnsupported,
+                "BTF-typed attach point without BTF".to_string(),
+            )
+        })
+    };
+    for (name, attach) in progs {
         let step = |what: &str, e: &(dyn std::error::Error + 'static)| {
             fail(
                 FailureReason::from_errno(errno_in(e)),
@@ -244,14 +326,6 @@ fn try_strategy(
         let prog = bpf
             .program_mut(name)
             .ok_or_else(|| fail(FailureReason::LoadFailed, format!("{name} not in object")))?;
-        let need_btf = || {
-            btf.ok_or_else(|| {
-                fail(
-                    FailureReason::KernelUnsupported,
-                    "no kernel BTF (/sys/kernel/btf/vmlinux)".to_string(),
-                )
-            })
-        };
         match attach {
             Attach::Fexit(func) => {
                 let p: &mut FExit = prog.try_into().map_err(|e| step("type of", &e))?;
@@ -270,7 +344,271 @@ fn try_strategy(
             }
         }
     }
-    Ok(bpf)
+    Ok(())
+}
+
+/// The tracepoint strategy without BTF: probe the offset of
+/// task_struct.seccomp.mode, then load the CO-RE-free programs with it.
+fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReason, String)> {
+    let off = probe_offsets()?;
+    let offset = off.seccomp_mode;
+    let stack = off.stack.unwrap_or(0);
+    tracing::info!(seccomp_mode = offset, stack = ?off.stack, "no BTF: task_struct offsets probed");
+    if off.stack.is_none() {
+        tracing::warn!("no BTF and task->stack not found: a KILL's syscall is reported as unknown");
+    }
+    let sample_pid = cfg.sample_pid.unwrap_or(0);
+    let mut bpf = EbpfLoader::new()
+        .allow_unsupported_maps()
+        .btf(None)
+        .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
+        .override_global("np_sample_tgid", &sample_pid, true)
+        .override_global("np_off_seccomp_mode", &offset, true)
+        .override_global("np_off_stack", &stack, true)
+        .load(bpf::SECCOMP_TRACE)
+        .map_err(|e| {
+            (
+                FailureReason::from_errno(errno_in(&e)),
+                format!("creating maps: {}", error_chain(&e)),
+            )
+        })?;
+    attach_all(&mut bpf, BTF_FREE_PROGRAMS, None)?;
+    Ok((bpf, Some(offset)))
+}
+
+/// Offsets the BTF-free variant reads task_struct at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProbedOffsets {
+    seccomp_mode: u32,
+    /// `task->stack`, for a KILL's syscall; `None` when no candidate proved itself.
+    stack: Option<u32>,
+}
+
+/// What the probe thread does next; np_nb_probe runs on each of its syscalls.
+enum ProbeStep {
+    /// Any syscall: a snapshot before the filter.
+    Snapshot,
+    /// `close(PROBE_FD)`: a syscall with a known first argument for the stack check.
+    KnownArgs,
+    /// Install an allow-all filter, then a syscall: the snapshot after.
+    Filter,
+}
+
+/// A file descriptor nobody has open: `close` on it fails with EBADF, and its
+/// value in `di` tells the right pt_regs from chance matches.
+const PROBE_FD: libc::c_long = 0x7ead_beef;
+const PROBE_CANDIDATES: u32 = 32;
+
+/// Finds task_struct.seccomp.mode (and task->stack) without BTF: one of our
+/// own threads has its task_struct bytes snapshotted (np_nb_probe, on its
+/// syscalls) before and after it installs an allow-all filter;
+/// `find_seccomp_mode` diffs them. Stack candidates (kernel addresses aligned
+/// to the 16 KiB stack in the first snapshot) are checked in the kernel
+/// against the pt_regs of a `close(PROBE_FD)`. The thread keeps its filter and
+/// no_new_privs and exits; no other thread is affected.
+fn probe_offsets() -> Result<ProbedOffsets, (FailureReason, String)> {
+    use std::sync::mpsc;
+    let (tid_tx, tid_rx) = mpsc::channel::<u32>();
+    let (go_tx, go_rx) = mpsc::channel::<ProbeStep>();
+    let (done_tx, done_rx) = mpsc::channel::<Result<(), String>>();
+    let worker = std::thread::spawn(move || {
+        // SAFETY: gettid takes no arguments.
+        let _ = tid_tx.send(unsafe { libc::gettid() } as u32);
+        while let Ok(step) = go_rx.recv() {
+            let r = match step {
+                // SAFETY: plain syscalls without pointers.
+                ProbeStep::Snapshot => {
+                    unsafe { libc::getppid() };
+                    Ok(())
+                }
+                ProbeStep::KnownArgs => {
+                    unsafe { libc::syscall(libc::SYS_close, PROBE_FD) };
+                    Ok(())
+                }
+                ProbeStep::Filter => install_allow_all_filter().map(|()| {
+                    unsafe { libc::getppid() };
+                }),
+            };
+            if done_tx.send(r).is_err() {
+                return;
+            }
+        }
+    });
+    let tid = tid_rx
+        .recv()
+        .map_err(|_| (FailureReason::LoadFailed, "probe thread died".to_string()))?;
+    let result = (|| {
+        let mut bpf = EbpfLoader::new()
+            .allow_unsupported_maps()
+            .btf(None)
+            .override_global("np_probe_tid", &tid, true)
+            .load(bpf::SECCOMP_TRACE)
+            .map_err(|e| {
+                (
+                    FailureReason::from_errno(errno_in(&e)),
+                    format!("creating maps: {}", error_chain(&e)),
+                )
+            })?;
+        attach_all(
+            &mut bpf,
+            &[("np_nb_probe", Attach::Tp("raw_syscalls", "sys_enter"))],
+            None,
+        )?;
+        let map_err = |e: aya::maps::MapError| (FailureReason::LoadFailed, error_chain(&e));
+        let missing = |name: &str| (FailureReason::LoadFailed, format!("no {name} map"));
+        let run = |step: ProbeStep| -> Result<(), (FailureReason, String)> {
+            let broken = || (FailureReason::LoadFailed, "probe thread died".to_string());
+            go_tx.send(step).map_err(|_| broken())?;
+            done_rx
+                .recv()
+                .map_err(|_| broken())?
+                .map_err(|e| (FailureReason::LoadFailed, e))
+        };
+        let snapshot = |bpf: &Ebpf| -> Result<Box<[u8; PROBE_BYTES]>, (FailureReason, String)> {
+            let snap = aya::maps::Array::<_, [u8; PROBE_BYTES]>::try_from(
+                bpf.map("np_probe_snap")
+                    .ok_or_else(|| missing("np_probe_snap"))?,
+            )
+            .map_err(map_err)?;
+            snap.get(&0, 0).map(Box::new).map_err(map_err)
+        };
+
+        run(ProbeStep::Snapshot)?;
+        let before = snapshot(&bpf)?;
+        let candidates = stack_candidates(&before[..], PROBE_CANDIDATES as usize);
+        {
+            let mut cand = aya::maps::Array::<_, u64>::try_from(
+                bpf.map_mut("np_probe_cand")
+                    .ok_or_else(|| missing("np_probe_cand"))?,
+            )
+            .map_err(map_err)?;
+            for (i, (_, addr)) in candidates.iter().enumerate() {
+                cand.set(i as u32, addr, 0).map_err(map_err)?;
+            }
+        }
+        run(ProbeStep::KnownArgs)?;
+        let hits = {
+            let hit = aya::maps::Array::<_, u64>::try_from(
+                bpf.map("np_probe_hit")
+                    .ok_or_else(|| missing("np_probe_hit"))?,
+            )
+            .map_err(map_err)?;
+            let mut hits = Vec::new();
+            for (i, (off, _)) in candidates.iter().enumerate() {
+                if hit.get(&(i as u32), 0).map_err(map_err)? == 1 {
+                    hits.push(*off);
+                }
+            }
+            hits
+        };
+        run(ProbeStep::Filter)?;
+        let after = snapshot(&bpf)?;
+        let seccomp_mode = find_seccomp_mode(&before[..], &after[..])
+            .map_err(|e| (FailureReason::KernelUnsupported, e))?;
+        Ok(ProbedOffsets {
+            seccomp_mode,
+            stack: match hits.as_slice() {
+                [one] => Some(*one),
+                _ => None,
+            },
+        })
+    })();
+    drop(go_tx);
+    let _ = worker.join();
+    result
+}
+
+/// 8-aligned fields of a task_struct snapshot that look like `task->stack`:
+/// kernel addresses aligned to the 16 KiB x86_64 stack. (offset, value), at most `max`.
+fn stack_candidates(snap: &[u8], max: usize) -> Vec<(u32, u64)> {
+    const STACK_SIZE: u64 = 16384;
+    snap.chunks_exact(8)
+        .enumerate()
+        .map(|(i, c)| ((i * 8) as u32, u64::from_ne_bytes(c.try_into().unwrap())))
+        .filter(|&(_, v)| v >= 0xffff_8000_0000_0000 && v % STACK_SIZE == 0)
+        .take(max)
+        .collect()
+}
+
+/// Puts the calling thread under an allow-all filter (with no_new_privs,
+/// which an unprivileged filter needs).
+fn install_allow_all_filter() -> Result<(), String> {
+    const SECCOMP_SET_MODE_FILTER: libc::c_long = 1;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    let mut insn = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: SECCOMP_RET_ALLOW,
+    }];
+    let prog = libc::sock_fprog {
+        len: 1,
+        filter: insn.as_mut_ptr(),
+    };
+    // SAFETY: prctl with integer arguments; seccomp with a valid one-instruction program.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(format!(
+                "PR_SET_NO_NEW_PRIVS: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0 {
+            return Err(format!("seccomp(): {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// The offset of `struct seccomp` in two task_struct snapshots taken before
+/// and after a filter was installed: `int mode` 0 → 2 (SECCOMP_MODE_FILTER),
+/// `atomic_t filter_count` 0 → 1 (0 → 0 before 5.9, where it is padding),
+/// `struct seccomp_filter *filter` NULL → a kernel address. Exactly one match
+/// or an error (other fields change between snapshots too: times, counters).
+pub fn find_seccomp_mode(before: &[u8], after: &[u8]) -> Result<u32, String> {
+    let u32_at = |s: &[u8], o: usize| u32::from_ne_bytes(s[o..o + 4].try_into().unwrap());
+    let u64_at = |s: &[u8], o: usize| u64::from_ne_bytes(s[o..o + 8].try_into().unwrap());
+    let len = before.len().min(after.len());
+    let found: Vec<usize> = (0..len.saturating_sub(16))
+        .step_by(8)
+        .filter(|&o| {
+            u32_at(before, o) == 0
+                && u32_at(after, o) == 2
+                && u32_at(before, o + 4) == 0
+                && u32_at(after, o + 4) <= 1
+                && u64_at(before, o + 8) == 0
+                && u64_at(after, o + 8) >= 0xffff_8000_0000_0000
+        })
+        .collect();
+    match found.as_slice() {
+        [o] => Ok(*o as u32),
+        [] => Err("no struct seccomp signature in the task_struct snapshots".to_string()),
+        many => Err(format!(
+            "struct seccomp signature is ambiguous at offsets {many:?}"
+        )),
+    }
+}
+
+/// Why classic tracepoints cannot be attached by this process, when the
+/// reason is tracefs permissions: tracefs is mode 0700 root by default, and
+/// the event ids live there, so a non-root agent with CAP_BPF + CAP_PERFMON
+/// cannot use this strategy (tp_btf needs no tracefs).
+fn tracefs_unreadable() -> Option<String> {
+    let mut seen = None;
+    for dir in TRACEFS {
+        let events = Path::new(dir).join("events");
+        match std::fs::metadata(&events) {
+            Ok(_) => return None, // readable: attach will find the ids
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                seen = Some(format!(
+                    "{} is not readable by this user (tracefs is root-only by default; classic tracepoint ids live there): {e}",
+                    events.display()
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    seen
 }
 
 /// The first OS error in a chain of sources.
@@ -424,6 +762,7 @@ impl EventSource for Tracer {
             lost_counts: v[stat::COUNT_MAP_FULL as usize],
             unjudged_first_exits: v[stat::UNPAIRED_FIRST as usize],
             state_failures: v[stat::STATE_FAIL as usize],
+            notify_emulated: v[stat::NOTIFY_EMULATED as usize],
         })
     }
 }
@@ -474,6 +813,41 @@ mod tests {
         assert!(missing_capabilities((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_empty());
         assert_eq!(missing_capabilities(1 << CAP_BPF), vec!["CAP_PERFMON"]);
         assert_eq!(missing_capabilities(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+    }
+
+    #[test]
+    fn seccomp_signature_found_once() {
+        let mut before = vec![0u8; 256];
+        let mut after = vec![0u8; 256];
+        // Noise that changes between snapshots (a counter, a time).
+        before[16] = 7;
+        after[16] = 9;
+        after[40..44].copy_from_slice(&2u32.to_ne_bytes()); // mode 0 -> 2 but no filter pointer
+        after[96..100].copy_from_slice(&2u32.to_ne_bytes());
+        after[100..104].copy_from_slice(&1u32.to_ne_bytes());
+        after[104..112].copy_from_slice(&0xffff_8881_0000_1000u64.to_ne_bytes());
+        assert_eq!(find_seccomp_mode(&before, &after), Ok(96));
+        assert!(find_seccomp_mode(&before, &before).is_err());
+        // A second match is refused, not guessed.
+        after[160..164].copy_from_slice(&2u32.to_ne_bytes());
+        after[168..176].copy_from_slice(&0xffff_8881_0000_2000u64.to_ne_bytes());
+        assert!(find_seccomp_mode(&before, &after)
+            .unwrap_err()
+            .contains("ambiguous"));
+    }
+
+    #[test]
+    fn stack_candidates_are_aligned_kernel_addresses() {
+        let mut snap = vec![0u8; 64];
+        snap[8..16].copy_from_slice(&0xffff_c900_0012_4000u64.to_ne_bytes()); // 16 KiB aligned
+        snap[16..24].copy_from_slice(&0xffff_c900_0012_4008u64.to_ne_bytes()); // not aligned
+        snap[24..32].copy_from_slice(&0x0000_7fff_0000_4000u64.to_ne_bytes()); // user address
+        snap[40..48].copy_from_slice(&0xffff_8881_0000_8000u64.to_ne_bytes());
+        assert_eq!(
+            stack_candidates(&snap, 8),
+            vec![(8, 0xffff_c900_0012_4000), (40, 0xffff_8881_0000_8000)]
+        );
+        assert_eq!(stack_candidates(&snap, 1).len(), 1);
     }
 
     #[test]

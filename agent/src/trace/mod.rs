@@ -88,6 +88,8 @@ pub struct TraceOptions {
     pub format: OutputFormat,
     /// Force a strategy instead of probing.
     pub strategy: Option<Strategy>,
+    /// Kernel BTF from this file (see [`TracerConfig::btf_path`]).
+    pub btf_path: Option<std::path::PathBuf>,
 }
 
 /// The programs' own counters.
@@ -102,6 +104,8 @@ pub struct Stats {
     /// child's first return, syscalls in flight at attach): not judged.
     pub unjudged_first_exits: u64,
     pub state_failures: u64,
+    /// USER_NOTIF calls the supervisor answered with a value (emulated): not denials.
+    pub notify_emulated: u64,
 }
 
 impl Stats {
@@ -192,7 +196,15 @@ pub struct Readiness {
 impl Readiness {
     pub fn of(result: Result<&Tracer, &TraceError>) -> Self {
         match result {
-            Ok(t) => Self::loaded(t.strategy(), t.attempts()),
+            Ok(t) => {
+                let mut r = Self::loaded(t.strategy(), t.attempts());
+                if let Some(off) = t.btf_free_offset() {
+                    r.message.push_str(&format!(
+                        "; no BTF: task_struct.seccomp.mode probed at offset {off}, arch, mount namespace, notify-error and a KILL's syscall unknown"
+                    ));
+                }
+                r
+            }
             Err(e) => Self::failed(e),
         }
     }
@@ -260,6 +272,7 @@ pub fn run(
     let mut tracer = Tracer::start(&TracerConfig {
         strategy: opts.strategy,
         sample_pid: opts.pid,
+        btf_path: opts.btf_path.clone(),
         ..TracerConfig::default()
     })?;
     run_with(

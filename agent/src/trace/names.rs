@@ -25,6 +25,10 @@ fn scmp_arch(audit_arch: u32) -> Option<ScmpArch> {
 
 /// The syscall's name on that arch, or `nr<N>` when libseccomp does not know it.
 pub fn syscall_name(audit_arch: u32, nr: i32) -> String {
+    // The BTF-free tracepoint variant cannot see a KILL's syscall and reports -1.
+    if nr < 0 {
+        return "unknown".to_string();
+    }
     scmp_arch(audit_arch)
         .and_then(|arch| ScmpSyscall::from(nr).get_name_by_arch(arch).ok())
         .unwrap_or_else(|| format!("nr{nr}"))
@@ -81,6 +85,7 @@ mod tests {
         assert_eq!(syscall_name(AUDIT_ARCH_AARCH64, 34), "mkdirat");
         assert_eq!(syscall_name(AUDIT_ARCH_X86_64, 9999), "nr9999");
         assert_eq!(syscall_name(0, 1), "nr1");
+        assert_eq!(syscall_name(AUDIT_ARCH_X86_64, -1), "unknown");
         let mut n = SyscallNames::default();
         assert_eq!(n.get(AUDIT_ARCH_X86_64, 165), "mount");
         assert_eq!(arch_name(AUDIT_ARCH_I386), "x86");

@@ -34,6 +34,9 @@ pub struct SummaryRow {
     pub errno: i32,
     pub count: u64,
     pub cgroup_id: u64,
+    /// The cgroup path the id resolved to (relative to the hierarchy root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     pub container_id: Option<String>,
     pub pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +94,7 @@ pub fn aggregate(
                 errno: k.errno,
                 count,
                 cgroup_id: k.cgroup_id,
+                cgroup: a.cgroup,
                 container_id: a.container_id,
                 pod_uid: a.pod_uid,
                 pod: a.pod,
@@ -130,6 +134,8 @@ struct SampleJson<'a> {
     errno: i32,
     cgroup_id: u64,
     mnt_ns: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<&'a str>,
     container_id: Option<&'a str>,
     pod_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,6 +156,7 @@ pub fn sample_json(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> 
         errno: d.errno,
         cgroup_id: d.cgroup_id,
         mnt_ns: d.mnt_ns,
+        cgroup: a.cgroup.as_deref(),
         container_id: a.container_id.as_deref(),
         pod_uid: a.pod_uid.as_deref(),
         pod: a.pod.as_ref(),
