@@ -1,11 +1,14 @@
 //! The agent's configuration file (TOML). Parsing is pure; every problem
 //! is reported at once, with the offending key.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::gpu::GpuConfig;
+use crate::report::conditions::{Hysteresis, Policy, OWNED_TYPES};
 
 /// The configuration compiled into the binary, used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../systemd/config.toml");
@@ -38,6 +41,76 @@ pub struct ReportConfig {
     /// Taint the Node while a GPU condition is bad, with this separate
     /// credential (deploy/rbac-taints.yaml); unset: no taints.
     pub taint_kubeconfig: Option<PathBuf>,
+    /// Seconds between heartbeat writes when nothing changed (default 300).
+    pub heartbeat_s: Option<u64>,
+    /// Consecutive bad results before a condition goes False (default 2).
+    pub to_bad: Option<u32>,
+    /// Consecutive good results before it recovers (default 3).
+    pub to_good: Option<u32>,
+    /// Per condition type, e.g. `[report.hysteresis.GPUHealthy] to-bad = 1`.
+    #[serde(default)]
+    pub hysteresis: BTreeMap<String, HysteresisConfig>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HysteresisConfig {
+    pub to_bad: Option<u32>,
+    pub to_good: Option<u32>,
+}
+
+impl ReportConfig {
+    /// Every problem of the section, each naming its key.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.heartbeat_s == Some(0) {
+            out.push("report.heartbeat-s must be at least 1".to_string());
+        }
+        let mut counts = vec![
+            ("report.to-bad".to_string(), self.to_bad),
+            ("report.to-good".to_string(), self.to_good),
+        ];
+        for (kind, h) in &self.hysteresis {
+            if !OWNED_TYPES.contains(&kind.as_str()) {
+                out.push(format!(
+                    "report.hysteresis.{kind}: not a condition nodeproof reports (one of {})",
+                    OWNED_TYPES.join(", ")
+                ));
+            }
+            counts.push((format!("report.hysteresis.{kind}.to-bad"), h.to_bad));
+            counts.push((format!("report.hysteresis.{kind}.to-good"), h.to_good));
+        }
+        out.extend(
+            counts
+                .into_iter()
+                .filter(|(_, v)| *v == Some(0))
+                .map(|(k, _)| format!("{k} must be at least 1")),
+        );
+        out
+    }
+
+    /// The reporter's policy for a long-running agent (a one-shot run has no history to smooth).
+    pub fn policy(&self) -> Policy {
+        let mut policy = Policy::default();
+        if let Some(s) = self.heartbeat_s {
+            policy.heartbeat = Duration::from_secs(s);
+        }
+        let base = Hysteresis {
+            to_bad: self.to_bad.unwrap_or(policy.hysteresis.to_bad),
+            to_good: self.to_good.unwrap_or(policy.hysteresis.to_good),
+        };
+        policy.hysteresis = base;
+        for (kind, h) in &self.hysteresis {
+            policy.per_kind.insert(
+                kind.clone(),
+                Hysteresis {
+                    to_bad: h.to_bad.unwrap_or(base.to_bad),
+                    to_good: h.to_good.unwrap_or(base.to_good),
+                },
+            );
+        }
+        policy
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -91,7 +164,7 @@ pub enum ConfigError {
     )]
     Runtime { path: PathBuf, value: String },
     #[error("invalid config {path}: {}", problems.join("; "))]
-    Gpu {
+    Problems {
         path: PathBuf,
         problems: Vec<String>,
     },
@@ -112,9 +185,10 @@ impl Config {
                 value: config.seccomp.runtime.clone(),
             });
         }
-        let problems = config.gpu.problems();
+        let mut problems = config.gpu.problems();
+        problems.extend(config.report.problems());
         if !problems.is_empty() {
-            return Err(ConfigError::Gpu {
+            return Err(ConfigError::Problems {
                 path: path.to_path_buf(),
                 problems,
             });
@@ -167,6 +241,37 @@ mod tests {
         assert!(
             format!("{e:?}").contains("unknown field `ecc-max`"),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn report_hysteresis_per_condition() {
+        let text =
+            "[report]\nheartbeat-s = 60\nto-bad = 3\n[report.hysteresis.GPUHealthy]\nto-good = 5\n";
+        let c = Config::parse(text, Path::new("c.toml")).unwrap();
+        let p = c.report.policy();
+        assert_eq!(p.heartbeat, Duration::from_secs(60));
+        assert_eq!(
+            p.hysteresis,
+            Hysteresis {
+                to_bad: 3,
+                to_good: 3
+            }
+        );
+        assert_eq!(
+            p.per_kind["GPUHealthy"],
+            Hysteresis {
+                to_bad: 3,
+                to_good: 5
+            }
+        );
+        let text = "[report]\nto-good = 0\n[report.hysteresis.DiskPressure]\nto-bad = 0\n";
+        let e = Config::parse(text, Path::new("c.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config c.toml: report.hysteresis.DiskPressure: not a condition nodeproof reports \
+             (one of SeccompProfilesReady, SeccompTracingReady, GPUDriverReady, GPUHealthy); \
+             report.to-good must be at least 1; report.hysteresis.DiskPressure.to-bad must be at least 1"
         );
     }
 
