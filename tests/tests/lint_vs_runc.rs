@@ -2,15 +2,10 @@
 //! corpus profile (against the recorded results, and live) and for a set of
 //! broken variants of our own, in both noNewPrivileges modes.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
 use nodeproof::profile::filter::Arch;
 use nodeproof::profile::lint::{lint_source, LintOptions, Outcome, Runtime};
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use serde_json::Value;
-
-const PARALLELISM: usize = 2;
 
 fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
     let opts = LintOptions {
@@ -130,33 +125,23 @@ fn broken_variants_match_real_runc() {
         return;
     }
     let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let jobs: VecDeque<(&str, Vec<u8>, bool)> = variants()
+    let jobs: Vec<(&str, Vec<u8>, bool)> = variants()
         .into_iter()
         .flat_map(|(name, bytes)| [(name, bytes.clone(), true), (name, bytes, false)])
         .collect();
     let total = jobs.len();
-    let jobs = Mutex::new(jobs);
-    let wrong = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..PARALLELISM {
-            s.spawn(|| loop {
-                let Some((name, bytes, nnp)) = jobs.lock().unwrap().pop_front() else {
-                    break;
-                };
-                let run = oracle.run(&bytes, nnp, &["/bin/true"]);
-                let (got, why) = predict(&bytes, nnp);
-                if got != expected(run.verdict) {
-                    wrong.lock().unwrap().push(format!(
-                        "{name} nnp={nnp}: runc {} (exit {}, {}), nodeproof {got:?} ({why})",
-                        run.verdict,
-                        run.exit,
-                        run.stderr.trim()
-                    ));
-                }
-            });
-        }
+    let wrong = nodeproof_e2e::mismatches(jobs, |(name, bytes, nnp)| {
+        let run = oracle.run(&bytes, nnp, &["/bin/true"]);
+        let (got, why) = predict(&bytes, nnp);
+        (got != expected(run.verdict)).then(|| {
+            format!(
+                "{name} nnp={nnp}: runc {} (exit {}, {}), nodeproof {got:?} ({why})",
+                run.verdict,
+                run.exit,
+                run.stderr.trim()
+            )
+        })
     });
-    let wrong = wrong.into_inner().unwrap();
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",
@@ -177,34 +162,24 @@ fn corpus_predictions_match_live_runc() {
     let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
     let mut files: Vec<_> = walk(&corpus);
     files.sort();
-    let jobs: VecDeque<_> = files
+    let jobs: Vec<_> = files
         .iter()
         .flat_map(|f| [(f.clone(), true), (f.clone(), false)])
         .collect();
     let total = jobs.len();
-    let jobs = Mutex::new(jobs);
-    let wrong = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..PARALLELISM {
-            s.spawn(|| loop {
-                let Some((file, nnp)) = jobs.lock().unwrap().pop_front() else {
-                    break;
-                };
-                let bytes = std::fs::read(&file).unwrap();
-                let run = oracle.run(&bytes, nnp, &["/bin/true"]);
-                let (got, why) = predict(&bytes, nnp);
-                if got != expected(run.verdict) {
-                    wrong.lock().unwrap().push(format!(
-                        "{} nnp={nnp}: runc {}, nodeproof {got:?} ({why})",
-                        file.display(),
-                        run.verdict
-                    ));
-                }
-            });
-        }
+    let wrong = nodeproof_e2e::mismatches(jobs, |(file, nnp)| {
+        let bytes = std::fs::read(&file).unwrap();
+        let run = oracle.run(&bytes, nnp, &["/bin/true"]);
+        let (got, why) = predict(&bytes, nnp);
+        (got != expected(run.verdict)).then(|| {
+            format!(
+                "{} nnp={nnp}: runc {}, nodeproof {got:?} ({why})",
+                file.display(),
+                run.verdict
+            )
+        })
     });
     assert!(total >= 66);
-    let wrong = wrong.into_inner().unwrap();
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",

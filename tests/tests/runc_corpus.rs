@@ -2,13 +2,9 @@
 //! must get the verdict (and exit status) recorded in `runc-results.json`.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use serde_json::Value;
-
-/// runc runs in parallel, never more than this (the machine has 2 cores).
-const PARALLELISM: usize = 2;
 
 #[test]
 fn corpus_verdicts_match_runc_results() {
@@ -42,28 +38,18 @@ fn corpus_verdicts_match_runc_results() {
     }
     let total = jobs.len();
     let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let jobs = Mutex::new(jobs);
-    let mismatches = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..PARALLELISM {
-            s.spawn(|| loop {
-                let Some((file, nnp, want, want_exit)) = jobs.lock().unwrap().pop_front() else {
-                    break;
-                };
-                let bytes = std::fs::read(corpus.join(&file)).expect("corpus file");
-                let got = oracle.run(&bytes, nnp, &["/bin/true"]);
-                if got.verdict != want || got.exit != want_exit {
-                    mismatches.lock().unwrap().push(format!(
-                        "{file} nnp={nnp}: want {want} ({want_exit}), got {} ({}) stderr: {}",
-                        got.verdict,
-                        got.exit,
-                        got.stderr.trim()
-                    ));
-                }
-            });
-        }
+    let mismatches = nodeproof_e2e::mismatches(jobs.into(), |(file, nnp, want, want_exit)| {
+        let bytes = std::fs::read(corpus.join(&file)).expect("corpus file");
+        let got = oracle.run(&bytes, nnp, &["/bin/true"]);
+        (got.verdict != want || got.exit != want_exit).then(|| {
+            format!(
+                "{file} nnp={nnp}: want {want} ({want_exit}), got {} ({}) stderr: {}",
+                got.verdict,
+                got.exit,
+                got.stderr.trim()
+            )
+        })
     });
-    let mismatches = mismatches.into_inner().unwrap();
     assert!(
         mismatches.is_empty(),
         "{} of {total} runs disagree with runc-results.json:\n{}",

@@ -58,29 +58,19 @@ fn single_denials_match_the_table() {
         "table lost entries: {} checks",
         jobs.len()
     );
-    let queue = std::sync::Mutex::new(jobs);
-    let failures = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let Some((name, nnp, enosys)) = queue.lock().unwrap().pop() else {
-                    break;
-                };
-                let want = expected(name, nnp, enosys);
-                let profile = deny_one_profile(name, enosys.then_some(ENOSYS));
-                let got = oracle.run(profile.as_bytes(), nnp, &["/bin/true"]);
-                if got.verdict != want {
-                    failures.lock().unwrap().push(format!(
-                        "deny {name} nnp={nnp} enosys={enosys}: want {want}, got {} (exit {}): {}",
-                        got.verdict,
-                        got.exit,
-                        got.stderr.trim()
-                    ));
-                }
-            });
-        }
+    let failures = nodeproof_e2e::mismatches(jobs, |(name, nnp, enosys)| {
+        let want = expected(name, nnp, enosys);
+        let profile = deny_one_profile(name, enosys.then_some(ENOSYS));
+        let got = oracle.run(profile.as_bytes(), nnp, &["/bin/true"]);
+        (got.verdict != want).then(|| {
+            format!(
+                "deny {name} nnp={nnp} enosys={enosys}: want {want}, got {} (exit {}): {}",
+                got.verdict,
+                got.exit,
+                got.stderr.trim()
+            )
+        })
     });
-    let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     eprintln!("not asserted (flaky): {flaky:?}");
 }
