@@ -177,7 +177,7 @@ impl Parser<'_> {
             // Parse one value start; containers push a frame.
             let b = self.peek()?;
             let mut done = match b {
-                b'[' => {
+                b'[' | b'{' => {
                     if stack.len() >= MAX_DEPTH {
                         return Err(SyntaxError {
                             kind: SyntaxErrorKind::TooDeep { found: b },
@@ -186,47 +186,33 @@ impl Parser<'_> {
                     }
                     let start = self.pos;
                     self.pos += 1;
-                    if self.peek()? == b']' {
+                    let array = b == b'[';
+                    if self.peek()? == if array { b']' } else { b'}' } {
                         self.pos += 1;
+                        let value = if array {
+                            Value::Array(Vec::new())
+                        } else {
+                            Value::Object(Vec::new())
+                        };
                         Some(Node {
-                            value: Value::Array(Vec::new()),
+                            value,
                             span: Span {
                                 start,
                                 end: self.pos,
                             },
                         })
                     } else {
-                        stack.push(Frame::Array {
-                            start,
-                            items: Vec::new(),
-                        });
-                        continue;
-                    }
-                }
-                b'{' => {
-                    if stack.len() >= MAX_DEPTH {
-                        return Err(SyntaxError {
-                            kind: SyntaxErrorKind::TooDeep { found: b },
-                            offset: self.pos,
-                        });
-                    }
-                    let start = self.pos;
-                    self.pos += 1;
-                    if self.peek()? == b'}' {
-                        self.pos += 1;
-                        Some(Node {
-                            value: Value::Object(Vec::new()),
-                            span: Span {
+                        stack.push(if array {
+                            Frame::Array {
                                 start,
-                                end: self.pos,
-                            },
-                        })
-                    } else {
-                        let key = self.parse_key()?;
-                        stack.push(Frame::Object {
-                            start,
-                            members: Vec::new(),
-                            key: Some(key),
+                                items: Vec::new(),
+                            }
+                        } else {
+                            Frame::Object {
+                                start,
+                                members: Vec::new(),
+                                key: Some(self.parse_key()?),
+                            }
                         });
                         continue;
                     }
