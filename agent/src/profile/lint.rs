@@ -471,54 +471,43 @@ fn predict_runtime_needs(
     opts: &LintOptions,
     report: &mut ProfileReport,
 ) -> bool {
-    let mut fails = false;
+    // One diagnostic per syscall name, though the table lists some names with several argument sets.
+    let mut reported: Vec<&str> = Vec::new();
     for need in runc_init::RUNC_1_1_5
         .iter()
         .filter(|n| n.in_mode(opts.no_new_privileges))
     {
+        if reported.contains(&need.name) {
+            continue;
+        }
         let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
             continue;
         };
-        let already = report.diagnostics.iter().any(|d| {
-            matches!(
-                d.code,
-                Code::RuntimeSyscallDenied | Code::EntrypointSyscallDenied
-            ) && d.message.contains(&format!("`{}`", need.name))
-        });
-        if already {
-            continue;
-        }
-        if denial_is_fatal(action, need) {
-            fails = true;
-            report
-                .diagnostics
-                .push(runtime_denial(spec, need, action, opts, None));
-            continue;
-        }
-        // Denied alone it is harmless only while the caller's fallback is allowed.
-        let Some((_, alternatives)) = runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name)
-        else {
-            continue;
+        let fallbacks = if denial_is_fatal(action, need) {
+            None
+        } else {
+            // Denied alone it is harmless only while the caller's fallback is allowed.
+            let Some((_, alternatives)) =
+                runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name)
+            else {
+                continue;
+            };
+            let all_denied = !action.lets_syscall_run()
+                && alternatives.iter().all(|alt| {
+                    filter_action(compiled, opts.arch, alt, [0; 6])
+                        .is_some_and(|a| !a.lets_syscall_run())
+                });
+            if !all_denied {
+                continue;
+            }
+            Some(*alternatives)
         };
-        if action.lets_syscall_run()
-            || report
-                .diagnostics
-                .iter()
-                .any(|d| d.message.contains(&format!("`{}`", need.name)))
-        {
-            continue;
-        }
-        let all_denied = alternatives.iter().all(|alt| {
-            filter_action(compiled, opts.arch, alt, [0; 6]).is_some_and(|a| !a.lets_syscall_run())
-        });
-        if all_denied {
-            fails = true;
-            report
-                .diagnostics
-                .push(runtime_denial(spec, need, action, opts, Some(alternatives)));
-        }
+        reported.push(need.name);
+        report
+            .diagnostics
+            .push(runtime_denial(spec, need, action, opts, fallbacks));
     }
-    fails
+    !reported.is_empty()
 }
 
 /// The action the compiled filter takes for `name(args)` on `arch`.
