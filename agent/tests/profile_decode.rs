@@ -232,3 +232,29 @@ fn deep_nesting_is_a_diagnostic() {
     );
     assert_eq!(codes(&ok_deep).0, Outcome::Ok);
 }
+
+#[test]
+fn other_node_architectures() {
+    let default = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap();
+    let on = |arch| {
+        let opts = LintOptions { arch, ..opts() };
+        lint_source("p.json", &default, &opts)
+    };
+    // Calls that do not exist on arm64 (arch_prctl, open, ...) are not held against the profile.
+    let arm = on(Arch::Aarch64);
+    assert_eq!(arm.outcome, Outcome::Ok, "{:#?}", arm.diagnostics);
+    assert!(arm.diagnostics.iter().any(|d| d.code == CrossArchModel));
+    // A big-endian node cannot add the profile's little-endian x86 arches: libseccomp refuses, runc init fails.
+    let s390 = on(Arch::S390X);
+    assert_eq!(s390.outcome, Outcome::StartFailed);
+    let d = s390
+        .diagnostics
+        .iter()
+        .find(|d| d.code == CompileFailed)
+        .expect("compile-failed");
+    assert!(d.message.contains("SCMP_ARCH_X86_64"), "{}", d.message);
+}

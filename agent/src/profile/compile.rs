@@ -237,6 +237,9 @@ pub fn syscall_name(nr: i32, arch: Arch) -> Option<String> {
     ScmpSyscall::from(nr).get_name_by_arch(scmp_arch(arch)).ok()
 }
 
+/// `__AUDIT_ARCH_LE`: the byte order bit of an audit arch.
+const LE_BIT: u32 = 0x4000_0000;
+
 /// Build the libseccomp filter context the way runc does.
 fn build(
     spec: &FilterSpec,
@@ -252,13 +255,21 @@ fn build(
         }
     })?;
     if native != host {
-        // Add first so the filter never has zero arches, then drop the host.
-        add_arch(&mut ctx, native)?;
+        // libseccomp keeps one byte order per filter: for a target of the other
+        // order (s390x on x86_64) the host must go first; otherwise add first so
+        // the filter never has zero arches.
+        let same_order = (native.audit_arch() & LE_BIT) == (host.audit_arch() & LE_BIT);
+        if same_order {
+            add_arch(&mut ctx, native)?;
+        }
         ctx.remove_arch(ScmpArch::Native)
             .map_err(|e| CompileError::RemoveArch {
                 arch: host,
                 source: Errno::from_seccomp(&e),
             })?;
+        if !same_order {
+            add_arch(&mut ctx, native)?;
+        }
     }
     let mut arches = vec![native];
     for &arch in &spec.arches {

@@ -77,6 +77,7 @@ codes! {
     FilterTooLarge => "filter-too-large",
     RuntimeSyscallDenied => "runtime-syscall-denied",
     EntrypointSyscallDenied => "entrypoint-syscall-denied",
+    CrossArchModel => "cross-arch-model",
     // Lints beyond acceptance.
     AllowByDefault => "allow-by-default",
     ShadowedRule => "shadowed-rule",

@@ -300,6 +300,16 @@ fn predict(
         );
         outcome = Outcome::StartFailed;
     }
+    if opts.arch != Arch::X86_64 {
+        report.diagnostics.push(Diagnostic::note(
+            Code::CrossArchModel,
+            "",
+            format!(
+                "what runc init needs after the filter is loaded was learned on x86_64; for {} nodeproof checks the same calls where they exist there",
+                opts.arch
+            ),
+        ));
+    }
     if predict_runtime_needs(spec, &compiled, opts, report) {
         outcome = Outcome::StartFailed;
     }
@@ -517,7 +527,8 @@ fn filter_action(
     name: &str,
     args: [u64; 6],
 ) -> Option<Action> {
-    let nr = compile::resolve_syscall(name, arch)?;
+    // Negative numbers are libseccomp's pseudo-syscalls: the call does not exist on this arch.
+    let nr = compile::resolve_syscall(name, arch).filter(|&nr| nr >= 0)?;
     let data = SeccompData::new(nr, arch.audit_arch(), args);
     bpf::run(&compiled.program, &data)
         .ok()
