@@ -80,6 +80,32 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
+    /// The smallest profile change that allows observed denials: a JSON Patch and the
+    /// patched profile. Never writes the profile.
+    Advise(AdviseArgs),
+}
+
+#[derive(clap::Args)]
+struct AdviseArgs {
+    /// Only denials of this pod (NAMESPACE/NAME), as resolved in the trace.
+    #[arg(long)]
+    pod: Option<String>,
+    /// Only this container (a container id prefix: trace rows carry ids, not names).
+    #[arg(long)]
+    container: Option<String>,
+    /// The profile to patch.
+    #[arg(long, required = true)]
+    profile: PathBuf,
+    /// A saved `nodeproof trace -o json` output.
+    #[arg(long, conflicts_with = "duration")]
+    from: Option<PathBuf>,
+    /// Trace live for this long instead (needs root or CAP_BPF+CAP_PERFMON).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    #[command(flatten)]
+    mode: ModeArgs,
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+    output: Format,
 }
 
 /// `check --report`: where and as whom to report (docs/reporting.md).
@@ -262,7 +288,48 @@ fn run(cli: Cli) -> Result<ExitCode> {
             strategy,
             btf_path: btf,
         }),
+        Command::Advise(args) => advise_cmd(&args, &config),
     }
+}
+
+fn advise_cmd(args: &AdviseArgs, config: &Config) -> Result<ExitCode> {
+    use nodeproof::profile::advise;
+    let filter = advise::TraceFilter {
+        pod: args.pod.clone(),
+        container_id: args.container.clone(),
+    };
+    let denied = match &args.from {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            advise::denials_from_trace(&path.to_string_lossy(), &text, &filter)?
+        }
+        None => {
+            let opts = trace::TraceOptions {
+                duration: Some(args.duration.unwrap_or(Duration::from_secs(10))),
+                comm: None,
+                pid: None,
+                format: trace::OutputFormat::Json,
+                strategy: None,
+                btf_path: None,
+            };
+            let summary =
+                trace::run(&opts, &mut std::io::sink(), &STOP).context("seccomp tracing failed")?;
+            let text = trace::summary::summary_json(&summary);
+            advise::denials_from_trace("(live trace)", &text, &filter)?
+        }
+    };
+    let path = args.profile.to_string_lossy();
+    let src = std::fs::read(&args.profile).with_context(|| format!("cannot read {path}"))?;
+    let opts = lint_options(&args.mode, config);
+    let advice = advise::advise(&path, &src, &denied, &opts)?;
+    match args.output {
+        Format::Text => print!("{}", advise::render(&advice)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&advice)?),
+    }
+    Ok(exit(
+        advice.outcome == lint::Outcome::Ok && advice.still_denied.is_empty(),
+    ))
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
