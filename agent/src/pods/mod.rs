@@ -2,5 +2,6 @@
 //! and RuntimeClasses they use, whether those work here, and the tracer's
 //! denials attributed to them.
 
+pub mod denials;
 pub mod refs;
 pub mod verdict;
