@@ -5,3 +5,4 @@
 pub mod denials;
 pub mod refs;
 pub mod verdict;
+pub mod watch;
