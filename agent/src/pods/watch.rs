@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::denials::PodIndex;
+use super::denials::{DenialAggregator, PodIndex, EVENT_REASON};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
 use crate::finding::Condition;
 use crate::report::client::Reporter;
@@ -168,6 +168,26 @@ pub fn record(lp_event: &mut impl FnMut(ObjectRef, EventType, &str, &str), f: &P
         f.reason.event_reason(),
         &message,
     );
+}
+
+/// Hands the denial events that are due to the report loop (Warning,
+/// reason `SeccompDenied`, on the pod).
+pub fn record_denials<R: Reporter>(
+    lp: &mut ReportLoop<R>,
+    denials: &mut DenialAggregator,
+    now: SystemTime,
+) -> usize {
+    let due = denials.due(now);
+    for e in &due {
+        lp.pod_event(
+            now,
+            e.pod.clone(),
+            EventType::Warning,
+            EVENT_REASON,
+            &e.message,
+        );
+    }
+    due.len()
 }
 
 /// How often files are judged again without an API change.
