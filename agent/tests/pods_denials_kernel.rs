@@ -17,6 +17,8 @@ use serde_json::json;
 
 use nodeproof::pods::denials::{DenialAggregator, PodIndex};
 use nodeproof::pods::watch::record_denials;
+use nodeproof::profile::advise;
+use nodeproof::profile::lint::{LintOptions, Outcome};
 use nodeproof::report::conditions::{Hysteresis, Policy};
 use nodeproof::report::driver::{LoopConfig, ReportLoop};
 use nodeproof::report::{client, credentials};
