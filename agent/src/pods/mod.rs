@@ -3,6 +3,7 @@
 //! denials attributed to them.
 
 pub mod denials;
+pub mod handlers;
 pub mod refs;
 pub mod verdict;
 pub mod watch;
