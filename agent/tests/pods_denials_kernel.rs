@@ -214,4 +214,31 @@ fn real_denials_become_one_aggregated_pod_event() {
         "FIGURE e2e: {N} real denials → 1 pod Event: {}",
         e["message"]
     );
+
+    // advise on the trace of these real denials: the saved `trace -o json`
+    // summary line, filtered to the pod, against the profile that denied them.
+    let saved = trace::summary::summary_json(&summary);
+    let denied = advise::denials_from_trace(
+        "trace.json",
+        &saved,
+        &advise::TraceFilter {
+            pod: Some("ml/vllm-0".into()),
+            container_id: Some(id[..12].to_string()),
+        },
+    )
+    .unwrap();
+    assert_eq!(denied.len(), 1);
+    assert_eq!(
+        (denied[0].syscall.as_str(), denied[0].count),
+        ("mkdir", N as u64)
+    );
+    let profile = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    let opts = LintOptions {
+        check_listener: false,
+        ..LintOptions::default()
+    };
+    let a = advise::advise("vllm-strict.json", profile, &denied, &opts).unwrap();
+    assert_eq!(a.outcome, Outcome::Ok);
+    assert!(a.still_denied.is_empty());
+    assert_eq!(a.patched["syscalls"][0]["names"], json!(["rmdir"]));
 }
