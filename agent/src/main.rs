@@ -83,6 +83,20 @@ enum Command {
     /// The smallest profile change that allows observed denials: a JSON Patch and the
     /// patched profile. Never writes the profile.
     Advise(AdviseArgs),
+    /// This node's pods and their seccomp references, judged here: --once prints
+    /// (exit 0 all usable, 1 not); otherwise watch and report until Ctrl-C.
+    Pods {
+        #[arg(long)]
+        once: bool,
+        /// Kubeconfig (default: the kubelet's, then in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The Node's name (default: NODE_NAME, then the hostname).
+        #[arg(long)]
+        node_name: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
 }
 
 #[derive(clap::Args)]
@@ -289,7 +303,69 @@ fn run(cli: Cli) -> Result<ExitCode> {
             btf_path: btf,
         }),
         Command::Advise(args) => advise_cmd(&args, &config),
+        Command::Pods {
+            once,
+            kubeconfig,
+            node_name,
+            output,
+        } => pods_cmd(&root, &config, once, kubeconfig, node_name, output),
     }
+}
+
+fn pods_cmd(
+    root: &Path,
+    config: &Config,
+    once: bool,
+    kubeconfig: Option<PathBuf>,
+    node_name: Option<String>,
+    output: Format,
+) -> Result<ExitCode> {
+    use nodeproof::pods::node as pods;
+    let opts = pods::PodsOptions {
+        kubeconfig: kubeconfig.or_else(|| config.report.kubeconfig.clone()),
+        node_name: node_name.or_else(|| config.report.node_name.clone()),
+        seccomp_root: root.to_path_buf(),
+        lint: LintOptions {
+            runtime: detect_runtime(config),
+            ..LintOptions::default()
+        },
+        etc: PathBuf::from("/etc"),
+    };
+    if !once {
+        // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                libc::SIGINT,
+                on_stop_signal as *const () as libc::sighandler_t,
+            );
+            libc::signal(
+                libc::SIGTERM,
+                on_stop_signal as *const () as libc::sighandler_t,
+            );
+        }
+        pods::daemon(&opts, &STOP)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r = pods::once(&opts)?;
+    match output {
+        Format::Text => print!("{}", pods::render(&r, root)),
+        Format::Json => {
+            let findings: Vec<_> = r
+                .findings
+                .iter()
+                .map(|f| {
+                    serde_json::json!({"namespace": f.namespace, "pod": f.pod, "container": f.container,
+                        "subject": f.subject, "reason": f.reason.as_str(), "event_reason": f.reason.event_reason(),
+                        "message": f.message})
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings, "condition": r.condition})
+            );
+        }
+    }
+    Ok(exit(r.condition.status == "True"))
 }
 
 fn advise_cmd(args: &AdviseArgs, config: &Config) -> Result<ExitCode> {

@@ -287,3 +287,59 @@ fn a_node_may_not_list_all_pods() {
         );
     });
 }
+
+#[test]
+fn pods_once_from_the_command_line() {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.put(
+        "pods",
+        pod(
+            "vllm-0",
+            Some("n1"),
+            json!({}),
+            json!({"containers": [{"name": "vllm",
+            "securityContext": localhost("profiles/vllm-strict.json")}]}),
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .args(["--seccomp-root", root.to_str().unwrap(), "pods", "--once"])
+            .args([
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--node-name",
+                "n1",
+            ])
+            .env("NODEPROOF_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("node n1: 1 pods"), "{text}");
+    assert!(
+        text.contains("ProfileMissing ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
+        "{text}"
+    );
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod denials;
 pub mod handlers;
+pub mod node;
 pub mod refs;
 pub mod verdict;
 pub mod watch;
