@@ -16,8 +16,9 @@ use super::verdict::{NodeContext, PodFinding};
 use super::watch::{self, Change, PodsState, WatchOptions};
 use crate::finding::Condition;
 use crate::profile::lint::LintOptions;
+use crate::profile::node::CONDITION;
 use crate::report::client::{self, KubeReporter, ReportError};
-use crate::report::conditions::Policy;
+use crate::report::conditions::{Hysteresis, Policy};
 use crate::report::credentials;
 use crate::report::driver::{LoopConfig, ReportLoop};
 
@@ -157,7 +158,13 @@ pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsR
         let mut lp = ReportLoop::new(
             reporter,
             LoopConfig {
-                policy: Policy::default(),
+                // Judged from API state and files, not noisy probes: smoothing
+                // would only delay the 5 s the issue asks for (the next judgement
+                // may be a recheck 10 s away).
+                policy: Policy {
+                    per_kind: [(CONDITION.to_string(), Hysteresis::IMMEDIATE)].into(),
+                    ..Policy::default()
+                },
                 ..LoopConfig::default()
             },
             std::process::id().into(),

@@ -71,6 +71,9 @@ pub struct PodRefs {
     pub node_name: Option<String>,
     pub runtime_class: Option<String>,
     pub containers: Vec<ContainerRef>,
+    /// Phase Succeeded or Failed: no container of it starts again, so its
+    /// references no longer matter to this node.
+    pub finished: bool,
 }
 
 impl PodRefs {
@@ -164,6 +167,11 @@ pub fn pod_refs(pod: &Pod) -> PodRefs {
         node_name: spec.node_name.clone(),
         runtime_class: spec.runtime_class_name.clone(),
         containers,
+        finished: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed"),
     }
 }
 

@@ -128,6 +128,9 @@ impl Judge {
         node: &NodeContext,
     ) -> Vec<PodFinding> {
         let mut out = Vec::new();
+        if pod.finished {
+            return out;
+        }
         let finding = |container: Option<&str>, subject: String, reason, message| PodFinding {
             namespace: pod.namespace.clone(),
             pod: pod.name.clone(),
@@ -445,6 +448,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn finished_pods_are_not_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = node(dir.path());
+        let done = pod_refs(&pod(json!({
+            "metadata": {"name": "job-1", "namespace": "ml", "uid": "u9"},
+            "spec": {"containers": [{"name": "c", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "gone.json"}}}]},
+            "status": {"phase": "Succeeded"}
+        })));
+        assert!(done.finished);
+        assert!(Judge::default()
+            .judge_pod(&done, &HashMap::new(), &ctx)
+            .is_empty());
     }
 
     #[test]
