@@ -9,15 +9,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use nodeproof::pods::denials::DenialAggregator;
 use nodeproof::pods::verdict::NodeContext;
-use nodeproof::pods::watch::{self, PodsState, WatchOptions};
+use nodeproof::pods::watch::{self, DenialFeed, PodsState, WatchOptions};
 use nodeproof::profile::lint::LintOptions;
 use nodeproof::report::conditions::{Hysteresis, Policy};
 use nodeproof::report::driver::{LoopConfig, ReportLoop};
 use nodeproof::report::{client, credentials};
+use nodeproof::trace::{Action, SummaryRow};
 use support::apiserver::{Identity, TestApiServer};
 
 const DEADLINE: Duration = Duration::from_secs(5);
+const CONTAINER_ID: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
 
 fn good_profile() -> Vec<u8> {
     std::fs::read(concat!(
@@ -140,8 +143,10 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
     let opts = WatchOptions {
         recheck: Duration::from_millis(200),
     };
+    let (rows_tx, rows_rx) = tokio::sync::mpsc::channel(4);
+    let feed = DenialFeed::new(rows_rx, DenialAggregator::new(Duration::from_secs(60)));
     let agent = tokio::spawn(async move {
-        watch::run(&mut lp, kube, &mut state, &opts, stop_rx, "n1").await;
+        watch::run(&mut lp, kube, &mut state, &opts, stop_rx, "n1", Some(feed)).await;
         state
     });
 
@@ -155,16 +160,17 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
     eprintln!("FIGURE initial list → condition True: {t:?}");
 
     // 1. Container-level reference to a missing file.
-    server.put(
-        "pods",
-        pod(
-            "vllm-0",
-            Some("n1"),
-            json!({}),
-            json!({"containers": [{"name": "vllm",
-            "securityContext": localhost("profiles/vllm-strict.json")}]}),
-        ),
+    let mut vllm = pod(
+        "vllm-0",
+        Some("n1"),
+        json!({}),
+        json!({"containers": [{"name": "vllm",
+        "securityContext": localhost("profiles/vllm-strict.json")}]}),
     );
+    vllm["status"] = json!({"containerStatuses": [{"name": "vllm",
+        "containerID": format!("containerd://{CONTAINER_ID}"), "image": "vllm", "imageID": "",
+        "ready": false, "restartCount": 0}]});
+    server.put("pods", vllm);
     let t = within("ProfileMissing", || {
         cond(&server).is_some_and(|c| c["reason"] == "ProfileMissing")
             && pod_events(&server)
@@ -260,6 +266,44 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
         .filter(|l| l.path == "/api/v1/pods")
         .all(|l| l.status == 200 && l.query.contains("fieldSelector=spec.nodeName")));
 
+    // 5. The tracer's rows (cumulative, cgroup-attributed) → one SeccompDenied Event.
+    let row = SummaryRow {
+        pid: 42,
+        comm: "python3".into(),
+        syscall: "mkdir".into(),
+        nr: 83,
+        arch: "x86_64",
+        action: Action::Errno,
+        errno: 1,
+        count: 12,
+        cgroup_id: 7,
+        cgroup: None,
+        container_id: Some(CONTAINER_ID.into()),
+        pod_uid: Some("uid-vllm-0".into()),
+        pod: None,
+    };
+    rows_tx.send(vec![row.clone()]).await.unwrap();
+    rows_tx.send(vec![row]).await.unwrap(); // the same counts again: nothing new
+    let t = within("SeccompDenied event", || {
+        pod_events(&server).iter().any(|e| e.1 == "SeccompDenied")
+    })
+    .await;
+    eprintln!("FIGURE tracer rows → SeccompDenied event: {t:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let denied: Vec<_> = pod_events(&server)
+        .into_iter()
+        .filter(|e| e.1 == "SeccompDenied")
+        .collect();
+    assert_eq!(
+        denied,
+        vec![(
+            "vllm-0".to_string(),
+            "SeccompDenied".to_string(),
+            "denied mkdir ×12 (EPERM) in container vllm, profile localhost/profiles/vllm-strict.json"
+                .to_string()
+        )]
+    );
+
     stop_tx.send(true).unwrap();
     let state = tokio::time::timeout(Duration::from_secs(5), agent)
         .await
@@ -293,16 +337,17 @@ fn pods_once_from_the_command_line() {
     let server = TestApiServer::start();
     server.add_token("node-n1", Identity::Node("n1".into()));
     server.add_node("n1", json!([]));
-    server.put(
-        "pods",
-        pod(
-            "vllm-0",
-            Some("n1"),
-            json!({}),
-            json!({"containers": [{"name": "vllm",
-            "securityContext": localhost("profiles/vllm-strict.json")}]}),
-        ),
+    let mut vllm = pod(
+        "vllm-0",
+        Some("n1"),
+        json!({}),
+        json!({"containers": [{"name": "vllm",
+        "securityContext": localhost("profiles/vllm-strict.json")}]}),
     );
+    vllm["status"] = json!({"containerStatuses": [{"name": "vllm",
+        "containerID": format!("containerd://{CONTAINER_ID}"), "image": "vllm", "imageID": "",
+        "ready": false, "restartCount": 0}]});
+    server.put("pods", vllm);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("seccomp");
     std::fs::create_dir_all(&root).unwrap();

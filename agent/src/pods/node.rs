@@ -5,15 +5,16 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, ListParams};
 
+use super::denials::DenialAggregator;
 use super::handlers;
 use super::verdict::{NodeContext, PodFinding};
-use super::watch::{self, Change, PodsState, WatchOptions};
+use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
 use crate::finding::Condition;
 use crate::profile::lint::LintOptions;
 use crate::profile::node::CONDITION;
@@ -21,6 +22,11 @@ use crate::report::client::{self, KubeReporter, ReportError};
 use crate::report::conditions::{Hysteresis, Policy};
 use crate::report::credentials;
 use crate::report::driver::{LoopConfig, ReportLoop};
+use crate::trace::names::SyscallNames;
+use crate::trace::summary::aggregate;
+use crate::trace::{
+    CgroupResolver, EventSource, Filter, NoPodLookup, SummaryRow, Tracer, TracerConfig,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PodsRunError {
@@ -170,6 +176,9 @@ pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsR
             std::process::id().into(),
         );
         let mut state = PodsState::new(ctx);
+        let (rows_tx, rows_rx) = tokio::sync::mpsc::channel(4);
+        std::thread::spawn(move || trace_rows(rows_tx, stop));
+        let feed = DenialFeed::new(rows_rx, DenialAggregator::new(Duration::from_secs(60)));
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -184,10 +193,55 @@ pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsR
             &WatchOptions::default(),
             rx,
             &node,
+            Some(feed),
         )
         .await;
         Ok(())
     })
+}
+
+/// The tracer on its own thread: every 5 s the exact counts as rows, with
+/// cgroups resolved (pod names are resolved later, against the watched pods).
+/// Without the privileges to trace, pods are still judged; only denials are missing.
+fn trace_rows(tx: tokio::sync::mpsc::Sender<Vec<SummaryRow>>, stop: &'static AtomicBool) {
+    let mut tracer = match Tracer::start(&TracerConfig::default()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "no seccomp tracer: denials are not reported on pods");
+            return;
+        }
+    };
+    let mut resolver = CgroupResolver::host();
+    let mut names = SyscallNames::default();
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        // A sample resolves its cgroup while the container still exists; the
+        // counts are read later, when it may be gone.
+        let polled = tracer.poll(Duration::from_millis(500), &mut |d| {
+            resolver.attribute(d.cgroup_id, d.pid, &NoPodLookup);
+        });
+        if let Err(e) = polled {
+            tracing::warn!(error = %e, "seccomp tracer stopped");
+            return;
+        }
+        if last.elapsed() < Duration::from_secs(5) {
+            continue;
+        }
+        last = Instant::now();
+        let counts = match tracer.counts() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "seccomp tracer counts unreadable");
+                return;
+            }
+        };
+        let rows = aggregate(counts, &Filter::default(), &mut names, &mut |cg, pid| {
+            resolver.attribute(cg, pid, &NoPodLookup)
+        });
+        if tx.blocking_send(rows).is_err() {
+            return;
+        }
+    }
 }
 
 /// The text `pods --once` prints.

@@ -25,6 +25,7 @@ use crate::finding::Condition;
 use crate::report::client::Reporter;
 use crate::report::driver::ReportLoop;
 use crate::report::events::{EventType, ObjectRef};
+use crate::trace::SummaryRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PodsWatchError {
@@ -170,6 +171,35 @@ pub fn record(lp_event: &mut impl FnMut(ObjectRef, EventType, &str, &str), f: &P
     );
 }
 
+/// The tracer's rows (cumulative counts, as `trace::summary::aggregate`
+/// builds them from `Tracer::counts`) and what aggregates them.
+pub struct DenialFeed {
+    pub rows: mpsc::Receiver<Vec<SummaryRow>>,
+    pub aggregator: DenialAggregator,
+    pending: Vec<Vec<SummaryRow>>,
+}
+
+impl DenialFeed {
+    pub fn new(rows: mpsc::Receiver<Vec<SummaryRow>>, aggregator: DenialAggregator) -> Self {
+        DenialFeed {
+            rows,
+            aggregator,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// The next batch of rows, or never when there is no feed (or it ended).
+async fn next_rows(feed: &mut Option<DenialFeed>) -> Option<Vec<SummaryRow>> {
+    match feed {
+        Some(f) => match f.rows.recv().await {
+            Some(rows) => Some(rows),
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
 /// Hands the denial events that are due to the report loop (Warning,
 /// reason `SeccompDenied`, on the pod).
 pub fn record_denials<R: Reporter>(
@@ -212,6 +242,7 @@ pub async fn run<R: Reporter>(
     opts: &WatchOptions,
     mut stop: tokio::sync::watch::Receiver<bool>,
     node: &str,
+    mut denials: Option<DenialFeed>,
 ) {
     let (tx, mut rx) = mpsc::channel(256);
     let pods: Api<Pod> = Api::all(client.clone());
@@ -245,6 +276,11 @@ pub async fn run<R: Reporter>(
             },
             _ = tokio::time::sleep(opts.recheck) => {}
             _ = stop.changed() => {}
+            rows = next_rows(&mut denials) => {
+                if let (Some(rows), Some(feed)) = (rows, denials.as_mut()) {
+                    feed.pending.push(rows);
+                }
+            }
         }
         if *stop.borrow() {
             break;
@@ -264,6 +300,13 @@ pub async fn run<R: Reporter>(
                 &mut |pod, ty, reason, msg| lp.pod_event(now, pod, ty, reason, msg),
                 f,
             );
+        }
+        if let Some(feed) = denials.as_mut() {
+            // Rows are resolved against the pods as now known, after this round's changes.
+            for rows in feed.pending.drain(..) {
+                feed.aggregator.observe(&rows, &state.index);
+            }
+            record_denials(lp, &mut feed.aggregator, now);
         }
         if let Err(e) = lp.flush(now).await {
             tracing::warn!(error = %e, "reporting pod findings failed; retrying");
