@@ -5,6 +5,7 @@
 pub mod config;
 pub mod finding;
 pub mod gpu;
+pub mod pods;
 pub mod profile;
 pub mod report;
 pub mod trace;

@@ -80,6 +80,46 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
+    /// The smallest profile change that allows observed denials: a JSON Patch and the
+    /// patched profile. Never writes the profile.
+    Advise(AdviseArgs),
+    /// This node's pods and their seccomp references, judged here: --once prints
+    /// (exit 0 all usable, 1 not); otherwise watch and report until Ctrl-C.
+    Pods {
+        #[arg(long)]
+        once: bool,
+        /// Kubeconfig (default: the kubelet's, then in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The Node's name (default: NODE_NAME, then the hostname).
+        #[arg(long)]
+        node_name: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+}
+
+#[derive(clap::Args)]
+struct AdviseArgs {
+    /// Only denials of this pod (NAMESPACE/NAME), as resolved in the trace.
+    #[arg(long)]
+    pod: Option<String>,
+    /// Only this container (a container id prefix: trace rows carry ids, not names).
+    #[arg(long)]
+    container: Option<String>,
+    /// The profile to patch.
+    #[arg(long, required = true)]
+    profile: PathBuf,
+    /// A saved `nodeproof trace -o json` output.
+    #[arg(long, conflicts_with = "duration")]
+    from: Option<PathBuf>,
+    /// Trace live for this long instead (needs root or CAP_BPF+CAP_PERFMON).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    #[command(flatten)]
+    mode: ModeArgs,
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+    output: Format,
 }
 
 /// `check --report`: where and as whom to report (docs/reporting.md).
@@ -262,7 +302,110 @@ fn run(cli: Cli) -> Result<ExitCode> {
             strategy,
             btf_path: btf,
         }),
+        Command::Advise(args) => advise_cmd(&args, &config),
+        Command::Pods {
+            once,
+            kubeconfig,
+            node_name,
+            output,
+        } => pods_cmd(&root, &config, once, kubeconfig, node_name, output),
     }
+}
+
+fn pods_cmd(
+    root: &Path,
+    config: &Config,
+    once: bool,
+    kubeconfig: Option<PathBuf>,
+    node_name: Option<String>,
+    output: Format,
+) -> Result<ExitCode> {
+    use nodeproof::pods::node as pods;
+    let opts = pods::PodsOptions {
+        kubeconfig: kubeconfig.or_else(|| config.report.kubeconfig.clone()),
+        node_name: node_name.or_else(|| config.report.node_name.clone()),
+        seccomp_root: root.to_path_buf(),
+        lint: LintOptions {
+            runtime: detect_runtime(config),
+            ..LintOptions::default()
+        },
+        etc: PathBuf::from("/etc"),
+    };
+    if !once {
+        // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                libc::SIGINT,
+                on_stop_signal as *const () as libc::sighandler_t,
+            );
+            libc::signal(
+                libc::SIGTERM,
+                on_stop_signal as *const () as libc::sighandler_t,
+            );
+        }
+        pods::daemon(&opts, &STOP)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r = pods::once(&opts)?;
+    match output {
+        Format::Text => print!("{}", pods::render(&r, root)),
+        Format::Json => {
+            let findings: Vec<_> = r
+                .findings
+                .iter()
+                .map(|f| {
+                    serde_json::json!({"namespace": f.namespace, "pod": f.pod, "container": f.container,
+                        "subject": f.subject, "reason": f.reason.as_str(), "event_reason": f.reason.event_reason(),
+                        "message": f.message})
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings, "condition": r.condition})
+            );
+        }
+    }
+    Ok(exit(r.condition.status == "True"))
+}
+
+fn advise_cmd(args: &AdviseArgs, config: &Config) -> Result<ExitCode> {
+    use nodeproof::profile::advise;
+    let filter = advise::TraceFilter {
+        pod: args.pod.clone(),
+        container_id: args.container.clone(),
+    };
+    let denied = match &args.from {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            advise::denials_from_trace(&path.to_string_lossy(), &text, &filter)?
+        }
+        None => {
+            let opts = trace::TraceOptions {
+                duration: Some(args.duration.unwrap_or(Duration::from_secs(10))),
+                comm: None,
+                pid: None,
+                format: trace::OutputFormat::Json,
+                strategy: None,
+                btf_path: None,
+            };
+            let summary =
+                trace::run(&opts, &mut std::io::sink(), &STOP).context("seccomp tracing failed")?;
+            let text = trace::summary::summary_json(&summary);
+            advise::denials_from_trace("(live trace)", &text, &filter)?
+        }
+    };
+    let path = args.profile.to_string_lossy();
+    let src = std::fs::read(&args.profile).with_context(|| format!("cannot read {path}"))?;
+    let opts = lint_options(&args.mode, config);
+    let advice = advise::advise(&path, &src, &denied, &opts)?;
+    match args.output {
+        Format::Text => print!("{}", advise::render(&advice)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&advice)?),
+    }
+    Ok(exit(
+        advice.outcome == lint::Outcome::Ok && advice.still_denied.is_empty(),
+    ))
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

@@ -268,3 +268,62 @@ fn ten_thousand_profiles() {
         .count();
     assert_eq!(rejected, 10);
 }
+
+#[test]
+fn advise_from_a_saved_trace_prints_patch_and_patched_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    );
+    let before = std::fs::read(profile).unwrap();
+    let trace = write(
+        dir.path(),
+        "trace.json",
+        concat!(
+            r#"{"summary":[{"pid":7,"comm":"vllm","syscall":"mount","nr":165,"arch":"x86_64","action":"errno","errno":1,"count":12,"cgroup_id":5,"container_id":"abc123abc123","pod_uid":"u1","pod":{"namespace":"ml","name":"vllm-0"}},"#,
+            r#"{"pid":8,"comm":"x","syscall":"ptrace","nr":101,"arch":"x86_64","action":"errno","errno":1,"count":1,"cgroup_id":6,"container_id":null,"pod_uid":null}],"#,
+            r#""dropped":0,"lost_counts":0,"samples":0,"strategy":"tp_btf"}"#,
+            "\n"
+        ),
+    );
+    let out = nodeproof(&[
+        "advise",
+        "--pod",
+        "ml/vllm-0",
+        "--profile",
+        profile,
+        "--from",
+        &trace,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Only the pod's denial: mount, not the other process's ptrace.
+    assert_eq!(v["allowed"], serde_json::json!(["mount"]));
+    assert_eq!(v["outcome"], "ok");
+    assert_eq!(v["patch"][0]["op"], "add");
+    assert!(v["warnings"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("allowing mount is dangerous"));
+    // Never writes the profile.
+    assert_eq!(std::fs::read(profile).unwrap(), before);
+
+    let text = nodeproof(&["advise", "--profile", profile, "--from", &trace]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("# JSON Patch (RFC 6902) allowing mount, ptrace"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# patched profile (lint outcome: ok)"),
+        "{text}"
+    );
+}

@@ -2,6 +2,7 @@
 //! translate (what the runtime builds) → compile (libseccomp) → predict
 //! (what happens when a container starts with it).
 
+pub mod advise;
 pub mod bpf;
 pub mod compile;
 pub mod decode;

@@ -62,6 +62,10 @@ struct State {
     tokens: BTreeMap<String, Identity>,
     fault: Option<Fault>,
     log: Vec<Logged>,
+    /// Pods and RuntimeClasses by name (pods: `ns/name`), for list and watch.
+    objects: BTreeMap<(&'static str, String), Value>,
+    /// Every change: (resourceVersion, resource, before, after).
+    changes: Vec<(u64, &'static str, Option<Value>, Option<Value>)>,
 }
 
 impl State {
@@ -139,6 +143,29 @@ impl TestApiServer {
             state,
             ca_pem,
             _runtime: runtime,
+        }
+    }
+
+    /// Create or replace a Pod (`metadata.namespace`/`name`) or RuntimeClass;
+    /// watchers see ADDED/MODIFIED, or ADDED/DELETED when it starts/stops
+    /// matching their field selector (as the real API server does).
+    pub fn put(&self, resource: &'static str, mut obj: Value) {
+        let mut st = self.state.lock().unwrap();
+        let rv = st.next_rv();
+        obj["metadata"]["resourceVersion"] = json!(rv);
+        let key = (resource, object_key(&obj));
+        let before = st.objects.insert(key, obj.clone());
+        let rv = st.rv;
+        st.changes.push((rv, resource, before, Some(obj)));
+    }
+
+    pub fn delete(&self, resource: &'static str, key: &str) {
+        let mut st = self.state.lock().unwrap();
+        let version = st.next_rv();
+        if let Some(mut before) = st.objects.remove(&(resource, key.to_string())) {
+            before["metadata"]["resourceVersion"] = json!(version);
+            let rv = st.rv;
+            st.changes.push((rv, resource, Some(before), None));
         }
     }
 
@@ -235,6 +262,105 @@ impl TestApiServer {
     }
 }
 
+fn object_key(obj: &Value) -> String {
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// `spec.nodeName=<n>` is the only field selector served.
+fn selects(selector: Option<&str>, obj: &Value) -> bool {
+    match selector.and_then(|s| s.strip_prefix("spec.nodeName=")) {
+        Some(node) => obj["spec"]["nodeName"].as_str() == Some(node),
+        None => true,
+    }
+}
+
+fn query_param(uri: &Uri, key: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| {
+            v.replace("%3D", "=")
+                .replace("%3d", "=")
+                .replace("%2F", "/")
+                .replace("%2f", "/")
+        })
+    })
+}
+
+/// `pods` or `runtimeclasses` for a list/watch path.
+fn listed_resource(path: &str) -> Option<&'static str> {
+    match path.trim_matches('/') {
+        "api/v1/pods" => Some("pods"),
+        "apis/node.k8s.io/v1/runtimeclasses" => Some("runtimeclasses"),
+        _ => None,
+    }
+}
+
+/// The Node authorizer's rule for pods: a node lists and watches only the
+/// pods bound to it.
+fn list_allowed(who: &Identity, resource: &str, selector: Option<&str>) -> bool {
+    match (who, resource) {
+        (Identity::Node(me), "pods") => selector == Some(&format!("spec.nodeName={me}")),
+        _ => true,
+    }
+}
+
+/// A watch held open up to ~0.5 s (a long poll: the API server may end a
+/// watch whenever it likes, and clients re-watch from the last version).
+async fn watch(
+    st: &Arc<Mutex<State>>,
+    uri: &Uri,
+    who: &Identity,
+    resource: &'static str,
+) -> Response {
+    let selector = query_param(uri, "fieldSelector");
+    if !list_allowed(who, resource, selector.as_deref()) {
+        let (c, v) = status(403, "Forbidden", "a node may only watch pods bound to it");
+        return (StatusCode::from_u16(c).unwrap(), v.to_string()).into_response();
+    }
+    let since: u64 = query_param(uri, "resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for _ in 0..25 {
+        let lines: Vec<String> = {
+            let s = st.lock().unwrap();
+            s.changes
+                .iter()
+                .filter(|(rv, r, _, _)| *rv > since && *r == resource)
+                .filter_map(|(_, _, before, after)| {
+                    let was = before
+                        .as_ref()
+                        .is_some_and(|b| selects(selector.as_deref(), b));
+                    let is = after
+                        .as_ref()
+                        .is_some_and(|a| selects(selector.as_deref(), a));
+                    let (kind, obj) = match (was, is) {
+                        (false, true) => ("ADDED", after.clone()?),
+                        (true, true) => ("MODIFIED", after.clone()?),
+                        (true, false) => {
+                            let mut gone = before.clone()?;
+                            if let Some(a) = after {
+                                gone = a.clone();
+                            }
+                            ("DELETED", gone)
+                        }
+                        (false, false) => return None,
+                    };
+                    Some(json!({"type": kind, "object": obj}).to_string())
+                })
+                .collect()
+        };
+        if !lines.is_empty() {
+            return (StatusCode::OK, lines.join("\n") + "\n").into_response();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (StatusCode::OK, String::new()).into_response()
+}
+
 fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
     (
         code,
@@ -260,6 +386,24 @@ async fn handle(
         .unwrap_or("")
         .to_string();
     let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let (Some(resource), Some("true" | "1")) = (
+        listed_resource(uri.path()),
+        query_param(&uri, "watch").as_deref(),
+    ) {
+        let who = {
+            let s = st.lock().unwrap();
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(|t| s.tokens.get(t))
+                .cloned()
+        };
+        let Some(who) = who else {
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        };
+        return watch(&st, &uri, &who, resource).await;
+    }
     let mut retry_after = None;
     let (code, out) = {
         let mut guard = st.lock().unwrap();
@@ -317,6 +461,27 @@ fn route(
     };
     let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
     let strategic = content_type == "application/strategic-merge-patch+json";
+    if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
+        let selector = query_param(uri, "fieldSelector");
+        if !list_allowed(&who, resource, selector.as_deref()) {
+            return status(403, "Forbidden", "a node may only list pods bound to it");
+        }
+        let items: Vec<Value> = s
+            .objects
+            .iter()
+            .filter(|((r, _), o)| *r == resource && selects(selector.as_deref(), o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        let (api_version, kind) = match resource {
+            "pods" => ("v1", "PodList"),
+            _ => ("node.k8s.io/v1", "RuntimeClassList"),
+        };
+        return (
+            200,
+            json!({"apiVersion": api_version, "kind": kind,
+                   "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+        );
+    }
     match (method.as_str(), parts.as_slice()) {
         ("GET", ["api", "v1", "nodes", name]) => match s.nodes.get(*name) {
             Some(n) => (200, n.clone()),

@@ -1,0 +1,374 @@
+//! The tracer's denials on the pods they hit: the watched pod set resolves a
+//! cgroup's pod UID to namespace/name and a container id to the container's
+//! name and profile; denials become one aggregated Warning Event per
+//! (pod, container, syscall, outcome) per interval, and Prometheus counters.
+//! Pure: rows in, events and metric text out; the caller owns the clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use super::refs::{pod_refs, PodRefs};
+use crate::report::events::ObjectRef;
+use crate::trace::names::errno_name;
+use crate::trace::{Action, PodLookup, PodRef, SummaryRow};
+
+pub const EVENT_REASON: &str = "SeccompDenied";
+
+struct IndexedPod {
+    refs: PodRefs,
+    /// Runtime container id (without `containerd://`) → container name.
+    ids: HashMap<String, String>,
+}
+
+/// The pods bound to this node, by UID (fed by the watch).
+#[derive(Default)]
+pub struct PodIndex {
+    pods: HashMap<String, IndexedPod>,
+}
+
+fn strip_runtime(id: &str) -> &str {
+    id.split_once("://").map_or(id, |(_, id)| id)
+}
+
+impl PodIndex {
+    pub fn upsert(&mut self, pod: &Pod) {
+        let refs = pod_refs(pod);
+        if refs.uid.is_empty() {
+            return;
+        }
+        let mut ids = HashMap::new();
+        if let Some(st) = &pod.status {
+            let all: [&Option<Vec<ContainerStatus>>; 3] = [
+                &st.init_container_statuses,
+                &st.container_statuses,
+                &st.ephemeral_container_statuses,
+            ];
+            for s in all.into_iter().flatten().flatten() {
+                if let Some(id) = &s.container_id {
+                    ids.insert(strip_runtime(id).to_string(), s.name.clone());
+                }
+            }
+        }
+        self.pods.insert(refs.uid.clone(), IndexedPod { refs, ids });
+    }
+
+    pub fn remove(&mut self, uid: &str) {
+        self.pods.remove(uid);
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    pub fn refs(&self) -> impl Iterator<Item = &PodRefs> {
+        self.pods.values().map(|p| &p.refs)
+    }
+
+    /// The container's name and its effective profile as written in manifests.
+    pub fn container(&self, uid: &str, container_id: &str) -> Option<(String, String)> {
+        let p = self.pods.get(uid)?;
+        let name = p.ids.get(container_id)?;
+        let profile = p
+            .refs
+            .containers
+            .iter()
+            .find(|c| &c.name == name)
+            .and_then(|c| c.profile.as_ref())
+            .map_or_else(|| "none set".to_string(), |(p, _)| p.display());
+        Some((name.clone(), profile))
+    }
+}
+
+impl PodLookup for PodIndex {
+    fn pod(&self, uid: &str) -> Option<PodRef> {
+        self.pods.get(uid).map(|p| PodRef {
+            namespace: p.refs.namespace.clone(),
+            name: p.refs.name.clone(),
+        })
+    }
+}
+
+/// What one event aggregates.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Key {
+    pod_uid: String,
+    /// The container's name, else its id (not yet in the pod's status).
+    container: String,
+    syscall: String,
+    action: Action,
+    errno: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodDenialEvent {
+    pub pod: ObjectRef,
+    pub message: String,
+}
+
+/// The row identity whose count the tracer keeps growing.
+type RowKey = (u64, u32, String, i32, Action, i32);
+
+struct Pending {
+    namespace: String,
+    name: String,
+    profile: String,
+    count: u64,
+}
+
+/// Denials → pod events at most once per key per interval, and counters.
+pub struct DenialAggregator {
+    interval: Duration,
+    seen: HashMap<RowKey, u64>,
+    pending: BTreeMap<Key, Pending>,
+    last_emit: HashMap<Key, SystemTime>,
+    /// (namespace, pod, container, syscall, action) → total.
+    totals: BTreeMap<(String, String, String, String, &'static str), u64>,
+}
+
+impl DenialAggregator {
+    pub fn new(interval: Duration) -> Self {
+        DenialAggregator {
+            interval,
+            seen: HashMap::new(),
+            pending: BTreeMap::new(),
+            last_emit: HashMap::new(),
+            totals: BTreeMap::new(),
+        }
+    }
+
+    /// Takes the tracer's rows with cumulative counts (as `Tracer` keeps
+    /// them) and counts what is new since the last call.
+    pub fn observe(&mut self, rows: &[SummaryRow], pods: &PodIndex) {
+        for r in rows {
+            let rk = (r.cgroup_id, r.pid, r.comm.clone(), r.nr, r.action, r.errno);
+            let before = self.seen.insert(rk, r.count).unwrap_or(0);
+            // A smaller count is a restarted tracer: everything it has is new.
+            let delta = if r.count >= before {
+                r.count - before
+            } else {
+                r.count
+            };
+            if delta == 0 {
+                continue;
+            }
+            let Some(uid) = r.pod_uid.as_deref() else {
+                continue;
+            };
+            let Some(pod) = pods.pod(uid) else {
+                continue;
+            };
+            let id = r.container_id.clone().unwrap_or_default();
+            let (container, profile) = pods
+                .container(uid, &id)
+                .unwrap_or_else(|| (short(&id), "unknown".into()));
+            let key = Key {
+                pod_uid: uid.to_string(),
+                container: container.clone(),
+                syscall: r.syscall.clone(),
+                action: r.action,
+                errno: r.errno,
+            };
+            self.pending
+                .entry(key)
+                .or_insert_with(|| Pending {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    profile,
+                    count: 0,
+                })
+                .count += delta;
+            *self
+                .totals
+                .entry((
+                    pod.namespace,
+                    pod.name,
+                    container,
+                    r.syscall.clone(),
+                    r.action.as_str(),
+                ))
+                .or_default() += delta;
+        }
+    }
+
+    /// Events due at `now`: a key's denials since its last event, if that
+    /// event is at least an interval old. The rest wait, still counted.
+    pub fn due(&mut self, now: SystemTime) -> Vec<PodDenialEvent> {
+        let mut out = Vec::new();
+        let interval = self.interval;
+        let last_emit = &mut self.last_emit;
+        self.pending.retain(|k, p| {
+            let ready = last_emit
+                .get(k)
+                .is_none_or(|t| now.duration_since(*t).unwrap_or_default() >= interval);
+            if !ready {
+                return true;
+            }
+            last_emit.insert(k.clone(), now);
+            out.push(PodDenialEvent {
+                pod: ObjectRef {
+                    kind: "Pod",
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    uid: Some(k.pod_uid.clone()),
+                },
+                message: format!(
+                    "denied {} ×{} ({}) in container {}, profile {}",
+                    k.syscall,
+                    p.count,
+                    outcome(k.action, k.errno),
+                    k.container,
+                    p.profile
+                ),
+            });
+            false
+        });
+        out
+    }
+
+    /// Prometheus text: `nodeproof_seccomp_denials_total` by pod, container, syscall, action.
+    pub fn metrics(&self) -> String {
+        let mut s = String::from(
+            "# HELP nodeproof_seccomp_denials_total Seccomp denials seen by the tracer, by pod.\n# TYPE nodeproof_seccomp_denials_total counter\n",
+        );
+        for ((ns, pod, c, sys, action), n) in &self.totals {
+            s.push_str(&format!(
+                "nodeproof_seccomp_denials_total{{namespace=\"{}\",pod=\"{}\",container=\"{}\",syscall=\"{}\",action=\"{action}\"}} {n}\n",
+                esc(ns), esc(pod), esc(c), esc(sys)
+            ));
+        }
+        s
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn short(id: &str) -> String {
+    if id.is_empty() {
+        "unknown".into()
+    } else {
+        id[..id.len().min(12)].to_string()
+    }
+}
+
+fn outcome(action: Action, errno: i32) -> String {
+    match action {
+        Action::Errno => errno_name(errno).map_or_else(|| format!("errno {errno}"), str::to_string),
+        Action::NotifyError => format!(
+            "{} from the notify supervisor",
+            errno_name(errno).map_or_else(|| format!("errno {errno}"), str::to_string)
+        ),
+        Action::Kill => "killed by SIGSYS".into(),
+        Action::Trap => "SIGSYS trap".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::refs::tests::pod;
+    use super::*;
+    use serde_json::json;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn index() -> PodIndex {
+        let mut idx = PodIndex::default();
+        idx.upsert(&pod(json!({
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "u1"},
+            "spec": {"containers": [{"name": "vllm", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]},
+            "status": {"containerStatuses": [{"name": "vllm", "containerID": format!("containerd://{ID}"),
+                "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
+        })));
+        idx
+    }
+
+    fn row(count: u64, uid: Option<&str>) -> SummaryRow {
+        SummaryRow {
+            pid: 42,
+            comm: "python3".into(),
+            syscall: "mkdir".into(),
+            nr: 83,
+            arch: "x86_64",
+            action: Action::Errno,
+            errno: 1,
+            count,
+            cgroup_id: 7,
+            cgroup: None,
+            container_id: Some(ID.into()),
+            pod_uid: uid.map(str::to_string),
+            pod: None,
+        }
+    }
+
+    #[test]
+    fn one_event_per_key_per_interval_with_the_count() {
+        let idx = index();
+        assert_eq!(
+            idx.pod("u1"),
+            Some(PodRef {
+                namespace: "ml".into(),
+                name: "vllm-0".into()
+            })
+        );
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        // Not a pod's (no UID): counted nowhere here.
+        let host = SummaryRow {
+            cgroup_id: 8,
+            ..row(5, None)
+        };
+        agg.observe(&[row(12, Some("u1")), host], &idx);
+        let ev = agg.due(t0);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            ev[0].message,
+            "denied mkdir ×12 (EPERM) in container vllm, profile localhost/profiles/vllm-strict.json"
+        );
+        assert_eq!((ev[0].pod.kind, ev[0].pod.name.as_str()), ("Pod", "vllm-0"));
+        // Cumulative counts: 12 → 20 is 8 new; held back within the interval.
+        agg.observe(&[row(20, Some("u1"))], &idx);
+        assert!(agg.due(t0 + Duration::from_secs(30)).is_empty());
+        agg.observe(&[row(21, Some("u1"))], &idx);
+        let ev = agg.due(t0 + Duration::from_secs(60));
+        assert_eq!(ev.len(), 1);
+        assert!(
+            ev[0].message.starts_with("denied mkdir ×9 (EPERM)"),
+            "{}",
+            ev[0].message
+        );
+        // Nothing new: nothing to say.
+        agg.observe(&[row(21, Some("u1"))], &idx);
+        assert!(agg.due(t0 + Duration::from_secs(600)).is_empty());
+        assert_eq!(
+            agg.metrics().lines().last().unwrap(),
+            "nodeproof_seccomp_denials_total{namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",syscall=\"mkdir\",action=\"errno\"} 21"
+        );
+    }
+
+    #[test]
+    fn unknown_container_id_is_named_by_its_prefix() {
+        let mut idx = index();
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        let mut r = row(3, Some("u1"));
+        r.container_id = Some("fedcba9876543210fedc".into());
+        r.action = Action::Kill;
+        agg.observe(&[r], &idx);
+        let ev = agg.due(SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            ev[0].message,
+            "denied mkdir ×3 (killed by SIGSYS) in container fedcba987654, profile unknown"
+        );
+        idx.remove("u1");
+        assert!(idx.is_empty());
+    }
+}

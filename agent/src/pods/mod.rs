@@ -1,0 +1,10 @@
+//! Pods on this node and their seccomp references (issue 5): which profiles
+//! and RuntimeClasses they use, whether those work here, and the tracer's
+//! denials attributed to them.
+
+pub mod denials;
+pub mod handlers;
+pub mod node;
+pub mod refs;
+pub mod verdict;
+pub mod watch;

@@ -1,0 +1,542 @@
+//! Judges a pod's seccomp references against this node: the file exists under
+//! the kubelet seccomp root, it lints to `ok` for the container's effective
+//! noNewPrivileges, and the pod's RuntimeClass runs here. Reads only profile
+//! files (through `profile::scan`, so FIFOs, loops and escaping links are
+//! refused as they are for `profile lint`); lint results are cached by
+//! (path, noNewPrivileges, contents), so a thousand pods sharing one profile
+//! lint it once per mode.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::node::v1::RuntimeClass;
+
+use super::refs::{PodRefs, Profile};
+use crate::finding::Condition;
+use crate::profile::lint::{lint_source, LintOptions, ProfileReport};
+use crate::profile::node::{passes, CONDITION};
+use crate::profile::scan;
+
+/// Why a pod's reference is unusable on this node (the condition's reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    ProfileMissing,
+    ProfileInvalid,
+    RuntimeClassMismatch,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ProfileMissing => "ProfileMissing",
+            Reason::ProfileInvalid => "ProfileInvalid",
+            Reason::RuntimeClassMismatch => "RuntimeClassMismatch",
+        }
+    }
+
+    /// The pod Event's reason.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            Reason::ProfileMissing => "SeccompProfileMissing",
+            Reason::ProfileInvalid => "SeccompProfileInvalid",
+            Reason::RuntimeClassMismatch => "RuntimeClassMismatch",
+        }
+    }
+}
+
+/// One unusable reference of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFinding {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    /// None for pod-wide problems (the RuntimeClass).
+    pub container: Option<String>,
+    /// `localhost/<path>` or the RuntimeClass name.
+    pub subject: String,
+    pub reason: Reason,
+    /// One line: what is wrong (for a lint failure, the first diagnostic).
+    pub message: String,
+}
+
+impl PodFinding {
+    /// The Event/condition text: names pod, container and profile.
+    pub fn describe(&self) -> String {
+        let container = self
+            .container
+            .as_ref()
+            .map(|c| format!(" container {c}"))
+            .unwrap_or_default();
+        format!(
+            "{}/{}{}: {}",
+            self.namespace, self.pod, container, self.message
+        )
+    }
+}
+
+/// What nodeproof needs of a RuntimeClass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeClassInfo {
+    pub handler: String,
+    pub node_selector: BTreeMap<String, String>,
+}
+
+impl From<&RuntimeClass> for RuntimeClassInfo {
+    fn from(rc: &RuntimeClass) -> Self {
+        RuntimeClassInfo {
+            handler: rc.handler.clone(),
+            node_selector: rc
+                .scheduling
+                .as_ref()
+                .and_then(|s| s.node_selector.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// This node, as the judge sees it.
+#[derive(Debug, Clone)]
+pub struct NodeContext {
+    /// The kubelet seccomp root (`/var/lib/kubelet/seccomp`).
+    pub seccomp_root: PathBuf,
+    pub labels: BTreeMap<String, String>,
+    /// Handlers configured in the container runtime; `None` when its config
+    /// could not be read, in which case handlers are not judged (a guess would flap).
+    pub handlers: Option<BTreeSet<String>>,
+    /// Runtime and arch; `no_new_privileges` is set per container.
+    pub lint: LintOptions,
+}
+
+/// Judges pods, caching lint reports.
+#[derive(Default)]
+pub struct Judge {
+    cache: HashMap<(PathBuf, bool), (Vec<u8>, ProfileReport)>,
+}
+
+enum FileVerdict {
+    Missing,
+    Bad(String),
+    Ok,
+}
+
+impl Judge {
+    /// Every unusable reference of `pod`, in container order (RuntimeClass first).
+    pub fn judge_pod(
+        &mut self,
+        pod: &PodRefs,
+        runtime_classes: &HashMap<String, RuntimeClassInfo>,
+        node: &NodeContext,
+    ) -> Vec<PodFinding> {
+        let mut out = Vec::new();
+        if pod.finished {
+            return out;
+        }
+        let finding = |container: Option<&str>, subject: String, reason, message| PodFinding {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            uid: pod.uid.clone(),
+            container: container.map(str::to_string),
+            subject,
+            reason,
+            message,
+        };
+        if let Some(rc_name) = &pod.runtime_class {
+            if let Some(msg) = runtime_class_problem(rc_name, runtime_classes.get(rc_name), node) {
+                out.push(finding(
+                    None,
+                    rc_name.clone(),
+                    Reason::RuntimeClassMismatch,
+                    msg,
+                ));
+            }
+        }
+        for c in &pod.containers {
+            let Some((profile, _)) = &c.profile else {
+                continue;
+            };
+            let subject = profile.display();
+            match profile {
+                Profile::RuntimeDefault | Profile::Unconfined => {}
+                Profile::Unknown(v) => out.push(finding(
+                    Some(&c.name),
+                    subject.clone(),
+                    Reason::ProfileInvalid,
+                    format!("seccomp profile {v:?} is not a type the kubelet knows"),
+                )),
+                Profile::Localhost(rel) => {
+                    let (reason, msg) = match self.judge_file(rel, c.no_new_privileges, node) {
+                        FileVerdict::Ok => continue,
+                        FileVerdict::Missing => (
+                            Reason::ProfileMissing,
+                            format!(
+                                "profile {subject} not found under {}",
+                                node.seccomp_root.display()
+                            ),
+                        ),
+                        FileVerdict::Bad(first) => (
+                            Reason::ProfileInvalid,
+                            format!(
+                                "profile {subject} (noNewPrivileges={}): {first}",
+                                c.no_new_privileges
+                            ),
+                        ),
+                    };
+                    out.push(finding(Some(&c.name), subject.clone(), reason, msg));
+                }
+            }
+        }
+        out
+    }
+
+    fn judge_file(&mut self, rel: &str, nnp: bool, node: &NodeContext) -> FileVerdict {
+        // The kubelet joins the path under its root; `..` would leave it, and
+        // what lies outside is not the node owner's profile store.
+        if Path::new(rel)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
+            return FileVerdict::Bad(format!("{rel} leaves the seccomp root"));
+        }
+        let path = node.seccomp_root.join(rel.trim_start_matches('/'));
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileVerdict::Missing,
+            _ => {}
+        }
+        let bytes = match scan::read_entry(&path, Some(&node.seccomp_root)).contents {
+            Ok(b) => b,
+            Err(d) => {
+                return FileVerdict::Bad(format!("{}[{}]: {}", d.severity, d.code, d.message))
+            }
+        };
+        let key = (path.clone(), nnp);
+        let fresh = self.cache.get(&key).is_some_and(|(b, _)| *b == bytes);
+        if !fresh {
+            let opts = LintOptions {
+                no_new_privileges: nnp,
+                ..node.lint.clone()
+            };
+            let report = lint_source(&path.to_string_lossy(), &bytes, &opts);
+            self.cache.insert(key.clone(), (bytes, report));
+        }
+        let report = &self.cache[&key].1;
+        if passes(report, false) {
+            FileVerdict::Ok
+        } else {
+            let first = report.diagnostics.first().map_or_else(
+                || format!("outcome {}", report.outcome.as_str()),
+                |d| {
+                    format!(
+                        "outcome {}: {}[{}]: {}",
+                        report.outcome.as_str(),
+                        d.severity,
+                        d.code,
+                        d.message
+                    )
+                },
+            );
+            FileVerdict::Bad(first)
+        }
+    }
+}
+
+fn runtime_class_problem(
+    name: &str,
+    rc: Option<&RuntimeClassInfo>,
+    node: &NodeContext,
+) -> Option<String> {
+    let Some(rc) = rc else {
+        return Some(format!("RuntimeClass {name} does not exist"));
+    };
+    if let Some(handlers) = &node.handlers {
+        if !handlers.contains(&rc.handler) {
+            let known: Vec<&str> = handlers.iter().map(String::as_str).collect();
+            return Some(format!(
+                "RuntimeClass {name}: handler {:?} is not configured in the container runtime (configured: {})",
+                rc.handler,
+                known.join(", ")
+            ));
+        }
+    }
+    let unmatched: Vec<String> = rc
+        .node_selector
+        .iter()
+        .filter(|(k, v)| node.labels.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    (!unmatched.is_empty()).then(|| {
+        format!(
+            "RuntimeClass {name}: nodeSelector {} does not match this node",
+            unmatched.join(",")
+        )
+    })
+}
+
+/// The pods' contribution to `SeccompProfilesReady`: True with reason
+/// `PodProfilesReady` when every watched pod's references are usable, else
+/// False with the first finding's reason and up to three findings named.
+pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
+    let Some(first) = findings.first() else {
+        return Condition {
+            kind: CONDITION,
+            status: "True",
+            reason: "PodProfilesReady".into(),
+            message: format!("seccomp references of {pods} pods on this node are usable"),
+        };
+    };
+    let bad_pods: BTreeSet<(&str, &str)> = findings
+        .iter()
+        .map(|f| (f.namespace.as_str(), f.pod.as_str()))
+        .collect();
+    let named: Vec<String> = findings.iter().take(3).map(PodFinding::describe).collect();
+    Condition {
+        kind: CONDITION,
+        status: "False",
+        reason: first.reason.as_str().into(),
+        message: format!(
+            "{} of {pods} pods reference unusable seccomp profiles: {}{}",
+            bad_pods.len(),
+            named.join("; "),
+            if findings.len() > 3 { "; ..." } else { "" }
+        ),
+    }
+}
+
+/// One condition from the node's own profile lint and the pods' references:
+/// a pod that cannot start is the more urgent, more concrete cause.
+pub fn combine(node_files: Condition, pods: Condition) -> Condition {
+    if pods.status == "False" || node_files.status == "True" && node_files.reason == "NoProfiles" {
+        pods
+    } else {
+        node_files
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::refs::{pod_refs, tests::pod};
+    use super::*;
+    use serde_json::json;
+
+    /// A profile that lints ok: the runtime default shipped in `profiles/`.
+    fn good() -> Vec<u8> {
+        std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../profiles/runtime-default-x86_64.json"
+        ))
+        .expect("default profile")
+    }
+
+    fn node(root: &Path) -> NodeContext {
+        NodeContext {
+            seccomp_root: root.to_path_buf(),
+            labels: [("gpu".to_string(), "true".to_string())].into(),
+            handlers: Some(["runc".to_string(), "nvidia".to_string()].into()),
+            lint: LintOptions {
+                check_listener: false,
+                ..LintOptions::default()
+            },
+        }
+    }
+
+    fn vllm(profile_json: serde_json::Value, rc: Option<&str>) -> PodRefs {
+        pod_refs(&pod(json!({
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "u1"},
+            "spec": {"runtimeClassName": rc, "containers": [
+                {"name": "vllm", "securityContext": {"seccompProfile": profile_json}}]}
+        })))
+    }
+
+    fn localhost(p: &str) -> serde_json::Value {
+        json!({"type": "Localhost", "localhostProfile": p})
+    }
+
+    #[test]
+    fn table() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("profiles")).unwrap();
+        std::fs::write(root.join("profiles/good.json"), good()).unwrap();
+        std::fs::write(root.join("profiles/broken.json"), "{\"defaultAction\":").unwrap();
+        // Valid JSON the runtime refuses: an unknown action.
+        std::fs::write(
+            root.join("profiles/bad-action.json"),
+            r#"{"defaultAction":"SCMP_ACT_NOPE"}"#,
+        )
+        .unwrap();
+        let rcs: HashMap<String, RuntimeClassInfo> = [
+            ("nvidia", "nvidia", vec![("gpu", "true")]),
+            ("kata", "kata", vec![]),
+            ("elsewhere", "runc", vec![("pool", "cpu")]),
+        ]
+        .into_iter()
+        .map(|(n, h, sel)| {
+            (
+                n.to_string(),
+                RuntimeClassInfo {
+                    handler: h.into(),
+                    node_selector: sel
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                },
+            )
+        })
+        .collect();
+        let ctx = node(root);
+        let mut judge = Judge::default();
+        let cases: Vec<(PodRefs, Option<Reason>, &str)> = vec![
+            (vllm(localhost("profiles/good.json"), None), None, ""),
+            (vllm(json!({"type": "RuntimeDefault"}), None), None, ""),
+            (
+                vllm(localhost("profiles/good.json"), Some("nvidia")),
+                None,
+                "",
+            ),
+            (
+                vllm(localhost("profiles/vllm-strict.json"), None),
+                Some(Reason::ProfileMissing),
+                "profile localhost/profiles/vllm-strict.json not found under",
+            ),
+            (
+                vllm(localhost("profiles/broken.json"), None),
+                Some(Reason::ProfileInvalid),
+                "outcome rejected: error[json-syntax]",
+            ),
+            (
+                vllm(localhost("profiles/bad-action.json"), None),
+                Some(Reason::ProfileInvalid),
+                "outcome rejected",
+            ),
+            (
+                vllm(localhost("../etc/passwd"), None),
+                Some(Reason::ProfileInvalid),
+                "leaves the seccomp root",
+            ),
+            (
+                vllm(json!({"type": "Bogus"}), None),
+                Some(Reason::ProfileInvalid),
+                "not a type the kubelet knows",
+            ),
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("kata")),
+                Some(Reason::RuntimeClassMismatch),
+                "handler \"kata\" is not configured",
+            ),
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("elsewhere")),
+                Some(Reason::RuntimeClassMismatch),
+                "nodeSelector pool=cpu does not match",
+            ),
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("gone")),
+                Some(Reason::RuntimeClassMismatch),
+                "RuntimeClass gone does not exist",
+            ),
+        ];
+        for (i, (refs, want, text)) in cases.iter().enumerate() {
+            let got = judge.judge_pod(refs, &rcs, &ctx);
+            match want {
+                None => assert!(got.is_empty(), "case {i}: {got:?}"),
+                Some(r) => {
+                    assert_eq!(got.len(), 1, "case {i}: {got:?}");
+                    assert_eq!(got[0].reason, *r, "case {i}: {got:?}");
+                    assert!(
+                        got[0].message.contains(text),
+                        "case {i}: {}",
+                        got[0].message
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn finished_pods_are_not_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = node(dir.path());
+        let done = pod_refs(&pod(json!({
+            "metadata": {"name": "job-1", "namespace": "ml", "uid": "u9"},
+            "spec": {"containers": [{"name": "c", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "gone.json"}}}]},
+            "status": {"phase": "Succeeded"}
+        })));
+        assert!(done.finished);
+        assert!(Judge::default()
+            .judge_pod(&done, &HashMap::new(), &ctx)
+            .is_empty());
+    }
+
+    #[test]
+    fn condition_names_pods_and_recovers_when_fixed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = node(dir.path());
+        let mut judge = Judge::default();
+        let refs = vllm(localhost("profiles/vllm-strict.json"), None);
+        let f = judge.judge_pod(&refs, &HashMap::new(), &ctx);
+        let c = condition(&f, 1);
+        assert_eq!((c.status, c.reason.as_str()), ("False", "ProfileMissing"));
+        assert!(
+            c.message.starts_with("1 of 1 pods reference unusable seccomp profiles: ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
+            "{}",
+            c.message
+        );
+        std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+        std::fs::write(dir.path().join("profiles/vllm-strict.json"), "[").unwrap();
+        let f = judge.judge_pod(&refs, &HashMap::new(), &ctx);
+        assert_eq!(condition(&f, 1).reason, "ProfileInvalid");
+        // Same path, new contents: the cache must not keep the old verdict.
+        std::fs::write(dir.path().join("profiles/vllm-strict.json"), good()).unwrap();
+        let f = judge.judge_pod(&refs, &HashMap::new(), &ctx);
+        let c = condition(&f, 1);
+        assert_eq!((c.status, c.reason.as_str()), ("True", "PodProfilesReady"));
+    }
+
+    #[test]
+    fn lint_failure_names_the_no_new_privileges_mode() {
+        // Only exit_group allowed: runc cannot even exec the entrypoint, in
+        // either mode; the message says which mode was judged, since the
+        // same file can pass in one and fail in the other.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("tiny.json"),
+            r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["exit_group"],"action":"SCMP_ACT_ALLOW"}]}"#,
+        )
+        .unwrap();
+        let ctx = node(dir.path());
+        let mut judge = Judge::default();
+        let a = judge.judge_pod(&vllm(localhost("tiny.json"), None), &HashMap::new(), &ctx);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert!(
+            a[0].message.contains("noNewPrivileges=false"),
+            "{}",
+            a[0].message
+        );
+    }
+
+    #[test]
+    fn combine_prefers_pod_problems() {
+        let ok = |reason: &str| Condition {
+            kind: CONDITION,
+            status: "True",
+            reason: reason.into(),
+            message: String::new(),
+        };
+        let bad = Condition {
+            status: "False",
+            reason: "ProfileMissing".into(),
+            ..ok("")
+        };
+        assert_eq!(
+            combine(ok("ProfilesValid"), bad.clone()).reason,
+            "ProfileMissing"
+        );
+        assert_eq!(
+            combine(ok("ProfilesValid"), ok("PodProfilesReady")).reason,
+            "ProfilesValid"
+        );
+        assert_eq!(
+            combine(ok("NoProfiles"), ok("PodProfilesReady")).reason,
+            "PodProfilesReady"
+        );
+    }
+}

@@ -1,0 +1,461 @@
+//! Watches the pods bound to this node (field selector `spec.nodeName`, which
+//! the Node authorizer allows a node identity) and the RuntimeClasses, judges
+//! their seccomp references on every change and on a recheck tick (a profile
+//! file fixed on disk makes no API event), and hands the condition and new
+//! findings to the report loop.
+//!
+//! List+watch is done here with kube-client's `Api::list`/`Api::watch`
+//! rather than kube-runtime's watcher: it is thirty lines, and the agent
+//! does not pull in kube-runtime for it.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::ResourceExt;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+use super::denials::{DenialAggregator, PodIndex, EVENT_REASON};
+use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
+use crate::finding::Condition;
+use crate::report::client::Reporter;
+use crate::report::driver::ReportLoop;
+use crate::report::events::{EventType, ObjectRef};
+use crate::trace::SummaryRow;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PodsWatchError {
+    #[error("cannot list {resource}")]
+    List {
+        resource: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot watch {resource} from resourceVersion {version}")]
+    Watch {
+        resource: &'static str,
+        version: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("watch of {resource} expired ({code}: {message}); listing again")]
+    Expired {
+        resource: &'static str,
+        code: u16,
+        message: String,
+    },
+}
+
+/// What the watches report.
+#[derive(Debug)]
+pub enum Change {
+    Pods(Vec<Pod>),
+    Pod(Pod),
+    PodGone(Pod),
+    Classes(Vec<RuntimeClass>),
+    Class(RuntimeClass),
+    ClassGone(RuntimeClass),
+}
+
+/// One judgement of every watched pod.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    pub condition: Condition,
+    /// Findings not in the previous evaluation (each becomes one Event).
+    pub new: Vec<PodFinding>,
+}
+
+/// The watched pods and classes and what was last said about them.
+pub struct PodsState {
+    pub index: PodIndex,
+    classes: HashMap<String, RuntimeClassInfo>,
+    judge: Judge,
+    reported: HashSet<(String, Option<String>, Reason, String)>,
+    /// Both initial lists arrived. Before that a pod's RuntimeClass may just
+    /// not be listed yet, and "does not exist" would be a false alarm.
+    pods_listed: bool,
+    classes_listed: bool,
+    pub node: NodeContext,
+}
+
+impl PodsState {
+    pub fn new(node: NodeContext) -> Self {
+        PodsState {
+            index: PodIndex::default(),
+            classes: HashMap::new(),
+            judge: Judge::default(),
+            reported: HashSet::new(),
+            pods_listed: false,
+            classes_listed: false,
+            node,
+        }
+    }
+
+    pub fn apply(&mut self, change: Change) {
+        match change {
+            Change::Pods(pods) => {
+                self.pods_listed = true;
+                self.index = PodIndex::default();
+                pods.iter().for_each(|p| self.index.upsert(p));
+            }
+            Change::Pod(p) => self.index.upsert(&p),
+            Change::PodGone(p) => self.index.remove(&p.uid().unwrap_or_default()),
+            Change::Classes(cs) => {
+                self.classes_listed = true;
+                self.classes = cs.iter().map(|c| (c.name_any(), c.into())).collect();
+            }
+            Change::Class(c) => {
+                self.classes.insert(c.name_any(), (&c).into());
+            }
+            Change::ClassGone(c) => {
+                self.classes.remove(&c.name_any());
+            }
+        }
+    }
+
+    pub fn synced(&self) -> bool {
+        self.pods_listed && self.classes_listed
+    }
+
+    pub fn evaluate(&mut self) -> Evaluation {
+        let mut pods: Vec<_> = self.index.refs().cloned().collect();
+        pods.sort_by_key(|p| p.key());
+        let findings: Vec<PodFinding> = pods
+            .iter()
+            .flat_map(|p| self.judge.judge_pod(p, &self.classes, &self.node))
+            .collect();
+        let keys: HashSet<_> = findings.iter().map(finding_key).collect();
+        let new = findings
+            .iter()
+            .filter(|f| !self.reported.contains(&finding_key(f)))
+            .cloned()
+            .collect();
+        // Only current findings are remembered: a problem fixed and broken again is news again.
+        self.reported = keys;
+        Evaluation {
+            condition: verdict::condition(&findings, pods.len()),
+            new,
+        }
+    }
+}
+
+fn finding_key(f: &PodFinding) -> (String, Option<String>, Reason, String) {
+    (
+        f.uid.clone(),
+        f.container.clone(),
+        f.reason,
+        f.message.clone(),
+    )
+}
+
+/// The Event for a finding: on the pod, the first line of what is wrong.
+pub fn record(lp_event: &mut impl FnMut(ObjectRef, EventType, &str, &str), f: &PodFinding) {
+    let message = match &f.container {
+        Some(c) => format!("container {c}: {}", f.message),
+        None => f.message.clone(),
+    };
+    lp_event(
+        ObjectRef {
+            kind: "Pod",
+            namespace: f.namespace.clone(),
+            name: f.pod.clone(),
+            uid: Some(f.uid.clone()),
+        },
+        EventType::Warning,
+        f.reason.event_reason(),
+        &message,
+    );
+}
+
+/// The tracer's rows (cumulative counts, as `trace::summary::aggregate`
+/// builds them from `Tracer::counts`) and what aggregates them.
+pub struct DenialFeed {
+    pub rows: mpsc::Receiver<Vec<SummaryRow>>,
+    pub aggregator: DenialAggregator,
+    pending: Vec<Vec<SummaryRow>>,
+}
+
+impl DenialFeed {
+    pub fn new(rows: mpsc::Receiver<Vec<SummaryRow>>, aggregator: DenialAggregator) -> Self {
+        DenialFeed {
+            rows,
+            aggregator,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// The next batch of rows, or never when there is no feed (or it ended).
+async fn next_rows(feed: &mut Option<DenialFeed>) -> Option<Vec<SummaryRow>> {
+    match feed {
+        Some(f) => match f.rows.recv().await {
+            Some(rows) => Some(rows),
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands the denial events that are due to the report loop (Warning,
+/// reason `SeccompDenied`, on the pod).
+pub fn record_denials<R: Reporter>(
+    lp: &mut ReportLoop<R>,
+    denials: &mut DenialAggregator,
+    now: SystemTime,
+) -> usize {
+    let due = denials.due(now);
+    for e in &due {
+        lp.pod_event(
+            now,
+            e.pod.clone(),
+            EventType::Warning,
+            EVENT_REASON,
+            &e.message,
+        );
+    }
+    due.len()
+}
+
+/// How often files are judged again without an API change.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    pub recheck: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            recheck: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs until `stop` turns true: watches, judges, reports.
+pub async fn run<R: Reporter>(
+    lp: &mut ReportLoop<R>,
+    client: kube::Client,
+    state: &mut PodsState,
+    opts: &WatchOptions,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    node: &str,
+    mut denials: Option<DenialFeed>,
+) {
+    let (tx, mut rx) = mpsc::channel(256);
+    let pods: Api<Pod> = Api::all(client.clone());
+    let classes: Api<RuntimeClass> = Api::all(client);
+    let selector = format!("spec.nodeName={node}");
+    let tasks = [
+        tokio::spawn(watch_kind(
+            pods,
+            "pods",
+            Some(selector),
+            tx.clone(),
+            Change::Pods,
+            Change::Pod,
+            Change::PodGone,
+        )),
+        tokio::spawn(watch_kind(
+            classes,
+            "runtimeclasses",
+            None,
+            tx,
+            Change::Classes,
+            Change::Class,
+            Change::ClassGone,
+        )),
+    ];
+    loop {
+        tokio::select! {
+            change = rx.recv() => match change {
+                Some(c) => state.apply(c),
+                None => break,
+            },
+            _ = tokio::time::sleep(opts.recheck) => {}
+            _ = stop.changed() => {}
+            rows = next_rows(&mut denials) => {
+                if let (Some(rows), Some(feed)) = (rows, denials.as_mut()) {
+                    feed.pending.push(rows);
+                }
+            }
+        }
+        if *stop.borrow() {
+            break;
+        }
+        // Everything already queued goes into this one judgement.
+        while let Ok(c) = rx.try_recv() {
+            state.apply(c);
+        }
+        if !state.synced() {
+            continue;
+        }
+        let now = SystemTime::now();
+        let eval = state.evaluate();
+        lp.observe(now, std::slice::from_ref(&eval.condition));
+        for f in &eval.new {
+            record(
+                &mut |pod, ty, reason, msg| lp.pod_event(now, pod, ty, reason, msg),
+                f,
+            );
+        }
+        if let Some(feed) = denials.as_mut() {
+            // Rows are resolved against the pods as now known, after this round's changes.
+            for rows in feed.pending.drain(..) {
+                feed.aggregator.observe(&rows, &state.index);
+            }
+            record_denials(lp, &mut feed.aggregator, now);
+        }
+        if let Err(e) = lp.flush(now).await {
+            tracing::warn!(error = %e, "reporting pod findings failed; retrying");
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+}
+
+/// List, then watch from the list's version; re-watch when a watch ends,
+/// re-list when it expires or fails. Ends when the receiver is gone.
+async fn watch_kind<K>(
+    api: Api<K>,
+    resource: &'static str,
+    field_selector: Option<String>,
+    tx: mpsc::Sender<Change>,
+    reset: fn(Vec<K>) -> Change,
+    upsert: fn(K) -> Change,
+    gone: fn(K) -> Change,
+) where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    loop {
+        match list_then_watch(
+            &api,
+            resource,
+            field_selector.as_deref(),
+            &tx,
+            reset,
+            upsert,
+            gone,
+        )
+        .await
+        {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch interrupted");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Ok(()) only when the receiver is gone.
+async fn list_then_watch<K>(
+    api: &Api<K>,
+    resource: &'static str,
+    field_selector: Option<&str>,
+    tx: &mpsc::Sender<Change>,
+    reset: fn(Vec<K>) -> Change,
+    upsert: fn(K) -> Change,
+    gone: fn(K) -> Change,
+) -> Result<(), PodsWatchError>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut lp = ListParams::default();
+    let mut wp = WatchParams::default().timeout(290);
+    if let Some(s) = field_selector {
+        lp = lp.fields(s);
+        wp = wp.fields(s);
+    }
+    let list = api
+        .list(&lp)
+        .await
+        .map_err(|source| PodsWatchError::List { resource, source })?;
+    let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+    if tx.send(reset(list.items)).await.is_err() {
+        return Ok(());
+    }
+    loop {
+        let stream = api
+            .watch(&wp, &version)
+            .await
+            .map_err(|source| PodsWatchError::Watch {
+                resource,
+                version: version.clone(),
+                source,
+            })?;
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            let change = match ev.map_err(|source| PodsWatchError::Watch {
+                resource,
+                version: version.clone(),
+                source,
+            })? {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                    version = o.resource_version().unwrap_or(version);
+                    upsert(o)
+                }
+                WatchEvent::Deleted(o) => {
+                    version = o.resource_version().unwrap_or(version);
+                    gone(o)
+                }
+                WatchEvent::Bookmark(b) => {
+                    version = b.metadata.resource_version;
+                    continue;
+                }
+                WatchEvent::Error(s) => {
+                    return Err(PodsWatchError::Expired {
+                        resource,
+                        code: s.code,
+                        message: s.message.clone(),
+                    })
+                }
+            };
+            if tx.send(change).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::lint::LintOptions;
+
+    #[test]
+    fn nothing_is_judged_before_both_lists_and_findings_are_news_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = PodsState::new(NodeContext {
+            seccomp_root: dir.path().to_path_buf(),
+            labels: Default::default(),
+            handlers: None,
+            lint: LintOptions::default(),
+        });
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "uid": "u"},
+            "spec": {"runtimeClassName": "gvisor", "containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        st.apply(Change::Pods(vec![pod]));
+        assert!(!st.synced());
+        let rc: RuntimeClass = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gvisor"}, "handler": "runsc"
+        }))
+        .unwrap();
+        st.apply(Change::Classes(vec![rc.clone()]));
+        assert!(st.synced());
+        let e = st.evaluate();
+        assert_eq!(e.condition.status, "True");
+        st.apply(Change::ClassGone(rc));
+        let e = st.evaluate();
+        assert_eq!(e.new.len(), 1);
+        assert_eq!(e.new[0].reason, Reason::RuntimeClassMismatch);
+        // Still broken: the condition stays False, but it is not news.
+        let e = st.evaluate();
+        assert_eq!((e.condition.status, e.new.len()), ("False", 0));
+    }
+}

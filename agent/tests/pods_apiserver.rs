@@ -1,0 +1,390 @@
+//! Pods and their seccomp references against the test API server: the watch
+//! (field selector `spec.nodeName`, as the Node authorizer requires), the
+//! `SeccompProfilesReady` condition and Warning Events on the pods, on the
+//! real clock, each within the 5 s.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use nodeproof::pods::denials::DenialAggregator;
+use nodeproof::pods::verdict::NodeContext;
+use nodeproof::pods::watch::{self, DenialFeed, PodsState, WatchOptions};
+use nodeproof::profile::lint::LintOptions;
+use nodeproof::report::conditions::{Hysteresis, Policy};
+use nodeproof::report::driver::{LoopConfig, ReportLoop};
+use nodeproof::report::{client, credentials};
+use nodeproof::trace::{Action, SummaryRow};
+use support::apiserver::{Identity, TestApiServer};
+
+const DEADLINE: Duration = Duration::from_secs(5);
+const CONTAINER_ID: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+
+fn good_profile() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap()
+}
+
+fn pod(name: &str, node: Option<&str>, annotations: Value, spec: Value) -> Value {
+    let mut spec = spec;
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "annotations": annotations},
+        "spec": spec})
+}
+
+fn localhost(p: &str) -> Value {
+    json!({"seccompProfile": {"type": "Localhost", "localhostProfile": p}})
+}
+
+/// Polls until `f` holds; returns how long it took.
+async fn within(what: &str, f: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "not within {DEADLINE:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
+fn pod_events(server: &TestApiServer) -> Vec<(String, String, String)> {
+    // POST order is the order the events were first said.
+    server
+        .log()
+        .iter()
+        .filter(|l| l.method == "POST" && l.path.ends_with("/events") && l.status < 300)
+        .filter(|l| l.body["involvedObject"]["kind"] == "Pod")
+        .map(|l| {
+            (
+                l.body["involvedObject"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                l.body["reason"].as_str().unwrap().to_string(),
+                l.body["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_referencing_missing_invalid_and_valid_profiles() {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    std::fs::write(root.join("profiles/broken.json"), "{\"defaultAction\": ").unwrap();
+
+    // A valid pod and a RuntimeClass that runs here exist before the agent starts.
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+               "metadata": {"name": "nvidia"}, "handler": "nvidia",
+               "scheduling": {"nodeSelector": {"gpu": "true"}}}),
+    );
+    server.put(
+        "pods",
+        pod(
+            "ok-pod",
+            Some("n1"),
+            json!({}),
+            json!({"runtimeClassName": "nvidia",
+            "securityContext": localhost("profiles/good.json"), "containers": [{"name": "c"}]}),
+        ),
+    );
+    // Another node's pod: not watched, never judged.
+    server.put(
+        "pods",
+        pod(
+            "elsewhere",
+            Some("n2"),
+            json!({}),
+            json!({"containers": [{"name": "c",
+            "securityContext": localhost("profiles/nope.json")}]}),
+        ),
+    );
+
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let kube = client::connect(&source).await.unwrap().unwrap();
+    let reporter =
+        client::KubeReporter::new(kube.clone(), "n1").with_timeout(Duration::from_secs(2));
+    let config = LoopConfig {
+        policy: Policy {
+            hysteresis: Hysteresis::IMMEDIATE,
+            ..Policy::default()
+        },
+        ..LoopConfig::default()
+    };
+    let mut lp = ReportLoop::new(reporter, config, 7);
+    let mut state = PodsState::new(NodeContext {
+        seccomp_root: root.clone(),
+        labels: [("gpu".to_string(), "true".to_string())].into(),
+        handlers: Some(["runc".to_string(), "nvidia".to_string()].into()),
+        lint: LintOptions {
+            check_listener: false,
+            ..LintOptions::default()
+        },
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let opts = WatchOptions {
+        recheck: Duration::from_millis(200),
+    };
+    let (rows_tx, rows_rx) = tokio::sync::mpsc::channel(4);
+    let feed = DenialFeed::new(rows_rx, DenialAggregator::new(Duration::from_secs(60)));
+    let agent = tokio::spawn(async move {
+        watch::run(&mut lp, kube, &mut state, &opts, stop_rx, "n1", Some(feed)).await;
+        state
+    });
+
+    let cond = |s: &TestApiServer| s.condition("n1", "SeccompProfilesReady");
+    let t = within("True with one pod", || {
+        cond(&server).is_some_and(|c| {
+            c["status"] == "True" && c["message"].as_str().unwrap().contains("of 1 pods")
+        })
+    })
+    .await;
+    eprintln!("FIGURE initial list → condition True: {t:?}");
+
+    // 1. Container-level reference to a missing file.
+    let mut vllm = pod(
+        "vllm-0",
+        Some("n1"),
+        json!({}),
+        json!({"containers": [{"name": "vllm",
+        "securityContext": localhost("profiles/vllm-strict.json")}]}),
+    );
+    vllm["status"] = json!({"containerStatuses": [{"name": "vllm",
+        "containerID": format!("containerd://{CONTAINER_ID}"), "image": "vllm", "imageID": "",
+        "ready": false, "restartCount": 0}]});
+    server.put("pods", vllm);
+    let t = within("ProfileMissing", || {
+        cond(&server).is_some_and(|c| c["reason"] == "ProfileMissing")
+            && pod_events(&server)
+                .iter()
+                .any(|e| e.1 == "SeccompProfileMissing")
+    })
+    .await;
+    eprintln!("FIGURE pod bound → ProfileMissing condition + event: {t:?}");
+    let c = cond(&server).unwrap();
+    assert_eq!(c["status"], "False");
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"
+        ),
+        "{msg}"
+    );
+
+    // 2. Created unbound with a deprecated annotation to a broken file, bound later.
+    let unbound = pod(
+        "annotated",
+        None,
+        json!({"seccomp.security.alpha.kubernetes.io/pod": "localhost/profiles/broken.json"}),
+        json!({"containers": [{"name": "app"}]}),
+    );
+    server.put("pods", unbound.clone());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !pod_events(&server).iter().any(|e| e.0 == "annotated"),
+        "judged before bound"
+    );
+    let mut bound = unbound;
+    bound["spec"]["nodeName"] = json!("n1");
+    server.put("pods", bound);
+    let t = within("ProfileInvalid event on the bound pod", || {
+        pod_events(&server)
+            .iter()
+            .any(|e| e.0 == "annotated" && e.1 == "SeccompProfileInvalid")
+    })
+    .await;
+    eprintln!("FIGURE pod bound later → SeccompProfileInvalid event: {t:?}");
+
+    // 3. A RuntimeClass whose handler the runtime does not have, and an init container.
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+               "metadata": {"name": "kata"}, "handler": "kata"}),
+    );
+    server.put(
+        "pods",
+        pod("sandboxed", Some("n1"), json!({}), json!({"runtimeClassName": "kata",
+            "initContainers": [{"name": "setup", "securityContext": localhost("profiles/good.json")}],
+            "containers": [{"name": "c", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]})),
+    );
+    within("RuntimeClassMismatch event", || {
+        pod_events(&server).iter().any(|e| {
+            e.0 == "sandboxed" && e.1 == "RuntimeClassMismatch" && e.2.contains("handler \"kata\"")
+        })
+    })
+    .await;
+
+    // 4. Fixed: the missing file appears, the broken one is repaired, the kata pod goes.
+    std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    std::fs::write(root.join("profiles/broken.json"), good_profile()).unwrap();
+    server.delete("pods", "ml/sandboxed");
+    let t = within("True again", || {
+        cond(&server).is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    eprintln!("FIGURE fixed → condition True: {t:?}");
+
+    let events = pod_events(&server);
+    let order: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.0.as_str(), e.1.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("vllm-0", "SeccompProfileMissing"),
+            ("annotated", "SeccompProfileInvalid"),
+            ("sandboxed", "RuntimeClassMismatch"),
+        ],
+        "one event per problem, in order: {events:?}"
+    );
+    assert!(events[1].2.starts_with("container app: profile localhost/profiles/broken.json (noNewPrivileges=false): outcome rejected: error[json-syntax]"), "{}", events[1].2);
+    // Nothing about the other node's pod, nor about the valid one.
+    assert!(!events.iter().any(|e| e.0 == "elsewhere" || e.0 == "ok-pod"));
+    // Every pod list/watch carried the node's field selector (others are refused).
+    assert!(server
+        .log()
+        .iter()
+        .filter(|l| l.path == "/api/v1/pods")
+        .all(|l| l.status == 200 && l.query.contains("fieldSelector=spec.nodeName")));
+
+    // 5. The tracer's rows (cumulative, cgroup-attributed) → one SeccompDenied Event.
+    let row = SummaryRow {
+        pid: 42,
+        comm: "python3".into(),
+        syscall: "mkdir".into(),
+        nr: 83,
+        arch: "x86_64",
+        action: Action::Errno,
+        errno: 1,
+        count: 12,
+        cgroup_id: 7,
+        cgroup: None,
+        container_id: Some(CONTAINER_ID.into()),
+        pod_uid: Some("uid-vllm-0".into()),
+        pod: None,
+    };
+    rows_tx.send(vec![row.clone()]).await.unwrap();
+    rows_tx.send(vec![row]).await.unwrap(); // the same counts again: nothing new
+    let t = within("SeccompDenied event", || {
+        pod_events(&server).iter().any(|e| e.1 == "SeccompDenied")
+    })
+    .await;
+    eprintln!("FIGURE tracer rows → SeccompDenied event: {t:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let denied: Vec<_> = pod_events(&server)
+        .into_iter()
+        .filter(|e| e.1 == "SeccompDenied")
+        .collect();
+    assert_eq!(
+        denied,
+        vec![(
+            "vllm-0".to_string(),
+            "SeccompDenied".to_string(),
+            "denied mkdir ×12 (EPERM) in container vllm, profile localhost/profiles/vllm-strict.json"
+                .to_string()
+        )]
+    );
+
+    stop_tx.send(true).unwrap();
+    let state = tokio::time::timeout(Duration::from_secs(5), agent)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state.index.len(), 3);
+}
+
+#[test]
+fn a_node_may_not_list_all_pods() {
+    // The test server enforces what the Node authorizer does; the agent must not rely on more.
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+        let kube = client::connect(&source).await.unwrap().unwrap();
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(kube);
+        let err = pods.list(&Default::default()).await.unwrap_err();
+        assert!(
+            err.to_string().contains("only list pods bound to it"),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn pods_once_from_the_command_line() {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let mut vllm = pod(
+        "vllm-0",
+        Some("n1"),
+        json!({}),
+        json!({"containers": [{"name": "vllm",
+        "securityContext": localhost("profiles/vllm-strict.json")}]}),
+    );
+    vllm["status"] = json!({"containerStatuses": [{"name": "vllm",
+        "containerID": format!("containerd://{CONTAINER_ID}"), "image": "vllm", "imageID": "",
+        "ready": false, "restartCount": 0}]});
+    server.put("pods", vllm);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .args(["--seccomp-root", root.to_str().unwrap(), "pods", "--once"])
+            .args([
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--node-name",
+                "n1",
+            ])
+            .env("NODEPROOF_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("node n1: 1 pods"), "{text}");
+    assert!(
+        text.contains("ProfileMissing ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
+        "{text}"
+    );
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

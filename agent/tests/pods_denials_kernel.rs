@@ -1,0 +1,244 @@
+//! End to end on this machine: a real process in a real cgroup laid out like
+//! a kubelet's (`kubepods/burstable/pod<uid>/<container id>`), under a real
+//! seccomp filter, denied N times, traced by the real tracer, resolved
+//! through the watched pod set, aggregated, and written to the test API
+//! server: exactly one Warning Event on the right pod with the count N.
+//! Needs CAP_BPF + CAP_PERFMON (or root) and a writable cgroup2 hierarchy;
+//! without them it says why it skips.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+use serde_json::json;
+
+use nodeproof::pods::denials::{DenialAggregator, PodIndex};
+use nodeproof::pods::watch::record_denials;
+use nodeproof::profile::advise;
+use nodeproof::profile::lint::{LintOptions, Outcome};
+use nodeproof::report::conditions::{Hysteresis, Policy};
+use nodeproof::report::driver::{LoopConfig, ReportLoop};
+use nodeproof::report::{client, credentials};
+use nodeproof::trace::{
+    self, loader, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig,
+};
+use support::apiserver::{Identity, TestApiServer};
+
+const N: usize = 7;
+
+/// A kubepods-shaped cgroup2 directory, removed (leaf first) on drop.
+struct Cgroup {
+    top: std::path::PathBuf,
+    leaf: std::path::PathBuf,
+}
+
+impl Cgroup {
+    fn create(sub: &str) -> Option<Self> {
+        let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.join("cgroup.controllers").exists())?;
+        let top = base.join(format!("nodeproof-pods-test-{}", std::process::id()));
+        let leaf = top.join(sub);
+        std::fs::create_dir_all(&leaf).ok()?;
+        Some(Cgroup { top, leaf })
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let mut p = self.leaf.clone();
+        while p.starts_with(&self.top) {
+            let _ = std::fs::remove_dir(&p);
+            if !p.pop() {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn real_denials_become_one_aggregated_pod_event() {
+    let missing = loader::missing_capabilities(loader::effective_capabilities());
+    if !missing.is_empty() {
+        eprintln!("SKIP: needs {} (or root)", missing.join(" + "));
+        return;
+    }
+    let uid = "7c0ffee0-1234-4abc-9def-00000000beef";
+    let id = "cd".repeat(32);
+    let Some(cg) = Cgroup::create(&format!("kubepods/burstable/pod{uid}/{id}")) else {
+        eprintln!("SKIP: no writable cgroup2 hierarchy");
+        return;
+    };
+
+    // The watched pod set, as the watch would have it: the container's id in its status.
+    let mut pods = PodIndex::default();
+    pods.upsert(
+        &serde_json::from_value(json!({
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": uid},
+            "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]},
+            "status": {"containerStatuses": [{"name": "vllm", "containerID": format!("containerd://{id}"),
+                "image": "vllm", "imageID": "", "ready": true, "restartCount": 0}]}
+        }))
+        .unwrap(),
+    );
+
+    let mut tracer = Tracer::start(&TracerConfig::default()).expect("tracer");
+    let stop = Arc::new(AtomicBool::new(false));
+    let child = Arc::new(AtomicU32::new(0));
+    let worker = {
+        let (stop, child, procs) = (stop.clone(), child.clone(), cg.leaf.join("cgroup.procs"));
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            // SAFETY: the child joins the cgroup, installs a filter and makes raw syscalls, then _exits.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                let ok = std::fs::write(&procs, "0").is_ok();
+                unsafe { libc::prctl(libc::PR_SET_NAME, c"np-pods-e2e".as_ptr()) };
+                let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+                f.add_rule(
+                    ScmpAction::Errno(libc::EPERM),
+                    ScmpSyscall::from_name("mkdir").unwrap(),
+                )
+                .unwrap();
+                f.load().unwrap();
+                for _ in 0..N {
+                    unsafe {
+                        libc::syscall(libc::SYS_mkdir, c"/nonexistent-nodeproof/x".as_ptr(), 0o755)
+                    };
+                }
+                unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+            }
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            child.store(pid as u32, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, Ordering::SeqCst);
+            status
+        })
+    };
+    let opts = TraceOptions {
+        comm: Some("np-pods-e2e".into()),
+        format: OutputFormat::Json,
+        ..TraceOptions::default()
+    };
+    let summary = trace::run_with(
+        &mut tracer,
+        &opts,
+        &mut std::io::sink(),
+        &stop,
+        &mut CgroupResolver::host(),
+        &pods,
+    )
+    .expect("trace");
+    let status = worker.join().unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+    let rows: Vec<_> = summary
+        .summary
+        .iter()
+        .filter(|r| r.pid == child.load(Ordering::SeqCst))
+        .cloned()
+        .collect();
+    assert_eq!(
+        rows.iter().map(|r| r.count).sum::<u64>(),
+        N as u64,
+        "{rows:?}"
+    );
+    assert_eq!(rows[0].pod_uid.as_deref(), Some(uid));
+    // The tracer resolved the name through the pod set (the PodLookup hook).
+    let pod = rows[0].pod.as_ref().expect("pod resolved");
+    assert_eq!(
+        (pod.namespace.as_str(), pod.name.as_str()),
+        ("ml", "vllm-0")
+    );
+
+    // Aggregate and report to the test API server.
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let events = rt.block_on(async {
+        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+        let kube = client::connect(&source).await.unwrap().unwrap();
+        let reporter = client::KubeReporter::new(kube, "n1").with_timeout(Duration::from_secs(2));
+        let config = LoopConfig {
+            policy: Policy {
+                hysteresis: Hysteresis::IMMEDIATE,
+                ..Policy::default()
+            },
+            ..LoopConfig::default()
+        };
+        let mut lp = ReportLoop::new(reporter, config, 7);
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        let now = SystemTime::now();
+        agg.observe(&rows, &pods);
+        assert_eq!(record_denials(&mut lp, &mut agg, now), 1);
+        lp.flush(now).await.expect("flush");
+        // The same counts again (nothing new), then a later interval: still one event.
+        agg.observe(&rows, &pods);
+        assert_eq!(
+            record_denials(&mut lp, &mut agg, now + Duration::from_secs(120)),
+            0
+        );
+        lp.flush(now + Duration::from_secs(120))
+            .await
+            .expect("flush");
+        server.events()
+    });
+    let pod_events: Vec<_> = events
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Pod")
+        .collect();
+    assert_eq!(pod_events.len(), 1, "{events:?}");
+    let e = pod_events[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["reason"], "SeccompDenied");
+    assert_eq!(e["involvedObject"]["namespace"], "ml");
+    assert_eq!(e["involvedObject"]["name"], "vllm-0");
+    assert_eq!(e["involvedObject"]["uid"], uid);
+    assert_eq!(
+        e["message"],
+        format!("denied mkdir ×{N} (EPERM) in container vllm, profile localhost/profiles/vllm-strict.json")
+    );
+    eprintln!(
+        "FIGURE e2e: {N} real denials → 1 pod Event: {}",
+        e["message"]
+    );
+
+    // advise on the trace of these real denials: the saved `trace -o json`
+    // summary line, filtered to the pod, against the profile that denied them.
+    let saved = trace::summary::summary_json(&summary);
+    let denied = advise::denials_from_trace(
+        "trace.json",
+        &saved,
+        &advise::TraceFilter {
+            pod: Some("ml/vllm-0".into()),
+            container_id: Some(id[..12].to_string()),
+        },
+    )
+    .unwrap();
+    assert_eq!(denied.len(), 1);
+    assert_eq!(
+        (denied[0].syscall.as_str(), denied[0].count),
+        ("mkdir", N as u64)
+    );
+    let profile = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    let opts = LintOptions {
+        check_listener: false,
+        ..LintOptions::default()
+    };
+    let a = advise::advise("vllm-strict.json", profile, &denied, &opts).unwrap();
+    assert_eq!(a.outcome, Outcome::Ok);
+    assert!(a.still_denied.is_empty());
+    assert_eq!(a.patched["syscalls"][0]["names"], json!(["rmdir"]));
+}
