@@ -239,13 +239,18 @@ impl Judge {
     }
 }
 
+/// What is said of a pod whose RuntimeClass is not in the cluster.
+pub fn missing_class_message(name: &str) -> String {
+    format!("RuntimeClass {name} does not exist")
+}
+
 fn runtime_class_problem(
     name: &str,
     rc: Option<&RuntimeClassInfo>,
     node: &NodeContext,
 ) -> Option<String> {
     let Some(rc) = rc else {
-        return Some(format!("RuntimeClass {name} does not exist"));
+        return Some(missing_class_message(name));
     };
     if let Some(handlers) = &node.handlers {
         if !handlers.contains(&rc.handler) {

@@ -9,7 +9,7 @@
 //! does not pull in kube-runtime for it.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -79,8 +79,15 @@ pub struct PodsState {
     /// not be listed yet, and "does not exist" would be a false alarm.
     pods_listed: bool,
     classes_listed: bool,
+    /// When each RuntimeClass that pods reference was first found missing.
+    /// A pod and its RuntimeClass created together arrive on two watches in
+    /// either order, so "does not exist" waits [`CLASS_GRACE`] before it is said.
+    class_missing_since: HashMap<String, Instant>,
     pub node: NodeContext,
 }
+
+/// How long a referenced RuntimeClass may be missing before it is reported.
+pub const CLASS_GRACE: Duration = Duration::from_secs(2);
 
 impl PodsState {
     pub fn new(node: NodeContext) -> Self {
@@ -91,6 +98,7 @@ impl PodsState {
             reported: HashSet::new(),
             pods_listed: false,
             classes_listed: false,
+            class_missing_since: HashMap::new(),
             node,
         }
     }
@@ -122,11 +130,50 @@ impl PodsState {
     }
 
     pub fn evaluate(&mut self) -> Evaluation {
+        self.evaluate_at(Instant::now())
+    }
+
+    /// How soon a held-back finding is due (the caller's next wake-up).
+    pub fn next_due(&self, now: Instant) -> Option<Duration> {
+        self.class_missing_since
+            .values()
+            .map(|since| (*since + CLASS_GRACE).saturating_duration_since(now))
+            .filter(|d| !d.is_zero())
+            .min()
+    }
+
+    pub fn evaluate_at(&mut self, now: Instant) -> Evaluation {
         let mut pods: Vec<_> = self.index.refs().cloned().collect();
         pods.sort_by_key(|p| p.key());
+        let missing: HashSet<&String> = pods
+            .iter()
+            .filter_map(|p| p.runtime_class.as_ref())
+            .filter(|name| !self.classes.contains_key(*name))
+            .collect();
+        self.class_missing_since
+            .retain(|name, _| missing.contains(name));
+        for name in missing {
+            self.class_missing_since.entry(name.clone()).or_insert(now);
+        }
+        let held: HashSet<String> = self
+            .class_missing_since
+            .iter()
+            .filter(|(_, since)| now.saturating_duration_since(**since) < CLASS_GRACE)
+            .map(|(name, _)| name.clone())
+            .collect();
         let findings: Vec<PodFinding> = pods
             .iter()
-            .flat_map(|p| self.judge.judge_pod(p, &self.classes, &self.node))
+            .flat_map(|p| {
+                let held_class = p.runtime_class.as_ref().filter(|rc| held.contains(*rc));
+                self.judge
+                    .judge_pod(p, &self.classes, &self.node)
+                    .into_iter()
+                    .filter(move |f| {
+                        !(f.reason == Reason::RuntimeClassMismatch
+                            && held_class
+                                .is_some_and(|rc| f.message == verdict::missing_class_message(rc)))
+                    })
+            })
             .collect();
         let keys: HashSet<_> = findings.iter().map(finding_key).collect();
         let new = findings
@@ -274,7 +321,7 @@ pub async fn run<R: Reporter>(
                 Some(c) => state.apply(c),
                 None => break,
             },
-            _ = tokio::time::sleep(opts.recheck) => {}
+            _ = tokio::time::sleep(state.next_due(Instant::now()).map_or(opts.recheck, |d| d.min(opts.recheck))) => {}
             _ = stop.changed() => {}
             rows = next_rows(&mut denials) => {
                 if let (Some(rows), Some(feed)) = (rows, denials.as_mut()) {
@@ -450,12 +497,23 @@ mod tests {
         assert!(st.synced());
         let e = st.evaluate();
         assert_eq!(e.condition.status, "True");
-        st.apply(Change::ClassGone(rc));
-        let e = st.evaluate();
+        let t0 = Instant::now();
+        st.apply(Change::ClassGone(rc.clone()));
+        // Missing for less than the grace: maybe its watch event is just late.
+        let e = st.evaluate_at(t0);
+        assert_eq!((e.condition.status, e.new.len()), ("True", 0));
+        assert_eq!(st.next_due(t0), Some(CLASS_GRACE));
+        let e = st.evaluate_at(t0 + CLASS_GRACE);
         assert_eq!(e.new.len(), 1);
         assert_eq!(e.new[0].reason, Reason::RuntimeClassMismatch);
+        assert_eq!(e.new[0].message, "RuntimeClass gvisor does not exist");
         // Still broken: the condition stays False, but it is not news.
-        let e = st.evaluate();
+        let e = st.evaluate_at(t0 + CLASS_GRACE * 2);
         assert_eq!((e.condition.status, e.new.len()), ("False", 0));
+        // Back within the grace: never reported.
+        st.apply(Change::Class(rc));
+        let e = st.evaluate_at(t0 + CLASS_GRACE * 3);
+        assert_eq!(e.condition.status, "True");
+        assert_eq!(st.next_due(t0 + CLASS_GRACE * 3), None);
     }
 }
