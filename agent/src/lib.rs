@@ -3,6 +3,7 @@
 //! picks implementations; everything else lives here.
 
 pub mod config;
+pub mod daemon;
 pub mod finding;
 pub mod gpu;
 pub mod profile;
