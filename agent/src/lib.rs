@@ -6,6 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod finding;
 pub mod gpu;
+pub mod preflight;
 pub mod profile;
 pub mod report;
 pub mod trace;

@@ -62,6 +62,12 @@ enum Command {
     /// The agent: watch, trace, probe and report until SIGTERM (systemd Type=notify);
     /// SIGHUP reloads the config. Exit 64 on a bad config.
     Run,
+    /// What the kubelet needs before it starts (kubelet.service ExecStartPre=):
+    /// profiles, GPU driver, a rootless kubelet's access; exit 0 ready, 1 not.
+    Preflight {
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
     /// Stream seccomp denials (eBPF); on --duration end or Ctrl-C print exact counts.
     Trace {
         /// How long to trace, e.g. 10s, 2m, 500ms (default: until Ctrl-C).
@@ -283,6 +289,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check { output, report } => check(&root, &config, output, &report),
         Command::Gpu { output } => gpu_cmd(&config, output),
         Command::Run => unreachable!("handled by run_daemon"),
+        Command::Preflight { output } => preflight(&root, &config, output),
         Command::Profile { command } => match command {
             ProfileCommand::Lint {
                 paths,
@@ -448,6 +455,18 @@ fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> R
         report_conditions(&conditions, report, config)?;
     }
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
+}
+
+fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
+    let opts = LintOptions {
+        runtime: detect_runtime(config),
+        no_new_privileges: config.seccomp.no_new_privileges,
+        ..LintOptions::default()
+    };
+    let layout = nodeproof::preflight::Layout::default();
+    let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
+    print_check(&findings, &[], output)?;
+    Ok(exit(findings.iter().all(|f| f.status != Status::Failed)))
 }
 
 /// After the checks ran (they never wait on the API server): write their conditions.
