@@ -30,6 +30,14 @@ const PACKAGES: &[(&str, &str)] = &[
         "systemd",
         "systemd-analyze verify/security, sysusers and tmpfiles in the unit tests",
     ),
+    (
+        "systemd-container",
+        "systemd-nspawn: the unit under systemd as PID 1 (agent/tests/systemd_nspawn.rs)",
+    ),
+    (
+        "debootstrap",
+        "the Debian root filesystem of that container (cached under target/nspawn/)",
+    ),
 ];
 
 /// What `install` and the Debian package put where (source relative to the

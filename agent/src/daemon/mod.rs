@@ -149,7 +149,7 @@ async fn serve(
             _ = tokio::time::sleep(period) => {}
             _ = round.notified() => {}
             _ = hup.recv() => {
-                reload(&opts, &config_tx, &shared, &*notifier);
+                reload(&opts, &config_tx, &shared, &*notifier, ready);
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
@@ -236,8 +236,12 @@ fn reload(
     config_tx: &channel::Sender<Arc<Config>>,
     shared: &Shared,
     notifier: &dyn Notifier,
+    ready: bool,
 ) {
-    send(notifier, "RELOADING=1");
+    // Before the first READY=1 a reload must not announce readiness.
+    if ready {
+        send(notifier, "RELOADING=1");
+    }
     match Config::load(opts.config_path.as_deref()) {
         Ok(config) => {
             if config.daemon.listen != config_tx.borrow().daemon.listen {
@@ -251,7 +255,9 @@ fn reload(
             tracing::error!(error = %crate::daemon::error_chain(&e), "reload refused; keeping the running configuration");
         }
     }
-    send(notifier, "READY=1");
+    if ready {
+        send(notifier, "READY=1");
+    }
 }
 
 /// Best-effort notifications: losing a STATUS= must not stop the agent.
