@@ -213,6 +213,11 @@ const TRACE_POLL: Duration = Duration::from_millis(200);
 fn tracer(ctx: &Context) {
     let started = trace::Tracer::start(&trace::TracerConfig::default());
     let readiness = trace::Readiness::of(started.as_ref());
+    // Loading parses the kernel's BTF (tens of MiB at the peak, freed by
+    // now); glibc keeps freed memory in this thread's arena unless asked to
+    // give it back, which would double the agent's steady RSS.
+    // SAFETY: malloc_trim only releases free heap pages.
+    unsafe { libc::malloc_trim(0) };
     let publish = |summary: String| {
         ctx.shared.set_check(
             "tracing",
