@@ -2,6 +2,7 @@
 //! is reported at once, with the offending key.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,6 +26,60 @@ pub struct Config {
     pub gpu: GpuConfig,
     #[serde(default)]
     pub report: ReportConfig,
+    #[serde(default)]
+    pub daemon: DaemonConfig,
+}
+
+/// `nodeproof run`: the long-running agent.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DaemonConfig {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Seconds between GPU probe cycles.
+    #[serde(default = "default_gpu_interval")]
+    pub gpu_interval_s: u64,
+    /// Seconds between full re-lints of the seccomp root (changes are seen
+    /// at once through inotify; this catches what inotify cannot, e.g. a
+    /// root that appears later or a remounted directory).
+    #[serde(default = "default_profile_resync")]
+    pub profile_resync_s: u64,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9810))
+}
+
+fn default_gpu_interval() -> u64 {
+    10
+}
+
+fn default_profile_resync() -> u64 {
+    300
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            listen: default_listen(),
+            gpu_interval_s: default_gpu_interval(),
+            profile_resync_s: default_profile_resync(),
+        }
+    }
+}
+
+impl DaemonConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.gpu_interval_s == 0 {
+            p.push("daemon.gpu-interval-s must be at least 1".to_string());
+        }
+        if self.profile_resync_s == 0 {
+            p.push("daemon.profile-resync-s must be at least 1".to_string());
+        }
+        p
+    }
 }
 
 /// Reporting to the API server (docs/reporting.md); flags override it.
@@ -187,6 +242,7 @@ impl Config {
         }
         let mut problems = config.gpu.problems();
         problems.extend(config.report.problems());
+        problems.extend(config.daemon.problems());
         if !problems.is_empty() {
             return Err(ConfigError::Problems {
                 path: path.to_path_buf(),
@@ -225,17 +281,20 @@ mod tests {
         assert_eq!(c.seccomp, SeccompConfig::default());
         assert_eq!(c.gpu, GpuConfig::default());
         assert_eq!(c.report, ReportConfig::default());
+        assert_eq!(c.daemon, DaemonConfig::default());
     }
 
     #[test]
     fn gpu_policy_problems_are_reported_at_once_with_their_keys() {
-        let text = "[gpu]\nnvml-timeout-ms = 0\n[gpu.xid]\nfatal = [79, 13]\nfatal-count = 0\n";
+        let text = "[gpu]\nnvml-timeout-ms = 0\n[gpu.xid]\nfatal = [79, 13]\nfatal-count = 0\n\
+                    [daemon]\ngpu-interval-s = 0\n";
         let e = Config::parse(text, Path::new("c.toml")).unwrap_err();
         assert_eq!(
             e.to_string(),
             "invalid config c.toml: gpu.nvml-timeout-ms must be at least 1; \
              gpu.xid.fatal-count must be at least 1; \
-             gpu.xid.fatal and gpu.xid.ignored both list XID 13"
+             gpu.xid.fatal and gpu.xid.ignored both list XID 13; \
+             daemon.gpu-interval-s must be at least 1"
         );
         let e = Config::parse("[gpu.memory]\necc-max = 1\n", Path::new("c.toml")).unwrap_err();
         assert!(

@@ -3,9 +3,11 @@
 //! picks implementations; everything else lives here.
 
 pub mod config;
+pub mod daemon;
 pub mod finding;
 pub mod gpu;
 pub mod pods;
+pub mod preflight;
 pub mod profile;
 pub mod report;
 pub mod trace;

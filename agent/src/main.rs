@@ -59,6 +59,15 @@ enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
+    /// The agent: watch, trace, probe and report until SIGTERM (systemd Type=notify);
+    /// SIGHUP reloads the config. Exit 64 on a bad config.
+    Run,
+    /// What the kubelet needs before it starts (kubelet.service ExecStartPre=):
+    /// profiles, GPU driver, a rootless kubelet's access; exit 0 ready, 1 not.
+    Preflight {
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
     /// Stream seccomp denials (eBPF); on --duration end or Ctrl-C print exact counts.
     Trace {
         /// How long to trace, e.g. 10s, 2m, 500ms (default: until Ctrl-C).
@@ -236,7 +245,11 @@ fn parse_arch(s: &str) -> Result<Arch, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    let daemon = matches!(cli.command, Command::Run);
+    init_logging(daemon);
+    if daemon {
+        return run_daemon(&cli);
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -246,13 +259,67 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NODEPROOF_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+/// The journal with native fields (NODEPROOF_CHECK=, SECCOMP_PROFILE=, ...)
+/// when stderr is connected to it, else text (or `NODEPROOF_LOG_FORMAT=json`)
+/// on stderr. The daemon logs at info, the one-shot commands at warn.
+fn init_logging(daemon: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("NODEPROOF_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(if daemon { "info" } else { "warn" })
+        });
+    if nodeproof::daemon::logs::stderr_is_journal() {
+        if let Ok(layer) = tracing_journald::layer() {
+            let layer = layer
+                .with_field_prefix(None)
+                .with_syslog_identifier("nodeproof".into());
+            let _ = tracing_subscriber::registry()
+                .with(filter)
+                .with(layer)
+                .try_init();
+            return;
+        }
+    }
+    let json = std::env::var("NODEPROOF_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        fmt.json().try_init()
+    } else {
+        fmt.try_init()
+    };
+}
+
+/// `nodeproof run`: exit 64 (EX_USAGE... of sysexits, as systemd's
+/// RestartPreventExitStatus= names it) on a bad config, 1 on other failures.
+fn run_daemon(cli: &Cli) -> ExitCode {
+    use nodeproof::daemon::{self, notify};
+    let notifier: Box<dyn notify::Notifier> = match notify::SdNotify::from_env() {
+        Ok(Some(n)) => Box::new(n),
+        Ok(None) => Box::new(notify::NoNotify),
+        Err(e) => {
+            eprintln!("nodeproof: {:#}", anyhow::Error::from(e));
+            Box::new(notify::NoNotify)
+        }
+    };
+    let opts = daemon::Options {
+        config_path: cli.config.clone(),
+        seccomp_root: cli.seccomp_root.clone(),
+    };
+    match daemon::run(&opts, notifier) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = if matches!(e, daemon::DaemonError::Config(_)) {
+                64
+            } else {
+                1
+            };
+            eprintln!("nodeproof: {:#}", anyhow::Error::from(e));
+            ExitCode::from(code)
+        }
+    }
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -261,6 +328,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Check { output, report } => check(&root, &config, output, &report),
         Command::Gpu { output } => gpu_cmd(&config, output),
+        Command::Run => unreachable!("handled by run_daemon"),
+        Command::Preflight { output } => preflight(&root, &config, output),
         Command::Profile { command } => match command {
             ProfileCommand::Lint {
                 paths,
@@ -448,21 +517,7 @@ fn seccomp_root(flag: Option<&Path>, config: &Config) -> PathBuf {
 }
 
 fn detect_runtime(config: &Config) -> Runtime {
-    match config.seccomp.runtime.as_str() {
-        "crio" => Runtime::Crio,
-        "containerd" => Runtime::Containerd,
-        _ => {
-            let crio = ["/run/crio/crio.sock", "/var/run/crio/crio.sock"]
-                .iter()
-                .any(|p| Path::new(p).exists());
-            let containerd = Path::new("/run/containerd/containerd.sock").exists();
-            if crio && !containerd {
-                Runtime::Crio
-            } else {
-                Runtime::Containerd
-            }
-        }
-    }
+    node::detect_runtime(&config.seccomp)
 }
 
 fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
@@ -545,6 +600,18 @@ fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> R
     Ok(exit(conditions.iter().all(|c| c.status == "True")))
 }
 
+fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
+    let opts = LintOptions {
+        runtime: detect_runtime(config),
+        no_new_privileges: config.seccomp.no_new_privileges,
+        ..LintOptions::default()
+    };
+    let layout = nodeproof::preflight::Layout::default();
+    let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
+    print_check(&findings, &[], output)?;
+    Ok(exit(findings.iter().all(|f| f.status != Status::Failed)))
+}
+
 /// After the checks ran (they never wait on the API server): write their conditions.
 fn report_conditions(conditions: &[Condition], args: &ReportArgs, config: &Config) -> Result<()> {
     let mut opts = nodeproof::report::OnceOptions::from(&config.report);
@@ -568,24 +635,7 @@ fn tracing_check() -> (Finding, Condition) {
     let started = trace::Tracer::start(&trace::TracerConfig::default());
     let readiness = trace::Readiness::of(started.as_ref());
     drop(started);
-    let finding = Finding {
-        check: "seccomp-tracing",
-        subject: "eBPF".into(),
-        status: if readiness.ready {
-            Status::Ok
-        } else {
-            Status::Failed
-        },
-        reason: readiness.reason.to_string(),
-        message: readiness.message.clone(),
-    };
-    let condition = Condition {
-        kind: "SeccompTracingReady",
-        status: if readiness.ready { "True" } else { "False" },
-        reason: readiness.reason.to_string(),
-        message: readiness.message,
-    };
-    (finding, condition)
+    (readiness.finding(), readiness.condition())
 }
 
 fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -> Result<()> {

@@ -26,7 +26,54 @@ const PACKAGES: &[(&str, &str)] = &[
         "strace",
         "re-learning what runc init needs (tests/learn-runc-init.sh)",
     ),
+    (
+        "systemd",
+        "systemd-analyze verify/security, sysusers and tmpfiles in the unit tests",
+    ),
+    (
+        "systemd-container",
+        "systemd-nspawn: the unit under systemd as PID 1 (agent/tests/systemd_nspawn.rs)",
+    ),
+    (
+        "debootstrap",
+        "the Debian root filesystem of that container (cached under target/nspawn/)",
+    ),
 ];
+
+/// What `install` and the Debian package put where (source relative to the
+/// repository, destination absolute). agent/Cargo.toml's
+/// [package.metadata.deb] assets list the same files.
+const INSTALL: &[(&str, &str, u32)] = &[
+    (
+        "systemd/nodeproof.service",
+        "/usr/lib/systemd/system/nodeproof.service",
+        0o644,
+    ),
+    (
+        "systemd/kubelet.service.d/10-nodeproof.conf",
+        "/usr/lib/systemd/system/kubelet.service.d/10-nodeproof.conf",
+        0o644,
+    ),
+    (
+        "systemd/nodeproof.sysusers.conf",
+        "/usr/lib/sysusers.d/nodeproof.conf",
+        0o644,
+    ),
+    (
+        "systemd/nodeproof.tmpfiles.conf",
+        "/usr/lib/tmpfiles.d/nodeproof.conf",
+        0o644,
+    ),
+    ("systemd/config.toml", "/etc/nodeproof/config.toml", 0o644),
+    (
+        "profiles/runtime-default-x86_64.json",
+        "/usr/share/nodeproof/profiles/runtime-default-x86_64.json",
+        0o644,
+    ),
+    ("README.md", "/usr/share/doc/nodeproof/README.md", 0o644),
+];
+
+const BINARY_DEST: &str = "/usr/bin/nodeproof";
 
 fn main() {
     if let Err(e) = run() {
@@ -74,6 +121,37 @@ fn run() -> Result<()> {
             test.extend(rest.iter().map(String::as_str));
             cargo(&test)
         }
+        "install" => {
+            let opts = InstallArgs::parse(rest)?;
+            let bin = match &opts.bin {
+                Some(b) => b.clone(),
+                None => {
+                    cargo(&["build", "--release", "-p", "nodeproof"])?;
+                    root().join("target/release/nodeproof")
+                }
+            };
+            let dest = opts.destdir.clone().unwrap_or_else(|| PathBuf::from("/"));
+            let written = install(&root(), &bin, &dest)?;
+            for w in &written {
+                eprintln!("installed {}", w.display());
+            }
+            if opts.destdir.is_none() {
+                activate()?;
+            }
+            Ok(())
+        }
+        "deb" => {
+            let have = Command::new("cargo")
+                .args(["deb", "--version"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !have {
+                cargo(&["install", "cargo-deb", "--locked"])?;
+            }
+            let mut args = vec!["deb", "-p", "nodeproof"];
+            args.extend(rest.iter().map(String::as_str));
+            cargo(&args)
+        }
         "bench" => {
             setup()?;
             // Each prints its figures and ratios; a name narrows the run to one of them.
@@ -89,7 +167,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks"
+                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles\n  deb     the same files as a Debian package (cargo-deb)"
             );
             if cmd == "help" {
                 Ok(())
@@ -98,6 +176,83 @@ fn run() -> Result<()> {
             }
         }
     }
+}
+
+struct InstallArgs {
+    destdir: Option<PathBuf>,
+    /// An already built binary (default: build the release one).
+    bin: Option<PathBuf>,
+}
+
+impl InstallArgs {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut out = InstallArgs {
+            destdir: None,
+            bin: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| {
+                it.next()
+                    .map(PathBuf::from)
+                    .with_context(|| format!("{name} needs a value"))
+            };
+            match a.as_str() {
+                "--destdir" => out.destdir = Some(value("--destdir")?),
+                "--bin" => out.bin = Some(value("--bin")?),
+                other => bail!("unknown install argument {other:?} (--destdir D, --bin PATH)"),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Copies the files of [`INSTALL`] and the binary under `destdir`. An
+/// existing /etc/nodeproof/config.toml is the admin's: kept, the example
+/// goes beside it as config.toml.example.
+fn install(repo: &Path, bin: &Path, destdir: &Path) -> Result<Vec<PathBuf>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut files: Vec<(PathBuf, &str, u32)> = vec![(bin.to_path_buf(), BINARY_DEST, 0o755)];
+    files.extend(INSTALL.iter().map(|(s, d, m)| (repo.join(s), *d, *m)));
+    let mut written = Vec::new();
+    for (src, dest, mode) in files {
+        let mut target = destdir.join(dest.trim_start_matches('/'));
+        if dest.starts_with("/etc/") && target.exists() {
+            target.set_extension("toml.example");
+        }
+        let dir = target.parent().context("install target without a parent")?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Copy to a temporary name and rename: a running binary is replaced, not overwritten.
+        let tmp = target.with_extension("xtask-tmp");
+        std::fs::copy(&src, &tmp)
+            .with_context(|| format!("copying {} to {}", src.display(), tmp.display()))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&tmp, &target)?;
+        written.push(target);
+    }
+    Ok(written)
+}
+
+/// On the live system: the user, the directories, systemd's view of the units.
+fn activate() -> Result<()> {
+    let run = |cmd: &str, args: &[&str]| -> Result<()> {
+        let status = Command::new(cmd)
+            .args(args)
+            .status()
+            .with_context(|| format!("running {cmd}"))?;
+        if !status.success() {
+            bail!("{cmd} {} failed ({status})", args.join(" "));
+        }
+        Ok(())
+    };
+    run("systemd-sysusers", &["nodeproof.conf"])?;
+    run("systemd-tmpfiles", &["--create", "nodeproof.conf"])?;
+    if Path::new("/run/systemd/system").exists() {
+        run("systemctl", &["daemon-reload"])?;
+    } else {
+        eprintln!("systemd is not running here: no daemon-reload");
+    }
+    Ok(())
 }
 
 fn root() -> PathBuf {
@@ -174,5 +329,36 @@ fn prepare_kernel() {
         let _ = Command::new("mount")
             .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_puts_every_file_in_place_and_keeps_an_existing_config() {
+        let dest = std::env::temp_dir().join(format!("xtask-install-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dest);
+        let bin = root().join("Cargo.toml"); // any file stands in for the binary
+        let written = install(&root(), &bin, &dest).unwrap();
+        assert_eq!(written.len(), INSTALL.len() + 1);
+        for (_, d, _) in INSTALL {
+            assert!(dest.join(d.trim_start_matches('/')).is_file(), "{d}");
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dest.join("usr/bin/nodeproof"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        std::fs::write(dest.join("etc/nodeproof/config.toml"), "# mine\n").unwrap();
+        install(&root(), &bin, &dest).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dest.join("etc/nodeproof/config.toml")).unwrap(),
+            "# mine\n"
+        );
+        assert!(dest.join("etc/nodeproof/config.toml.example").is_file());
+        std::fs::remove_dir_all(&dest).unwrap();
     }
 }

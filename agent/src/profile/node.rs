@@ -140,3 +140,24 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
         }
     }
 }
+
+/// The runtime whose decoder reads profiles: configured, else detected from
+/// the runtime sockets on this node (CRI-O only when containerd is absent).
+pub fn detect_runtime(config: &crate::config::SeccompConfig) -> super::lint::Runtime {
+    use super::lint::Runtime;
+    match config.runtime.as_str() {
+        "crio" => Runtime::Crio,
+        "containerd" => Runtime::Containerd,
+        _ => {
+            let crio = ["/run/crio/crio.sock", "/var/run/crio/crio.sock"]
+                .iter()
+                .any(|p| Path::new(p).exists());
+            let containerd = Path::new("/run/containerd/containerd.sock").exists();
+            if crio && !containerd {
+                Runtime::Crio
+            } else {
+                Runtime::Containerd
+            }
+        }
+    }
+}

@@ -247,6 +247,31 @@ impl Readiness {
         }
     }
 
+    /// The tracer as a finding of `nodeproof check`.
+    pub fn finding(&self) -> crate::finding::Finding {
+        crate::finding::Finding {
+            check: "seccomp-tracing",
+            subject: "eBPF".into(),
+            status: if self.ready {
+                crate::finding::Status::Ok
+            } else {
+                crate::finding::Status::Failed
+            },
+            reason: self.reason.to_string(),
+            message: self.message.clone(),
+        }
+    }
+
+    /// The `SeccompTracingReady` node condition.
+    pub fn condition(&self) -> crate::finding::Condition {
+        crate::finding::Condition {
+            kind: "SeccompTracingReady",
+            status: if self.ready { "True" } else { "False" },
+            reason: self.reason.to_string(),
+            message: self.message.clone(),
+        }
+    }
+
     /// Prometheus text lines: the strategy in use (one series per strategy).
     pub fn metric_lines(strategy: Option<Strategy>) -> String {
         let mut s = String::from(

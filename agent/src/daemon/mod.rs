@@ -1,0 +1,307 @@
+//! `nodeproof run`: the agent systemd supervises. One task per subsystem
+//! (profiles, tracing, GPU, reporter, HTTP) on a single-threaded runtime;
+//! blocking work (lint, eBPF polling, NVML) on threads of its own.
+//!
+//! - `notify`: the systemd edge (`sd_notify`), behind the `Notifier` trait;
+//! - `state`: what each subsystem last found, read by the main loop and HTTP;
+//! - `http`: `/healthz`, `/healthz/<check>`, `/readyz`, `/metrics`;
+//! - `watch`: inotify on the seccomp root;
+//! - `subsystems`: the tasks, reusing the library's checks as `nodeproof check` does.
+//!
+//! The main loop owns the notifications: READY=1 after every check finished
+//! its first round, STATUS= when the summary changes, WATCHDOG=1 once per
+//! iteration, so a hung main loop (or a stopped process) stops the pings
+//! and systemd restarts the agent. A stuck subsystem shows in
+//! `/healthz/<check>` instead: restarting everything for one slow GPU probe
+//! would lose the other subsystems' state.
+
+pub mod http;
+pub mod logs;
+pub mod notify;
+pub mod state;
+pub mod subsystems;
+pub mod watch;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{watch as channel, Notify};
+
+use crate::config::{Config, ConfigError};
+use crate::finding::Condition;
+use notify::{Notifier, NotifyError};
+use state::Shared;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot load the configuration")]
+    Config(#[source] ConfigError),
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot serve the health endpoints")]
+    Http(#[source] http::HttpError),
+    #[error("cannot install the {signal} handler")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot tell systemd the agent is ready")]
+    Ready(#[source] NotifyError),
+}
+
+/// What the command line chose.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--config`; `None`: /etc/nodeproof/config.toml when present, else the built-in default.
+    pub config_path: Option<PathBuf>,
+    /// `--seccomp-root`, which wins over `seccomp.root` across reloads.
+    pub seccomp_root: Option<PathBuf>,
+}
+
+/// The checks READY=1 waits for (the reporter never holds it back: the API
+/// server may be down while the node is fine).
+const FIRST_CYCLE: [&str; 3] = ["profiles", "tracing", "gpu"];
+
+/// How often the main loop goes round at least: the watchdog gets a ping
+/// per round, so this is at most half the watchdog period.
+fn main_period(watchdog: Option<Duration>) -> Duration {
+    watchdog.map_or(Duration::from_secs(1), |w| {
+        (w / 2).min(Duration::from_secs(1))
+    })
+}
+
+/// Runs until SIGTERM or SIGINT. The config is loaded before anything
+/// starts, so a bad one fails fast (the CLI exits 64).
+pub fn run(opts: &Options, notifier: Box<dyn Notifier>) -> Result<(), DaemonError> {
+    let config = Config::load(opts.config_path.as_deref()).map_err(DaemonError::Config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    runtime.block_on(serve(opts.clone(), config, notifier))
+}
+
+/// Subsystems started, and the handles needed to stop them.
+struct Running {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stop_tx: channel::Sender<bool>,
+    stop_flag: Arc<AtomicBool>,
+}
+
+fn signal_stream(
+    kind: SignalKind,
+    name: &'static str,
+) -> Result<tokio::signal::unix::Signal, DaemonError> {
+    signal(kind).map_err(|source| DaemonError::Signal {
+        signal: name,
+        source,
+    })
+}
+
+async fn serve(
+    opts: Options,
+    config: Config,
+    notifier: Box<dyn Notifier>,
+) -> Result<(), DaemonError> {
+    let started = Instant::now();
+    let shared = Arc::new(Shared::default());
+    let mut hup = signal_stream(SignalKind::hangup(), "SIGHUP")?;
+    let mut term = signal_stream(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = signal_stream(SignalKind::interrupt(), "SIGINT")?;
+    let listener = http::bind(config.daemon.listen)
+        .await
+        .map_err(DaemonError::Http)?;
+    let http_task = tokio::spawn(http::serve(listener, shared.clone()));
+    tracing::info!(listen = %config.daemon.listen, "health endpoints up");
+
+    let (config_tx, config_rx) = channel::channel(Arc::new(config.clone()));
+    let (stop_tx, stop_rx) = channel::channel(false);
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let round = Arc::new(Notify::new());
+    let ctx = subsystems::Context {
+        shared: shared.clone(),
+        config: config_rx,
+        seccomp_root: opts.seccomp_root.clone(),
+        stop: stop_rx,
+        stop_flag: stop_flag.clone(),
+        round: round.clone(),
+    };
+    let mut running = Running {
+        tasks: subsystems::spawn_checks(&ctx),
+        stop_tx,
+        stop_flag,
+    };
+    let (rounds_tx, rounds_rx) = channel::channel(Vec::<Condition>::new());
+    let reporter = subsystems::start_reporter(&config, &shared, rounds_rx).await;
+
+    let watchdog = notify::watchdog_from_env();
+    let period = main_period(watchdog);
+    let mut ready = false;
+    let mut last_status = String::new();
+    let mut last_conditions = Vec::new();
+    let mut last_extend = started;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = round.notified() => {}
+            _ = hup.recv() => {
+                reload(&opts, &config_tx, &shared, &*notifier, ready);
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+        let now = Instant::now();
+        shared.main_progress(now, period);
+        let status = shared.status_line();
+        if status != last_status {
+            send(&*notifier, &notify::status_message(&status));
+            last_status = status;
+        }
+        if !ready {
+            if shared.first_cycle_done(&FIRST_CYCLE) {
+                ready = true;
+                shared.set_ready(true);
+                notifier
+                    .notify(&format!(
+                        "READY=1\n{}",
+                        notify::status_message(&last_status)
+                    ))
+                    .map_err(DaemonError::Ready)?;
+                tracing::info!(
+                    ready_ms = started.elapsed().as_millis() as u64,
+                    status = %last_status,
+                    "first check cycle done; ready"
+                );
+            } else if now.duration_since(last_extend) >= Duration::from_secs(1) {
+                // A slow first cycle (NVML timing out, a huge seccomp root)
+                // is not a hang: ask for more start time, a little at a time.
+                send(&*notifier, "EXTEND_TIMEOUT_USEC=10000000");
+                last_extend = now;
+            }
+        }
+        let conditions = shared.conditions();
+        if conditions != last_conditions {
+            // A watch channel: a round sent while a write is in flight just
+            // replaces the previous one.
+            let _ = rounds_tx.send(conditions.clone());
+            last_conditions = conditions;
+        }
+        if watchdog.is_some() {
+            send(&*notifier, "WATCHDOG=1");
+        }
+    }
+
+    tracing::info!("stopping");
+    send(&*notifier, "STOPPING=1");
+    shared.set_stopping();
+    stop(&mut running).await;
+    drop(rounds_tx);
+    if let Some(reporter) = reporter {
+        subsystems::final_report(reporter, shared.conditions()).await;
+    }
+    http_task.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Tells the subsystems to stop and waits for them (the tracer detaches its
+/// eBPF programs on the way out), at most a few seconds.
+async fn stop(running: &mut Running) {
+    running.stop_flag.store(true, Ordering::Relaxed);
+    let _ = running.stop_tx.send(true);
+    let all = futures_join(std::mem::take(&mut running.tasks));
+    if tokio::time::timeout(Duration::from_secs(5), all)
+        .await
+        .is_err()
+    {
+        tracing::warn!("subsystems did not stop within 5 s");
+    }
+}
+
+async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// SIGHUP: re-read the config; a bad one is logged and the old one kept.
+/// Subsystems pick the new one up on their next round and keep their state
+/// (GPU policy windows, profile verdicts, the eBPF programs).
+fn reload(
+    opts: &Options,
+    config_tx: &channel::Sender<Arc<Config>>,
+    shared: &Shared,
+    notifier: &dyn Notifier,
+    ready: bool,
+) {
+    // Before the first READY=1 a reload must not announce readiness.
+    if ready {
+        send(notifier, "RELOADING=1");
+    }
+    match Config::load(opts.config_path.as_deref()) {
+        Ok(config) => {
+            if config.daemon.listen != config_tx.borrow().daemon.listen {
+                tracing::warn!(listen = %config.daemon.listen, "daemon.listen changes only on restart");
+            }
+            config_tx.send_replace(Arc::new(config));
+            shared.metrics(|m| m.reloads += 1);
+            tracing::info!("configuration reloaded");
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::daemon::error_chain(&e), "reload refused; keeping the running configuration");
+        }
+    }
+    if ready {
+        send(notifier, "READY=1");
+    }
+}
+
+/// Best-effort notifications: losing a STATUS= must not stop the agent.
+/// (READY=1 is the exception, handled by the caller.)
+fn send(notifier: &dyn Notifier, message: &str) {
+    if let Err(e) = notifier.notify(message) {
+        tracing::debug!(error = %e, "notification not sent");
+    }
+}
+
+/// `error: cause: cause` on one line, for log fields.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+/// Seconds since the epoch, for seeding.
+fn now_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn main_period_is_half_the_watchdog_at_most_a_second() {
+        assert_eq!(main_period(None), Duration::from_secs(1));
+        assert_eq!(
+            main_period(Some(Duration::from_secs(30))),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            main_period(Some(Duration::from_millis(600))),
+            Duration::from_millis(300)
+        );
+    }
+}

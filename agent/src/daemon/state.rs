@@ -1,0 +1,332 @@
+//! What the subsystems last found, shared with the main loop and the HTTP
+//! endpoints. Each subsystem writes only its own entry; readers take a copy.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::finding::Condition;
+
+/// The subsystems, by the name `/healthz/<check>` and `NODEPROOF_CHECK=` use.
+pub const CHECKS: [&str; 4] = ["profiles", "tracing", "gpu", "reporter"];
+
+#[derive(Debug, Clone)]
+pub struct CheckState {
+    /// The node conditions it backs (none: nothing to report, e.g. no GPU).
+    pub conditions: Vec<Condition>,
+    /// Its part of the `STATUS=` line.
+    pub summary: String,
+    /// When it last completed a round.
+    pub progress: Option<Instant>,
+    /// How often it is expected to: `/healthz/<check>` fails after three missed rounds.
+    pub period: Duration,
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Exact in-kernel denial counts by (syscall, pod), replaced on each read.
+    pub denials: BTreeMap<(String, String), u64>,
+    /// Profiles by outcome (`ok`, `rejected`, ...), from the latest lint.
+    pub profile_verdicts: BTreeMap<&'static str, u64>,
+    /// Rendered by the GPU module (gauges and XID counters).
+    pub gpu: String,
+    pub ebpf_dropped: u64,
+    pub ebpf_strategy: Option<crate::trace::Strategy>,
+    pub reporter_errors: u64,
+    pub task_restarts: BTreeMap<&'static str, u64>,
+    pub reloads: u64,
+    pub profile_revalidations: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    checks: BTreeMap<&'static str, CheckState>,
+    metrics: Metrics,
+    main_progress: Option<Instant>,
+    main_period: Duration,
+    ready: bool,
+    stopping: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Shared {
+    inner: Mutex<Inner>,
+}
+
+/// What `/healthz` and friends answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub ok: bool,
+    pub body: String,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind: keep serving it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_check(&self, name: &'static str, state: CheckState) {
+        self.lock().checks.insert(name, state);
+    }
+
+    pub fn check(&self, name: &str) -> Option<CheckState> {
+        self.lock().checks.get(name).cloned()
+    }
+
+    pub fn metrics<T>(&self, f: impl FnOnce(&mut Metrics) -> T) -> T {
+        f(&mut self.lock().metrics)
+    }
+
+    pub fn main_progress(&self, now: Instant, period: Duration) {
+        let mut i = self.lock();
+        i.main_progress = Some(now);
+        i.main_period = period;
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.lock().ready = ready;
+    }
+
+    pub fn set_stopping(&self) {
+        self.lock().stopping = true;
+    }
+
+    /// Every check that has completed at least one round.
+    pub fn first_cycle_done(&self, expected: &[&str]) -> bool {
+        let i = self.lock();
+        expected
+            .iter()
+            .all(|c| i.checks.get(c).is_some_and(|s| s.progress.is_some()))
+    }
+
+    pub fn conditions(&self) -> Vec<Condition> {
+        let i = self.lock();
+        i.checks
+            .values()
+            .flat_map(|c| c.conditions.iter().cloned())
+            .collect()
+    }
+
+    /// The one-line `STATUS=`, in the order of [`CHECKS`].
+    pub fn status_line(&self) -> String {
+        let i = self.lock();
+        CHECKS
+            .iter()
+            .filter_map(|c| i.checks.get(c))
+            .map(|c| c.summary.as_str())
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// `/healthz`: the main loop went round within three of its periods.
+    pub fn healthz(&self, now: Instant) -> Health {
+        let i = self.lock();
+        match i.main_progress {
+            Some(t) if now.duration_since(t) <= i.main_period * 3 => Health {
+                ok: true,
+                body: format!(
+                    "ok: main loop {} ms ago\n",
+                    now.duration_since(t).as_millis()
+                ),
+            },
+            Some(t) => Health {
+                ok: false,
+                body: format!(
+                    "stalled: main loop last ran {} s ago\n",
+                    now.duration_since(t).as_secs()
+                ),
+            },
+            None => Health {
+                ok: false,
+                body: "starting\n".into(),
+            },
+        }
+    }
+
+    /// `/healthz/<check>`: that subsystem went round within three of its periods.
+    pub fn check_health(&self, name: &str, now: Instant) -> Option<Health> {
+        let i = self.lock();
+        let c = i.checks.get(name)?;
+        let conditions: String = c
+            .conditions
+            .iter()
+            .map(|c| format!("{}={} ({}): {}\n", c.kind, c.status, c.reason, c.message))
+            .collect();
+        Some(match c.progress {
+            Some(t) if now.duration_since(t) <= c.period * 3 => Health {
+                ok: true,
+                body: format!("ok: {}\n{conditions}", c.summary),
+            },
+            Some(t) => Health {
+                ok: false,
+                body: format!(
+                    "stalled: last round {} s ago\n{conditions}",
+                    now.duration_since(t).as_secs()
+                ),
+            },
+            None => Health {
+                ok: false,
+                body: "starting\n".into(),
+            },
+        })
+    }
+
+    /// `/readyz`: the first full cycle is done and the agent is not stopping.
+    pub fn readyz(&self) -> Health {
+        let i = self.lock();
+        if i.stopping {
+            Health {
+                ok: false,
+                body: "stopping\n".into(),
+            }
+        } else if i.ready {
+            Health {
+                ok: true,
+                body: "ready\n".into(),
+            }
+        } else {
+            Health {
+                ok: false,
+                body: "first check cycle not done\n".into(),
+            }
+        }
+    }
+
+    /// Prometheus text exposition (format 0.0.4).
+    pub fn render_metrics(&self) -> String {
+        let i = self.lock();
+        let m = &i.metrics;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# HELP nodeproof_build_info The running nodeproof.\n# TYPE nodeproof_build_info gauge"
+        );
+        let _ = writeln!(
+            s,
+            "nodeproof_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        let _ = writeln!(s, "# HELP nodeproof_condition Node conditions nodeproof owns, by status (1 for the current one).\n# TYPE nodeproof_condition gauge");
+        for c in i.checks.values().flat_map(|c| &c.conditions) {
+            for status in ["True", "False", "Unknown"] {
+                let _ = writeln!(
+                    s,
+                    "nodeproof_condition{{condition=\"{}\",status=\"{status}\"}} {}",
+                    c.kind,
+                    u8::from(c.status == status)
+                );
+            }
+        }
+        let _ = writeln!(s, "# HELP nodeproof_seccomp_denials_total Seccomp denials counted in the kernel, by syscall and pod.\n# TYPE nodeproof_seccomp_denials_total counter");
+        for ((syscall, pod), n) in &m.denials {
+            let _ = writeln!(
+                s,
+                "nodeproof_seccomp_denials_total{{syscall=\"{}\",pod=\"{}\"}} {n}",
+                escape(syscall),
+                escape(pod)
+            );
+        }
+        let _ = writeln!(s, "# HELP nodeproof_profile_verdicts Seccomp profiles under the root, by predicted outcome.\n# TYPE nodeproof_profile_verdicts gauge");
+        for (outcome, n) in &m.profile_verdicts {
+            let _ = writeln!(s, "nodeproof_profile_verdicts{{outcome=\"{outcome}\"}} {n}");
+        }
+        let _ = writeln!(s, "# HELP nodeproof_profile_revalidations_total Lints of the seccomp root (start, changes, resyncs).\n# TYPE nodeproof_profile_revalidations_total counter");
+        let _ = writeln!(
+            s,
+            "nodeproof_profile_revalidations_total {}",
+            m.profile_revalidations
+        );
+        s.push_str(&crate::trace::Readiness::metric_lines(m.ebpf_strategy));
+        let _ = writeln!(s, "# HELP nodeproof_ebpf_dropped_samples_total Denial samples the eBPF programs dropped (rate limit, full ring buffer).\n# TYPE nodeproof_ebpf_dropped_samples_total counter");
+        let _ = writeln!(s, "nodeproof_ebpf_dropped_samples_total {}", m.ebpf_dropped);
+        s.push_str(&m.gpu);
+        let _ = writeln!(s, "# HELP nodeproof_reporter_errors_total Failed writes to the API server.\n# TYPE nodeproof_reporter_errors_total counter");
+        let _ = writeln!(s, "nodeproof_reporter_errors_total {}", m.reporter_errors);
+        let _ = writeln!(s, "# HELP nodeproof_task_restarts_total Subsystem tasks restarted after a panic.\n# TYPE nodeproof_task_restarts_total counter");
+        for name in CHECKS {
+            let n = m.task_restarts.get(name).copied().unwrap_or(0);
+            let _ = writeln!(s, "nodeproof_task_restarts_total{{task=\"{name}\"}} {n}");
+        }
+        let _ = writeln!(s, "# HELP nodeproof_config_reloads_total Successful SIGHUP reloads.\n# TYPE nodeproof_config_reloads_total counter");
+        let _ = writeln!(s, "nodeproof_config_reloads_total {}", m.reloads);
+        s
+    }
+}
+
+/// Label values: backslash, quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(kind: &'static str, status: &'static str) -> Condition {
+        Condition {
+            kind,
+            status,
+            reason: "R".into(),
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn health_follows_progress_and_status_line_follows_check_order() {
+        let s = Shared::default();
+        let t0 = Instant::now();
+        assert!(!s.healthz(t0).ok);
+        s.main_progress(t0, Duration::from_secs(1));
+        assert!(s.healthz(t0 + Duration::from_secs(2)).ok);
+        assert!(!s.healthz(t0 + Duration::from_secs(4)).ok);
+        s.set_check(
+            "tracing",
+            CheckState {
+                conditions: vec![cond("SeccompTracingReady", "True")],
+                summary: "tracing tp_btf".into(),
+                progress: Some(t0),
+                period: Duration::from_secs(1),
+            },
+        );
+        s.set_check(
+            "profiles",
+            CheckState {
+                conditions: vec![cond("SeccompProfilesReady", "False")],
+                summary: "profiles 2 ok, 1 failing".into(),
+                progress: Some(t0),
+                period: Duration::from_secs(1),
+            },
+        );
+        assert_eq!(s.status_line(), "profiles 2 ok, 1 failing, tracing tp_btf");
+        assert!(s.first_cycle_done(&["profiles", "tracing"]));
+        assert!(!s.first_cycle_done(&["profiles", "gpu"]));
+        assert!(s.check_health("tracing", t0).unwrap().ok);
+        assert!(
+            !s.check_health("tracing", t0 + Duration::from_secs(5))
+                .unwrap()
+                .ok
+        );
+        assert!(s.check_health("nope", t0).is_none());
+        let m = s.render_metrics();
+        assert!(
+            m.contains(
+                "nodeproof_condition{condition=\"SeccompProfilesReady\",status=\"False\"} 1"
+            ),
+            "{m}"
+        );
+        assert!(
+            m.contains("nodeproof_task_restarts_total{task=\"gpu\"} 0"),
+            "{m}"
+        );
+        assert!(!s.readyz().ok);
+        s.set_ready(true);
+        assert!(s.readyz().ok);
+        s.set_stopping();
+        assert!(!s.readyz().ok);
+    }
+}

@@ -1,0 +1,519 @@
+//! The subsystem tasks. Each reuses the library's check exactly as
+//! `nodeproof check` does and publishes its conditions, its part of the
+//! STATUS= line and its progress in [`Shared`]. A subsystem that cannot
+//! start (no eBPF permission, no NVML, no API server) publishes a False or
+//! Unknown condition with the reason and keeps going; a panicking one is
+//! restarted by [`supervise`] and counted.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{mpsc, watch as channel, Notify};
+use tokio::task::JoinHandle;
+
+use super::state::{CheckState, Shared};
+use crate::config::Config;
+use crate::finding::{Condition, Status};
+use crate::gpu;
+use crate::profile::lint::{LintOptions, ProfileReport};
+use crate::profile::node;
+use crate::report::client::{self, KubeReporter};
+use crate::report::credentials;
+use crate::report::driver::{self, LoopConfig, ReportLoop};
+use crate::report::marks::MarkPolicy;
+use crate::trace::{self, EventSource};
+
+/// What every subsystem gets.
+#[derive(Clone)]
+pub struct Context {
+    pub shared: Arc<Shared>,
+    pub config: channel::Receiver<Arc<Config>>,
+    pub seccomp_root: Option<PathBuf>,
+    /// For async tasks.
+    pub stop: channel::Receiver<bool>,
+    /// For blocking threads (checked between polls).
+    pub stop_flag: Arc<AtomicBool>,
+    /// Wakes the main loop when a round completes (READY without waiting for a tick).
+    pub round: Arc<Notify>,
+}
+
+pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
+    let c = ctx.clone();
+    let profiles = tokio::spawn(supervise(
+        "profiles",
+        ctx.shared.clone(),
+        ctx.stop_flag.clone(),
+        move || tokio::spawn(profiles(c.clone())),
+    ));
+    let c = ctx.clone();
+    let tracing_task = tokio::spawn(supervise(
+        "tracing",
+        ctx.shared.clone(),
+        ctx.stop_flag.clone(),
+        move || {
+            let c = c.clone();
+            tokio::task::spawn_blocking(move || tracer(&c))
+        },
+    ));
+    let c = ctx.clone();
+    let gpu_task = tokio::spawn(supervise(
+        "gpu",
+        ctx.shared.clone(),
+        ctx.stop_flag.clone(),
+        move || {
+            let c = c.clone();
+            tokio::task::spawn_blocking(move || gpu_probe(&c))
+        },
+    ));
+    vec![profiles, tracing_task, gpu_task]
+}
+
+/// Runs what `start` spawns until it returns; after a panic, counts it,
+/// logs it and starts it again (after a second, so a task that panics at
+/// once does not spin).
+pub async fn supervise<F, Fut>(
+    name: &'static str,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    mut start: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), tokio::task::JoinError>>,
+{
+    loop {
+        match start().await {
+            Err(e) if e.is_panic() && !stop.load(Ordering::Relaxed) => {
+                let restarts = shared.metrics(|m| {
+                    let n = m.task_restarts.entry(name).or_default();
+                    *n += 1;
+                    *n
+                });
+                tracing::error!(
+                    nodeproof_check = name,
+                    restarts,
+                    "subsystem panicked; restarting it"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+fn lint_options(config: &Config) -> LintOptions {
+    LintOptions {
+        runtime: node::detect_runtime(&config.seccomp),
+        no_new_privileges: config.seccomp.no_new_privileges,
+        ..LintOptions::default()
+    }
+}
+
+/// Lint the seccomp root at start, within a second of a change (inotify),
+/// on reload and every `profile-resync-s`.
+async fn profiles(mut ctx: Context) {
+    let (wake_tx, mut wake_rx) = mpsc::channel(4);
+    let mut watched: Option<(PathBuf, super::watch::Watcher)> = None;
+    let mut verdicts: HashMap<String, &'static str> = HashMap::new();
+    loop {
+        let config = ctx.config.borrow_and_update().clone();
+        let root = ctx
+            .seccomp_root
+            .clone()
+            .unwrap_or_else(|| config.seccomp.root.clone());
+        if watched.as_ref().map(|(r, _)| r) != Some(&root) {
+            watched = None;
+            match super::watch::watch(&root, wake_tx.clone()) {
+                Ok(w) => watched = Some((root.clone(), w)),
+                Err(e) => tracing::warn!(
+                    nodeproof_check = "profiles",
+                    error = %super::error_chain(&e),
+                    "profile changes are seen at the next resync only"
+                ),
+            }
+        }
+        let opts = lint_options(&config);
+        let lint_root = root.clone();
+        let reports =
+            match tokio::task::spawn_blocking(move || node::lint_root(&lint_root, &opts)).await {
+                Ok(r) => r,
+                // The supervisor counts it and starts the task again.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return,
+            };
+        publish_profiles(&ctx.shared, &root, &reports, &mut verdicts, &config);
+        ctx.round.notify_one();
+        let resync = Duration::from_secs(config.daemon.profile_resync_s);
+        tokio::select! {
+            _ = wake_rx.recv() => tracing::debug!("seccomp root changed"),
+            _ = ctx.config.changed() => {}
+            _ = tokio::time::sleep(resync) => {}
+            _ = ctx.stop.changed() => return,
+        }
+    }
+}
+
+fn publish_profiles(
+    shared: &Shared,
+    root: &Path,
+    reports: &[ProfileReport],
+    verdicts: &mut HashMap<String, &'static str>,
+    config: &Config,
+) {
+    let mut by_outcome = std::collections::BTreeMap::new();
+    let mut failing = 0;
+    for r in reports {
+        let outcome = r.outcome.as_str();
+        *by_outcome.entry(outcome).or_insert(0u64) += 1;
+        let ok = node::passes(r, false);
+        failing += usize::from(!ok);
+        // Logged on change only: a resync of an unchanged root is silent.
+        if verdicts.insert(r.path.clone(), outcome) != Some(outcome) {
+            let first = r
+                .diagnostics
+                .first()
+                .map_or(String::new(), |d| format!("{}: {}", d.code, d.message));
+            if ok {
+                tracing::info!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, "profile ok");
+            } else {
+                tracing::warn!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, diagnostic = %first, "profile fails");
+            }
+        }
+    }
+    verdicts.retain(|p, _| reports.iter().any(|r| &r.path == p));
+    let summary = if failing == 0 {
+        format!("profiles {} ok", reports.len())
+    } else {
+        format!("profiles {} ok, {failing} failing", reports.len() - failing)
+    };
+    shared.metrics(|m| {
+        m.profile_verdicts = by_outcome;
+        m.profile_revalidations += 1;
+    });
+    shared.set_check(
+        "profiles",
+        CheckState {
+            conditions: vec![node::condition(root, reports)],
+            summary,
+            progress: Some(Instant::now()),
+            period: Duration::from_secs(config.daemon.profile_resync_s),
+        },
+    );
+}
+
+/// How often the tracer's counters are read into the metrics.
+const TRACE_COUNTS_EVERY: Duration = Duration::from_secs(5);
+const TRACE_POLL: Duration = Duration::from_millis(200);
+
+/// Loads the eBPF programs once and streams denials into the journal until
+/// stopped; dropping the tracer detaches them.
+fn tracer(ctx: &Context) {
+    let started = trace::Tracer::start(&trace::TracerConfig::default());
+    let readiness = trace::Readiness::of(started.as_ref());
+    // Loading parses the kernel's BTF (tens of MiB at the peak, freed by
+    // now); glibc keeps freed memory in this thread's arena unless asked to
+    // give it back, which would double the agent's steady RSS.
+    // SAFETY: malloc_trim only releases free heap pages.
+    unsafe { libc::malloc_trim(0) };
+    let publish = |summary: String| {
+        ctx.shared.set_check(
+            "tracing",
+            CheckState {
+                conditions: vec![readiness.condition()],
+                summary,
+                progress: Some(Instant::now()),
+                period: Duration::from_secs(1),
+            },
+        );
+    };
+    let mut tracer = match started {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(nodeproof_check = "tracing", reason = readiness.reason, error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
+            publish(format!("tracing off ({})", readiness.reason));
+            ctx.round.notify_one();
+            // Alive, just without eBPF: keep the check's progress fresh.
+            while !ctx.stop_flag.load(Ordering::Relaxed) {
+                std::thread::sleep(TRACE_POLL);
+                publish(format!("tracing off ({})", readiness.reason));
+            }
+            return;
+        }
+    };
+    let strategy = tracer.strategy();
+    tracing::info!(nodeproof_check = "tracing", strategy = %strategy, "seccomp tracing attached");
+    ctx.shared.metrics(|m| m.ebpf_strategy = Some(strategy));
+    publish(format!("tracing {strategy}"));
+    ctx.round.notify_one();
+    let mut resolver = trace::CgroupResolver::host();
+    let mut names = trace::names::SyscallNames::default();
+    let mut last_counts = Instant::now();
+    while !ctx.stop_flag.load(Ordering::Relaxed) {
+        let polled = tracer.poll(TRACE_POLL, &mut |d| {
+            let a = resolver.attribute(d.cgroup_id, d.pid, &trace::NoPodLookup);
+            let syscall = names.get(d.arch, d.nr).to_string();
+            tracing::warn!(
+                nodeproof_check = "tracing",
+                seccomp_syscall = %syscall,
+                seccomp_action = d.action.as_str(),
+                errno = d.errno,
+                pid = d.pid,
+                comm = %d.comm,
+                k8s_pod = %pod_label(&a),
+                container_id = a.container_id.as_deref().unwrap_or(""),
+                "seccomp denied a syscall"
+            );
+        });
+        if let Err(e) = polled {
+            tracing::warn!(nodeproof_check = "tracing", error = %super::error_chain(&e), "reading denial samples failed");
+            std::thread::sleep(TRACE_POLL);
+        }
+        if last_counts.elapsed() >= TRACE_COUNTS_EVERY {
+            last_counts = Instant::now();
+            read_counts(&tracer, &ctx.shared, &mut resolver, &mut names);
+        }
+        publish(format!("tracing {strategy}"));
+    }
+    drop(tracer);
+    tracing::info!(nodeproof_check = "tracing", "eBPF programs detached");
+}
+
+fn pod_label(a: &trace::Attribution) -> String {
+    match (&a.pod, &a.pod_uid) {
+        (Some(p), _) => format!("{}/{}", p.namespace, p.name),
+        (None, Some(uid)) => uid.clone(),
+        (None, None) => String::new(),
+    }
+}
+
+fn read_counts(
+    tracer: &trace::Tracer,
+    shared: &Shared,
+    resolver: &mut trace::CgroupResolver,
+    names: &mut trace::names::SyscallNames,
+) {
+    let (counts, stats) = match (tracer.counts(), tracer.stats()) {
+        (Ok(c), Ok(s)) => (c, s),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(nodeproof_check = "tracing", error = %super::error_chain(&e), "reading eBPF counters failed");
+            return;
+        }
+    };
+    let rows =
+        trace::summary::aggregate(counts, &trace::Filter::default(), names, &mut |cg, pid| {
+            resolver.attribute(cg, pid, &trace::NoPodLookup)
+        });
+    let mut denials = std::collections::BTreeMap::new();
+    for r in rows {
+        let pod = match (&r.pod, &r.pod_uid) {
+            (Some(p), _) => format!("{}/{}", p.namespace, p.name),
+            (None, Some(uid)) => uid.clone(),
+            (None, None) => String::new(),
+        };
+        *denials.entry((r.syscall, pod)).or_insert(0) += r.count;
+    }
+    shared.metrics(|m| {
+        m.denials = denials;
+        m.ebpf_dropped = stats.dropped();
+    });
+}
+
+/// GPU probe cycles; the policy state (XID windows, hysteresis) survives
+/// reloads, the NVML probe is rebuilt only when its settings change.
+fn gpu_probe(ctx: &Context) {
+    let mut state = gpu::PolicyState::default();
+    let mut probe: Option<((PathBuf, u64), gpu::nvml::NvmlProbe)> = None;
+    let mut failed: HashMap<String, String> = HashMap::new();
+    while !ctx.stop_flag.load(Ordering::Relaxed) {
+        let config = ctx.config.borrow().clone();
+        let key = (
+            PathBuf::from(&config.gpu.nvml_library),
+            config.gpu.nvml_timeout_ms,
+        );
+        if probe.as_ref().map(|(k, _)| k) != Some(&key) {
+            let p = gpu::nvml::NvmlProbe::new(
+                &config.gpu.nvml_library,
+                Duration::from_millis(config.gpu.nvml_timeout_ms),
+            );
+            probe = Some((key, p));
+        }
+        let Some((_, p)) = probe.as_mut() else { return };
+        let report = gpu::cycle(&config.gpu, p, &mut state);
+        for f in report.findings() {
+            let was = failed.get(&f.subject).cloned();
+            if f.status == Status::Failed && was.as_deref() != Some(f.reason.as_str()) {
+                tracing::warn!(nodeproof_check = "gpu", gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);
+                failed.insert(f.subject.clone(), f.reason.clone());
+            } else if f.status != Status::Failed && was.is_some() {
+                tracing::info!(nodeproof_check = "gpu", gpu_uuid = %f.subject, "GPU check passes again");
+                failed.remove(&f.subject);
+            }
+        }
+        let summary = if report.no_gpu() {
+            "no GPU".to_string()
+        } else {
+            let total = report.evaluation.gpus.len();
+            let healthy = report.evaluation.gpus.iter().filter(|g| g.healthy).count();
+            format!("{healthy}/{total} GPUs healthy")
+        };
+        ctx.shared.metrics(|m| m.gpu = report.metrics(&state));
+        let interval = Duration::from_secs(config.daemon.gpu_interval_s);
+        ctx.shared.set_check(
+            "gpu",
+            CheckState {
+                // Absent, not Unknown, on nodes without NVIDIA devices (as `check`).
+                conditions: if report.no_gpu() {
+                    Vec::new()
+                } else {
+                    report.conditions()
+                },
+                summary,
+                progress: Some(Instant::now()),
+                period: interval,
+            },
+        );
+        ctx.round.notify_one();
+        let until = Instant::now() + interval;
+        while Instant::now() < until && !ctx.stop_flag.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+        }
+    }
+}
+
+/// The running reporter: its task hands the loop back when the rounds end.
+pub struct Reporter {
+    task: JoinHandle<ReportLoop<KubeReporter>>,
+}
+
+fn reporter_state(summary: &str) -> CheckState {
+    CheckState {
+        conditions: Vec::new(),
+        summary: summary.to_string(),
+        progress: Some(Instant::now()),
+        // Not a loop of its own when not reporting: never stale.
+        period: Duration::from_secs(u64::from(u32::MAX)),
+    }
+}
+
+/// Connects (locally: reads credentials, contacts nothing) and starts the
+/// continuous reporter. Without credentials or a node name the agent runs
+/// on, unreported, and says so in STATUS= and the journal.
+pub async fn start_reporter(
+    config: &Config,
+    shared: &Shared,
+    rounds: channel::Receiver<Vec<Condition>>,
+) -> Option<Reporter> {
+    let Some(node) = credentials::node_name_here(config.report.node_name.as_deref()) else {
+        tracing::warn!(
+            nodeproof_check = "reporter",
+            "no node name (report.node-name, NODE_NAME, hostname); not reporting"
+        );
+        shared.set_check("reporter", reporter_state("not reporting (no node name)"));
+        return None;
+    };
+    let source = credentials::choose_here(config.report.kubeconfig.as_deref());
+    let client = match client::connect(&source).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            tracing::warn!(nodeproof_check = "reporter", k8s_node = %node, "no credentials; conditions are not reported");
+            shared.set_check("reporter", reporter_state("not reporting (no credentials)"));
+            return None;
+        }
+        Err(e) => {
+            tracing::error!(nodeproof_check = "reporter", k8s_node = %node, error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
+            shared.set_check(
+                "reporter",
+                reporter_state("not reporting (bad credentials)"),
+            );
+            return None;
+        }
+    };
+    let mut reporter = KubeReporter::new(client, &node);
+    let mut marks = MarkPolicy {
+        labels: config.report.labels,
+        taint_kinds: Default::default(),
+    };
+    if let Some(path) = &config.report.taint_kubeconfig {
+        match client::connect(&credentials::Source::Kubeconfig(path.clone())).await {
+            Ok(Some(c)) => {
+                reporter = reporter.with_taint_client(c);
+                marks.taint_kinds = MarkPolicy::default_taint_kinds();
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable taint credentials; not tainting")
+            }
+        }
+    }
+    let lp = ReportLoop::new(
+        reporter,
+        LoopConfig {
+            marks,
+            policy: config.report.policy(),
+            ..LoopConfig::default()
+        },
+        super::now_seed(),
+    );
+    tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %source.describe(), "reporting to the API server");
+    shared.set_check("reporter", reporter_state("reporting to API"));
+    Some(Reporter {
+        task: tokio::spawn(driver::run(lp, rounds)),
+    })
+}
+
+/// SIGTERM: one last status write when the API server answers within 5 s.
+pub async fn final_report(reporter: Reporter, conditions: Vec<Condition>) {
+    let Ok(mut lp) = reporter.task.await else {
+        tracing::error!(
+            nodeproof_check = "reporter",
+            "reporter task failed; no final status write"
+        );
+        return;
+    };
+    lp.observe(SystemTime::now(), &conditions);
+    match tokio::time::timeout(Duration::from_secs(5), lp.flush(SystemTime::now())).await {
+        Ok(Ok(())) => tracing::info!(nodeproof_check = "reporter", "final status written"),
+        Ok(Err(e)) => {
+            tracing::warn!(nodeproof_check = "reporter", error = %super::error_chain(&e), "final status write failed")
+        }
+        Err(_) => tracing::warn!(
+            nodeproof_check = "reporter",
+            "API server did not answer within 5 s; no final status write"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_task_is_restarted_and_counted() {
+        let shared = Arc::new(Shared::default());
+        let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let r = runs.clone();
+        tokio::time::pause();
+        supervise(
+            "gpu",
+            shared.clone(),
+            Arc::new(AtomicBool::new(false)),
+            move || {
+                let r = r.clone();
+                tokio::spawn(async move {
+                    if r.fetch_add(1, Ordering::SeqCst) < 2 {
+                        panic!("probe blew up");
+                    }
+                })
+            },
+        )
+        .await;
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            shared.metrics(|m| m.task_restarts.get("gpu").copied()),
+            Some(2)
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! `nodeproof run` as systemd runs it: the test binds the notify socket,
+//! reads READY=1/STATUS=/WATCHDOG=1/STOPPING=1, probes the HTTP endpoints,
+//! changes a profile, reloads and stops the agent.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
+}
+
+fn config(dir: &Path, port: u16, gpu_interval: u32) -> std::path::PathBuf {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"/nonexistent\"\n[daemon]\nlisten = \"127.0.0.1:{port}\"\ngpu-interval-s = {gpu_interval}\n",
+            dir.join("seccomp").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: a plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+}
+
+fn recv_until(sock: &UnixDatagram, want: &str, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        sock.set_read_timeout(Some(deadline - Instant::now()))
+            .unwrap();
+        let Ok(n) = sock.recv(&mut buf) else { break };
+        let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let done = m.lines().any(|l| l == want);
+        seen.push(m);
+        if done {
+            return seen;
+        }
+    }
+    panic!("no {want} within {within:?}; got {seen:?}");
+}
+
+#[test]
+fn a_bad_config_exits_64_naming_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        "[daemon]\ngpu-interval-s = 0\nprofile-resync-s = 0\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "daemon.gpu-interval-s must be at least 1; daemon.profile-resync-s must be at least 1"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn notifies_serves_revalidates_reloads_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir(&root).unwrap();
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+    std::fs::copy(
+        profiles.join("runtime-default-x86_64.json"),
+        root.join("default.json"),
+    )
+    .unwrap();
+    let port = free_port();
+    let config = config(dir.path(), port, 10);
+    let notify_path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("WATCHDOG_USEC", "1000000")
+        .env_remove("JOURNAL_STREAM")
+        .env("NODE_NAME", "test-node")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen = recv_until(&notify, "READY=1", Duration::from_secs(20));
+    eprintln!("READY=1 after {:?} (debug build)", started.elapsed());
+    let ready = seen.iter().find(|m| m.starts_with("READY=1")).unwrap();
+    assert!(ready.contains("STATUS=profiles 1 ok"), "{ready}");
+    assert!(ready.contains("not reporting"), "{ready}");
+    // Pings keep coming from the main loop.
+    recv_until(&notify, "WATCHDOG=1", Duration::from_secs(2));
+
+    assert_eq!(get(port, "/healthz").0, 200);
+    assert_eq!(get(port, "/readyz").0, 200);
+    let (code, body) = get(port, "/healthz/profiles");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("SeccompProfilesReady=True"), "{body}");
+    assert_eq!(get(port, "/healthz/nothing").0, 404);
+    let (_, metrics) = get(port, "/metrics");
+    assert!(
+        metrics.contains("nodeproof_profile_verdicts{outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+
+    // A broken profile is seen within a second (inotify), not at the resync.
+    let changed = Instant::now();
+    std::fs::write(
+        root.join("broken.json"),
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    )
+    .unwrap();
+    loop {
+        let (_, body) = get(port, "/healthz/profiles");
+        if body.contains("SeccompProfilesReady=False") {
+            break;
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(1),
+            "not re-validated within 1 s: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("re-validated after {:?}", changed.elapsed());
+
+    // SIGHUP: a bad config is refused (the agent keeps running), a good one taken.
+    std::fs::write(&config, "[daemon]\nnope = 1\n").unwrap();
+    signal(&child, libc::SIGHUP);
+    recv_until(&notify, "READY=1", Duration::from_secs(5));
+    assert!(get(port, "/metrics")
+        .1
+        .contains("nodeproof_config_reloads_total 0"));
+    let _ = crate::config(dir.path(), port, 20);
+    signal(&child, libc::SIGHUP);
+    recv_until(&notify, "READY=1", Duration::from_secs(5));
+    assert!(get(port, "/metrics")
+        .1
+        .contains("nodeproof_config_reloads_total 1"));
+    // State survived the reload: the failing profile is still known.
+    assert!(get(port, "/healthz/profiles")
+        .1
+        .contains("SeccompProfilesReady=False"));
+
+    signal(&child, libc::SIGTERM);
+    recv_until(&notify, "STOPPING=1", Duration::from_secs(5));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -1,0 +1,261 @@
+//! nodeproof.service under a real systemd: systemd as PID 1 in
+//! systemd-nspawn (Debian 12 rootfs from debootstrap, cached under
+//! target/nspawn/). Installs the files, starts the unit and checks READY,
+//! STATUS=, the journal fields, /healthz, the user and its two
+//! capabilities, eBPF tracing, the watchdog restart and the kubelet drop-in.
+//! Needs root, debootstrap and systemd-container (`cargo xtask setup`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The cached root filesystem, built once (~70 s).
+fn rootfs() -> PathBuf {
+    let dir = repo().join("target/nspawn");
+    let root = dir.join("rootfs");
+    if root.join("usr/lib/systemd/systemd").exists() {
+        return root;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = dir.join("rootfs.tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let status = Command::new("debootstrap")
+        .args([
+            "--variant=minbase",
+            "--include=systemd,systemd-sysv,dbus,curl",
+            "bookworm",
+        ])
+        .arg(&tmp)
+        .arg("http://deb.debian.org/debian")
+        .status()
+        .unwrap();
+    assert!(status.success(), "debootstrap failed");
+    std::fs::rename(&tmp, &root).unwrap();
+    root
+}
+
+struct Machine {
+    nspawn: Child,
+    leader: u32,
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        // SIGTERM: a clean halt of the container's systemd.
+        unsafe { libc::kill(self.nspawn.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.nspawn.wait();
+    }
+}
+
+impl Machine {
+    fn boot(root: &Path, share: &Path) -> Machine {
+        let cmd = format!(
+            "mount -t tmpfs -o mode=755 tmpfs /run; exec systemd-nspawn -D {} --register=no --keep-unit \
+             --private-network --boot --console=pipe --volatile=overlay --bind-ro={}:/opt/np \
+             --capability=CAP_BPF,CAP_PERFMON --system-call-filter='bpf perf_event_open'",
+            root.display(),
+            share.display()
+        );
+        let nspawn = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &cmd])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // unshare execs sh, which execs systemd-nspawn; its child is the container's PID 1.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let leader = loop {
+            let out = Command::new("pgrep")
+                .args(["-P", &nspawn.id().to_string()])
+                .output()
+                .unwrap();
+            // nspawn forks helpers first: wait for the child that is systemd.
+            let pid: Option<u32> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .and_then(|l| l.trim().parse().ok());
+            if let Some(pid) = pid {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if comm.trim() == "systemd" {
+                    break pid;
+                }
+            }
+            assert!(Instant::now() < deadline, "container did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let m = Machine { nspawn, leader };
+        // The manager's socket appears a moment after PID 1 does.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = m.sh("timeout 30 systemctl is-system-running --wait 2>&1 || true");
+            if state.contains("running") || state.contains("degraded") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "container not running: {state}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        m
+    }
+
+    /// A shell command inside the container; stdout (and stderr on failure).
+    fn sh(&self, script: &str) -> String {
+        let out = Command::new("nsenter")
+            .args(["-t", &self.leader.to_string(), "-a", "sh", "-c", script])
+            .output()
+            .unwrap();
+        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            s.push_str(&String::from_utf8_lossy(&out.stderr));
+        }
+        s
+    }
+}
+
+const INSTALL: &str = r#"set -e
+install -m 755 /opt/np/nodeproof /usr/bin/nodeproof
+install -D -m 644 /opt/np/systemd/nodeproof.service /usr/lib/systemd/system/nodeproof.service
+install -D -m 644 /opt/np/systemd/kubelet.service.d/10-nodeproof.conf /usr/lib/systemd/system/kubelet.service.d/10-nodeproof.conf
+install -D -m 644 /opt/np/systemd/nodeproof.sysusers.conf /usr/lib/sysusers.d/nodeproof.conf
+install -D -m 644 /opt/np/systemd/nodeproof.tmpfiles.conf /usr/lib/tmpfiles.d/nodeproof.conf
+install -D -m 644 /opt/np/systemd/config.toml /etc/nodeproof/config.toml
+install -D -m 644 /opt/np/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json
+printf '[Service]\nWatchdogSec=2\n' > /tmp/wd.conf
+install -D -m 644 /tmp/wd.conf /etc/systemd/system/nodeproof.service.d/watchdog.conf
+printf '[Unit]\nDescription=stub kubelet\n[Service]\nExecStart=/bin/sleep infinity\n' > /etc/systemd/system/kubelet.service
+systemd-sysusers nodeproof.conf
+systemd-tmpfiles --create nodeproof.conf
+systemctl daemon-reload
+"#;
+
+#[test]
+fn the_unit_runs_under_systemd_as_pid_1() {
+    let reason = if unsafe { libc::geteuid() } != 0 {
+        Some("needs root (systemd-nspawn)".to_string())
+    } else {
+        [
+            "debootstrap",
+            "systemd-nspawn",
+            "nsenter",
+            "unshare",
+            "pgrep",
+        ]
+        .into_iter()
+        .find(|t| !have(t))
+        .map(|t| format!("{t} not installed (cargo xtask setup: debootstrap, systemd-container)"))
+    };
+    if let Some(reason) = reason {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let root = rootfs();
+    let share = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_nodeproof"),
+        share.path().join("nodeproof"),
+    )
+    .unwrap();
+    for d in ["systemd", "profiles"] {
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(repo().join(d))
+            .arg(share.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let m = Machine::boot(&root, share.path());
+    let out = m.sh(INSTALL);
+    assert!(!out.contains("rror"), "{out}");
+
+    let started =
+        m.sh("systemctl start nodeproof.service && systemctl is-active nodeproof.service");
+    assert_eq!(
+        started.trim(),
+        "active",
+        "{}",
+        m.sh("journalctl -u nodeproof --no-pager | tail -30")
+    );
+    let status = m.sh("systemctl show -p StatusText --value nodeproof.service");
+    eprintln!("STATUS={}", status.trim());
+    assert!(status.contains("profiles 1 ok"), "{status}");
+    assert!(
+        status.contains("tracing tp_btf")
+            || status.contains("tracing fexit")
+            || status.contains("tracing tracepoint"),
+        "eBPF tracing not working as the nodeproof user: {status}"
+    );
+
+    let pid = m
+        .sh("systemctl show -p MainPID --value nodeproof.service")
+        .trim()
+        .to_string();
+    let proc_status = m.sh(&format!("cat /proc/{pid}/status"));
+    let field = |name: &str| {
+        proc_status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let uid = m.sh("id -u nodeproof").trim().to_string();
+    assert!(field("Uid:").starts_with(&uid), "{proc_status}");
+    // CAP_PERFMON (38) and CAP_BPF (39), nothing else.
+    assert_eq!(field("CapEff:"), "000000c000000000", "{proc_status}");
+    assert_eq!(field("CapBnd:"), "000000c000000000", "{proc_status}");
+
+    let health = m.sh("runuser -u nodeproof -- curl -sf http://127.0.0.1:9810/healthz");
+    assert!(health.starts_with("ok"), "{health}");
+    let journal = m.sh("journalctl -u nodeproof.service -o json --no-pager");
+    for field in [
+        "\"NODEPROOF_CHECK\":\"profiles\"",
+        "\"SECCOMP_PROFILE\":\"/var/lib/kubelet/seccomp/default.json\"",
+        "\"NODEPROOF_CHECK\":\"tracing\"",
+    ] {
+        assert!(
+            journal.contains(field),
+            "no {field} in the journal:\n{journal}"
+        );
+    }
+
+    // The watchdog: a stopped agent sends no WATCHDOG=1 and is restarted.
+    m.sh(&format!("kill -STOP {pid}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now_pid = m
+            .sh("systemctl show -p MainPID --value nodeproof.service")
+            .trim()
+            .to_string();
+        let active = m.sh("systemctl is-active nodeproof.service");
+        if now_pid != pid && now_pid != "0" && active.trim() == "active" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no watchdog restart: {}",
+            m.sh("systemctl status nodeproof --no-pager")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let journal = m.sh("journalctl -u nodeproof.service --no-pager");
+    assert!(journal.contains("Watchdog timeout"), "{journal}");
+    eprintln!("watchdog restart seen");
+
+    let cat = m.sh("systemctl cat kubelet.service");
+    assert!(
+        cat.contains("10-nodeproof.conf")
+            && cat.contains("ExecStartPre=-/usr/bin/nodeproof preflight"),
+        "{cat}"
+    );
+}
