@@ -26,39 +26,9 @@ use nodeproof::trace::{
     self, loader, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig,
 };
 use support::apiserver::{Identity, TestApiServer};
+use support::cgroup::CgroupDir;
 
 const N: usize = 7;
-
-/// A kubepods-shaped cgroup2 directory, removed (leaf first) on drop.
-struct Cgroup {
-    top: std::path::PathBuf,
-    leaf: std::path::PathBuf,
-}
-
-impl Cgroup {
-    fn create(sub: &str) -> Option<Self> {
-        let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-            .into_iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.join("cgroup.controllers").exists())?;
-        let top = base.join(format!("nodeproof-pods-test-{}", std::process::id()));
-        let leaf = top.join(sub);
-        std::fs::create_dir_all(&leaf).ok()?;
-        Some(Cgroup { top, leaf })
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        let mut p = self.leaf.clone();
-        while p.starts_with(&self.top) {
-            let _ = std::fs::remove_dir(&p);
-            if !p.pop() {
-                break;
-            }
-        }
-    }
-}
 
 #[test]
 fn real_denials_become_one_aggregated_pod_event() {
@@ -69,7 +39,8 @@ fn real_denials_become_one_aggregated_pod_event() {
     }
     let uid = "7c0ffee0-1234-4abc-9def-00000000beef";
     let id = "cd".repeat(32);
-    let Some(cg) = Cgroup::create(&format!("kubepods/burstable/pod{uid}/{id}")) else {
+    let Some(cg) = CgroupDir::create_at("unified", &format!("kubepods/burstable/pod{uid}/{id}"))
+    else {
         eprintln!("SKIP: no writable cgroup2 hierarchy");
         return;
     };
@@ -91,7 +62,7 @@ fn real_denials_become_one_aggregated_pod_event() {
     let stop = Arc::new(AtomicBool::new(false));
     let child = Arc::new(AtomicU32::new(0));
     let worker = {
-        let (stop, child, procs) = (stop.clone(), child.clone(), cg.leaf.join("cgroup.procs"));
+        let (stop, child, procs) = (stop.clone(), child.clone(), cg.procs.clone());
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(200));
             // SAFETY: the child joins the cgroup, installs a filter and makes raw syscalls, then _exits.

@@ -3,6 +3,9 @@
 //! errno, action), for every strategy this kernel loads. Needs CAP_BPF +
 //! CAP_PERFMON (or root); without them each test says why it skips.
 
+#[path = "support/cgroup.rs"]
+mod cgroup;
+use cgroup::CgroupDir;
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
 use nodeproof::trace::{
     self, loader, Action, CgroupResolver, EventSource, NoPodLookup, OutputFormat, Strategy,
@@ -565,60 +568,6 @@ fn run_json_summary_is_exact_and_attributed() {
     assert_eq!(row["pod_uid"], uid);
     assert_eq!(last["dropped"], 0);
     assert_eq!(last["strategy"], tracer.strategy().as_str());
-}
-
-/// A test cgroup under a mounted hierarchy, removed (leaf first) on drop.
-struct CgroupDir {
-    top: std::path::PathBuf,
-    leaf: std::path::PathBuf,
-    procs: std::path::PathBuf,
-    id: u64,
-}
-
-impl CgroupDir {
-    fn create(hierarchy: &str) -> Option<Self> {
-        Self::create_at(hierarchy, "leaf")
-    }
-
-    /// `hierarchy` is tried under /sys/fs/cgroup (hybrid hosts) and then the
-    /// mount itself (unified hosts).
-    fn create_at(hierarchy: &str, sub: &str) -> Option<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let base = [
-            format!("/sys/fs/cgroup/{hierarchy}"),
-            "/sys/fs/cgroup".to_string(),
-        ]
-        .into_iter()
-        .map(std::path::PathBuf::from)
-        .find(|p| p.join("cgroup.controllers").exists())?;
-        static N: AtomicU32 = AtomicU32::new(0);
-        let top = base.join(format!(
-            "nodeproof-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let leaf = top.join(sub);
-        std::fs::create_dir_all(&leaf).ok()?;
-        let id = std::fs::metadata(&leaf).ok()?.ino();
-        Some(Self {
-            procs: leaf.join("cgroup.procs"),
-            top,
-            leaf,
-            id,
-        })
-    }
-}
-
-impl Drop for CgroupDir {
-    fn drop(&mut self) {
-        let mut p = self.leaf.clone();
-        while p.starts_with(&self.top) {
-            let _ = std::fs::remove_dir(&p);
-            if !p.pop() {
-                break;
-            }
-        }
-    }
 }
 
 /// No BTF (forced with a BTF path that does not exist): fexit and tp_btf are
