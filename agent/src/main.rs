@@ -401,17 +401,7 @@ fn pods_cmd(
         etc: PathBuf::from("/etc"),
     };
     if !once {
-        // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
-        unsafe {
-            libc::signal(
-                libc::SIGINT,
-                on_stop_signal as *const () as libc::sighandler_t,
-            );
-            libc::signal(
-                libc::SIGTERM,
-                on_stop_signal as *const () as libc::sighandler_t,
-            );
-        }
+        stop_on_sigint_sigterm();
         pods::daemon(&opts, &STOP)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -483,7 +473,8 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
+/// Ctrl-C and SIGTERM set [`STOP`]; long-running commands poll it and finish cleanly.
+fn stop_on_sigint_sigterm() {
     // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(
@@ -495,6 +486,10 @@ fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
             on_stop_signal as *const () as libc::sighandler_t,
         );
     }
+}
+
+fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
+    stop_on_sigint_sigterm();
     trace::run(&opts, &mut std::io::stdout().lock(), &STOP).context("seccomp tracing failed")?;
     Ok(ExitCode::SUCCESS)
 }
