@@ -574,6 +574,21 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 	return 0;
 }
 
+/* SIGSYS from seccomp on a tid-keyed task (classic tracepoint strategies):
+ * the next skipped exit of this thread is a TRAP, not an ERRNO. */
+static __always_inline void np_tid_mark_trap(__u32 tid, int err)
+{
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st) {
+		st->trap = 1;
+		st->trap_data = err;
+	} else {
+		struct np_task_state init = {.trap = 1, .trap_data = err};
+		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
+			np_stat(NP_STAT_STATE_FAIL);
+	}
+}
+
 SEC("tracepoint/signal/signal_generate")
 int np_tp_signal(struct np_tp_signal_generate *ctx)
 {
@@ -585,15 +600,7 @@ int np_tp_signal(struct np_tp_signal_generate *ctx)
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
 		return 0;
-	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
-	if (st) {
-		st->trap = 1;
-		st->trap_data = ctx->err;
-	} else {
-		struct np_task_state init = {.trap = 1, .trap_data = ctx->err};
-		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
-			np_stat(NP_STAT_STATE_FAIL);
-	}
+	np_tid_mark_trap(tid, ctx->err);
 	return 0;
 }
 
@@ -759,15 +766,7 @@ int np_nb_signal(struct np_tp_signal_generate *ctx)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	if ((__u32)ctx->pid != tid || np_nb_mode() != SECCOMP_MODE_FILTER)
 		return 0;
-	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
-	if (st) {
-		st->trap = 1;
-		st->trap_data = ctx->err;
-	} else {
-		struct np_task_state init = {.trap = 1, .trap_data = ctx->err};
-		if (bpf_map_update_elem(&np_tid_state, &tid, &init, BPF_ANY))
-			np_stat(NP_STAT_STATE_FAIL);
-	}
+	np_tid_mark_trap(tid, ctx->err);
 	return 0;
 }
 
