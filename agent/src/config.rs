@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::gpu::GpuConfig;
+use crate::profile::node::CONDITION;
 use crate::report::conditions::{Hysteresis, Policy, OWNED_TYPES};
 
 /// The configuration compiled into the binary, used when no file is given.
@@ -155,6 +156,12 @@ impl ReportConfig {
             to_good: self.to_good.unwrap_or(policy.hysteresis.to_good),
         };
         policy.hysteresis = base;
+        // Profiles and pod references are judged from files and API
+        // objects, not noisy probes: smoothing would only hold back the
+        // pod problem the issue wants said within 5 s. Configurable still.
+        policy
+            .per_kind
+            .insert(CONDITION.to_string(), Hysteresis::IMMEDIATE);
         for (kind, h) in &self.hysteresis {
             policy.per_kind.insert(
                 kind.clone(),
@@ -322,6 +329,19 @@ mod tests {
             Hysteresis {
                 to_bad: 3,
                 to_good: 5
+            }
+        );
+        assert_eq!(p.per_kind["SeccompProfilesReady"], Hysteresis::IMMEDIATE);
+        let c = Config::parse(
+            "[report.hysteresis.SeccompProfilesReady]\nto-bad = 2\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.report.policy().per_kind["SeccompProfilesReady"],
+            Hysteresis {
+                to_bad: 2,
+                to_good: 3
             }
         );
         let text = "[report]\nto-good = 0\n[report.hysteresis.DiskPressure]\nto-bad = 0\n";

@@ -142,6 +142,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let opts = WatchOptions {
         recheck: Duration::from_millis(200),
+        ..WatchOptions::default()
     };
     let (rows_tx, rows_rx) = tokio::sync::mpsc::channel(4);
     let feed = DenialFeed::new(rows_rx, DenialAggregator::new(Duration::from_secs(60)));

@@ -668,7 +668,7 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
     let c = cluster();
     let lp = c.report_loop(immediate()).await;
     let (tx, rx) = tokio::sync::watch::channel(Vec::new());
-    let runner = tokio::spawn(driver::run(lp, rx));
+    let runner = tokio::spawn(driver::run(lp, rx, None));
     tx.send(vec![seccomp(false, "broken")]).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while c.server.condition("n1", "SeccompProfilesReady").is_none() {

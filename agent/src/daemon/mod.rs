@@ -18,6 +18,7 @@
 pub mod http;
 pub mod logs;
 pub mod notify;
+pub mod pods;
 pub mod state;
 pub mod subsystems;
 pub mod watch;
@@ -122,6 +123,7 @@ async fn serve(
     let (stop_tx, stop_rx) = channel::channel(false);
     let stop_flag = Arc::new(AtomicBool::new(false));
     let round = Arc::new(Notify::new());
+    let (pod_rows, rows_rx) = channel::channel(Vec::new());
     let ctx = subsystems::Context {
         shared: shared.clone(),
         config: config_rx,
@@ -129,6 +131,8 @@ async fn serve(
         stop: stop_rx,
         stop_flag: stop_flag.clone(),
         round: round.clone(),
+        profiles_linted: Arc::new(Notify::new()),
+        pod_rows: Arc::new(pod_rows),
     };
     let mut running = Running {
         tasks: subsystems::spawn_checks(&ctx),
@@ -136,7 +140,18 @@ async fn serve(
         stop_flag,
     };
     let (rounds_tx, rounds_rx) = channel::channel(Vec::<Condition>::new());
-    let reporter = subsystems::start_reporter(&config, &shared, rounds_rx).await;
+    let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
+    let reporter = subsystems::start_reporter(&config, &shared, rounds_rx, pod_events_rx).await;
+    if reporter.is_some() {
+        let feeds = pods::Feeds {
+            rows: rows_rx,
+            profiles_linted: ctx.profiles_linted.clone(),
+            events: pod_events,
+        };
+        running
+            .tasks
+            .extend(pods::start(&config, &ctx, feeds).await);
+    }
 
     let watchdog = notify::watchdog_from_env();
     let period = main_period(watchdog);

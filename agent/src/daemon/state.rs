@@ -7,9 +7,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::finding::Condition;
+use crate::pods::verdict::combine;
 
 /// The subsystems, by the name `/healthz/<check>` and `NODEPROOF_CHECK=` use.
-pub const CHECKS: [&str; 4] = ["profiles", "tracing", "gpu", "reporter"];
+pub const CHECKS: [&str; 5] = ["profiles", "pods", "tracing", "gpu", "reporter"];
 
 #[derive(Debug, Clone)]
 pub struct CheckState {
@@ -31,6 +32,8 @@ pub struct Metrics {
     pub profile_verdicts: BTreeMap<&'static str, u64>,
     /// Rendered by the GPU module (gauges and XID counters).
     pub gpu: String,
+    /// Denials resolved to pods, rendered by the pods watcher's aggregator.
+    pub pod_denials: String,
     pub ebpf_dropped: u64,
     pub ebpf_strategy: Option<crate::trace::Strategy>,
     pub reporter_errors: u64,
@@ -101,12 +104,10 @@ impl Shared {
             .all(|c| i.checks.get(c).is_some_and(|s| s.progress.is_some()))
     }
 
+    /// The node conditions, one per type: the pods' `SeccompProfilesReady`
+    /// is folded into the profile files' (`verdict::combine`).
     pub fn conditions(&self) -> Vec<Condition> {
-        let i = self.lock();
-        i.checks
-            .values()
-            .flat_map(|c| c.conditions.iter().cloned())
-            .collect()
+        merged(&self.lock().checks)
     }
 
     /// The one-line `STATUS=`, in the order of [`CHECKS`].
@@ -210,7 +211,7 @@ impl Shared {
             env!("CARGO_PKG_VERSION")
         );
         let _ = writeln!(s, "# HELP nodeproof_condition Node conditions nodeproof owns, by status (1 for the current one).\n# TYPE nodeproof_condition gauge");
-        for c in i.checks.values().flat_map(|c| &c.conditions) {
+        for c in merged(&i.checks) {
             for status in ["True", "False", "Unknown"] {
                 let _ = writeln!(
                     s,
@@ -242,6 +243,7 @@ impl Shared {
         s.push_str(&crate::trace::Readiness::metric_lines(m.ebpf_strategy));
         let _ = writeln!(s, "# HELP nodeproof_ebpf_dropped_samples_total Denial samples the eBPF programs dropped (rate limit, full ring buffer).\n# TYPE nodeproof_ebpf_dropped_samples_total counter");
         let _ = writeln!(s, "nodeproof_ebpf_dropped_samples_total {}", m.ebpf_dropped);
+        s.push_str(&m.pod_denials);
         s.push_str(&m.gpu);
         let _ = writeln!(s, "# HELP nodeproof_reporter_errors_total Failed writes to the API server.\n# TYPE nodeproof_reporter_errors_total counter");
         let _ = writeln!(s, "nodeproof_reporter_errors_total {}", m.reporter_errors);
@@ -254,6 +256,23 @@ impl Shared {
         let _ = writeln!(s, "nodeproof_config_reloads_total {}", m.reloads);
         s
     }
+}
+
+/// Every check's conditions, with the pods' part of a condition combined
+/// into the check that owns the type (the profiles check).
+fn merged(checks: &BTreeMap<&'static str, CheckState>) -> Vec<Condition> {
+    let mut out: Vec<Condition> = checks
+        .iter()
+        .filter(|(name, _)| **name != "pods")
+        .flat_map(|(_, c)| c.conditions.iter().cloned())
+        .collect();
+    for pods in checks.get("pods").into_iter().flat_map(|c| &c.conditions) {
+        match out.iter_mut().find(|c| c.kind == pods.kind) {
+            Some(files) => *files = combine(files.clone(), pods.clone()),
+            None => out.push(pods.clone()),
+        }
+    }
+    out
 }
 
 /// Label values: backslash, quote and newline escaped.
@@ -322,6 +341,31 @@ mod tests {
         assert!(
             m.contains("nodeproof_task_restarts_total{task=\"gpu\"} 0"),
             "{m}"
+        );
+        // The pods' part of the condition is folded into the files', not listed twice.
+        s.set_check(
+            "pods",
+            CheckState {
+                conditions: vec![Condition {
+                    reason: "ProfileMissing".into(),
+                    ..cond("SeccompProfilesReady", "False")
+                }],
+                summary: "pods 1 watched, 1 with unusable profiles".into(),
+                progress: Some(t0),
+                period: Duration::from_secs(10),
+            },
+        );
+        let merged: Vec<_> = s
+            .conditions()
+            .into_iter()
+            .filter(|c| c.kind == "SeccompProfilesReady")
+            .collect();
+        assert_eq!(merged.len(), 1, "{merged:?}");
+        assert_eq!(merged[0].reason, "ProfileMissing");
+        assert_eq!(merged[0].message, "m; node profiles: m");
+        assert_eq!(
+            s.status_line(),
+            "profiles 2 ok, 1 failing, pods 1 watched, 1 with unusable profiles, tracing tp_btf"
         );
         assert!(!s.readyz().ok);
         s.set_ready(true);

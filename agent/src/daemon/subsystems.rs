@@ -24,6 +24,7 @@ use crate::profile::node;
 use crate::report::client::{self, KubeReporter};
 use crate::report::credentials;
 use crate::report::driver::{self, LoopConfig, ReportLoop};
+use crate::report::events::PodEvent;
 use crate::report::marks::MarkPolicy;
 use crate::trace::{self, EventSource};
 
@@ -39,6 +40,10 @@ pub struct Context {
     pub stop_flag: Arc<AtomicBool>,
     /// Wakes the main loop when a round completes (READY without waiting for a tick).
     pub round: Arc<Notify>,
+    /// Wakes the pods watcher after each lint of the seccomp root.
+    pub profiles_linted: Arc<Notify>,
+    /// The tracer's latest cumulative rows, for the pods watcher.
+    pub pod_rows: Arc<channel::Sender<Vec<trace::SummaryRow>>>,
 }
 
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
@@ -104,7 +109,7 @@ pub async fn supervise<F, Fut>(
     }
 }
 
-fn lint_options(config: &Config) -> LintOptions {
+pub(super) fn lint_options(config: &Config) -> LintOptions {
     LintOptions {
         runtime: node::detect_runtime(&config.seccomp),
         no_new_privileges: config.seccomp.no_new_privileges,
@@ -146,6 +151,7 @@ async fn profiles(mut ctx: Context) {
             };
         publish_profiles(&ctx.shared, &root, &reports, &mut verdicts, &config);
         ctx.round.notify_one();
+        ctx.profiles_linted.notify_one();
         let resync = Duration::from_secs(config.daemon.profile_resync_s);
         tokio::select! {
             _ = wake_rx.recv() => tracing::debug!("seccomp root changed"),
@@ -273,7 +279,7 @@ fn tracer(ctx: &Context) {
         }
         if last_counts.elapsed() >= TRACE_COUNTS_EVERY {
             last_counts = Instant::now();
-            read_counts(&tracer, &ctx.shared, &mut resolver, &mut names);
+            read_counts(&tracer, ctx, &mut resolver, &mut names);
         }
         publish(format!("tracing {strategy}"));
     }
@@ -291,7 +297,7 @@ fn pod_label(a: &trace::Attribution) -> String {
 
 fn read_counts(
     tracer: &trace::Tracer,
-    shared: &Shared,
+    ctx: &Context,
     resolver: &mut trace::CgroupResolver,
     names: &mut trace::names::SyscallNames,
 ) {
@@ -306,6 +312,8 @@ fn read_counts(
         trace::summary::aggregate(counts, &trace::Filter::default(), names, &mut |cg, pid| {
             resolver.attribute(cg, pid, &trace::NoPodLookup)
         });
+    // Pod names are resolved by the pods watcher, against the pods it watches.
+    ctx.pod_rows.send_replace(rows.clone());
     let mut denials = std::collections::BTreeMap::new();
     for r in rows {
         let pod = match (&r.pod, &r.pod_uid) {
@@ -315,7 +323,7 @@ fn read_counts(
         };
         *denials.entry((r.syscall, pod)).or_insert(0) += r.count;
     }
-    shared.metrics(|m| {
+    ctx.shared.metrics(|m| {
         m.denials = denials;
         m.ebpf_dropped = stats.dropped();
     });
@@ -405,6 +413,7 @@ pub async fn start_reporter(
     config: &Config,
     shared: &Shared,
     rounds: channel::Receiver<Vec<Condition>>,
+    pod_events: mpsc::Receiver<PodEvent>,
 ) -> Option<Reporter> {
     let Some(node) = credentials::node_name_here(config.report.node_name.as_deref()) else {
         tracing::warn!(
@@ -460,7 +469,7 @@ pub async fn start_reporter(
     tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %source.describe(), "reporting to the API server");
     shared.set_check("reporter", reporter_state("reporting to API"));
     Some(Reporter {
-        task: tokio::spawn(driver::run(lp, rounds)),
+        task: tokio::spawn(driver::run(lp, rounds, Some(pod_events))),
     })
 }
 

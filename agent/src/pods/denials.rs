@@ -231,14 +231,16 @@ impl DenialAggregator {
         out
     }
 
-    /// Prometheus text: `nodeproof_seccomp_denials_total` by pod, container, syscall, action.
+    /// Prometheus text: `nodeproof_pod_seccomp_denials_total` by pod,
+    /// container, syscall, action (a name of its own: the daemon's
+    /// `nodeproof_seccomp_denials_total` counts every process, pod or not).
     pub fn metrics(&self) -> String {
         let mut s = String::from(
-            "# HELP nodeproof_seccomp_denials_total Seccomp denials seen by the tracer, by pod.\n# TYPE nodeproof_seccomp_denials_total counter\n",
+            "# HELP nodeproof_pod_seccomp_denials_total Seccomp denials seen by the tracer in containers of pods on this node.\n# TYPE nodeproof_pod_seccomp_denials_total counter\n",
         );
         for ((ns, pod, c, sys, action), n) in &self.totals {
             s.push_str(&format!(
-                "nodeproof_seccomp_denials_total{{namespace=\"{}\",pod=\"{}\",container=\"{}\",syscall=\"{}\",action=\"{action}\"}} {n}\n",
+                "nodeproof_pod_seccomp_denials_total{{namespace=\"{}\",pod=\"{}\",container=\"{}\",syscall=\"{}\",action=\"{action}\"}} {n}\n",
                 esc(ns), esc(pod), esc(c), esc(sys)
             ));
         }
@@ -351,7 +353,7 @@ mod tests {
         assert!(agg.due(t0 + Duration::from_secs(600)).is_empty());
         assert_eq!(
             agg.metrics().lines().last().unwrap(),
-            "nodeproof_seccomp_denials_total{namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",syscall=\"mkdir\",action=\"errno\"} 21"
+            "nodeproof_pod_seccomp_denials_total{namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",syscall=\"mkdir\",action=\"errno\"} 21"
         );
     }
 

@@ -51,6 +51,7 @@ pub enum PodsRunError {
     Runtime(#[source] std::io::Error),
 }
 
+#[derive(Debug, Clone)]
 pub struct PodsOptions {
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,
@@ -68,7 +69,8 @@ pub struct PodsOnce {
     pub condition: Condition,
 }
 
-async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
+/// The API client and the Node's name, found as the reporter finds them.
+pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
     let node =
         credentials::node_name_here(opts.node_name.as_deref()).ok_or(PodsRunError::NoNodeName)?;
     let source = credentials::choose_here(opts.kubeconfig.as_deref());
@@ -85,7 +87,9 @@ async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunEr
     Ok((client, node))
 }
 
-async fn node_context(
+/// This node as the judge needs it: labels (and taints) from the Node,
+/// handlers from the runtime's config.
+pub async fn node_context(
     client: &kube::Client,
     node: &str,
     opts: &PodsOptions,

@@ -307,9 +307,19 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
 }
 
 /// One condition from the node's own profile lint and the pods' references:
-/// a pod that cannot start is the more urgent, more concrete cause.
+/// a pod that cannot start is the more urgent, more concrete cause, so its
+/// reason leads; the files' problem, if any, is still named.
 pub fn combine(node_files: Condition, pods: Condition) -> Condition {
-    if pods.status == "False" || node_files.status == "True" && node_files.reason == "NoProfiles" {
+    if pods.status == "False" {
+        if node_files.status == "True" {
+            return pods;
+        }
+        return Condition {
+            message: format!("{}; node profiles: {}", pods.message, node_files.message),
+            ..pods
+        };
+    }
+    if node_files.status == "True" && node_files.reason == "NoProfiles" {
         pods
     } else {
         node_files
@@ -542,6 +552,29 @@ mod tests {
         assert_eq!(
             combine(ok("NoProfiles"), ok("PodProfilesReady")).reason,
             "PodProfilesReady"
+        );
+        let files_bad = Condition {
+            status: "False",
+            reason: "ProfileRejected".into(),
+            message: "1 of 2 profiles fail".into(),
+            ..ok("")
+        };
+        assert_eq!(
+            combine(files_bad.clone(), ok("PodProfilesReady")),
+            files_bad
+        );
+        let pods_bad = Condition {
+            message: "1 of 3 pods reference unusable seccomp profiles".into(),
+            ..bad
+        };
+        let both = combine(files_bad, pods_bad);
+        assert_eq!(
+            (both.status, both.reason.as_str()),
+            ("False", "ProfileMissing")
+        );
+        assert_eq!(
+            both.message,
+            "1 of 3 pods reference unusable seccomp profiles; node profiles: 1 of 2 profiles fail"
         );
     }
 }

@@ -8,7 +8,8 @@
 //! rather than kube-runtime's watcher: it is thirty lines, and the agent
 //! does not pull in kube-runtime for it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
@@ -17,14 +18,14 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
-use super::denials::{DenialAggregator, PodIndex, EVENT_REASON};
+use super::denials::{DenialAggregator, PodDenialEvent, PodIndex, EVENT_REASON};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
 use crate::finding::Condition;
 use crate::report::client::Reporter;
 use crate::report::driver::ReportLoop;
-use crate::report::events::{EventType, ObjectRef};
+use crate::report::events::{EventType, ObjectRef, PodEvent};
 use crate::trace::SummaryRow;
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,8 @@ pub struct Evaluation {
     pub condition: Condition,
     /// Findings not in the previous evaluation (each becomes one Event).
     pub new: Vec<PodFinding>,
+    /// Pods with at least one unusable reference.
+    pub failing_pods: usize,
 }
 
 /// The watched pods and classes and what was last said about them.
@@ -183,9 +186,15 @@ impl PodsState {
             .collect();
         // Only current findings are remembered: a problem fixed and broken again is news again.
         self.reported = keys;
+        let failing_pods = findings
+            .iter()
+            .map(|f| f.uid.as_str())
+            .collect::<BTreeSet<_>>()
+            .len();
         Evaluation {
             condition: verdict::condition(&findings, pods.len()),
             new,
+            failing_pods,
         }
     }
 }
@@ -200,22 +209,32 @@ fn finding_key(f: &PodFinding) -> (String, Option<String>, Reason, String) {
 }
 
 /// The Event for a finding: on the pod, the first line of what is wrong.
-pub fn record(lp_event: &mut impl FnMut(ObjectRef, EventType, &str, &str), f: &PodFinding) {
+pub fn finding_event(f: &PodFinding) -> PodEvent {
     let message = match &f.container {
         Some(c) => format!("container {c}: {}", f.message),
         None => f.message.clone(),
     };
-    lp_event(
-        ObjectRef {
+    PodEvent {
+        pod: ObjectRef {
             kind: "Pod",
             namespace: f.namespace.clone(),
             name: f.pod.clone(),
             uid: Some(f.uid.clone()),
         },
-        EventType::Warning,
-        f.reason.event_reason(),
-        &message,
-    );
+        event_type: EventType::Warning,
+        reason: f.reason.event_reason(),
+        message,
+    }
+}
+
+/// The Event for aggregated denials (Warning, reason `SeccompDenied`, on the pod).
+pub fn denial_event(e: PodDenialEvent) -> PodEvent {
+    PodEvent {
+        pod: e.pod,
+        event_type: EventType::Warning,
+        reason: EVENT_REASON,
+        message: e.message,
+    }
 }
 
 /// The tracer's rows (cumulative counts, as `trace::summary::aggregate`
@@ -247,49 +266,98 @@ async fn next_rows(feed: &mut Option<DenialFeed>) -> Option<Vec<SummaryRow>> {
     }
 }
 
-/// Hands the denial events that are due to the report loop (Warning,
-/// reason `SeccompDenied`, on the pod).
+/// Hands the denial events that are due to the report loop.
 pub fn record_denials<R: Reporter>(
     lp: &mut ReportLoop<R>,
     denials: &mut DenialAggregator,
     now: SystemTime,
 ) -> usize {
     let due = denials.due(now);
-    for e in &due {
-        lp.pod_event(
-            now,
-            e.pod.clone(),
-            EventType::Warning,
-            EVENT_REASON,
-            &e.message,
-        );
+    let n = due.len();
+    for e in due.into_iter().map(denial_event) {
+        lp.pod_event(now, e.pod, e.event_type, e.reason, &e.message);
     }
-    due.len()
+    n
 }
 
-/// How often files are judged again without an API change.
+/// What one judgement round says; whoever runs the watch reports it.
+#[derive(Debug, Clone)]
+pub struct Round {
+    pub at: SystemTime,
+    /// Pods bound to this node and watched.
+    pub pods: usize,
+    /// The pods' part of `SeccompProfilesReady` (see `verdict::combine`).
+    pub condition: Condition,
+    /// Findings not in the previous round, and denials due: one Event each.
+    pub events: Vec<PodEvent>,
+    /// Pods with an unusable reference.
+    pub failing_pods: usize,
+    /// `nodeproof_pod_seccomp_denials_total`, when denials are fed.
+    pub denial_metrics: Option<String>,
+}
+
+/// How often files are judged again without an API change, and what else
+/// asks for a judgement (the daemon's seccomp-root watch).
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
     pub recheck: Duration,
+    /// Notified when the profile files may have changed: judge now.
+    pub wake: Option<Arc<Notify>>,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
         WatchOptions {
             recheck: Duration::from_secs(10),
+            wake: None,
         }
     }
 }
 
-/// Runs until `stop` turns true: watches, judges, reports.
+async fn woken(wake: Option<&Arc<Notify>>) {
+    match wake {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs until `stop` turns true: watches, judges, and reports each round
+/// through `lp` (`nodeproof pods`).
 pub async fn run<R: Reporter>(
     lp: &mut ReportLoop<R>,
+    client: kube::Client,
+    state: &mut PodsState,
+    opts: &WatchOptions,
+    stop: tokio::sync::watch::Receiver<bool>,
+    node: &str,
+    denials: Option<DenialFeed>,
+) {
+    let (tx, mut rx) = mpsc::channel(4);
+    let report = async {
+        while let Some(round) = rx.recv().await {
+            let round: Round = round;
+            lp.observe(round.at, std::slice::from_ref(&round.condition));
+            for e in round.events {
+                lp.pod_event(round.at, e.pod, e.event_type, e.reason, &e.message);
+            }
+            if let Err(e) = lp.flush(round.at).await {
+                tracing::warn!(error = %e, "reporting pod findings failed; retrying");
+            }
+        }
+    };
+    tokio::join!(rounds(client, state, opts, stop, node, denials, tx), report);
+}
+
+/// Runs until `stop` turns true (or `out` is gone): watches, judges on
+/// every change, every `recheck` and every `wake`, and sends each round.
+pub async fn rounds(
     client: kube::Client,
     state: &mut PodsState,
     opts: &WatchOptions,
     mut stop: tokio::sync::watch::Receiver<bool>,
     node: &str,
     mut denials: Option<DenialFeed>,
+    out: mpsc::Sender<Round>,
 ) {
     let (tx, mut rx) = mpsc::channel(256);
     let pods: Api<Pod> = Api::all(client.clone());
@@ -322,6 +390,7 @@ pub async fn run<R: Reporter>(
                 None => break,
             },
             _ = tokio::time::sleep(state.next_due(Instant::now()).map_or(opts.recheck, |d| d.min(opts.recheck))) => {}
+            _ = woken(opts.wake.as_ref()) => {}
             _ = stop.changed() => {}
             rows = next_rows(&mut denials) => {
                 if let (Some(rows), Some(feed)) = (rows, denials.as_mut()) {
@@ -341,22 +410,26 @@ pub async fn run<R: Reporter>(
         }
         let now = SystemTime::now();
         let eval = state.evaluate();
-        lp.observe(now, std::slice::from_ref(&eval.condition));
-        for f in &eval.new {
-            record(
-                &mut |pod, ty, reason, msg| lp.pod_event(now, pod, ty, reason, msg),
-                f,
-            );
-        }
+        let mut events: Vec<PodEvent> = eval.new.iter().map(finding_event).collect();
+        let mut denial_metrics = None;
         if let Some(feed) = denials.as_mut() {
             // Rows are resolved against the pods as now known, after this round's changes.
             for rows in feed.pending.drain(..) {
                 feed.aggregator.observe(&rows, &state.index);
             }
-            record_denials(lp, &mut feed.aggregator, now);
+            events.extend(feed.aggregator.due(now).into_iter().map(denial_event));
+            denial_metrics = Some(feed.aggregator.metrics());
         }
-        if let Err(e) = lp.flush(now).await {
-            tracing::warn!(error = %e, "reporting pod findings failed; retrying");
+        let round = Round {
+            at: now,
+            pods: state.index.len(),
+            condition: eval.condition,
+            events,
+            failing_pods: eval.failing_pods,
+            denial_metrics,
+        };
+        if out.send(round).await.is_err() {
+            break;
         }
     }
     for t in tasks {

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use super::client::{ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
-use super::events::{EventType, ObjectRef, Recorder, RecorderConfig};
+use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
 use crate::finding::Condition;
 
@@ -314,10 +314,13 @@ impl<R: Reporter> ReportLoop<R> {
 /// The daemon's reporter: check rounds arrive on `rounds` (a watch channel,
 /// so the checks never wait: a round sent while a request is in flight just
 /// replaces the previous one), the API server is brought up to date on the
-/// real clock. Returns the loop when the sender is dropped.
+/// real clock. Events about pods (the pods watcher's) arrive on
+/// `pod_events` and go out with the node's. Returns the loop when the
+/// rounds' sender is dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
     mut rounds: tokio::sync::watch::Receiver<Vec<Condition>>,
+    mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
 ) -> ReportLoop<R> {
     loop {
         let now = SystemTime::now();
@@ -341,8 +344,24 @@ pub async fn run<R: Reporter>(
                 let round = rounds.borrow_and_update().clone();
                 lp.observe(SystemTime::now(), &round);
             }
+            Some(e) = next_pod_event(&mut pod_events) => {
+                lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
+            }
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// The next pod event; pending forever without a source (or once it ended).
+async fn next_pod_event(
+    events: &mut Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+) -> Option<PodEvent> {
+    match events {
+        Some(rx) => match rx.recv().await {
+            Some(e) => Some(e),
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -45,6 +45,16 @@ impl ObjectRef {
     }
 }
 
+/// An Event about a pod, said by another check (the pods watcher) and
+/// written by the reporter with the node's own events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    pub pod: ObjectRef,
+    pub event_type: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     Normal,

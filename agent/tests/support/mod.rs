@@ -1,4 +1,5 @@
 //! Shared test support.
 
+pub mod agent;
 pub mod apiserver;
 pub mod cgroup;

@@ -1,0 +1,184 @@
+//! The pods watcher in the agent (issue 5). When API credentials are found
+//! (as the reporter finds them), the pods bound to this node and the
+//! RuntimeClasses are watched and judged: their part of
+//! `SeccompProfilesReady` is the `pods` check (folded into the profile
+//! files' condition by `state`), their Warning Events and the tracer's
+//! denials resolved to them go to the reporter. Without credentials
+//! nothing here runs and the agent reports as before.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch as channel, Notify};
+use tokio::task::JoinHandle;
+
+use super::state::{CheckState, Shared};
+use super::subsystems::{lint_options, supervise, Context};
+use crate::config::Config;
+use crate::pods::denials::DenialAggregator;
+use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
+use crate::pods::watch::{self, DenialFeed, PodsState, Round, WatchOptions};
+use crate::report::events::PodEvent;
+use crate::trace::SummaryRow;
+
+/// How often the pods are judged without an API change or a profile lint.
+const RECHECK: Duration = Duration::from_secs(10);
+/// How long one pod, container and syscall's denials are aggregated into one Event.
+const DENIAL_INTERVAL: Duration = Duration::from_secs(60);
+/// Retry delay when the Node cannot be read at start.
+const NODE_RETRY: Duration = Duration::from_secs(5);
+
+/// What the pods watcher is fed by the other subsystems.
+#[derive(Clone)]
+pub struct Feeds {
+    /// The tracer's cumulative rows (latest wins: each carries all counts so far).
+    pub rows: channel::Receiver<Vec<SummaryRow>>,
+    /// Notified after each lint of the seccomp root: files may have changed.
+    pub profiles_linted: Arc<Notify>,
+    /// To the reporter.
+    pub events: mpsc::Sender<PodEvent>,
+}
+
+fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
+    PodsOptions {
+        kubeconfig: config.report.kubeconfig.clone(),
+        node_name: config.report.node_name.clone(),
+        seccomp_root: seccomp_root.unwrap_or_else(|| config.seccomp.root.clone()),
+        lint: lint_options(config),
+        etc: PathBuf::from("/etc"),
+    }
+}
+
+/// Starts the watcher when credentials are found (locally: nothing is
+/// contacted yet); `None` when the agent runs without them.
+pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinHandle<()>> {
+    let opts = options(config, ctx.seccomp_root.clone());
+    let (client, node) = match pods_node::connect(&opts).await {
+        Ok(found) => found,
+        // The reporter said why nothing is reported; here only what that means for pods.
+        Err(e @ (PodsRunError::NoNodeName | PodsRunError::NoCredentials { .. })) => {
+            tracing::info!(nodeproof_check = "pods", reason = %e, "pods on this node are not watched");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(nodeproof_check = "pods", error = %super::error_chain(&e), "pods on this node are not watched");
+            return None;
+        }
+    };
+    ctx.shared.set_check(
+        "pods",
+        CheckState {
+            conditions: Vec::new(),
+            summary: "pods not listed yet".into(),
+            progress: None,
+            period: RECHECK,
+        },
+    );
+    tracing::info!(nodeproof_check = "pods", k8s_node = %node, "watching the pods bound to this node");
+    let c = ctx.clone();
+    Some(tokio::spawn(supervise(
+        "pods",
+        ctx.shared.clone(),
+        ctx.stop_flag.clone(),
+        move || {
+            tokio::spawn(watch_pods(
+                c.clone(),
+                opts.clone(),
+                client.clone(),
+                node.clone(),
+                feeds.clone(),
+            ))
+        },
+    )))
+}
+
+async fn watch_pods(
+    ctx: Context,
+    opts: PodsOptions,
+    client: kube::Client,
+    node: String,
+    feeds: Feeds,
+) {
+    let mut stop = ctx.stop.clone();
+    let node_ctx = loop {
+        match pods_node::node_context(&client, &node, &opts).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!(nodeproof_check = "pods", k8s_node = %node, error = %super::error_chain(&e), "cannot read the Node; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(NODE_RETRY) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
+    };
+    let mut state = PodsState::new(node_ctx);
+    let (rows_tx, rows_rx) = mpsc::channel(1);
+    let feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
+    let wopts = WatchOptions {
+        recheck: RECHECK,
+        wake: Some(feeds.profiles_linted.clone()),
+    };
+    let (round_tx, mut round_rx) = mpsc::channel(4);
+    let mut rows = feeds.rows.clone();
+    // Forwarding ends only with the watch: without a tracer, or once the
+    // watch dropped its feed, it just waits.
+    let forward = async move {
+        while rows.changed().await.is_ok() {
+            let latest = rows.borrow_and_update().clone();
+            if rows_tx.send(latest).await.is_err() {
+                break;
+            }
+        }
+        std::future::pending::<()>().await
+    };
+    let publish = async {
+        while let Some(round) = round_rx.recv().await {
+            publish(&ctx.shared, &round);
+            // The main loop hands the merged condition to the reporter now, not at its next tick.
+            ctx.round.notify_one();
+            for e in round.events {
+                if feeds.events.send(e).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    let judge = watch::rounds(
+        client,
+        &mut state,
+        &wopts,
+        ctx.stop.clone(),
+        &node,
+        Some(feed),
+        round_tx,
+    );
+    tokio::select! {
+        _ = async { tokio::join!(judge, publish) } => {}
+        _ = forward => {}
+    }
+}
+
+fn publish(shared: &Shared, round: &Round) {
+    let summary = if round.failing_pods == 0 {
+        format!("pods {} watched", round.pods)
+    } else {
+        format!(
+            "pods {} watched, {} with unusable profiles",
+            round.pods, round.failing_pods
+        )
+    };
+    shared.set_check(
+        "pods",
+        CheckState {
+            conditions: vec![round.condition.clone()],
+            summary,
+            progress: Some(Instant::now()),
+            period: RECHECK,
+        },
+    );
+    if let Some(m) = &round.denial_metrics {
+        shared.metrics(|metrics| metrics.pod_denials = m.clone());
+    }
+}

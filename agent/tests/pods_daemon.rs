@@ -1,0 +1,274 @@
+//! The agent (`nodeproof run`, the real binary) with the pods watcher,
+//! against the test API server: the pods' references folded into the one
+//! `SeccompProfilesReady` condition, their Warning Events, and (root) real
+//! denials traced by the agent's own tracer thread, resolved to the pod and
+//! reported as one aggregated `SeccompDenied` Event.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use nodeproof::trace::loader;
+use support::agent::Agent;
+use support::apiserver::{Identity, TestApiServer};
+use support::cgroup::CgroupDir;
+
+const DEADLINE: Duration = Duration::from_secs(5);
+
+fn good_profile() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap()
+}
+
+/// Polls until `f` holds; returns how long it took.
+fn within(what: &str, limit: Duration, agent: &Agent, f: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "not within {limit:?}: {what}\n--- agent log ---\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+fn pod_events(server: &TestApiServer, reason: &str) -> Vec<Value> {
+    server
+        .events()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Pod" && e["reason"] == reason)
+        .collect()
+}
+
+/// A node identity, its Node, a seccomp root with one good profile, and
+/// the agent's config (report to the test server as node n1).
+fn setup(dir: &Path) -> (TestApiServer, String) {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let root = dir.join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    let kubeconfig = server.kubeconfig(dir, "node-n1");
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display(),
+        kubeconfig.display()
+    );
+    (server, config)
+}
+
+fn vllm_pod(uid: &str, container_id: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "vllm-0", "namespace": "ml", "uid": uid},
+        "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {"seccompProfile":
+            {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]},
+        "status": {"containerStatuses": [{"name": "vllm", "containerID": format!("containerd://{container_id}"),
+            "image": "vllm", "imageID": "", "ready": false, "restartCount": 0}]}})
+}
+
+#[test]
+fn the_agent_folds_pod_references_into_one_condition() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let root = dir.path().join("seccomp");
+    let mut agent = Agent::start(dir.path(), &config);
+    let t = agent.wait_ready(Duration::from_secs(30));
+    eprintln!("FIGURE agent ready: {t:?}");
+    let cond = || server.condition("n1", "SeccompProfilesReady");
+    within("True, pods listed", Duration::from_secs(10), &agent, || {
+        cond().is_some_and(|c| c["status"] == "True")
+            && agent.get("/healthz/pods").1.contains("pods 0 watched")
+    });
+
+    // A pod bound here references a file that is not on this node.
+    server.put("pods", vllm_pod("uid-vllm-0", &"ab".repeat(32)));
+    let t = within("ProfileMissing + one Event", DEADLINE, &agent, || {
+        cond().is_some_and(|c| c["status"] == "False" && c["reason"] == "ProfileMissing")
+            && pod_events(&server, "SeccompProfileMissing").len() == 1
+    });
+    eprintln!("FIGURE agent: pod bound → ProfileMissing + Event: {t:?}");
+    let c = cond().unwrap();
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"
+        ),
+        "{msg}"
+    );
+    let e = &pod_events(&server, "SeccompProfileMissing")[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["involvedObject"]["name"], "vllm-0");
+    assert_eq!(e["involvedObject"]["uid"], "uid-vllm-0");
+    // One condition, not one per check.
+    let (_, metrics) = agent.get("/metrics");
+    assert_eq!(
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("nodeproof_condition{condition=\"SeccompProfilesReady\""))
+            .count(),
+        3,
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("nodeproof_condition{condition=\"SeccompProfilesReady\",status=\"False\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        agent
+            .get("/healthz/pods")
+            .1
+            .contains("pods 1 watched, 1 with unusable profiles"),
+        "{}",
+        agent.get("/healthz/pods").1
+    );
+
+    // The file appears: the profile lint wakes the pods watcher.
+    std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    let t = within("True again", DEADLINE, &agent, || {
+        cond().is_some_and(|c| c["status"] == "True")
+    });
+    eprintln!("FIGURE agent: profile file created → True: {t:?}");
+
+    // The node's own files are still judged: a broken one turns it False too.
+    std::fs::write(
+        root.join("broken.json"),
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    )
+    .unwrap();
+    within("False from the files", DEADLINE, &agent, || {
+        cond().is_some_and(|c| {
+            c["status"] == "False" && c["message"].as_str().unwrap().contains("broken.json")
+        })
+    });
+    std::fs::remove_file(root.join("broken.json")).unwrap();
+    within("True once more", DEADLINE, &agent, || {
+        cond().is_some_and(|c| c["status"] == "True")
+    });
+
+    // Said once: the problem's Event was not repeated by later rounds.
+    assert_eq!(pod_events(&server, "SeccompProfileMissing").len(), 1);
+    assert_eq!(pod_events(&server, "SeccompProfileMissing")[0]["count"], 1);
+    // Every pod list/watch carried the node's field selector.
+    assert!(server
+        .log()
+        .iter()
+        .filter(|l| l.path == "/api/v1/pods")
+        .all(|l| l.status == 200 && l.query.contains("fieldSelector=spec.nodeName")));
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+#[test]
+fn the_agent_without_credentials_watches_no_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("default.json"), good_profile()).unwrap();
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nnode-name = \"n1\"\nkubeconfig = \"/nonexistent\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let (code, body) = agent.get("/healthz/profiles");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("SeccompProfilesReady=True"), "{body}");
+    assert_eq!(agent.get("/healthz/pods").0, 404);
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+const N: usize = 7;
+
+#[test]
+fn the_agents_tracer_reports_real_denials_on_the_pod() {
+    let missing = loader::missing_capabilities(loader::effective_capabilities());
+    if !missing.is_empty() {
+        eprintln!("SKIP: needs {} (or root)", missing.join(" + "));
+        return;
+    }
+    let uid = "7c0ffee0-1234-4abc-9def-0000000da3e0";
+    let id = "d3".repeat(32);
+    let Some(cg) = CgroupDir::create_at("unified", &format!("kubepods/burstable/pod{uid}/{id}"))
+    else {
+        eprintln!("SKIP: no writable cgroup2 hierarchy");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    server.put("pods", vllm_pod(uid, &id));
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let (_, tracing) = agent.get("/healthz/tracing");
+    assert!(tracing.contains("ok: tracing "), "{tracing}");
+    within(
+        "the pod is watched",
+        Duration::from_secs(10),
+        &agent,
+        || agent.get("/healthz/pods").1.contains("pods 1 watched"),
+    );
+
+    // A process in the pod's container cgroup, under a real filter.
+    // SAFETY: the child joins the cgroup, loads a filter, makes raw syscalls, then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let ok = std::fs::write(&cg.procs, "0").is_ok();
+        let mut f = libseccomp::ScmpFilterContext::new(libseccomp::ScmpAction::Allow).unwrap();
+        f.add_rule(
+            libseccomp::ScmpAction::Errno(libc::EPERM),
+            libseccomp::ScmpSyscall::from_name("mkdir").unwrap(),
+        )
+        .unwrap();
+        f.load().unwrap();
+        for _ in 0..N {
+            unsafe { libc::syscall(libc::SYS_mkdir, c"/nonexistent-nodeproof/x".as_ptr(), 0o755) };
+        }
+        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+    let denied = Instant::now();
+    let t = within(
+        "a SeccompDenied Event",
+        Duration::from_secs(15),
+        &agent,
+        || !pod_events(&server, "SeccompDenied").is_empty(),
+    );
+    eprintln!("FIGURE agent: {N} real denials → SeccompDenied Event: {t:?}");
+    // Another read of the counters (every 5 s) brings nothing new: still one Event.
+    std::thread::sleep(
+        Duration::from_secs(6).saturating_sub(denied.elapsed()) + Duration::from_secs(5),
+    );
+    let events = pod_events(&server, "SeccompDenied");
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["count"], 1);
+    assert_eq!(e["involvedObject"]["namespace"], "ml");
+    assert_eq!(e["involvedObject"]["name"], "vllm-0");
+    assert_eq!(e["involvedObject"]["uid"], uid);
+    assert_eq!(
+        e["message"],
+        format!("denied mkdir ×{N} (EPERM) in container vllm, profile localhost/profiles/vllm-strict.json")
+    );
+    let (_, metrics) = agent.get("/metrics");
+    assert!(
+        metrics.contains(&format!("nodeproof_pod_seccomp_denials_total{{namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",syscall=\"mkdir\",action=\"errno\"}} {N}")),
+        "{metrics}"
+    );
+    assert!(agent.stop(), "{}", agent.log_text());
+    drop(cg);
+}

@@ -1,0 +1,106 @@
+//! The real `nodeproof run` as a child process, for end-to-end tests: a
+//! config, a free port, plain HTTP GETs of its endpoints, SIGTERM on drop.
+#![allow(dead_code)] // each test crate uses part of it
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on the agent's listener: (status, body).
+pub fn get(port: u16, path: &str) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
+}
+
+/// A running agent; stopped (SIGTERM, then waited for) on drop.
+pub struct Agent {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts `nodeproof run` with `config_toml` plus a `[daemon]` listen
+    /// address of its own; its log goes to `dir/agent.log`.
+    pub fn start(dir: &Path, config_toml: &str) -> Agent {
+        let port = free_port();
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!("{config_toml}\n[daemon]\nlisten = \"127.0.0.1:{port}\"\n"),
+        )
+        .unwrap();
+        let log = dir.join("agent.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .env("NODEPROOF_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Agent { child, port, log }
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        get(self.port, path)
+    }
+
+    /// Waits for `/readyz` (the first check cycle).
+    pub fn wait_ready(&mut self, within: Duration) -> Duration {
+        let start = Instant::now();
+        while self.get("/readyz").0 != 200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("agent exited ({status}): {}", self.log_text());
+            }
+            assert!(
+                start.elapsed() < within,
+                "not ready within {within:?}: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        start.elapsed()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait; true when it exited 0.
+    pub fn stop(&mut self) -> bool {
+        // SAFETY: a plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        self.child.wait().is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
