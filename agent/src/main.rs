@@ -110,15 +110,20 @@ enum Command {
 
 #[derive(clap::Args)]
 struct AdviseArgs {
-    /// Only denials of this pod (NAMESPACE/NAME), as resolved in the trace.
-    #[arg(long)]
+    /// Only denials of this pod (NAMESPACE/NAME), as resolved in the trace. Without
+    /// --profile, the pod is read from the API server and its profile file patched.
+    #[arg(long, required_unless_present = "profile")]
     pod: Option<String>,
-    /// Only this container (a container id prefix: trace rows carry ids, not names).
+    /// Only this container: its name (resolved through the pod's status; needs the API
+    /// server) or a prefix of its container id, as trace rows carry.
     #[arg(long)]
     container: Option<String>,
-    /// The profile to patch.
-    #[arg(long, required = true)]
-    profile: PathBuf,
+    /// The profile to patch (default: the --pod container's Localhost profile under the seccomp root).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Kubeconfig to read the pod with (default: the kubelet's, then in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
     /// A saved `nodeproof trace -o json` output.
     #[arg(long, conflicts_with = "duration")]
     from: Option<PathBuf>,
@@ -371,7 +376,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             strategy,
             btf_path: btf,
         }),
-        Command::Advise(args) => advise_cmd(&args, &config),
+        Command::Advise(args) => advise_cmd(&args, &config, &root),
         Command::Pods {
             once,
             kubeconfig,
@@ -427,11 +432,71 @@ fn pods_cmd(
     Ok(exit(r.condition.status == "True"))
 }
 
-fn advise_cmd(args: &AdviseArgs, config: &Config) -> Result<ExitCode> {
+/// What `--pod`/`--container`/`--profile` point at. The pod is read only
+/// when needed: for its profile, to turn a container name into its id, or
+/// for its UID (a live trace resolves no pod names).
+fn advise_target(
+    args: &AdviseArgs,
+    config: &Config,
+    root: &Path,
+) -> Result<nodeproof::pods::target::Target> {
+    use nodeproof::pods::{node::get_pod, node::PodsRunError, target};
+    let given = target::Target {
+        pod_uid: None,
+        container: None,
+        container_id: args.container.clone(),
+        profile: args.profile.clone(),
+        no_new_privileges: None,
+    };
+    let Some(key) = args.pod.as_deref() else {
+        return Ok(given);
+    };
+    if args.profile.is_some() && args.container.is_none() && args.from.is_some() {
+        return Ok(given);
+    }
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .or_else(|| config.report.kubeconfig.clone());
+    let pod = match get_pod(kubeconfig.as_deref(), key) {
+        Ok(pod) => pod,
+        // Offline with a profile given: the container is taken as an id prefix, as before.
+        Err(PodsRunError::NoCredentials { .. }) if args.profile.is_some() => return Ok(given),
+        Err(e) => return Err(e.into()),
+    };
+    let mut t = target::resolve(
+        &pod,
+        args.container.as_deref(),
+        args.profile.is_none(),
+        root,
+    )?;
+    if let Some(p) = &args.profile {
+        t.profile = Some(p.clone());
+    }
+    Ok(t)
+}
+
+fn advise_cmd(args: &AdviseArgs, config: &Config, root: &Path) -> Result<ExitCode> {
     use nodeproof::profile::advise;
+    let target = advise_target(args, config, root)?;
+    let Some(profile) = target.profile.clone() else {
+        bail!("no profile to patch (give --profile or --pod)");
+    };
+    if args.profile.is_none() || target.container.is_some() {
+        eprintln!(
+            "advising on {} for pod {}{}",
+            profile.display(),
+            args.pod.as_deref().unwrap_or(""),
+            target
+                .container
+                .as_ref()
+                .map_or(String::new(), |c| format!(" container {c}"))
+        );
+    }
     let filter = advise::TraceFilter {
         pod: args.pod.clone(),
-        container_id: args.container.clone(),
+        container_id: target.container_id.clone(),
+        pod_uid: target.pod_uid.clone(),
     };
     let denied = match &args.from {
         Some(path) => {
@@ -454,9 +519,13 @@ fn advise_cmd(args: &AdviseArgs, config: &Config) -> Result<ExitCode> {
             advise::denials_from_trace("(live trace)", &text, &filter)?
         }
     };
-    let path = args.profile.to_string_lossy();
-    let src = std::fs::read(&args.profile).with_context(|| format!("cannot read {path}"))?;
-    let opts = lint_options(&args.mode, config);
+    let path = profile.to_string_lossy();
+    let src = std::fs::read(&profile).with_context(|| format!("cannot read {path}"))?;
+    let mut opts = lint_options(&args.mode, config);
+    // The pod's container says what the runtime sets, unless the flag does.
+    if let (None, Some(nnp)) = (args.mode.no_new_privileges, target.no_new_privileges) {
+        opts.no_new_privileges = nnp;
+    }
     let advice = advise::advise(&path, &src, &denied, &opts)?;
     match args.output {
         Format::Text => print!("{}", advise::render(&advice)),

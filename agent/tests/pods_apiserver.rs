@@ -389,3 +389,125 @@ fn pods_once_from_the_command_line() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `advise --pod` without `--profile`: the pod from the API server, the
+/// container by name or id prefix, its Localhost profile under the root.
+#[test]
+fn advise_reads_the_pods_profile_from_the_api_server() {
+    let side_id = "51de51de51de51de51de51de51de51de51de51de51de51de51de51de51de51de";
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    let mut vllm = pod(
+        "vllm-0",
+        Some("n1"),
+        json!({}),
+        json!({"containers": [
+            {"name": "vllm", "securityContext": {"allowPrivilegeEscalation": false,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}},
+            {"name": "side", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]}),
+    );
+    let status = |name: &str, id: &str| {
+        json!({"name": name, "containerID": format!("containerd://{id}"), "image": "i",
+            "imageID": "", "ready": true, "restartCount": 0})
+    };
+    vllm["status"] =
+        json!({"containerStatuses": [status("vllm", CONTAINER_ID), status("side", side_id)]});
+    server.put("pods", vllm);
+    server.put(
+        "pods",
+        pod(
+            "plain",
+            Some("n1"),
+            json!({}),
+            json!({"containers": [{"name": "app"}]}),
+        ),
+    );
+    server.put(
+        "pods",
+        pod(
+            "elsewhere",
+            Some("n2"),
+            json!({}),
+            json!({"containers": [{"name": "c", "securityContext": localhost("profiles/vllm-strict.json")}]}),
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    let profile = root.join("profiles/vllm-strict.json");
+    let before = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO"},{"names":["ptrace"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    std::fs::write(&profile, before).unwrap();
+    let row = |container: &str, syscall: &str, nr: u32, count: u32| {
+        json!({"pid": 7, "comm": "python3", "syscall": syscall, "nr": nr, "arch": "x86_64",
+            "action": "errno", "errno": 1, "count": count, "cgroup_id": 5,
+            "container_id": container, "pod_uid": "uid-vllm-0",
+            "pod": {"namespace": "ml", "name": "vllm-0"}})
+    };
+    let trace = dir.path().join("trace.json");
+    std::fs::write(
+        &trace,
+        format!(
+            "{}\n",
+            json!({"summary": [row(CONTAINER_ID, "mkdir", 83, 12), row(side_id, "ptrace", 101, 2)],
+                "dropped": 0, "lost_counts": 0, "samples": 0, "strategy": "tp_btf"})
+        ),
+    )
+    .unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let advise = |pod: &str, container: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"));
+        cmd.args([
+            "--seccomp-root",
+            root.to_str().unwrap(),
+            "advise",
+            "--pod",
+            pod,
+        ])
+        .args(["--from", trace.to_str().unwrap()])
+        .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "-o", "json"])
+        .env("NODEPROOF_LOG", "off");
+        if let Some(c) = container {
+            cmd.args(["--container", c]);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // By name and by id prefix: the vllm container's denial only, against its file.
+    for c in ["vllm", &CONTAINER_ID[..12]] {
+        let (code, v, err) = advise("ml/vllm-0", Some(c));
+        assert_eq!(code, Some(0), "{c}: {err}");
+        assert!(
+            err.contains(&format!(
+                "advising on {} for pod ml/vllm-0 container vllm",
+                profile.display()
+            )),
+            "{err}"
+        );
+        assert_eq!(v["allowed"], json!(["mkdir"]), "{c}");
+        assert_eq!(
+            v["patch"][0],
+            json!({"op": "remove", "path": "/syscalls/0/names/0"})
+        );
+        assert_eq!(v["outcome"], "ok");
+    }
+    assert_eq!(std::fs::read(&profile).unwrap(), before, "never written");
+
+    // Nothing on disk to patch, unknown names, several profiles: said, non-zero exit.
+    for (pod, container, want) in [
+        ("ml/vllm-0", Some("side"), "container side of pod ml/vllm-0 runs under runtime/default, the container runtime's built-in profile: nothing on disk to patch"),
+        ("ml/vllm-0", Some("nope"), "pod ml/vllm-0 has no container \"nope\" (containers: vllm, side)"),
+        ("ml/vllm-0", None, "the containers of pod ml/vllm-0 run under different seccomp profiles (vllm localhost/profiles/vllm-strict.json, side runtime/default); choose one with --container"),
+        ("ml/plain", None, "container app of pod ml/plain sets no seccomp profile"),
+        ("ml/elsewhere", None, "cannot read pod ml/elsewhere with kubeconfig"),
+        ("vllm-0", None, "--pod \"vllm-0\" is not NAMESPACE/NAME"),
+    ] {
+        let (code, _, err) = advise(pod, container);
+        assert_ne!(code, Some(0), "{pod} {container:?}");
+        assert!(err.contains(want), "{pod} {container:?}: {err}");
+    }
+}

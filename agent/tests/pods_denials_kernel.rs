@@ -195,6 +195,7 @@ fn real_denials_become_one_aggregated_pod_event() {
         &advise::TraceFilter {
             pod: Some("ml/vllm-0".into()),
             container_id: Some(id[..12].to_string()),
+            pod_uid: None,
         },
     )
     .unwrap();

@@ -32,25 +32,33 @@ fn strip_runtime(id: &str) -> &str {
     id.split_once("://").map_or(id, |(_, id)| id)
 }
 
+/// Runtime container id (without `containerd://`) → container name, from
+/// the pod's init, regular and ephemeral container statuses: the ids the
+/// tracer reads from cgroup paths.
+pub fn container_ids(pod: &Pod) -> HashMap<String, String> {
+    let mut ids = HashMap::new();
+    if let Some(st) = &pod.status {
+        let all: [&Option<Vec<ContainerStatus>>; 3] = [
+            &st.init_container_statuses,
+            &st.container_statuses,
+            &st.ephemeral_container_statuses,
+        ];
+        for s in all.into_iter().flatten().flatten() {
+            if let Some(id) = &s.container_id {
+                ids.insert(strip_runtime(id).to_string(), s.name.clone());
+            }
+        }
+    }
+    ids
+}
+
 impl PodIndex {
     pub fn upsert(&mut self, pod: &Pod) {
         let refs = pod_refs(pod);
         if refs.uid.is_empty() {
             return;
         }
-        let mut ids = HashMap::new();
-        if let Some(st) = &pod.status {
-            let all: [&Option<Vec<ContainerStatus>>; 3] = [
-                &st.init_container_statuses,
-                &st.container_statuses,
-                &st.ephemeral_container_statuses,
-            ];
-            for s in all.into_iter().flatten().flatten() {
-                if let Some(id) = &s.container_id {
-                    ids.insert(strip_runtime(id).to_string(), s.name.clone());
-                }
-            }
-        }
+        let ids = container_ids(pod);
         self.pods.insert(refs.uid.clone(), IndexedPod { refs, ids });
     }
 

@@ -6,5 +6,6 @@ pub mod denials;
 pub mod handlers;
 pub mod node;
 pub mod refs;
+pub mod target;
 pub mod verdict;
 pub mod watch;

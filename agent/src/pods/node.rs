@@ -32,7 +32,7 @@ use crate::trace::{
 pub enum PodsRunError {
     #[error("no node name (set --node-name or NODE_NAME)")]
     NoNodeName,
-    #[error("no API server credentials found ({credentials}); pods cannot be listed")]
+    #[error("no API server credentials found ({credentials}); pods cannot be read")]
     NoCredentials { credentials: String },
     #[error("cannot connect with {credentials}")]
     Connect {
@@ -47,6 +47,15 @@ pub enum PodsRunError {
         #[source]
         source: Box<kube::Error>,
     },
+    #[error("cannot read pod {pod} with {credentials}")]
+    GetPod {
+        pod: String,
+        credentials: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("--pod {given:?} is not NAMESPACE/NAME")]
+    PodName { given: String },
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
 }
@@ -73,7 +82,14 @@ pub struct PodsOnce {
 pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
     let node =
         credentials::node_name_here(opts.node_name.as_deref()).ok_or(PodsRunError::NoNodeName)?;
-    let source = credentials::choose_here(opts.kubeconfig.as_deref());
+    let (client, _) = api_client(opts.kubeconfig.as_deref()).await?;
+    Ok((client, node))
+}
+
+/// A client from the reporter's credentials (`kubeconfig`, the kubelet's,
+/// in-cluster), and how they were found.
+async fn api_client(kubeconfig: Option<&Path>) -> Result<(kube::Client, String), PodsRunError> {
+    let source = credentials::choose_here(kubeconfig);
     let described = source.describe();
     let client = client::connect(&source)
         .await
@@ -81,10 +97,32 @@ pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsR
             credentials: described.clone(),
             source: Box::new(source),
         })?
-        .ok_or(PodsRunError::NoCredentials {
-            credentials: described,
+        .ok_or_else(|| PodsRunError::NoCredentials {
+            credentials: described.clone(),
         })?;
-    Ok((client, node))
+    Ok((client, described))
+}
+
+/// One pod, `NAMESPACE/NAME`, from the API server (a node identity may read
+/// the pods bound to it).
+pub fn get_pod(kubeconfig: Option<&Path>, key: &str) -> Result<Pod, PodsRunError> {
+    let Some((ns, name)) = key
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+    else {
+        return Err(PodsRunError::PodName { given: key.into() });
+    };
+    runtime()?.block_on(async {
+        let (client, credentials) = api_client(kubeconfig).await?;
+        Api::<Pod>::namespaced(client, ns)
+            .get(name)
+            .await
+            .map_err(|source| PodsRunError::GetPod {
+                pod: key.into(),
+                credentials,
+                source: Box::new(source),
+            })
+    })
 }
 
 /// This node as the judge needs it: labels (and taints) from the Node,

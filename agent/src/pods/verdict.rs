@@ -189,15 +189,9 @@ impl Judge {
     }
 
     fn judge_file(&mut self, rel: &str, nnp: bool, node: &NodeContext) -> FileVerdict {
-        // The kubelet joins the path under its root; `..` would leave it, and
-        // what lies outside is not the node owner's profile store.
-        if Path::new(rel)
-            .components()
-            .any(|c| matches!(c, Component::ParentDir))
-        {
+        let Some(path) = profile_path(&node.seccomp_root, rel) else {
             return FileVerdict::Bad(format!("{rel} leaves the seccomp root"));
-        }
-        let path = node.seccomp_root.join(rel.trim_start_matches('/'));
+        };
         match std::fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileVerdict::Missing,
             _ => {}
@@ -237,6 +231,19 @@ impl Judge {
             FileVerdict::Bad(first)
         }
     }
+}
+
+/// Where the kubelet finds a `localhostProfile`: joined under its seccomp
+/// root. `None` for a path with `..`, which would leave it (what lies
+/// outside is not the node owner's profile store).
+pub fn profile_path(root: &Path, rel: &str) -> Option<PathBuf> {
+    if Path::new(rel)
+        .components()
+        .any(|c| matches!(c, Component::ParentDir))
+    {
+        return None;
+    }
+    Some(root.join(rel.trim_start_matches('/')))
 }
 
 /// What is said of a pod whose RuntimeClass is not in the cluster.

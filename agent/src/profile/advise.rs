@@ -62,6 +62,9 @@ pub struct Denied {
 pub struct TraceFilter {
     /// `namespace/name`, matched against the row's resolved pod.
     pub pod: Option<String>,
+    /// The pod's UID (when read from the API server): matches rows of a
+    /// trace that resolved no pod names (a live one), by their cgroup's UID.
+    pub pod_uid: Option<String>,
     /// Container id prefix (a trace row carries the id, not the name).
     pub container_id: Option<String>,
 }
@@ -123,13 +126,18 @@ pub fn denials_from_trace(
 }
 
 fn keep(row: &Value, f: &TraceFilter) -> bool {
-    let pod_ok = f.pod.as_deref().is_none_or(|want| {
-        let p = &row["pod"];
-        match (p["namespace"].as_str(), p["name"].as_str()) {
-            (Some(ns), Some(n)) => format!("{ns}/{n}") == want,
-            _ => false,
-        }
-    });
+    let by_uid = f
+        .pod_uid
+        .as_deref()
+        .is_some_and(|uid| row["pod_uid"].as_str() == Some(uid));
+    let pod_ok = by_uid
+        || f.pod.as_deref().is_none_or(|want| {
+            let p = &row["pod"];
+            match (p["namespace"].as_str(), p["name"].as_str()) {
+                (Some(ns), Some(n)) => format!("{ns}/{n}") == want,
+                _ => false,
+            }
+        });
     let container_ok = f.container_id.as_deref().is_none_or(|want| {
         row["container_id"]
             .as_str()
@@ -548,9 +556,19 @@ mod tests {
         let pod = TraceFilter {
             pod: Some("ml/vllm-0".into()),
             container_id: Some("abcdef".into()),
+            pod_uid: None,
         };
         let one = denials_from_trace("t", text, &pod).unwrap();
         assert_eq!(one.len(), 1);
+        assert_eq!((one[0].syscall.as_str(), one[0].count), ("mkdir", 12));
+        // A live trace resolves no names: the pod's UID (read from the API server) selects.
+        let unnamed = text.replace(r#","pod":{"namespace":"ml","name":"vllm-0"}"#, "");
+        assert!(denials_from_trace("t", &unnamed, &pod).unwrap().is_empty());
+        let by_uid = TraceFilter {
+            pod_uid: Some("u1".into()),
+            ..pod.clone()
+        };
+        let one = denials_from_trace("t", &unnamed, &by_uid).unwrap();
         assert_eq!((one[0].syscall.as_str(), one[0].count), ("mkdir", 12));
         let err = denials_from_trace("t", "{\n", &pod).unwrap_err();
         assert_eq!(err.to_string(), "t:1: not a trace JSON line");

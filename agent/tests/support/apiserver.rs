@@ -483,6 +483,20 @@ fn route(
         );
     }
     match (method.as_str(), parts.as_slice()) {
+        ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
+            match s.objects.get(&("pods", format!("{ns}/{name}"))) {
+                // The Node authorizer: a node reads only the pods bound to it.
+                Some(p) if matches!(&who, Identity::Node(me) if p["spec"]["nodeName"].as_str() != Some(me.as_str())) => {
+                    status(
+                        403,
+                        "Forbidden",
+                        &format!("pods \"{name}\" is forbidden: no relationship found between the node and this object"),
+                    )
+                }
+                Some(p) => (200, p.clone()),
+                None => status(404, "NotFound", &format!("pods \"{name}\" not found")),
+            }
+        }
         ("GET", ["api", "v1", "nodes", name]) => match s.nodes.get(*name) {
             Some(n) => (200, n.clone()),
             None => status(404, "NotFound", &format!("nodes \"{name}\" not found")),
