@@ -133,6 +133,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
     let mut state = PodsState::new(NodeContext {
         seccomp_root: root.clone(),
         labels: [("gpu".to_string(), "true".to_string())].into(),
+        taints: Vec::new(),
         handlers: Some(["runc".to_string(), "nvidia".to_string()].into()),
         lint: LintOptions {
             check_listener: false,
@@ -349,6 +350,32 @@ fn pods_once_from_the_command_line() {
         "containerID": format!("containerd://{CONTAINER_ID}"), "image": "vllm", "imageID": "",
         "ready": false, "restartCount": 0}]});
     server.put("pods", vllm);
+    // A tainted node, and a RuntimeClass whose scheduling tolerates only part of it.
+    server.merge_node(
+        "n1",
+        json!({"spec": {"taints": [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "infer", "effect": "NoExecute"},
+            {"key": "soft", "effect": "PreferNoSchedule"}]}}),
+    );
+    let class = |tolerations: Value| {
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "gpu"}, "handler": "runc",
+            "scheduling": {"tolerations": tolerations}})
+    };
+    server.put(
+        "runtimeclasses",
+        class(json!([{"key": "nvidia.com/gpu", "operator": "Exists"}])),
+    );
+    server.put(
+        "pods",
+        pod(
+            "sandboxed",
+            Some("n1"),
+            json!({}),
+            json!({"runtimeClassName": "gpu", "containers": [{"name": "c"}]}),
+        ),
+    );
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("seccomp");
     std::fs::create_dir_all(&root).unwrap();
@@ -374,13 +401,23 @@ fn pods_once_from_the_command_line() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.starts_with("node n1: 1 pods"), "{text}");
+    assert!(text.starts_with("node n1: 2 pods"), "{text}");
     assert!(
         text.contains("ProfileMissing ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
         "{text}"
     );
+    assert!(
+        text.contains("RuntimeClassMismatch ml/sandboxed: RuntimeClass gpu: this node's taint dedicated=infer:NoExecute is not tolerated (by scheduling.tolerations nor the pod's)\n"),
+        "{text}"
+    );
     std::fs::create_dir_all(root.join("profiles")).unwrap();
     std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    // The class tolerates the rest (an Equal of the taint's value, any effect).
+    server.put(
+        "runtimeclasses",
+        class(json!([{"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"key": "dedicated", "operator": "Equal", "value": "infer"}])),
+    );
     let out = run();
     assert_eq!(
         out.status.code(),

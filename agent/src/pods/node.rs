@@ -22,6 +22,7 @@ use crate::report::client::{self, KubeReporter, ReportError};
 use crate::report::conditions::{Hysteresis, Policy};
 use crate::report::credentials;
 use crate::report::driver::{LoopConfig, ReportLoop};
+use crate::report::marks::Taint;
 use crate::trace::names::SyscallNames;
 use crate::trace::summary::aggregate;
 use crate::trace::{
@@ -148,9 +149,21 @@ pub async fn node_context(
             None
         }
     };
+    let taints = n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| Taint {
+            key: t.key,
+            value: t.value.unwrap_or_default(),
+            effect: t.effect,
+        })
+        .collect();
     Ok(NodeContext {
         seccomp_root: opts.seccomp_root.clone(),
         labels: n.metadata.labels.unwrap_or_default(),
+        taints,
         handlers,
         lint: opts.lint.clone(),
     })

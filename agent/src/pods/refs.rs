@@ -8,6 +8,8 @@
 
 use k8s_openapi::api::core::v1::{Pod, SeccompProfile, SecurityContext};
 
+use super::taints::Toleration;
+
 pub const POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
 pub const CONTAINER_ANNOTATION_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";
 
@@ -70,6 +72,8 @@ pub struct PodRefs {
     pub uid: String,
     pub node_name: Option<String>,
     pub runtime_class: Option<String>,
+    /// `spec.tolerations` (after admission, a RuntimeClass's are among them).
+    pub tolerations: Vec<Toleration>,
     pub containers: Vec<ContainerRef>,
     /// Phase Succeeded or Failed: no container of it starts again, so its
     /// references no longer matter to this node.
@@ -166,6 +170,12 @@ pub fn pod_refs(pod: &Pod) -> PodRefs {
         uid: meta.uid.clone().unwrap_or_default(),
         node_name: spec.node_name.clone(),
         runtime_class: spec.runtime_class_name.clone(),
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(Toleration::from)
+            .collect(),
         containers,
         finished: pod
             .status

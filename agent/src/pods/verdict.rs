@@ -12,10 +12,12 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::node::v1::RuntimeClass;
 
 use super::refs::{PodRefs, Profile};
+use super::taints::{self, Toleration};
 use crate::finding::Condition;
 use crate::profile::lint::{lint_source, LintOptions, ProfileReport};
 use crate::profile::node::{passes, CONDITION};
 use crate::profile::scan;
+use crate::report::marks::Taint;
 
 /// Why a pod's reference is unusable on this node (the condition's reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,17 +81,26 @@ impl PodFinding {
 pub struct RuntimeClassInfo {
     pub handler: String,
     pub node_selector: BTreeMap<String, String>,
+    /// `scheduling.tolerations`; `None` without `scheduling`, which the
+    /// class documents as "supported by all nodes" (taints then not judged).
+    pub tolerations: Option<Vec<Toleration>>,
 }
 
 impl From<&RuntimeClass> for RuntimeClassInfo {
     fn from(rc: &RuntimeClass) -> Self {
+        let scheduling = rc.scheduling.as_ref();
         RuntimeClassInfo {
             handler: rc.handler.clone(),
-            node_selector: rc
-                .scheduling
-                .as_ref()
+            node_selector: scheduling
                 .and_then(|s| s.node_selector.clone())
                 .unwrap_or_default(),
+            tolerations: scheduling.map(|s| {
+                s.tolerations
+                    .iter()
+                    .flatten()
+                    .map(Toleration::from)
+                    .collect()
+            }),
         }
     }
 }
@@ -100,6 +111,8 @@ pub struct NodeContext {
     /// The kubelet seccomp root (`/var/lib/kubelet/seccomp`).
     pub seccomp_root: PathBuf,
     pub labels: BTreeMap<String, String>,
+    /// The Node's `spec.taints`.
+    pub taints: Vec<Taint>,
     /// Handlers configured in the container runtime; `None` when its config
     /// could not be read, in which case handlers are not judged (a guess would flap).
     pub handlers: Option<BTreeSet<String>>,
@@ -141,7 +154,8 @@ impl Judge {
             message,
         };
         if let Some(rc_name) = &pod.runtime_class {
-            if let Some(msg) = runtime_class_problem(rc_name, runtime_classes.get(rc_name), node) {
+            let rc = runtime_classes.get(rc_name);
+            if let Some(msg) = runtime_class_problem(rc_name, rc, &pod.tolerations, node) {
                 out.push(finding(
                     None,
                     rc_name.clone(),
@@ -254,6 +268,7 @@ pub fn missing_class_message(name: &str) -> String {
 fn runtime_class_problem(
     name: &str,
     rc: Option<&RuntimeClassInfo>,
+    pod_tolerations: &[Toleration],
     node: &NodeContext,
 ) -> Option<String> {
     let Some(rc) = rc else {
@@ -275,10 +290,27 @@ fn runtime_class_problem(
         .filter(|(k, v)| node.labels.get(*k) != Some(*v))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    (!unmatched.is_empty()).then(|| {
-        format!(
+    if !unmatched.is_empty() {
+        return Some(format!(
             "RuntimeClass {name}: nodeSelector {} does not match this node",
             unmatched.join(",")
+        ));
+    }
+    // What the scheduler sees: the class's tolerations merged into the pod's.
+    let class_tolerations = rc.tolerations.as_ref()?;
+    let all: Vec<Toleration> = class_tolerations
+        .iter()
+        .chain(pod_tolerations)
+        .cloned()
+        .collect();
+    let left: Vec<String> = taints::untolerated(&all, &node.taints)
+        .into_iter()
+        .map(taints::display)
+        .collect();
+    (!left.is_empty()).then(|| {
+        format!(
+            "RuntimeClass {name}: this node's taint {} is not tolerated (by scheduling.tolerations nor the pod's)",
+            left.join(", ")
         )
     })
 }
@@ -348,10 +380,32 @@ mod tests {
         .expect("default profile")
     }
 
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        }
+    }
+
+    fn tol(key: &str, operator: &str, value: &str) -> Toleration {
+        Toleration {
+            key: key.into(),
+            operator: operator.into(),
+            value: value.into(),
+            effect: String::new(),
+        }
+    }
+
     fn node(root: &Path) -> NodeContext {
         NodeContext {
             seccomp_root: root.to_path_buf(),
             labels: [("gpu".to_string(), "true".to_string())].into(),
+            taints: vec![
+                taint("nvidia.com/gpu", "present", "NoSchedule"),
+                taint("dedicated", "infer", "NoExecute"),
+                taint("soft", "", "PreferNoSchedule"),
+            ],
             handlers: Some(["runc".to_string(), "nvidia".to_string()].into()),
             lint: LintOptions {
                 check_listener: false,
@@ -365,6 +419,15 @@ mod tests {
             "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "u1"},
             "spec": {"runtimeClassName": rc, "containers": [
                 {"name": "vllm", "securityContext": {"seccompProfile": profile_json}}]}
+        })))
+    }
+
+    /// A pod of RuntimeClass `rc` that tolerates `dedicated` itself.
+    fn tolerant(rc: &str) -> PodRefs {
+        pod_refs(&pod(json!({
+            "metadata": {"name": "vllm-1", "namespace": "ml", "uid": "u2"},
+            "spec": {"runtimeClassName": rc, "containers": [{"name": "vllm"}],
+                "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]}
         })))
     }
 
@@ -385,13 +448,47 @@ mod tests {
             r#"{"defaultAction":"SCMP_ACT_NOPE"}"#,
         )
         .unwrap();
+        let gpu_tolerations = vec![
+            tol("nvidia.com/gpu", "Exists", ""),
+            tol("dedicated", "Equal", "infer"),
+        ];
         let rcs: HashMap<String, RuntimeClassInfo> = [
-            ("nvidia", "nvidia", vec![("gpu", "true")]),
-            ("kata", "kata", vec![]),
-            ("elsewhere", "runc", vec![("pool", "cpu")]),
+            (
+                "nvidia",
+                "nvidia",
+                vec![("gpu", "true")],
+                Some(gpu_tolerations),
+            ),
+            ("kata", "kata", vec![], None),
+            ("elsewhere", "runc", vec![("pool", "cpu")], Some(vec![])),
+            // Declares scheduling: the node's NoExecute taint is not tolerated.
+            (
+                "gpu-only",
+                "runc",
+                vec![("gpu", "true")],
+                Some(vec![tol("nvidia.com/gpu", "Exists", "")]),
+            ),
+            // The wrong value: Equal compares values.
+            (
+                "wrong-value",
+                "runc",
+                vec![],
+                Some(vec![tol("", "Exists", ""), tol("x", "Equal", "y")]),
+            ),
+            (
+                "infer-2",
+                "runc",
+                vec![],
+                Some(vec![
+                    tol("nvidia.com/gpu", "Equal", "present"),
+                    tol("dedicated", "Equal", "training"),
+                ]),
+            ),
+            // No scheduling: "supported by all nodes", taints not judged.
+            ("anywhere", "runc", vec![], None),
         ]
         .into_iter()
-        .map(|(n, h, sel)| {
+        .map(|(n, h, sel, tolerations)| {
             (
                 n.to_string(),
                 RuntimeClassInfo {
@@ -400,6 +497,7 @@ mod tests {
                         .into_iter()
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
+                    tolerations,
                 },
             )
         })
@@ -453,6 +551,29 @@ mod tests {
                 vllm(json!({"type": "RuntimeDefault"}), Some("gone")),
                 Some(Reason::RuntimeClassMismatch),
                 "RuntimeClass gone does not exist",
+            ),
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("gpu-only")),
+                Some(Reason::RuntimeClassMismatch),
+                "RuntimeClass gpu-only: this node's taint dedicated=infer:NoExecute is not tolerated",
+            ),
+            // The pod's own toleration covers what the class's do not.
+            (tolerant("gpu-only"), None, ""),
+            // An empty key with Exists tolerates every taint.
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("wrong-value")),
+                None,
+                "",
+            ),
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("infer-2")),
+                Some(Reason::RuntimeClassMismatch),
+                "taint dedicated=infer:NoExecute is not tolerated",
+            ),
+            (
+                vllm(json!({"type": "RuntimeDefault"}), Some("anywhere")),
+                None,
+                "",
             ),
         ];
         for (i, (refs, want, text)) in cases.iter().enumerate() {

@@ -552,6 +552,7 @@ mod tests {
         let mut st = PodsState::new(NodeContext {
             seccomp_root: dir.path().to_path_buf(),
             labels: Default::default(),
+            taints: Vec::new(),
             handlers: None,
             lint: LintOptions::default(),
         });
