@@ -9,10 +9,8 @@
 mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
 use serde_json::json;
 
 use nodeproof::pods::denials::{DenialAggregator, PodIndex};
@@ -22,26 +20,17 @@ use nodeproof::profile::lint::{LintOptions, Outcome};
 use nodeproof::report::conditions::{Hysteresis, Policy};
 use nodeproof::report::driver::{LoopConfig, ReportLoop};
 use nodeproof::report::{client, credentials};
-use nodeproof::trace::{
-    self, loader, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig,
-};
+use nodeproof::trace::{self, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig};
 use support::apiserver::{Identity, TestApiServer};
-use support::cgroup::CgroupDir;
+use support::cgroup::{deny_mkdir_in, traceable_kubepods};
 
 const N: usize = 7;
 
 #[test]
 fn real_denials_become_one_aggregated_pod_event() {
-    let missing = loader::missing_capabilities(loader::effective_capabilities());
-    if !missing.is_empty() {
-        eprintln!("SKIP: needs {} (or root)", missing.join(" + "));
-        return;
-    }
     let uid = "7c0ffee0-1234-4abc-9def-00000000beef";
     let id = "cd".repeat(32);
-    let Some(cg) = CgroupDir::create_at("unified", &format!("kubepods/burstable/pod{uid}/{id}"))
-    else {
-        eprintln!("SKIP: no writable cgroup2 hierarchy");
+    let Some(cg) = traceable_kubepods(uid, &id) else {
         return;
     };
 
@@ -59,59 +48,33 @@ fn real_denials_become_one_aggregated_pod_event() {
     );
 
     let mut tracer = Tracer::start(&TracerConfig::default()).expect("tracer");
-    let stop = Arc::new(AtomicBool::new(false));
-    let child = Arc::new(AtomicU32::new(0));
-    let worker = {
-        let (stop, child, procs) = (stop.clone(), child.clone(), cg.procs.clone());
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            // SAFETY: the child joins the cgroup, installs a filter and makes raw syscalls, then _exits.
-            let pid = unsafe { libc::fork() };
-            assert!(pid >= 0);
-            if pid == 0 {
-                let ok = std::fs::write(&procs, "0").is_ok();
-                unsafe { libc::prctl(libc::PR_SET_NAME, c"np-pods-e2e".as_ptr()) };
-                let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
-                f.add_rule(
-                    ScmpAction::Errno(libc::EPERM),
-                    ScmpSyscall::from_name("mkdir").unwrap(),
-                )
-                .unwrap();
-                f.load().unwrap();
-                for _ in 0..N {
-                    unsafe {
-                        libc::syscall(libc::SYS_mkdir, c"/nonexistent-nodeproof/x".as_ptr(), 0o755)
-                    };
-                }
-                unsafe { libc::_exit(if ok { 0 } else { 3 }) };
-            }
-            let mut status = 0;
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            child.store(pid as u32, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(300));
-            stop.store(true, Ordering::SeqCst);
-            status
-        })
-    };
+    let stop = AtomicBool::new(false);
+    let child = AtomicU32::new(0);
     let opts = TraceOptions {
         comm: Some("np-pods-e2e".into()),
         format: OutputFormat::Json,
+        // Only a bound: the worker stops the trace once the child is done.
+        duration: Some(Duration::from_secs(30)),
         ..TraceOptions::default()
     };
-    let summary = trace::run_with(
-        &mut tracer,
-        &opts,
-        &mut std::io::sink(),
-        &stop,
-        &mut CgroupResolver::host(),
-        &pods,
-    )
+    let summary = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            let pid = deny_mkdir_in(&cg, c"np-pods-e2e", N);
+            child.store(pid, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, Ordering::SeqCst);
+        });
+        trace::run_with(
+            &mut tracer,
+            &opts,
+            &mut std::io::sink(),
+            &stop,
+            &mut CgroupResolver::host(),
+            &pods,
+        )
+    })
     .expect("trace");
-    let status = worker.join().unwrap();
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status}"
-    );
     let rows: Vec<_> = summary
         .summary
         .iter()

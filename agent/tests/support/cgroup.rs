@@ -57,3 +57,56 @@ impl Drop for CgroupDir {
         }
     }
 }
+
+/// A cgroup laid out as the kubelet's cgroupfs driver does
+/// (`kubepods/burstable/pod<uid>/<container id>`), when this process may
+/// trace (root or CAP_BPF + CAP_PERFMON) and create cgroups; else `None`,
+/// having said why the test skips.
+pub fn traceable_kubepods(uid: &str, container_id: &str) -> Option<CgroupDir> {
+    use nodeproof::trace::loader;
+    let missing = loader::missing_capabilities(loader::effective_capabilities());
+    if !missing.is_empty() {
+        eprintln!("SKIP: needs {} (or root)", missing.join(" + "));
+        return None;
+    }
+    let cg = CgroupDir::create_at(
+        "unified",
+        &format!("kubepods/burstable/pod{uid}/{container_id}"),
+    );
+    if cg.is_none() {
+        eprintln!("SKIP: no writable cgroup2 hierarchy");
+    }
+    cg
+}
+
+/// Forks a child that joins `cg`, names itself `comm`, loads a filter that
+/// denies `mkdir` with EPERM and calls it `n` times. Returns its pid once it
+/// exited; panics unless it exited 0 (3: it could not join the cgroup).
+pub fn deny_mkdir_in(cg: &CgroupDir, comm: &std::ffi::CStr, n: usize) -> u32 {
+    use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+    // SAFETY: the child joins the cgroup, installs a filter and makes raw syscalls, then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let ok = std::fs::write(&cg.procs, "0").is_ok();
+        unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr()) };
+        let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+        f.add_rule(
+            ScmpAction::Errno(libc::EPERM),
+            ScmpSyscall::from_name("mkdir").unwrap(),
+        )
+        .unwrap();
+        f.load().unwrap();
+        for _ in 0..n {
+            unsafe { libc::syscall(libc::SYS_mkdir, c"/nonexistent-nodeproof/x".as_ptr(), 0o755) };
+        }
+        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+    pid as u32
+}
