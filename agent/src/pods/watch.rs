@@ -332,10 +332,9 @@ pub async fn run<R: Reporter>(
     node: &str,
     denials: Option<DenialFeed>,
 ) {
-    let (tx, mut rx) = mpsc::channel(4);
+    let (tx, mut rx) = mpsc::channel::<Round>(4);
     let report = async {
         while let Some(round) = rx.recv().await {
-            let round: Round = round;
             lp.observe(round.at, std::slice::from_ref(&round.condition));
             for e in round.events {
                 lp.pod_event(round.at, e.pod, e.event_type, e.reason, &e.message);
