@@ -449,25 +449,52 @@ async fn watch_kind<K>(
 ) where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
+    let mut retry = RETRY_FIRST;
+    let changes = Changes {
+        reset,
+        upsert,
+        gone,
+    };
     loop {
         match list_then_watch(
             &api,
             resource,
             field_selector.as_deref(),
             &tx,
-            reset,
-            upsert,
-            gone,
+            &changes,
+            &mut retry,
         )
         .await
         {
             Ok(()) => return,
+            // Routine: the API server forgot the version; the re-list follows at once.
+            Err(e @ PodsWatchError::Expired { .. }) => {
+                tracing::debug!(error = %e, "pod watch expired");
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "pod watch interrupted");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tracing::warn!(error = %e, retry_s = retry.as_secs(), "pod watch interrupted");
+                tokio::time::sleep(retry).await;
+                retry = next_retry(retry);
             }
         }
     }
+}
+
+/// The first retry delay after a failed list or watch; it doubles up to
+/// [`RETRY_MAX`] while the API server stays away (one warning per retry),
+/// and starts over once a list succeeds.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+fn next_retry(d: Duration) -> Duration {
+    (d * 2).min(RETRY_MAX)
+}
+
+/// What a list, an added/modified and a deleted object of one kind become.
+struct Changes<K> {
+    reset: fn(Vec<K>) -> Change,
+    upsert: fn(K) -> Change,
+    gone: fn(K) -> Change,
 }
 
 /// Ok(()) only when the receiver is gone.
@@ -476,9 +503,8 @@ async fn list_then_watch<K>(
     resource: &'static str,
     field_selector: Option<&str>,
     tx: &mpsc::Sender<Change>,
-    reset: fn(Vec<K>) -> Change,
-    upsert: fn(K) -> Change,
-    gone: fn(K) -> Change,
+    changes: &Changes<K>,
+    retry: &mut Duration,
 ) -> Result<(), PodsWatchError>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
@@ -493,8 +519,9 @@ where
         .list(&lp)
         .await
         .map_err(|source| PodsWatchError::List { resource, source })?;
+    *retry = RETRY_FIRST;
     let mut version = list.metadata.resource_version.clone().unwrap_or_default();
-    if tx.send(reset(list.items)).await.is_err() {
+    if tx.send((changes.reset)(list.items)).await.is_err() {
         return Ok(());
     }
     loop {
@@ -515,11 +542,11 @@ where
             })? {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     version = o.resource_version().unwrap_or(version);
-                    upsert(o)
+                    (changes.upsert)(o)
                 }
                 WatchEvent::Deleted(o) => {
                     version = o.resource_version().unwrap_or(version);
-                    gone(o)
+                    (changes.gone)(o)
                 }
                 WatchEvent::Bookmark(b) => {
                     version = b.metadata.resource_version;
@@ -544,6 +571,15 @@ where
 mod tests {
     use super::*;
     use crate::profile::lint::LintOptions;
+
+    #[test]
+    fn retries_back_off_to_half_a_minute() {
+        let delays: Vec<u64> = std::iter::successors(Some(RETRY_FIRST), |d| Some(next_retry(*d)))
+            .take(8)
+            .map(|d| d.as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
 
     #[test]
     fn nothing_is_judged_before_both_lists_and_findings_are_news_once() {
