@@ -177,3 +177,69 @@ fn real_denials_become_one_aggregated_pod_event() {
     assert!(a.still_denied.is_empty());
     assert_eq!(a.patched["syscalls"][0]["names"], json!(["rmdir"]));
 }
+
+/// `advise --pod NS/NAME --container NAME --duration D` on real denials: the
+/// pod and its profile file come from the test API server, the live trace
+/// carries no pod names, so its rows are matched by the pod's UID and the
+/// container's id.
+#[test]
+fn advise_traces_a_pod_read_from_the_api_server_live() {
+    let uid = "7c0ffee0-1234-4abc-9def-00000000ad01";
+    let id = "ad".repeat(32);
+    let Some(cg) = traceable_kubepods(uid, &id) else {
+        return;
+    };
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": uid},
+            "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]},
+            "status": {"containerStatuses": [{"name": "vllm", "containerID": format!("containerd://{id}"),
+                "image": "vllm", "imageID": "", "ready": true, "restartCount": 0}]}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(
+        root.join("profiles/vllm-strict.json"),
+        br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let mut advise = std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["--seccomp-root", root.to_str().unwrap(), "advise"])
+        .args([
+            "--pod",
+            "ml/vllm-0",
+            "--container",
+            "vllm",
+            "--duration",
+            "6s",
+        ])
+        .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "-o", "json"])
+        .env("NODEPROOF_LOG", "off")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // When the tracer is attached is not said: deny until the trace ends.
+    while advise.try_wait().unwrap().is_none() {
+        deny_mkdir_in(&cg, c"np-advise-e2e", N);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = advise.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allowed"], json!(["mkdir"]), "{v}");
+    assert_eq!(
+        v["patch"][0],
+        json!({"op": "remove", "path": "/syscalls/0/names/0"})
+    );
+    assert_eq!(v["outcome"], "ok");
+    assert!(stderr.contains("container vllm"), "{stderr}");
+}
