@@ -461,7 +461,14 @@ fn advise_target(
     let pod = match get_pod(kubeconfig.as_deref(), key) {
         Ok(pod) => pod,
         // Offline with a profile given: the container is taken as an id prefix, as before.
-        Err(PodsRunError::NoCredentials { .. }) if args.profile.is_some() => return Ok(given),
+        Err(e @ PodsRunError::NoCredentials { .. }) if args.profile.is_some() => {
+            if args.from.is_none() {
+                eprintln!(
+                    "warning: {e}: a live trace names no pods, so --pod {key} may match no denial"
+                );
+            }
+            return Ok(given);
+        }
         Err(e) => return Err(e.into()),
     };
     let mut t = target::resolve(
