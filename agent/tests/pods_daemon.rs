@@ -166,6 +166,39 @@ fn the_agent_folds_pod_references_into_one_condition() {
     assert!(agent.stop(), "{}", agent.log_text());
 }
 
+/// The reporter's hysteresis counts check results: a profile that stays
+/// broken is re-judged by the next resync, and that second bad result (not
+/// a change) is what turns the condition False with `to-bad = 2`.
+#[test]
+fn a_condition_that_stays_bad_crosses_the_hysteresis() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let root = dir.path().join("seccomp");
+    let config = format!(
+        "{config}[report.hysteresis.SeccompProfilesReady]\nto-bad = 2\nto-good = 2\n[daemon]\nprofile-resync-s = 1\n"
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let cond = || server.condition("n1", "SeccompProfilesReady");
+    within("True", Duration::from_secs(10), &agent, || {
+        cond().is_some_and(|c| c["status"] == "True")
+    });
+    std::fs::write(
+        root.join("broken.json"),
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    )
+    .unwrap();
+    let t = within("False after two bad results", DEADLINE, &agent, || {
+        cond().is_some_and(|c| c["status"] == "False")
+    });
+    eprintln!("FIGURE broken profile → False with to-bad = 2, resync 1 s: {t:?}");
+    std::fs::remove_file(root.join("broken.json")).unwrap();
+    within("True after two good results", DEADLINE, &agent, || {
+        cond().is_some_and(|c| c["status"] == "True")
+    });
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
 #[test]
 fn the_agent_without_credentials_watches_no_pods() {
     let dir = tempfile::tempdir().unwrap();

@@ -667,15 +667,15 @@ async fn pod_findings_become_events_in_the_pods_namespace() {
 async fn daemon_runner_reports_rounds_on_the_real_clock() {
     let c = cluster();
     let lp = c.report_loop(immediate()).await;
-    let (tx, rx) = tokio::sync::watch::channel(Vec::new());
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
     let runner = tokio::spawn(driver::run(lp, rx, None));
-    tx.send(vec![seccomp(false, "broken")]).unwrap();
+    tx.send(vec![seccomp(false, "broken")]).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while c.server.condition("n1", "SeccompProfilesReady").is_none() {
         assert!(std::time::Instant::now() < deadline, "never reported");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tx.send(healthy()).unwrap();
+    tx.send(healthy()).await.unwrap();
     while c.server.condition("n1", "SeccompProfilesReady").unwrap()["status"] != "True" {
         assert!(
             std::time::Instant::now() < deadline,

@@ -67,6 +67,9 @@ pub struct Options {
 /// server may be down while the node is fine).
 const FIRST_CYCLE: [&str; 3] = ["profiles", "tracing", "gpu"];
 
+/// Check rounds handed to the reporter and not yet read by it.
+const ROUNDS_IN_FLIGHT: usize = 256;
+
 /// How often the main loop goes round at least: the watchdog gets a ping
 /// per round, so this is at most half the watchdog period.
 fn main_period(watchdog: Option<Duration>) -> Duration {
@@ -139,7 +142,7 @@ async fn serve(
         stop_tx,
         stop_flag,
     };
-    let (rounds_tx, rounds_rx) = channel::channel(Vec::<Condition>::new());
+    let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<Vec<Condition>>(ROUNDS_IN_FLIGHT);
     let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
     let reporter = subsystems::start_reporter(&config, &shared, rounds_rx, pod_events_rx).await;
     if reporter.is_some() {
@@ -157,7 +160,6 @@ async fn serve(
     let period = main_period(watchdog);
     let mut ready = false;
     let mut last_status = String::new();
-    let mut last_conditions = Vec::new();
     let mut last_extend = started;
     loop {
         tokio::select! {
@@ -198,12 +200,16 @@ async fn serve(
                 last_extend = now;
             }
         }
-        let conditions = shared.conditions();
-        if conditions != last_conditions {
-            // A watch channel: a round sent while a write is in flight just
-            // replaces the previous one.
-            let _ = rounds_tx.send(conditions.clone());
-            last_conditions = conditions;
+        for round in shared.take_rounds() {
+            // Never waits: the reporter drains between its writes. Full
+            // means it is stuck; the checks go on (and say so once here).
+            if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) = rounds_tx.try_send(round)
+            {
+                tracing::warn!(
+                    nodeproof_check = "reporter",
+                    "reporter is behind; a check round was not handed to it"
+                );
+            }
         }
         if watchdog.is_some() {
             send(&*notifier, "WATCHDOG=1");

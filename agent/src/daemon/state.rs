@@ -1,7 +1,7 @@
 //! What the subsystems last found, shared with the main loop and the HTTP
 //! endpoints. Each subsystem writes only its own entry; readers take a copy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -42,9 +42,17 @@ pub struct Metrics {
     pub profile_revalidations: u64,
 }
 
+/// Check rounds kept for the reporter between two main-loop rounds; more
+/// means the main loop is stuck, and then the oldest are dropped.
+const MAX_PENDING_ROUNDS: usize = 256;
+
 #[derive(Debug, Default)]
 struct Inner {
     checks: BTreeMap<&'static str, CheckState>,
+    /// Every completed check round's conditions, oldest first, until the
+    /// main loop hands them to the reporter: its hysteresis counts check
+    /// results, so a result equal to the previous one still counts.
+    pending_rounds: VecDeque<Vec<Condition>>,
     metrics: Metrics,
     main_progress: Option<Instant>,
     main_period: Duration,
@@ -70,8 +78,30 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Records a check's state; one with conditions and progress is a
+    /// completed round, queued for the reporter (see [`Shared::take_rounds`]).
     pub fn set_check(&self, name: &'static str, state: CheckState) {
-        self.lock().checks.insert(name, state);
+        let mut i = self.lock();
+        let kinds: Vec<&'static str> = state.conditions.iter().map(|c| c.kind).collect();
+        let completed = state.progress.is_some() && !kinds.is_empty();
+        i.checks.insert(name, state);
+        if completed {
+            // The merged view: a pods round re-observes the one
+            // SeccompProfilesReady that files and pods back together.
+            let round: Vec<Condition> = merged(&i.checks)
+                .into_iter()
+                .filter(|c| kinds.contains(&c.kind))
+                .collect();
+            if i.pending_rounds.len() == MAX_PENDING_ROUNDS {
+                i.pending_rounds.pop_front();
+            }
+            i.pending_rounds.push_back(round);
+        }
+    }
+
+    /// The check rounds completed since the last call, oldest first.
+    pub fn take_rounds(&self) -> Vec<Vec<Condition>> {
+        self.lock().pending_rounds.drain(..).collect()
     }
 
     pub fn check(&self, name: &str) -> Option<CheckState> {
@@ -372,5 +402,70 @@ mod tests {
         assert!(s.readyz().ok);
         s.set_stopping();
         assert!(!s.readyz().ok);
+    }
+
+    #[test]
+    fn every_completed_round_is_queued_for_the_reporter_even_when_unchanged() {
+        let s = Shared::default();
+        let t0 = Instant::now();
+        let gpu = |status| CheckState {
+            conditions: vec![cond("GPUHealthy", status)],
+            summary: String::new(),
+            progress: Some(t0),
+            period: Duration::from_secs(1),
+        };
+        s.set_check("gpu", gpu("False"));
+        s.set_check("gpu", gpu("False"));
+        // Not a round: no progress yet, or nothing to report.
+        s.set_check(
+            "pods",
+            CheckState {
+                progress: None,
+                ..gpu("True")
+            },
+        );
+        s.set_check(
+            "reporter",
+            CheckState {
+                conditions: Vec::new(),
+                ..gpu("True")
+            },
+        );
+        let rounds = s.take_rounds();
+        assert_eq!(rounds.len(), 2, "{rounds:?}");
+        assert!(rounds
+            .iter()
+            .all(|r| r == &vec![cond("GPUHealthy", "False")]));
+        assert!(s.take_rounds().is_empty());
+
+        // A pods round re-observes the merged SeccompProfilesReady, only it.
+        s.set_check(
+            "profiles",
+            CheckState {
+                conditions: vec![cond("SeccompProfilesReady", "True")],
+                ..gpu("True")
+            },
+        );
+        s.set_check(
+            "pods",
+            CheckState {
+                conditions: vec![Condition {
+                    reason: "ProfileMissing".into(),
+                    ..cond("SeccompProfilesReady", "False")
+                }],
+                ..gpu("True")
+            },
+        );
+        let rounds = s.take_rounds();
+        assert_eq!(rounds.len(), 2, "{rounds:?}");
+        assert_eq!(rounds[1].len(), 1);
+        assert_eq!(rounds[1][0].status, "False");
+        assert_eq!(rounds[1][0].reason, "ProfileMissing");
+
+        // A stuck main loop costs the oldest rounds, not unbounded memory.
+        for _ in 0..MAX_PENDING_ROUNDS + 10 {
+            s.set_check("gpu", gpu("True"));
+        }
+        assert_eq!(s.take_rounds().len(), MAX_PENDING_ROUNDS);
     }
 }

@@ -412,7 +412,7 @@ fn reporter_state(summary: &str) -> CheckState {
 pub async fn start_reporter(
     config: &Config,
     shared: &Shared,
-    rounds: channel::Receiver<Vec<Condition>>,
+    rounds: mpsc::Receiver<Vec<Condition>>,
     pod_events: mpsc::Receiver<PodEvent>,
 ) -> Option<Reporter> {
     let Some(node) = credentials::node_name_here(config.report.node_name.as_deref()) else {

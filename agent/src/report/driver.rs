@@ -311,15 +311,15 @@ impl<R: Reporter> ReportLoop<R> {
     }
 }
 
-/// The daemon's reporter: check rounds arrive on `rounds` (a watch channel,
-/// so the checks never wait: a round sent while a request is in flight just
-/// replaces the previous one), the API server is brought up to date on the
-/// real clock. Events about pods (the pods watcher's) arrive on
+/// The daemon's reporter: every check round arrives on `rounds` (each one
+/// counts towards hysteresis, even when equal to the one before), the API
+/// server is brought up to date on the real clock; the checks never wait on
+/// it (their sender uses `try_send`). Events about pods (the pods watcher's) arrive on
 /// `pod_events` and go out with the node's. Returns the loop when the
 /// rounds' sender is dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
-    mut rounds: tokio::sync::watch::Receiver<Vec<Condition>>,
+    mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
     mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
 ) -> ReportLoop<R> {
     loop {
@@ -337,11 +337,10 @@ pub async fn run<R: Reporter>(
             .map(|t| t.duration_since(SystemTime::now()).unwrap_or_default())
             .unwrap_or(Duration::from_secs(3600));
         tokio::select! {
-            changed = rounds.changed() => {
-                if changed.is_err() {
+            round = rounds.recv() => {
+                let Some(round) = round else {
                     return lp;
-                }
-                let round = rounds.borrow_and_update().clone();
+                };
                 lp.observe(SystemTime::now(), &round);
             }
             Some(e) = next_pod_event(&mut pod_events) => {

@@ -41,15 +41,19 @@ pub struct Agent {
 
 impl Agent {
     /// Starts `nodeproof run` with `config_toml` plus a `[daemon]` listen
-    /// address of its own; its log goes to `dir/agent.log`.
+    /// address of its own (added to the caller's `[daemon]` table if it has
+    /// one); its log goes to `dir/agent.log`.
     pub fn start(dir: &Path, config_toml: &str) -> Agent {
         let port = free_port();
         let config = dir.join("config.toml");
-        std::fs::write(
-            &config,
-            format!("{config_toml}\n[daemon]\nlisten = \"127.0.0.1:{port}\"\n"),
-        )
-        .unwrap();
+        // TOML allows one [daemon] table: join the caller's when it has one.
+        let listen = format!("[daemon]\nlisten = \"127.0.0.1:{port}\"\n");
+        let text = if config_toml.contains("[daemon]\n") {
+            config_toml.replacen("[daemon]\n", &listen, 1)
+        } else {
+            format!("{config_toml}\n{listen}")
+        };
+        std::fs::write(&config, text).unwrap();
         let log = dir.join("agent.log");
         let child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
             .args(["run", "--config"])
