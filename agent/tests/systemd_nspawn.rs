@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod fake_nvml_support;
+
 fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -136,6 +138,7 @@ install -D -m 644 /opt/np/systemd/kubelet.service.d/10-nodeproof.conf /usr/lib/s
 install -D -m 644 /opt/np/systemd/nodeproof.sysusers.conf /usr/lib/sysusers.d/nodeproof.conf
 install -D -m 644 /opt/np/systemd/nodeproof.tmpfiles.conf /usr/lib/tmpfiles.d/nodeproof.conf
 install -D -m 644 /opt/np/systemd/config.toml /etc/nodeproof/config.toml
+sed -i -e 's|^nvml-library = .*|nvml-library = "/opt/np/gpu/libnvidia-ml.so.1"|' -e 's|^sysfs-root = .*|sysfs-root = "/opt/np/gpu/sys"|' /etc/nodeproof/config.toml
 install -D -m 644 /opt/np/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json
 printf '[Service]\nWatchdogSec=2\n' > /tmp/wd.conf
 install -D -m 644 /tmp/wd.conf /etc/systemd/system/nodeproof.service.d/watchdog.conf
@@ -216,15 +219,28 @@ fn the_unit_runs_under_systemd_as_pid_1() {
         share.path().join("nodeproof"),
     )
     .unwrap();
-    for d in ["systemd", "profiles"] {
+    // One fake GPU (the fake NVML) that has raised XID 79: the journal gets XID= and GPU_UUID=.
+    let gpu = fake_nvml_support::Scenario::new("gpus 1\nxid 1 0 79\n", 1);
+    for (from, to) in [
+        (repo().join("systemd"), "systemd"),
+        (repo().join("profiles"), "profiles"),
+        (gpu.dir.path().to_path_buf(), "gpu"),
+    ] {
         let status = Command::new("cp")
             .arg("-r")
-            .arg(repo().join(d))
-            .arg(share.path())
+            .arg(&from)
+            .arg(share.path().join(to))
             .status()
             .unwrap();
         assert!(status.success());
     }
+    // The agent reads the fake NVML and its scenario as the nodeproof user.
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(share.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
     let m = Machine::boot(&root, share.path());
     let out = m.sh(INSTALL);
     assert!(!out.contains("rror"), "{out}");
@@ -248,6 +264,9 @@ fn the_unit_runs_under_systemd_as_pid_1() {
         "\"NODEPROOF_CHECK\":\"profiles\"",
         "\"SECCOMP_PROFILE\":\"/var/lib/kubelet/seccomp/default.json\"",
         "\"NODEPROOF_CHECK\":\"tracing\"",
+        "\"NODEPROOF_CHECK\":\"gpu\"",
+        "\"XID\":\"79\"",
+        "\"GPU_UUID\":\"GPU-fa4e0000-0000-4000-8000-000000000000\"",
     ] {
         assert!(
             journal.contains(field),

@@ -342,6 +342,17 @@ fn gpu_probe(ctx: &Context) {
         }
         let Some((_, p)) = probe.as_mut() else { return };
         let report = gpu::cycle(&config.gpu, p, &mut state);
+        // Each XID the driver raised since the last cycle, once: `journalctl XID=79`.
+        for x in report.snapshot.iter().flat_map(|s| &s.xids) {
+            tracing::warn!(
+                nodeproof_check = "gpu",
+                xid = x.xid,
+                gpu_uuid = x.uuid.as_deref().unwrap_or(""),
+                gpu_index = x.gpu,
+                xid_class = config.gpu.class_of(x.xid).as_str(),
+                "GPU XID event"
+            );
+        }
         for f in report.findings() {
             let was = failed.get(&f.subject).cloned();
             if f.status == Status::Failed && was.as_deref() != Some(f.reason.as_str()) {
