@@ -414,7 +414,7 @@ fn reporter_state(summary: &str) -> CheckState {
 /// on, unreported, and says so in STATUS= and the journal.
 pub async fn start_reporter(
     config: &Config,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     rounds: channel::Receiver<Vec<Condition>>,
 ) -> Option<Reporter> {
     let Some(node) = credentials::node_name_here(config.report.node_name.as_deref()) else {
@@ -470,8 +470,11 @@ pub async fn start_reporter(
     );
     tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %source.describe(), "reporting to the API server");
     shared.set_check("reporter", reporter_state("reporting to API"));
+    let counter = shared.clone();
     Some(Reporter {
-        task: tokio::spawn(driver::run(lp, rounds)),
+        task: tokio::spawn(driver::run(lp, rounds, move |_| {
+            counter.metrics(|m| m.reporter_errors += 1)
+        })),
     })
 }
 

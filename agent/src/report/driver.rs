@@ -314,14 +314,18 @@ impl<R: Reporter> ReportLoop<R> {
 /// The daemon's reporter: check rounds arrive on `rounds` (a watch channel,
 /// so the checks never wait: a round sent while a request is in flight just
 /// replaces the previous one), the API server is brought up to date on the
-/// real clock. Returns the loop when the sender is dropped.
+/// real clock. `on_error` sees each failed flush (the loop is moved into
+/// the task, so this is how the daemon counts them while it runs). Returns
+/// the loop when the sender is dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
     mut rounds: tokio::sync::watch::Receiver<Vec<Condition>>,
+    mut on_error: impl FnMut(&ReportError),
 ) -> ReportLoop<R> {
     loop {
         let now = SystemTime::now();
         if let Err(e) = lp.flush(now).await {
+            on_error(&e);
             // Handled here (retried on the loop's schedule), so logged here.
             if e.is_fatal() {
                 tracing::error!(error = %e, "reporting failed; retrying with backoff");
