@@ -39,6 +39,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "the Debian root filesystem of that container (cached under target/nspawn/)",
     ),
     (
+        "acl",
+        "setfacl: the preflight tests grant and deny access with POSIX ACLs",
+    ),
+    (
         "dpkg-dev",
         "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
     ),
