@@ -173,6 +173,7 @@ async fn serve(
                     .map_err(DaemonError::Ready)?;
                 tracing::info!(
                     ready_ms = started.elapsed().as_millis() as u64,
+                    first_rounds = %shared.first_rounds_since(started),
                     status = %last_status,
                     "first check cycle done; ready"
                 );
