@@ -193,6 +193,23 @@ fn assert_user_and_caps(m: &Machine) {
     assert_eq!(field("CapBnd:"), "000000c000000000", "{proc_status}");
 }
 
+/// Starts the unit: active (READY=1 received), STATUS=, the user and its
+/// capabilities, /healthz answering the nodeproof user.
+fn start_and_check(m: &Machine) {
+    let started =
+        m.sh("systemctl start nodeproof.service && systemctl is-active nodeproof.service");
+    assert_eq!(
+        started.trim(),
+        "active",
+        "{}",
+        m.sh("journalctl -u nodeproof --no-pager | tail -30")
+    );
+    assert_status_line(m);
+    assert_user_and_caps(m);
+    let health = m.sh("runuser -u nodeproof -- curl -sf http://127.0.0.1:9810/healthz");
+    assert!(health.starts_with("ok"), "{health}");
+}
+
 /// STATUS= says the profile passed and which eBPF strategy traces.
 fn assert_status_line(m: &Machine) {
     let status = show(m, "nodeproof.service", "StatusText");
@@ -245,20 +262,8 @@ fn the_unit_runs_under_systemd_as_pid_1() {
     let out = m.sh(INSTALL);
     assert!(!out.contains("rror"), "{out}");
 
-    let started =
-        m.sh("systemctl start nodeproof.service && systemctl is-active nodeproof.service");
-    assert_eq!(
-        started.trim(),
-        "active",
-        "{}",
-        m.sh("journalctl -u nodeproof --no-pager | tail -30")
-    );
-    assert_status_line(&m);
+    start_and_check(&m);
     let pid = show(&m, "nodeproof.service", "MainPID");
-    assert_user_and_caps(&m);
-
-    let health = m.sh("runuser -u nodeproof -- curl -sf http://127.0.0.1:9810/healthz");
-    assert!(health.starts_with("ok"), "{health}");
     let journal = m.sh("journalctl -u nodeproof.service -o json --no-pager");
     for field in [
         "\"NODEPROOF_CHECK\":\"profiles\"",
@@ -392,14 +397,7 @@ fn the_debian_package_installs_runs_and_goes_away() {
     // The package's own default profile stands in for the kubelet's.
     m.sh("install -D -m 644 /usr/share/nodeproof/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json");
 
-    let started =
-        m.sh("systemctl start nodeproof.service && systemctl is-active nodeproof.service");
-    assert_eq!(
-        started.trim(),
-        "active",
-        "{}",
-        m.sh("journalctl -u nodeproof --no-pager | tail -30")
-    );
+    start_and_check(&m);
     // Type=notify is active only after READY=1; the agent logs when it sent it.
     let journal = m.sh("journalctl -u nodeproof.service -o json --no-pager");
     for needle in [
@@ -409,10 +407,6 @@ fn the_debian_package_installs_runs_and_goes_away() {
     ] {
         assert!(journal.contains(needle), "no {needle} in:\n{journal}");
     }
-    assert_status_line(&m);
-    assert_user_and_caps(&m);
-    let health = m.sh("runuser -u nodeproof -- curl -sf http://127.0.0.1:9810/healthz");
-    assert!(health.starts_with("ok"), "{health}");
 
     // prerm: stopped and disabled; the conffile and the user stay.
     let out = m.sh("dpkg -r nodeproof 2>&1");
