@@ -121,6 +121,7 @@ async fn serve(
     let (config_tx, config_rx) = channel::channel(Arc::new(config.clone()));
     let (stop_tx, stop_rx) = channel::channel(false);
     let stop_flag = Arc::new(AtomicBool::new(false));
+    let _stop_on_exit = StopOnExit(stop_flag.clone());
     let round = Arc::new(Notify::new());
     let ctx = subsystems::Context {
         shared: shared.clone(),
@@ -207,6 +208,17 @@ async fn serve(
     http_task.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Sets the stop flag however `serve` ends (an error such as a failed
+/// READY=1, a panic): the runtime's drop waits for the blocking subsystems,
+/// which would otherwise poll on forever and hang the exit.
+struct StopOnExit(Arc<AtomicBool>);
+
+impl Drop for StopOnExit {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Tells the subsystems to stop and waits for them (the tracer detaches its
