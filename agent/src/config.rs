@@ -215,16 +215,16 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid config {path}")]
-    Parse {
+    /// TOML syntax: the parse stops at the first one, so it is the only problem reported.
+    #[error("invalid config {path}:{line}:{column}: {message} (a syntax error ends the parse: nothing after it was checked)")]
+    Syntax {
         path: PathBuf,
-        #[source]
-        source: toml::de::Error,
+        line: usize,
+        column: usize,
+        message: String,
     },
-    #[error(
-        "invalid config {path}: seccomp.runtime must be auto, containerd or crio, not {value:?}"
-    )]
-    Runtime { path: PathBuf, value: String },
+    /// Unknown keys and wrong types (`line:column: ...`, in file order), then
+    /// the values out of range, all at once.
     #[error("invalid config {path}: {}", problems.join("; "))]
     Problems {
         path: PathBuf,
@@ -232,22 +232,122 @@ pub enum ConfigError {
     },
 }
 
+/// At most this many unknown keys or wrong types are collected (each costs a
+/// deserialization of the remaining document).
+const MAX_SCHEMA_PROBLEMS: usize = 32;
+
+/// Deserializes `text`, collecting every unknown key and wrong type: serde
+/// stops at the first, so the offending entry is removed from the parsed
+/// document (which keeps every other entry's position) and the rest is
+/// deserialized again, until it passes (a removed entry takes its default,
+/// so the values of the others can be checked too) or cannot go on (`None`).
+/// `Err`: the syntax error, as (line, column, message).
+type Schema = (Option<Config>, Vec<String>);
+
+fn deserialize_all(text: &str) -> Result<Schema, (usize, usize, String)> {
+    let doc = toml_edit::ImDocument::parse(text).map_err(|e| {
+        let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
+        (line, column, e.message().to_string())
+    })?;
+    let mut root = doc.as_table().clone();
+    let mut problems = Vec::new();
+    loop {
+        let e = match toml_edit::de::from_document::<Config>(toml_edit::DocumentMut::from(
+            root.clone(),
+        )) {
+            Ok(config) => return Ok((Some(config), problems)),
+            Err(e) => e,
+        };
+        let at = e.span().map(|s| s.start);
+        let (line, column) = at.map_or((1, 1), |a| line_column(text, a));
+        problems.push(format!("{line}:{column}: {}", e.message()));
+        // No position, nothing to remove, or too many: what was found is the answer.
+        let removed = at.is_some_and(|a| remove_entry_at(&mut root, a));
+        if !removed || problems.len() >= MAX_SCHEMA_PROBLEMS {
+            return Ok((None, problems));
+        }
+    }
+}
+
+/// Removes the entry whose key or value holds byte `at`, in the innermost
+/// table that does. False when none does.
+fn remove_entry_at(table: &mut dyn toml_edit::TableLike, at: usize) -> bool {
+    let inside = |span: Option<std::ops::Range<usize>>| span.is_some_and(|s| s.contains(&at));
+    let mut hit = None;
+    for (key, item) in table.iter() {
+        let key_span = table.key(key).and_then(toml_edit::Key::span);
+        if inside(key_span) || inside(item.span()) || contains_position(item, at) {
+            hit = Some(key.to_string());
+            break;
+        }
+    }
+    let Some(key) = hit else { return false };
+    let key_span = table.key(&key).and_then(toml_edit::Key::span);
+    let child = table.get_mut(&key).and_then(|item| match item {
+        toml_edit::Item::Table(t) => Some(t as &mut dyn toml_edit::TableLike),
+        toml_edit::Item::Value(toml_edit::Value::InlineTable(t)) => Some(t),
+        _ => None,
+    });
+    if !inside(key_span) {
+        if let Some(child) = child {
+            if remove_entry_at(child, at) {
+                return true;
+            }
+        }
+    }
+    table.remove(&key).is_some()
+}
+
+/// Whether a table (its header, or any entry in it) spans byte `at`: a
+/// `[section]` table's own span covers only its header.
+fn contains_position(item: &toml_edit::Item, at: usize) -> bool {
+    let inside = |span: Option<std::ops::Range<usize>>| span.is_some_and(|s| s.contains(&at));
+    match item {
+        toml_edit::Item::Table(t) => {
+            inside(t.span())
+                || t.iter().any(|(k, v)| {
+                    inside(t.key(k).and_then(toml_edit::Key::span))
+                        || inside(v.span())
+                        || contains_position(v, at)
+                })
+        }
+        _ => false,
+    }
+}
+
+/// 1-based line and column (in characters) of byte `at`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
 impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let (config, mut problems) =
+            deserialize_all(text).map_err(|(line, column, message)| ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message,
+            })?;
+        let Some(config) = config else {
+            return Err(ConfigError::Problems {
+                path: path.to_path_buf(),
+                problems,
+            });
+        };
         if !matches!(
             config.seccomp.runtime.as_str(),
             "auto" | "containerd" | "crio"
         ) {
-            return Err(ConfigError::Runtime {
-                path: path.to_path_buf(),
-                value: config.seccomp.runtime.clone(),
-            });
+            problems.push(format!(
+                "seccomp.runtime must be auto, containerd or crio, not {:?}",
+                config.seccomp.runtime
+            ));
         }
-        let mut problems = config.gpu.problems();
+        problems.extend(config.gpu.problems());
         problems.extend(config.report.problems());
         problems.extend(config.daemon.problems());
         if !problems.is_empty() {
@@ -351,6 +451,71 @@ mod tests {
             "invalid config c.toml: report.hysteresis.DiskPressure: not a condition nodeproof reports \
              (one of SeccompProfilesReady, SeccompTracingReady, GPUDriverReady, GPUHealthy); \
              report.to-good must be at least 1; report.hysteresis.DiskPressure.to-bad must be at least 1"
+        );
+    }
+
+    #[test]
+    fn every_unknown_key_and_wrong_type_is_reported_with_its_position() {
+        let daemon_keys = "expected one of `listen`, `gpu-interval-s`, `profile-resync-s`";
+        let cases: &[(&str, &str)] = &[
+            (
+                "[daemon]\nnope = 1\n",
+                &format!("2:1: unknown field `nope`, {daemon_keys}"),
+            ),
+            (
+                // Two unknown keys in one table, a wrong type in another, and a
+                // value problem of a key that is fine: all in one run.
+                "[seccomp]\nroots = \"/x\"\nno-new-privileges = \"yes\"\n\
+                 [daemon]\nnope = 1\ngpu-interval-s = 0\nalso = 2\n",
+                &format!(
+                    "2:1: unknown field `roots`, expected one of `root`, `runtime`, `no-new-privileges`; \
+                     3:21: invalid type: string \"yes\", expected a boolean; \
+                     5:1: unknown field `nope`, {daemon_keys}; \
+                     7:1: unknown field `also`, {daemon_keys}; \
+                     daemon.gpu-interval-s must be at least 1"
+                ),
+            ),
+            (
+                "[gpu.xid]\nfatal = \"79\"\n[gpu.memory]\necc-max = 1\n[nope]\nx = 1\n",
+                "2:9: invalid type: string \"79\", expected a sequence; \
+                 4:1: unknown field `ecc-max`, expected one of `ecc-volatile-uncorrected-max`, \
+                 `ecc-aggregate-uncorrected-max`, `retired-pages-pending`, `row-remap-pending`, \
+                 `row-remap-failed`; \
+                 5:2: unknown field `nope`, expected one of `seccomp`, `gpu`, `report`, `daemon`",
+            ),
+            (
+                "[report.hysteresis.GPUHealthy]\nto-bad = -1\nto_good = 1\n",
+                "2:10: invalid value: integer `-1`, expected u32; \
+                 3:1: unknown field `to_good`, expected `to-bad` or `to-good`",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = Config::parse(text, Path::new("c.toml")).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("invalid config c.toml: {want}"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_is_the_only_problem_reported_with_its_position() {
+        let e = Config::parse("[daemon]\nnope = 1\nlisten = \n", Path::new("c.toml")).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::Syntax {
+                    line: 3,
+                    column: 10,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "invalid config c.toml:3:10: invalid string\nexpected `\"`, `'` (a syntax error ends the parse: nothing after it was checked)"
         );
     }
 

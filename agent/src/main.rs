@@ -287,9 +287,13 @@ fn init_logging(daemon: bool) {
         }
     }
     let json = std::env::var("NODEPROOF_LOG_FORMAT").is_ok_and(|f| f == "json");
+    // A stderr nobody reads any more (a pipe whose reader left) must not
+    // stop the agent: by default a failed write is reported with eprintln!,
+    // which panics on that same stderr.
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     let _ = if json {
         fmt.json().try_init()
     } else {

@@ -103,6 +103,8 @@ pub fn user_in(unit: &str) -> Option<String> {
 pub struct Identity {
     pub name: String,
     pub uid: u32,
+    /// The primary group (also in `gids`).
+    pub gid: u32,
     pub gids: Vec<u32>,
 }
 
@@ -126,13 +128,13 @@ pub fn identity(name: &str) -> Option<Identity> {
     Some(Identity {
         name: name.to_string(),
         uid,
+        gid,
         gids: groups,
     })
 }
 
 /// `want` is a mask of 4 (read), 2 (write), 1 (execute/search). Mode bits
-/// only: ACLs are not consulted (a user granted access by an ACL alone is
-/// reported as lacking it, which errs on the side of a warning).
+/// only: the fallback when the kernel cannot be asked (see [`kernel_access`]).
 pub fn can(id: &Identity, uid: u32, gid: u32, mode: u32, want: u32) -> bool {
     if id.uid == 0 {
         return true;
@@ -147,28 +149,117 @@ pub fn can(id: &Identity, uid: u32, gid: u32, mode: u32, want: u32) -> bool {
     bits & want == want
 }
 
-/// Every directory on the way must be searchable, then the path itself.
+/// Asks the kernel, so that ACLs, supplementary groups and every directory's
+/// search permission count exactly as they will for the kubelet: a forked
+/// child takes the user's uid, gid and groups and calls access(2) on each
+/// path in order. `Ok(None)`: all allowed; `Ok(Some(i))`: the first denied.
+/// Needs CAP_SETUID and CAP_SETGID (preflight runs as root before kubelet).
+pub fn kernel_access(
+    id: &Identity,
+    checks: &[(&Path, u32)],
+) -> Result<Option<usize>, std::io::Error> {
+    use std::os::unix::ffi::OsStrExt;
+    // Everything the child needs is allocated before the fork.
+    let paths = checks
+        .iter()
+        .map(|(p, _)| CString::new(p.as_os_str().as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let gids: Vec<libc::gid_t> = id.gids.clone();
+    const CANNOT_SWITCH: i32 = 255;
+    // SAFETY: the child only makes raw syscalls (no allocation, no locks)
+    // and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        unsafe {
+            // Raw syscalls: glibc's wrappers would try to change every thread's ids.
+            if libc::syscall(libc::SYS_setgroups, gids.len(), gids.as_ptr()) != 0
+                || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) != 0
+                || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) != 0
+            {
+                libc::_exit(CANNOT_SWITCH);
+            }
+            for (i, (path, (_, want))) in paths.iter().zip(checks).enumerate() {
+                if libc::access(path.as_ptr(), *want as libc::c_int) != 0 {
+                    libc::_exit(i.min(250) as i32 + 1);
+                }
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child just forked.
+    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        return Err(std::io::Error::last_os_error());
+    }
+    match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
+        Some(0) => Ok(None),
+        Some(CANNOT_SWITCH) | None => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "cannot take the user's identity in a child",
+        )),
+        Some(n) => Ok(Some(n as usize - 1)),
+    }
+}
+
+/// Every directory on the way must be searchable, then the path itself:
+/// the kernel decides when it can be asked, else the mode bits.
 fn reachable(id: &Identity, path: &Path, want: u32) -> Result<(), String> {
+    let mut prefixes = Vec::new();
     let mut prefix = PathBuf::new();
     let components: Vec<_> = path.components().collect();
     for (i, c) in components.iter().enumerate() {
         prefix.push(c);
         let meta = std::fs::metadata(&prefix).map_err(|e| format!("{}: {e}", prefix.display()))?;
-        let last = i + 1 == components.len();
-        let need = if last { want } else { 1 };
-        if !can(id, meta.uid(), meta.gid(), meta.mode(), need) {
-            return Err(format!(
-                "{} (owner {}:{}, mode {:o}) denies {} to {}",
-                prefix.display(),
-                meta.uid(),
-                meta.gid(),
-                meta.mode() & 0o7777,
-                access_name(need),
-                id.name
-            ));
+        let need = if i + 1 == components.len() { want } else { 1 };
+        prefixes.push((prefix.clone(), meta, need));
+    }
+    let denies = |(p, meta, need): &(PathBuf, std::fs::Metadata, u32), how: &str| {
+        format!(
+            "{} (owner {}:{}, mode {:o}) denies {} to {}{how}",
+            p.display(),
+            meta.uid(),
+            meta.gid(),
+            meta.mode() & 0o7777,
+            access_name(*need),
+            id.name
+        )
+    };
+    let checks: Vec<(&Path, u32)> = prefixes
+        .iter()
+        .map(|(p, _, need)| (p.as_path(), *need))
+        .collect();
+    let by_kernel = if id.uid == 0 {
+        Ok(None)
+    } else {
+        kernel_access(id, &checks)
+    };
+    match by_kernel {
+        Ok(None) => Ok(()),
+        Ok(Some(i)) => {
+            let p = &prefixes[i];
+            // The mode bits would allow it: an ACL (or a security module) denies.
+            let how = if can(id, p.1.uid(), p.1.gid(), p.1.mode(), p.2) {
+                " (its ACL or a security module)"
+            } else {
+                ""
+            };
+            Err(denies(p, how))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "kernel access check unavailable; judging by mode bits");
+            match prefixes
+                .iter()
+                .find(|(_, m, need)| !can(id, m.uid(), m.gid(), m.mode(), *need))
+            {
+                Some(p) => Err(denies(p, " (mode bits only: ACLs not checked)")),
+                None => Ok(()),
+            }
         }
     }
-    Ok(())
 }
 
 fn access_name(want: u32) -> &'static str {
@@ -351,6 +442,7 @@ mod tests {
         let id = Identity {
             name: "kube".into(),
             uid: 1000,
+            gid: 1000,
             gids: vec![1000, 50],
         };
         assert!(can(&id, 1000, 0, 0o700, 7));
@@ -376,6 +468,7 @@ mod tests {
         let id = Identity {
             name: "kube".into(),
             uid: me.uid() + 4242,
+            gid: me.gid() + 4242,
             gids: vec![me.gid() + 4242],
         };
         let layout = Layout {
@@ -391,11 +484,86 @@ mod tests {
         let owner = Identity {
             name: "me".into(),
             uid: me.uid(),
+            gid: me.gid(),
             gids: vec![me.gid()],
         };
         assert!(rootless_findings(&owner, &layout, dir.path())
             .iter()
             .all(|f| f.status == Status::Ok));
+    }
+
+    /// `setfacl ARGS PATH`; `Err` says why ACLs cannot be tested here.
+    fn setfacl(args: &[&str], path: &Path) -> Result<(), String> {
+        let out = std::process::Command::new("setfacl")
+            .args(args)
+            .arg(path)
+            .output()
+            .map_err(|e| format!("setfacl not runnable ({e}): package acl, cargo xtask setup"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    #[test]
+    fn acls_decide_as_the_kernel_does_both_ways() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: taking another user's identity needs root");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A user with no passwd entry: only its ids matter to the kernel.
+        let kube = Identity {
+            name: "kube".into(),
+            uid: 4242,
+            gid: 4242,
+            gids: vec![4242, 4343],
+        };
+        // Mode bits deny (root-only), an ACL entry for the user grants.
+        let granted = dir.path().join("pki");
+        std::fs::create_dir(&granted).unwrap();
+        std::fs::set_permissions(&granted, std::fs::Permissions::from_mode(0o700)).unwrap();
+        if let Err(why) = setfacl(&["-m", "u:4242:rx"], &granted) {
+            panic!("cannot set an ACL on {}: {why}", granted.display());
+        }
+        // Mode bits allow (world-readable), an ACL entry for a supplementary group denies.
+        let denied = dir.path().join("seccomp");
+        std::fs::create_dir(&denied).unwrap();
+        std::fs::set_permissions(&denied, std::fs::Permissions::from_mode(0o755)).unwrap();
+        setfacl(&["-m", "g:4343:---"], &denied).unwrap();
+        // A plain mode-bits case on the way: the group owner's bits apply to a supplementary group.
+        let group = dir.path().join("group");
+        std::fs::create_dir(&group).unwrap();
+        std::fs::set_permissions(&group, std::fs::Permissions::from_mode(0o750)).unwrap();
+        std::os::unix::fs::chown(&group, None, Some(4343)).unwrap();
+
+        assert_eq!(reachable(&kube, &granted, 5), Ok(()));
+        let meta = std::fs::metadata(&granted).unwrap();
+        assert!(!can(&kube, meta.uid(), meta.gid(), meta.mode(), 5));
+        assert_eq!(
+            reachable(&kube, &denied, 5),
+            Err(format!(
+                "{} (owner 0:0, mode 755) denies listing to kube (its ACL or a security module)",
+                denied.display()
+            ))
+        );
+        assert_eq!(reachable(&kube, &group, 5), Ok(()));
+        assert_eq!(
+            reachable(&kube, &group, 7),
+            Err(format!(
+                "{} (owner 0:4343, mode 750) denies full access to kube",
+                group.display()
+            ))
+        );
+        // Below a directory the user cannot search, the first such directory is named.
+        assert_eq!(
+            kernel_access(&kube, &[(dir.path(), 1), (&denied, 1), (&granted, 1)]).unwrap(),
+            Some(1)
+        );
     }
 
     #[test]

@@ -105,6 +105,7 @@ fn notifies_serves_revalidates_reloads_and_stops() {
     let config = config(dir.path(), port, 10);
     let notify_path = dir.path().join("notify");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let log = dir.path().join("stderr.log");
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
         .args(["run", "--config"])
@@ -113,7 +114,8 @@ fn notifies_serves_revalidates_reloads_and_stops() {
         .env("WATCHDOG_USEC", "1000000")
         .env_remove("JOURNAL_STREAM")
         .env("NODE_NAME", "test-node")
-        .stderr(Stdio::null())
+        .env("NODEPROOF_LOG_FORMAT", "json")
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let seen = recv_until(&notify, "READY=1", Duration::from_secs(20));
@@ -178,4 +180,84 @@ fn notifies_serves_revalidates_reloads_and_stops() {
     recv_until(&notify, "STOPPING=1", Duration::from_secs(5));
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
+    // The start-up breakdown, for the record (a figure, not an assertion):
+    // when each check first finished, and the eBPF load's parts.
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        if line.contains("ready_ms") || line.contains("load_ms") {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// The exit status, or a panic (after killing it) if it has not exited within `within`.
+fn exits_within(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running {within:?} later: hung on the way out");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn one_profile_config(dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir(dir.join("seccomp")).unwrap();
+    config(dir, free_port(), 10)
+}
+
+#[test]
+fn a_stderr_nobody_reads_does_not_stop_a_clean_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = one_profile_config(dir.path());
+    let notify_path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env_remove("JOURNAL_STREAM")
+        .env("NODE_NAME", "test-node")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away: every later log line meets EPIPE.
+    drop(child.stderr.take());
+    recv_until(&notify, "READY=1", Duration::from_secs(20));
+    signal(&child, libc::SIGTERM);
+    let status = exits_within(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_refused_ready_notification_exits_1_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = one_profile_config(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["run", "--config"])
+        .arg(&config)
+        // Nobody listens there: READY=1 cannot be sent.
+        .env("NOTIFY_SOCKET", dir.path().join("absent"))
+        .env_remove("JOURNAL_STREAM")
+        .env("NODE_NAME", "test-node")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = exits_within(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("cannot tell systemd the agent is ready"),
+        "{stderr}"
+    );
 }

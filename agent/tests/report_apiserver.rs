@@ -668,9 +668,20 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
     let c = cluster();
     let lp = c.report_loop(immediate()).await;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let runner = tokio::spawn(driver::run(lp, rx, None));
+    let errors = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = errors.clone();
+    // The first writes fail: each failed flush is seen by the callback.
+    c.server.set_fault(Fault::Error500);
+    let runner = tokio::spawn(driver::run(lp, rx, None, move |_| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
     tx.send(vec![seccomp(false, "broken")]).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while errors.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no failure counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.server.clear_fault();
     while c.server.condition("n1", "SeccompProfilesReady").is_none() {
         assert!(std::time::Instant::now() < deadline, "never reported");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -686,4 +697,7 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
     drop(tx);
     let lp = runner.await.unwrap();
     assert_eq!(lp.stats().status_writes, 2);
+    let failures = errors.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(failures >= 1);
+    assert_eq!(failures, lp.stats().failures);
 }

@@ -2,12 +2,17 @@
 //! systemd-nspawn (Debian 12 rootfs from debootstrap, cached under
 //! target/nspawn/). Installs the files, starts the unit and checks READY,
 //! STATUS=, the journal fields, /healthz, the user and its two
-//! capabilities, eBPF tracing, the watchdog restart and the kubelet drop-in.
-//! Needs root, debootstrap and systemd-container (`cargo xtask setup`).
+//! capabilities, eBPF tracing, the watchdog restart and the kubelet drop-in;
+//! then the same through the Debian package (`dpkg -i`, `-r`, `--purge`).
+//! Needs root, debootstrap and systemd-container, and cargo-deb for the
+//! package (`cargo xtask setup` installs the first two, `cargo xtask test`
+//! cargo-deb under target/tools).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod fake_nvml_support;
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -20,8 +25,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The cached root filesystem, built once (~70 s).
+/// The cached root filesystem, built once (~70 s). The tests of this file
+/// run in parallel: one of them builds it, the others wait.
 fn rootfs() -> PathBuf {
+    static BUILT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = repo().join("target/nspawn");
     let root = dir.join("rootfs");
     if root.join("usr/lib/systemd/systemd").exists() {
@@ -130,6 +138,7 @@ install -D -m 644 /opt/np/systemd/kubelet.service.d/10-nodeproof.conf /usr/lib/s
 install -D -m 644 /opt/np/systemd/nodeproof.sysusers.conf /usr/lib/sysusers.d/nodeproof.conf
 install -D -m 644 /opt/np/systemd/nodeproof.tmpfiles.conf /usr/lib/tmpfiles.d/nodeproof.conf
 install -D -m 644 /opt/np/systemd/config.toml /etc/nodeproof/config.toml
+sed -i -e 's|^nvml-library = .*|nvml-library = "/opt/np/gpu/libnvidia-ml.so.1"|' -e 's|^sysfs-root = .*|sysfs-root = "/opt/np/gpu/sys"|' /etc/nodeproof/config.toml
 install -D -m 644 /opt/np/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json
 printf '[Service]\nWatchdogSec=2\n' > /tmp/wd.conf
 install -D -m 644 /tmp/wd.conf /etc/systemd/system/nodeproof.service.d/watchdog.conf
@@ -139,23 +148,84 @@ systemd-tmpfiles --create nodeproof.conf
 systemctl daemon-reload
 "#;
 
+/// Why this machine cannot boot a container, if it cannot.
+fn cannot_boot() -> Option<String> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (systemd-nspawn)".to_string());
+    }
+    [
+        "debootstrap",
+        "systemd-nspawn",
+        "nsenter",
+        "unshare",
+        "pgrep",
+    ]
+    .into_iter()
+    .find(|t| !have(t))
+    .map(|t| format!("{t} not installed (cargo xtask setup: debootstrap, systemd-container)"))
+}
+
+/// `systemctl show -p NAME --value UNIT`, trimmed.
+fn show(m: &Machine, unit: &str, property: &str) -> String {
+    m.sh(&format!("systemctl show -p {property} --value {unit}"))
+        .trim()
+        .to_string()
+}
+
+/// The running unit's process is the nodeproof user with CAP_PERFMON (38)
+/// and CAP_BPF (39), nothing else, effective and bounding.
+fn assert_user_and_caps(m: &Machine) {
+    let pid = show(m, "nodeproof.service", "MainPID");
+    let proc_status = m.sh(&format!("cat /proc/{pid}/status"));
+    let field = |name: &str| {
+        proc_status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let uid = m.sh("id -u nodeproof").trim().to_string();
+    assert!(
+        !uid.is_empty() && field("Uid:").starts_with(&uid),
+        "{proc_status}"
+    );
+    assert_eq!(field("CapEff:"), "000000c000000000", "{proc_status}");
+    assert_eq!(field("CapBnd:"), "000000c000000000", "{proc_status}");
+}
+
+/// Starts the unit: active (READY=1 received), STATUS=, the user and its
+/// capabilities, /healthz answering the nodeproof user.
+fn start_and_check(m: &Machine) {
+    let started =
+        m.sh("systemctl start nodeproof.service && systemctl is-active nodeproof.service");
+    assert_eq!(
+        started.trim(),
+        "active",
+        "{}",
+        m.sh("journalctl -u nodeproof --no-pager | tail -30")
+    );
+    assert_status_line(m);
+    assert_user_and_caps(m);
+    let health = m.sh("runuser -u nodeproof -- curl -sf http://127.0.0.1:9810/healthz");
+    assert!(health.starts_with("ok"), "{health}");
+}
+
+/// STATUS= says the profile passed and which eBPF strategy traces.
+fn assert_status_line(m: &Machine) {
+    let status = show(m, "nodeproof.service", "StatusText");
+    eprintln!("STATUS={status}");
+    assert!(status.contains("profiles 1 ok"), "{status}");
+    assert!(
+        status.contains("tracing tp_btf")
+            || status.contains("tracing fexit")
+            || status.contains("tracing tracepoint"),
+        "eBPF tracing not working as the nodeproof user: {status}"
+    );
+}
+
 #[test]
 fn the_unit_runs_under_systemd_as_pid_1() {
-    let reason = if unsafe { libc::geteuid() } != 0 {
-        Some("needs root (systemd-nspawn)".to_string())
-    } else {
-        [
-            "debootstrap",
-            "systemd-nspawn",
-            "nsenter",
-            "unshare",
-            "pgrep",
-        ]
-        .into_iter()
-        .find(|t| !have(t))
-        .map(|t| format!("{t} not installed (cargo xtask setup: debootstrap, systemd-container)"))
-    };
-    if let Some(reason) = reason {
+    if let Some(reason) = cannot_boot() {
         eprintln!("skipped: {reason}");
         return;
     }
@@ -166,62 +236,42 @@ fn the_unit_runs_under_systemd_as_pid_1() {
         share.path().join("nodeproof"),
     )
     .unwrap();
-    for d in ["systemd", "profiles"] {
+    // One fake GPU (the fake NVML) that has raised XID 79: the journal gets XID= and GPU_UUID=.
+    let gpu = fake_nvml_support::Scenario::new("gpus 1\nxid 1 0 79\n", 1);
+    for (from, to) in [
+        (repo().join("systemd"), "systemd"),
+        (repo().join("profiles"), "profiles"),
+        (gpu.dir.path().to_path_buf(), "gpu"),
+    ] {
         let status = Command::new("cp")
             .arg("-r")
-            .arg(repo().join(d))
-            .arg(share.path())
+            .arg(&from)
+            .arg(share.path().join(to))
             .status()
             .unwrap();
         assert!(status.success());
     }
+    // The agent reads the fake NVML and its scenario as the nodeproof user.
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(share.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
     let m = Machine::boot(&root, share.path());
     let out = m.sh(INSTALL);
     assert!(!out.contains("rror"), "{out}");
 
-    let started =
-        m.sh("systemctl start nodeproof.service && systemctl is-active nodeproof.service");
-    assert_eq!(
-        started.trim(),
-        "active",
-        "{}",
-        m.sh("journalctl -u nodeproof --no-pager | tail -30")
-    );
-    let status = m.sh("systemctl show -p StatusText --value nodeproof.service");
-    eprintln!("STATUS={}", status.trim());
-    assert!(status.contains("profiles 1 ok"), "{status}");
-    assert!(
-        status.contains("tracing tp_btf")
-            || status.contains("tracing fexit")
-            || status.contains("tracing tracepoint"),
-        "eBPF tracing not working as the nodeproof user: {status}"
-    );
-
-    let pid = m
-        .sh("systemctl show -p MainPID --value nodeproof.service")
-        .trim()
-        .to_string();
-    let proc_status = m.sh(&format!("cat /proc/{pid}/status"));
-    let field = |name: &str| {
-        proc_status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default()
-    };
-    let uid = m.sh("id -u nodeproof").trim().to_string();
-    assert!(field("Uid:").starts_with(&uid), "{proc_status}");
-    // CAP_PERFMON (38) and CAP_BPF (39), nothing else.
-    assert_eq!(field("CapEff:"), "000000c000000000", "{proc_status}");
-    assert_eq!(field("CapBnd:"), "000000c000000000", "{proc_status}");
-
-    let health = m.sh("runuser -u nodeproof -- curl -sf http://127.0.0.1:9810/healthz");
-    assert!(health.starts_with("ok"), "{health}");
+    start_and_check(&m);
+    let pid = show(&m, "nodeproof.service", "MainPID");
     let journal = m.sh("journalctl -u nodeproof.service -o json --no-pager");
     for field in [
         "\"NODEPROOF_CHECK\":\"profiles\"",
         "\"SECCOMP_PROFILE\":\"/var/lib/kubelet/seccomp/default.json\"",
         "\"NODEPROOF_CHECK\":\"tracing\"",
+        "\"NODEPROOF_CHECK\":\"gpu\"",
+        "\"XID\":\"79\"",
+        "\"GPU_UUID\":\"GPU-fa4e0000-0000-4000-8000-000000000000\"",
     ] {
         assert!(
             journal.contains(field),
@@ -258,4 +308,143 @@ fn the_unit_runs_under_systemd_as_pid_1() {
             && cat.contains("ExecStartPre=-/usr/bin/nodeproof preflight"),
         "{cat}"
     );
+}
+
+/// cargo-deb: on PATH (`cargo deb`), else where `cargo xtask test` installs
+/// it. Missing is a failure, not a skip: the package is what gets shipped.
+fn cargo_deb() -> Command {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let on_path = Command::new(&cargo)
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path {
+        let mut c = Command::new(cargo);
+        c.arg("deb");
+        return c;
+    }
+    let tools = repo().join("target/tools/bin/cargo-deb");
+    assert!(
+        tools.is_file(),
+        "cargo-deb is neither on PATH nor at {}: `cargo xtask test` (or `cargo xtask deb`) installs it there",
+        tools.display()
+    );
+    let mut c = Command::new(tools);
+    c.arg("deb");
+    c
+}
+
+/// The Debian package of the binary under test, in `dir`: cargo-deb with
+/// the dev profile and no build packs target/debug/nodeproof, which cargo
+/// has just built for this test, with the metadata of agent/Cargo.toml.
+fn build_deb(dir: &Path) -> PathBuf {
+    let out = cargo_deb()
+        .args([
+            "-p",
+            "nodeproof",
+            "--profile",
+            "dev",
+            "--no-build",
+            "--fast",
+            "-o",
+        ])
+        .arg(dir)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo deb failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deb = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .expect("cargo deb wrote no .deb");
+    let name = dir.join("nodeproof.deb");
+    std::fs::rename(&deb, &name).unwrap();
+    name
+}
+
+#[test]
+fn the_debian_package_installs_runs_and_goes_away() {
+    if let Some(reason) = cannot_boot() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let share = tempfile::tempdir().unwrap();
+    let deb = build_deb(share.path());
+    eprintln!("package: {} bytes", std::fs::metadata(&deb).unwrap().len());
+    let root = rootfs();
+    let m = Machine::boot(&root, share.path());
+
+    // postinst: user, directories, daemon-reload, enabled; not started.
+    let out = m.sh("dpkg -i /opt/np/nodeproof.deb 2>&1");
+    assert!(
+        m.sh("dpkg-query -W -f='${Status}' nodeproof") == "install ok installed",
+        "{out}"
+    );
+    assert!(
+        m.sh("id -u nodeproof").trim().parse::<u32>().is_ok(),
+        "{out}"
+    );
+    assert_eq!(
+        m.sh("systemctl is-enabled nodeproof.service").trim(),
+        "enabled"
+    );
+    assert_eq!(m.sh("stat -c %U /var/lib/nodeproof").trim(), "nodeproof");
+    // The package's own default profile stands in for the kubelet's.
+    m.sh("install -D -m 644 /usr/share/nodeproof/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json");
+
+    start_and_check(&m);
+    // Type=notify is active only after READY=1; the agent logs when it sent it.
+    let journal = m.sh("journalctl -u nodeproof.service -o json --no-pager");
+    for needle in [
+        "first check cycle done; ready",
+        "\"NODEPROOF_CHECK\":\"tracing\"",
+        "seccomp tracing attached",
+    ] {
+        assert!(journal.contains(needle), "no {needle} in:\n{journal}");
+    }
+
+    // prerm: stopped and disabled; the conffile and the user stay.
+    let out = m.sh("dpkg -r nodeproof 2>&1");
+    assert_eq!(
+        m.sh("systemctl is-active nodeproof.service").trim(),
+        "inactive",
+        "{out}"
+    );
+    // No process of the user is left (the rootfs has no procps).
+    assert_eq!(
+        m.sh("find /proc -maxdepth 1 -user nodeproof | wc -l")
+            .trim(),
+        "0",
+        "{out}"
+    );
+    assert_eq!(
+        m.sh("ls /etc/systemd/system/multi-user.target.wants/ | grep -c nodeproof || true")
+            .trim(),
+        "0",
+        "still enabled after dpkg -r: {out}"
+    );
+    assert!(!m.sh("test -e /usr/bin/nodeproof; echo $?").starts_with('0'));
+    assert!(m
+        .sh("test -f /etc/nodeproof/config.toml; echo $?")
+        .starts_with('0'));
+
+    // postrm purge: the conffile and the state directory go.
+    let out = m.sh("dpkg --purge nodeproof 2>&1");
+    assert!(
+        m.sh("test -e /etc/nodeproof/config.toml; echo $?")
+            .starts_with('1'),
+        "conffile left after purge: {out}"
+    );
+    assert!(
+        m.sh("test -e /var/lib/nodeproof; echo $?").starts_with('1'),
+        "state directory left after purge: {out}"
+    );
+    assert!(!m
+        .sh("dpkg-query -W -f='${Status}' nodeproof 2>&1")
+        .contains("ok installed"));
 }

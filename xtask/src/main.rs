@@ -38,7 +38,19 @@ const PACKAGES: &[(&str, &str)] = &[
         "debootstrap",
         "the Debian root filesystem of that container (cached under target/nspawn/)",
     ),
+    (
+        "acl",
+        "setfacl: the preflight tests grant and deny access with POSIX ACLs",
+    ),
+    (
+        "dpkg-dev",
+        "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
+    ),
 ];
+
+/// cargo-deb, pinned: the Debian package test builds with the dev profile,
+/// which newer cargo-deb versions announce they will refuse.
+const CARGO_DEB_VERSION: &str = "3.8.0";
 
 /// What `install` and the Debian package put where (source relative to the
 /// repository, destination absolute). agent/Cargo.toml's
@@ -107,6 +119,8 @@ fn run() -> Result<()> {
         }
         "test" => {
             setup()?;
+            // agent/tests/systemd_nspawn.rs packs the binary under test with it.
+            cargo_deb()?;
             prepare_kernel();
             cargo(&["fmt", "--all", "--", "--check"])?;
             cargo(&[
@@ -141,16 +155,17 @@ fn run() -> Result<()> {
             Ok(())
         }
         "deb" => {
-            let have = Command::new("cargo")
-                .args(["deb", "--version"])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if !have {
-                cargo(&["install", "cargo-deb", "--locked"])?;
+            let mut deb = cargo_deb()?;
+            deb.args(["-p", "nodeproof"]).args(rest);
+            eprintln!("+ {deb:?}");
+            let status = deb
+                .current_dir(root())
+                .status()
+                .context("running cargo deb")?;
+            if !status.success() {
+                bail!("cargo deb failed ({status})");
             }
-            let mut args = vec!["deb", "-p", "nodeproof"];
-            args.extend(rest.iter().map(String::as_str));
-            cargo(&args)
+            Ok(())
         }
         "bench" => {
             setup()?;
@@ -274,6 +289,38 @@ fn cargo(args: &[&str]) -> Result<()> {
         bail!("cargo {} failed ({status})", args.join(" "));
     }
     Ok(())
+}
+
+/// `cargo deb`: the one on PATH, else the pinned version under
+/// target/tools (installed there on first use: CI's clean clone caches it
+/// with the rest of target/).
+fn cargo_deb() -> Result<Command> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let on_path = Command::new(&cargo)
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let tools = root().join("target/tools");
+    let local = tools.join("bin/cargo-deb");
+    let mut cmd = if on_path {
+        Command::new(&cargo)
+    } else {
+        if !local.is_file() {
+            let root = tools.to_string_lossy();
+            crate::cargo(&[
+                "install",
+                "cargo-deb",
+                "--version",
+                CARGO_DEB_VERSION,
+                "--locked",
+                "--root",
+                &root,
+            ])?;
+        }
+        Command::new(local)
+    };
+    cmd.arg("deb");
+    Ok(cmd)
 }
 
 fn installed(pkg: &str) -> bool {

@@ -125,6 +125,7 @@ async fn serve(
     let (config_tx, config_rx) = channel::channel(Arc::new(config.clone()));
     let (stop_tx, stop_rx) = channel::channel(false);
     let stop_flag = Arc::new(AtomicBool::new(false));
+    let _stop_on_exit = StopOnExit(stop_flag.clone());
     let round = Arc::new(Notify::new());
     let (pod_rows, rows_rx) = channel::channel(Vec::new());
     let ctx = subsystems::Context {
@@ -190,6 +191,7 @@ async fn serve(
                     .map_err(DaemonError::Ready)?;
                 tracing::info!(
                     ready_ms = started.elapsed().as_millis() as u64,
+                    first_rounds = %shared.first_rounds_since(started),
                     status = %last_status,
                     "first check cycle done; ready"
                 );
@@ -227,6 +229,17 @@ async fn serve(
     http_task.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Sets the stop flag however `serve` ends (an error such as a failed
+/// READY=1, a panic): the runtime's drop waits for the blocking subsystems,
+/// which would otherwise poll on forever and hang the exit.
+struct StopOnExit(Arc<AtomicBool>);
+
+impl Drop for StopOnExit {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Tells the subsystems to stop and waits for them (the tracer detaches its

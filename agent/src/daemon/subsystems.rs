@@ -350,6 +350,17 @@ fn gpu_probe(ctx: &Context) {
         }
         let Some((_, p)) = probe.as_mut() else { return };
         let report = gpu::cycle(&config.gpu, p, &mut state);
+        // Each XID the driver raised since the last cycle, once: `journalctl XID=79`.
+        for x in report.snapshot.iter().flat_map(|s| &s.xids) {
+            tracing::warn!(
+                nodeproof_check = "gpu",
+                xid = x.xid,
+                gpu_uuid = x.uuid.as_deref().unwrap_or(""),
+                gpu_index = x.gpu,
+                xid_class = config.gpu.class_of(x.xid).as_str(),
+                "GPU XID event"
+            );
+        }
         for f in report.findings() {
             let was = failed.get(&f.subject).cloned();
             if f.status == Status::Failed && was.as_deref() != Some(f.reason.as_str()) {
@@ -411,7 +422,7 @@ fn reporter_state(summary: &str) -> CheckState {
 /// on, unreported, and says so in STATUS= and the journal.
 pub async fn start_reporter(
     config: &Config,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     rounds: mpsc::Receiver<Vec<Condition>>,
     pod_events: mpsc::Receiver<PodEvent>,
 ) -> Option<Reporter> {
@@ -468,8 +479,11 @@ pub async fn start_reporter(
     );
     tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %source.describe(), "reporting to the API server");
     shared.set_check("reporter", reporter_state("reporting to API"));
+    let counter = shared.clone();
     Some(Reporter {
-        task: tokio::spawn(driver::run(lp, rounds, Some(pod_events))),
+        task: tokio::spawn(driver::run(lp, rounds, Some(pod_events), move |_| {
+            counter.metrics(|m| m.reporter_errors += 1)
+        })),
     })
 }
 

@@ -314,17 +314,21 @@ impl<R: Reporter> ReportLoop<R> {
 /// The daemon's reporter: every check round arrives on `rounds` (each one
 /// counts towards hysteresis, even when equal to the one before), the API
 /// server is brought up to date on the real clock; the checks never wait on
-/// it (their sender uses `try_send`). Events about pods (the pods watcher's) arrive on
-/// `pod_events` and go out with the node's. Returns the loop when the
-/// rounds' sender is dropped.
+/// it (their sender uses `try_send`). Events about pods (the pods watcher's)
+/// arrive on `pod_events` and go out with the node's. `on_error` sees each
+/// failed flush (the loop is moved into the task, so this is how the daemon
+/// counts them while it runs). Returns the loop when the rounds' sender is
+/// dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
     mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
     mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+    mut on_error: impl FnMut(&ReportError),
 ) -> ReportLoop<R> {
     loop {
         let now = SystemTime::now();
         if let Err(e) = lp.flush(now).await {
+            on_error(&e);
             // Handled here (retried on the loop's schedule), so logged here.
             if e.is_fatal() {
                 tracing::error!(error = %e, "reporting failed; retrying with backoff");

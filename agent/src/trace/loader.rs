@@ -10,7 +10,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use std::fmt;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the kernel exposes its own BTF.
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -173,31 +173,62 @@ impl Tracer {
             Some(s) => vec![s],
             None => Strategy::ALL.to_vec(),
         };
+        let started = Instant::now();
         let btf_file = cfg.btf_path.as_deref().unwrap_or(Path::new(KERNEL_BTF));
-        // Why there is no BTF, kept for the refusal detail of every strategy that needs it.
-        let btf = Btf::parse_file(btf_file, aya::Endianness::default())
-            .map_err(|e| format!("no BTF at {}: {}", btf_file.display(), error_chain(&e)));
+        // aya's loader parses the kernel's BTF for itself when it is made;
+        // ours (the programs are loaded against it) is parsed meanwhile.
+        let (btf, loader) = std::thread::scope(|s| {
+            let loader = s.spawn(EbpfLoader::new);
+            // Why there is no BTF, kept for the refusal detail of every strategy that needs it.
+            let btf = Btf::parse_file(btf_file, aya::Endianness::default())
+                .map_err(|e| format!("no BTF at {}: {}", btf_file.display(), error_chain(&e)));
+            let loader = loader
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (btf, loader)
+        });
+        let sample_pid = cfg.sample_pid.unwrap_or(0);
+        let mut loader: EbpfLoader<'_> = loader;
+        loader
+            .allow_unsupported_maps() // task storage: aya 0.14 has no userspace type for it
+            .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
+            .override_global("np_sample_tgid", &sample_pid, true);
+        let btf_parse_ms = millis(started.elapsed());
+        // The object loaded with the kernel's BTF, shared by the BTF
+        // strategies: its maps are created once, not per strategy.
+        let mut object = None;
         let mut attempts = Vec::new();
         for strategy in order {
-            match try_strategy(strategy, cfg, btf.as_ref()) {
+            let attempt = Instant::now();
+            match try_strategy(strategy, cfg, btf.as_ref(), &mut loader, &mut object) {
                 Ok((bpf, btf_free_offset)) => {
                     for a in &attempts {
                         tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
                     }
-                    tracing::info!(%strategy, "seccomp tracing strategy loaded");
+                    // The start-up breakdown: READY=1 waits for this.
+                    tracing::info!(
+                        %strategy,
+                        btf_parse_ms,
+                        strategy_ms = millis(attempt.elapsed()),
+                        load_ms = millis(started.elapsed()),
+                        "seccomp tracing strategy loaded"
+                    );
                     let tracer = Self::from_loaded(bpf, strategy, attempts).map(|t| Self {
                         btf_free_offset,
                         ..t
                     });
                     drop(btf);
-                    // Parsing kernel BTF (several times: aya's loader parses its own copy)
+                    // Parsing kernel BTF (twice: aya's loader parses its own copy)
                     // peaks at tens of MiB of heap; hand it back so a long-running agent
                     // stays within its RSS budget.
                     // SAFETY: malloc_trim only releases free heap pages.
                     unsafe { libc::malloc_trim(0) };
                     return tracer;
                 }
-                Err(a) => attempts.push(a),
+                Err(a) => {
+                    tracing::debug!(refused = %a, ms = millis(attempt.elapsed()), "seccomp tracing strategy refused");
+                    attempts.push(a)
+                }
             }
         }
         Err(TraceError::NoStrategy {
@@ -249,10 +280,16 @@ impl Tracer {
     }
 }
 
-fn try_strategy(
+fn millis(d: Duration) -> u64 {
+    d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+fn try_strategy<'a>(
     strategy: Strategy,
     cfg: &TracerConfig,
-    btf: Result<&Btf, &String>,
+    btf: Result<&'a Btf, &String>,
+    loader: &mut EbpfLoader<'a>,
+    object: &mut Option<Ebpf>,
 ) -> Result<(Ebpf, Option<u32>), ProbeAttempt> {
     let fail = |reason, detail: String| ProbeAttempt {
         strategy,
@@ -283,22 +320,57 @@ fn try_strategy(
             ))
         }
     };
-    let sample_pid = cfg.sample_pid.unwrap_or(0);
-    let mut loader = EbpfLoader::new();
-    loader
-        .allow_unsupported_maps() // task storage: aya 0.14 has no userspace type for it
-        .override_global("np_sample_limit", &cfg.sample_limit_per_cpu, true)
-        .override_global("np_sample_tgid", &sample_pid, true);
+    let bpf = match object {
+        Some(bpf) => bpf,
+        None => object.insert(load_object(loader, btf).map_err(|(r, d)| fail(r, d))?),
+    };
+    let progs = programs(strategy);
+    // Every program is verified before any is attached: a refusal (fexit
+    // under lockdown, say) then leaves nothing running, and the programs it
+    // did load stay loaded for the next strategy that shares them.
+    load_programs(bpf, progs, Some(btf)).map_err(|(r, d)| fail(r, d))?;
+    if let Err((reason, detail)) = attach_programs(bpf, progs) {
+        // Some of its programs ran for a moment and wrote to the maps: the
+        // next strategy starts from a fresh object.
+        *object = None;
+        return Err(fail(reason, detail));
+    }
+    let mut bpf = object.take().expect("the object was just loaded");
+    unload_others(&mut bpf, progs);
+    Ok((bpf, None))
+}
+
+/// The embedded object with the kernel's BTF: maps created, no program loaded.
+fn load_object<'a>(
+    loader: &mut EbpfLoader<'a>,
+    btf: &'a Btf,
+) -> Result<Ebpf, (FailureReason, String)> {
     loader.btf(Some(btf));
-    let mut bpf = loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
-        fail(
+    loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
+        (
             FailureReason::from_errno(errno_in(&e)),
             format!("creating maps: {}", error_chain(&e)),
         )
-    })?;
-    attach_all(&mut bpf, programs(strategy), Some(btf))
-        .map_err(|(reason, detail)| fail(reason, detail))?;
-    Ok((bpf, None))
+    })
+}
+
+/// Unloads what refused strategies loaded and the chosen one does not use.
+fn unload_others(bpf: &mut Ebpf, keep: &[(&'static str, Attach)]) {
+    use aya::programs::Program;
+    for (name, prog) in bpf.programs_mut() {
+        if keep.iter().any(|(k, _)| *k == name) || prog.fd().is_err() {
+            continue;
+        }
+        let unloaded = match prog {
+            Program::FExit(p) => p.unload(),
+            Program::BtfTracePoint(p) => p.unload(),
+            Program::TracePoint(p) => p.unload(),
+            _ => Ok(()),
+        };
+        if let Err(e) = unloaded {
+            tracing::debug!(program = name, error = %error_chain(&e), "unloading an unused program failed");
+        }
+    }
 }
 
 /// Loads and attaches `progs` in order; the error is the refusal's reason and detail.
@@ -307,39 +379,87 @@ fn attach_all(
     progs: &[(&'static str, Attach)],
     btf: Option<&Btf>,
 ) -> Result<(), (FailureReason, String)> {
-    let fail = |reason, detail: String| (reason, detail);
+    load_programs(bpf, progs, btf)?;
+    attach_programs(bpf, progs)
+}
+
+/// How a program's load or attach failed: the errno's reason and what failed.
+fn step_error(
+    what: &str,
+    name: &str,
+    e: &(dyn std::error::Error + 'static),
+) -> (FailureReason, String) {
+    (
+        FailureReason::from_errno(errno_in(e)),
+        format!("{what} {name}: {}", error_chain(e)),
+    )
+}
+
+fn program<'a>(
+    bpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<&'a mut aya::programs::Program, (FailureReason, String)> {
+    bpf.program_mut(name)
+        .ok_or_else(|| (FailureReason::LoadFailed, format!("{name} not in object")))
+}
+
+/// Verifies and loads `progs` (those not loaded yet), attaching none.
+fn load_programs(
+    bpf: &mut Ebpf,
+    progs: &[(&'static str, Attach)],
+    btf: Option<&Btf>,
+) -> Result<(), (FailureReason, String)> {
     let need_btf = || {
         btf.ok_or_else(|| {
-            fail(
+            (
                 FailureReason::KernelUnsupported,
                 "BTF-typed attach point without BTF".to_string(),
             )
         })
     };
     for (name, attach) in progs {
-        let step = |what: &str, e: &(dyn std::error::Error + 'static)| {
-            fail(
-                FailureReason::from_errno(errno_in(e)),
-                format!("{what} {name}: {}", error_chain(e)),
-            )
-        };
-        let prog = bpf
-            .program_mut(name)
-            .ok_or_else(|| fail(FailureReason::LoadFailed, format!("{name} not in object")))?;
+        let prog = program(bpf, name)?;
+        if prog.fd().is_ok() {
+            continue;
+        }
+        let step = |what: &str, e: &(dyn std::error::Error + 'static)| step_error(what, name, e);
         match attach {
             Attach::Fexit(func) => {
                 let p: &mut FExit = prog.try_into().map_err(|e| step("type of", &e))?;
                 p.load(func, need_btf()?).map_err(|e| step("loading", &e))?;
-                p.attach().map_err(|e| step("attaching", &e))?;
             }
             Attach::BtfTp(tp) => {
                 let p: &mut BtfTracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
                 p.load(tp, need_btf()?).map_err(|e| step("loading", &e))?;
+            }
+            Attach::Tp(..) => {
+                let p: &mut TracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
+                p.load().map_err(|e| step("loading", &e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Attaches loaded `progs` in order.
+fn attach_programs(
+    bpf: &mut Ebpf,
+    progs: &[(&'static str, Attach)],
+) -> Result<(), (FailureReason, String)> {
+    for (name, attach) in progs {
+        let prog = program(bpf, name)?;
+        let step = |what: &str, e: &(dyn std::error::Error + 'static)| step_error(what, name, e);
+        match attach {
+            Attach::Fexit(_) => {
+                let p: &mut FExit = prog.try_into().map_err(|e| step("type of", &e))?;
+                p.attach().map_err(|e| step("attaching", &e))?;
+            }
+            Attach::BtfTp(_) => {
+                let p: &mut BtfTracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
                 p.attach().map_err(|e| step("attaching", &e))?;
             }
             Attach::Tp(cat, tp) => {
                 let p: &mut TracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
-                p.load().map_err(|e| step("loading", &e))?;
                 p.attach(cat, tp).map_err(|e| step("attaching", &e))?;
             }
         }
