@@ -310,26 +310,27 @@ fn the_unit_runs_under_systemd_as_pid_1() {
     );
 }
 
-/// cargo-deb: on PATH (`cargo deb`), else where `cargo xtask test` installs
-/// it. Missing is a failure, not a skip: the package is what gets shipped.
+/// cargo-deb: the pinned one `cargo xtask test` installs under target/tools
+/// when PATH has no such version, else the one on PATH. Missing is a
+/// failure, not a skip: the package is what gets shipped.
 fn cargo_deb() -> Command {
+    let tools = repo().join("target/tools/bin/cargo-deb");
+    if tools.is_file() {
+        let mut c = Command::new(tools);
+        c.arg("deb");
+        return c;
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let on_path = Command::new(&cargo)
         .args(["deb", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if on_path {
-        let mut c = Command::new(cargo);
-        c.arg("deb");
-        return c;
-    }
-    let tools = repo().join("target/tools/bin/cargo-deb");
     assert!(
-        tools.is_file(),
+        on_path,
         "cargo-deb is neither on PATH nor at {}: `cargo xtask test` (or `cargo xtask deb`) installs it there",
         tools.display()
     );
-    let mut c = Command::new(tools);
+    let mut c = Command::new(cargo);
     c.arg("deb");
     c
 }

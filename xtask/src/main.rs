@@ -291,15 +291,21 @@ fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo deb`: the one on PATH, else the pinned version under
-/// target/tools (installed there on first use: CI's clean clone caches it
-/// with the rest of target/).
+/// `cargo deb`: the one on PATH if it is the pinned version, else the pinned
+/// version under target/tools (installed there on first use: CI's clean
+/// clone caches it with the rest of target/).
 fn cargo_deb() -> Result<Command> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Only the pinned version: newer ones announce refusing the dev profile
+    // the package test builds with.
     let on_path = Command::new(&cargo)
         .args(["deb", "--version"])
         .output()
-        .is_ok_and(|o| o.status.success());
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).trim()
+                    == format!("cargo-deb {CARGO_DEB_VERSION}")
+        });
     let tools = root().join("target/tools");
     let local = tools.join("bin/cargo-deb");
     let mut cmd = if on_path {
