@@ -115,7 +115,7 @@ async fn watch_pods(
     };
     let mut state = PodsState::new(node_ctx);
     let (rows_tx, rows_rx) = mpsc::channel(1);
-    let feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
+    let mut feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
     let wopts = WatchOptions {
         recheck: RECHECK,
         wake: Some(feeds.profiles_linted.clone()),
@@ -151,7 +151,7 @@ async fn watch_pods(
         &wopts,
         ctx.stop.clone(),
         &node,
-        Some(feed),
+        Some(&mut feed),
         round_tx,
     );
     tokio::select! {
