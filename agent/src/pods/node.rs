@@ -60,7 +60,7 @@ pub enum PodsRunError {
     Runtime(#[source] std::io::Error),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodsOptions {
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,

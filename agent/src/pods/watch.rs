@@ -146,6 +146,18 @@ impl PodsState {
         true
     }
 
+    /// Starts over with another node context (a reload changed the node,
+    /// root or lint options): everything is listed again before the next
+    /// judgement, and findings already reported stay reported, so a
+    /// finding that still holds is not news again.
+    pub fn restart(&mut self, node: NodeContext) {
+        self.node = node;
+        self.judge = Judge::default();
+        self.pods_listed = false;
+        self.classes_listed = false;
+        self.class_missing_since.clear();
+    }
+
     pub fn synced(&self) -> bool {
         self.pods_listed && self.classes_listed
     }
@@ -196,10 +208,11 @@ impl PodsState {
                     })
             })
             .collect();
-        let keys: HashSet<_> = findings.iter().map(finding_key).collect();
+        let root = self.node.seccomp_root.display().to_string();
+        let keys: HashSet<_> = findings.iter().map(|f| finding_key(f, &root)).collect();
         let new = findings
             .iter()
-            .filter(|f| !self.reported.contains(&finding_key(f)))
+            .filter(|f| !self.reported.contains(&finding_key(f, &root)))
             .cloned()
             .collect();
         // Only current findings are remembered: a problem fixed and broken again is news again.
@@ -217,13 +230,16 @@ impl PodsState {
     }
 }
 
-fn finding_key(f: &PodFinding) -> (String, Option<String>, Reason, String) {
-    (
-        f.uid.clone(),
-        f.container.clone(),
-        f.reason,
-        f.message.clone(),
-    )
+/// What makes a finding news. The seccomp root is left out of the message:
+/// a file missing from the root before a reload and from the new one after
+/// it is the same problem, already said.
+fn finding_key(f: &PodFinding, seccomp_root: &str) -> (String, Option<String>, Reason, String) {
+    let message = if seccomp_root.is_empty() {
+        f.message.clone()
+    } else {
+        f.message.replace(seccomp_root, "<seccomp root>")
+    };
+    (f.uid.clone(), f.container.clone(), f.reason, message)
 }
 
 /// The Event for a finding: on the pod, the first line of what is wrong.
@@ -673,6 +689,51 @@ mod tests {
         let e = st.evaluate_at(t0 + CLASS_GRACE * 3);
         assert_eq!(e.condition.status, "True");
         assert_eq!(st.next_due(t0 + CLASS_GRACE * 3), None);
+    }
+
+    #[test]
+    fn a_restart_with_another_root_lists_again_and_says_nothing_twice() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(
+            a.path().join("there.json"),
+            r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#,
+        )
+        .unwrap();
+        let context = |root: &std::path::Path| NodeContext {
+            seccomp_root: root.to_path_buf(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            handlers: None,
+            lint: LintOptions {
+                check_listener: false,
+                ..LintOptions::default()
+            },
+        };
+        let pod = |name: &str, file: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ml", "uid": name},
+                "spec": {"containers": [{"name": "c", "securityContext": {"seccompProfile":
+                    {"type": "Localhost", "localhostProfile": file}}}]}
+            }))
+            .unwrap()
+        };
+        let pods = || vec![pod("gone", "nope.json"), pod("moved", "there.json")];
+        let mut st = PodsState::new(context(a.path()));
+        st.apply(Change::Pods(pods()));
+        st.apply(Change::Classes(Vec::new()));
+        let e = st.evaluate();
+        assert_eq!(e.new.len(), 1);
+        assert_eq!(e.new[0].pod, "gone");
+        st.restart(context(b.path()));
+        assert!(!st.synced(), "judged before the new lists");
+        st.apply(Change::Pods(pods()));
+        st.apply(Change::Classes(Vec::new()));
+        // nope.json is missing from both roots: not news; there.json only from B: news.
+        let e = st.evaluate();
+        assert_eq!(e.failing_pods, 2);
+        let new: Vec<_> = e.new.iter().map(|f| f.pod.as_str()).collect();
+        assert_eq!(new, ["moved"]);
     }
 
     fn node(labels: serde_json::Value, taints: serde_json::Value, heartbeat: &str) -> Node {
