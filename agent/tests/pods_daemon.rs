@@ -314,14 +314,34 @@ fn a_reload_restarts_the_pods_watcher_with_the_new_root() {
     let text = std::fs::read_to_string(&path).unwrap();
     let a = format!("root = \"{}\"", root_a.display());
     assert!(text.contains(&a), "{text}");
+    let b = text.replace(&a, &format!("root = \"{}\"", root_b.display()));
+    // SAFETY: a plain kill(2) on our own child.
+    let sighup = || unsafe { libc::kill(agent.child.id() as libc::pid_t, libc::SIGHUP) };
+
+    // First root B with credentials that do not exist: said, and the running watcher kept.
+    let kubeconfig = dir.path().join("node-n1.kubeconfig");
+    let k = format!("kubeconfig = \"{}\"", kubeconfig.display());
+    assert!(b.contains(&k), "{b}");
     std::fs::write(
         &path,
-        text.replace(&a, &format!("root = \"{}\"", root_b.display())),
+        b.replace(&k, "kubeconfig = \"/nonexistent/kubeconfig\""),
     )
     .unwrap();
+    sighup();
+    within("the unusable reload said", DEADLINE, &agent, || {
+        agent
+            .log_text()
+            .contains("the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with")
+    });
+    assert!(!agent.log_text().contains("watching the pods again"));
+    assert!(!cond().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("vllm-0"));
+
+    std::fs::write(&path, &b).unwrap();
     let hup = Instant::now();
-    // SAFETY: a plain kill(2) on our own child.
-    unsafe { libc::kill(agent.child.id() as libc::pid_t, libc::SIGHUP) };
+    sighup();
     within("vllm-0 judged against root B", DEADLINE, &agent, || {
         pod_events(&server, "SeccompProfileMissing")
             .iter()

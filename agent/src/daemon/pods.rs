@@ -60,27 +60,28 @@ struct Watched {
     node: String,
 }
 
-/// Credentials and node name as the reporter finds them; `None` (and why,
-/// logged) when the pods cannot be watched with them.
-async fn connect(opts: PodsOptions) -> Option<Watched> {
-    match pods_node::connect(&opts).await {
-        Ok((client, node)) => Some(Watched { opts, client, node }),
+/// Credentials and node name as the reporter finds them (locally: nothing
+/// is contacted yet).
+async fn connect(opts: PodsOptions) -> Result<Watched, PodsRunError> {
+    let (client, node) = pods_node::connect(&opts).await?;
+    Ok(Watched { opts, client, node })
+}
+
+/// Starts the watcher when credentials are found; `None` when the agent
+/// runs without them.
+pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinHandle<()>> {
+    let first = match connect(options(config, ctx.seccomp_root.clone())).await {
+        Ok(w) => w,
         // The reporter said why nothing is reported; here only what that means for pods.
         Err(e @ (PodsRunError::NoNodeName | PodsRunError::NoCredentials { .. })) => {
             tracing::info!(nodeproof_check = "pods", reason = %e, "pods on this node are not watched");
-            None
+            return None;
         }
         Err(e) => {
             tracing::warn!(nodeproof_check = "pods", error = %super::error_chain(&e), "pods on this node are not watched");
-            None
+            return None;
         }
-    }
-}
-
-/// Starts the watcher when credentials are found (locally: nothing is
-/// contacted yet); `None` when the agent runs without them.
-pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinHandle<()>> {
-    let first = connect(options(config, ctx.seccomp_root.clone())).await?;
+    };
     ctx.shared.set_check(
         "pods",
         CheckState {
@@ -168,9 +169,12 @@ async fn reloaded(
         if opts == current.opts {
             continue;
         }
-        let Some(next) = connect(opts).await else {
-            tracing::warn!(nodeproof_check = "pods", k8s_node = %current.node, "the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with");
-            continue;
+        let next = match connect(opts).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::warn!(nodeproof_check = "pods", k8s_node = %current.node, error = %super::error_chain(&e), "the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with");
+                continue;
+            }
         };
         tracing::info!(
             nodeproof_check = "pods",
