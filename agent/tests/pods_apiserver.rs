@@ -7,6 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use kube::api::{ListParams, WatchParams};
 use serde_json::{json, Value};
 
 use nodeproof::pods::denials::DenialAggregator;
@@ -82,6 +83,8 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
     let server = TestApiServer::start();
     server.add_token("node-n1", Identity::Node("n1".into()));
     server.add_node("n1", json!([]));
+    // The watcher reads the labels from the Node it watches.
+    server.merge_node("n1", json!({"metadata": {"labels": {"gpu": "true"}}}));
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("seccomp");
     std::fs::create_dir_all(root.join("profiles")).unwrap();
@@ -319,18 +322,48 @@ fn a_node_may_not_list_all_pods() {
     // The test server enforces what the Node authorizer does; the agent must not rely on more.
     let server = TestApiServer::start();
     server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.add_node("n2", json!([]));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
         let kube = client::connect(&source).await.unwrap().unwrap();
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(kube);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(kube.clone());
         let err = pods.list(&Default::default()).await.unwrap_err();
         assert!(
-            err.to_string().contains("only list pods bound to it"),
+            err.to_string()
+                .contains("only list and watch pods bound to it"),
             "{err}"
         );
+        // Nodes: its own, by name, and no other.
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(kube);
+        let own = ListParams::default().fields("metadata.name=n1");
+        assert_eq!(nodes.list(&own).await.unwrap().items.len(), 1);
+        for lp in [
+            ListParams::default(),
+            ListParams::default().fields("metadata.name=n2"),
+        ] {
+            let err = nodes.list(&lp).await.unwrap_err();
+            assert!(
+                err.to_string().contains("only list and watch its own Node"),
+                "{err}"
+            );
+            let err = nodes
+                .watch(
+                    &WatchParams::default().fields(lp.field_selector.as_deref().unwrap_or("")),
+                    "0",
+                )
+                .await
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains("only list and watch its own Node"),
+                "watch {lp:?}: {err}"
+            );
+        }
     });
 }
 
@@ -547,4 +580,194 @@ fn advise_reads_the_pods_profile_from_the_api_server() {
         assert_ne!(code, Some(0), "{pod} {container:?}");
         assert!(err.contains(want), "{pod} {container:?}: {err}");
     }
+}
+
+/// The watcher watches this Node too: a label or taint changed at run time
+/// re-judges the pods; a status-only update (the kubelet's heartbeat) does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relabelled_or_tainted_node_is_judged_again() {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node(
+        "n1",
+        json!([{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-29T20:00:00Z"}]),
+    );
+    server.add_node("n2", json!([]));
+    server.merge_node("n2", json!({"metadata": {"labels": {"gpu": "true"}}}));
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+               "metadata": {"name": "gpu"}, "handler": "runc",
+               "scheduling": {"nodeSelector": {"gpu": "true"},
+                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}),
+    );
+    server.put(
+        "pods",
+        pod(
+            "infer",
+            Some("n1"),
+            json!({}),
+            json!({"runtimeClassName": "gpu", "containers": [{"name": "c"}]}),
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let kube = client::connect(&source).await.unwrap().unwrap();
+    // As the agent starts: the Node's labels and taints read once (none yet).
+    let mut state = PodsState::new(NodeContext {
+        seccomp_root: root,
+        labels: Default::default(),
+        taints: Vec::new(),
+        handlers: Some(["runc".to_string()].into()),
+        lint: LintOptions {
+            check_listener: false,
+            ..LintOptions::default()
+        },
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // No recheck within the test: every round comes from a change.
+    let opts = WatchOptions {
+        recheck: Duration::from_secs(3600),
+        ..WatchOptions::default()
+    };
+    let (round_tx, mut rounds) = tokio::sync::mpsc::channel(16);
+    let agent = tokio::spawn(async move {
+        watch::rounds(kube, &mut state, &opts, stop_rx, "n1", None, round_tx).await;
+        state
+    });
+    async fn next(
+        rounds: &mut tokio::sync::mpsc::Receiver<watch::Round>,
+    ) -> (watch::Round, Duration) {
+        let start = Instant::now();
+        let r = tokio::time::timeout(DEADLINE, rounds.recv())
+            .await
+            .expect("a judgement round within 5 s")
+            .expect("the watcher runs");
+        (r, start.elapsed())
+    }
+
+    // The class selects gpu=true nodes; n1 has no such label.
+    let (r, _) = next(&mut rounds).await;
+    assert_eq!(
+        (r.condition.status, r.condition.reason.as_str()),
+        ("False", "RuntimeClassMismatch"),
+        "{:?}",
+        r.condition
+    );
+    assert_eq!(r.events.len(), 1, "{:?}", r.events);
+    assert_eq!(r.events[0].reason, "RuntimeClassMismatch");
+
+    // Labelled: True, without a restart.
+    server.merge_node("n1", json!({"metadata": {"labels": {"gpu": "true"}}}));
+    let (r, t) = next(&mut rounds).await;
+    eprintln!("FIGURE node labelled → judged again, True: {t:?}");
+    assert_eq!(r.condition.status, "True", "{:?}", r.condition);
+    assert!(r.events.is_empty());
+
+    // Tainted with a NoExecute taint the class does not tolerate.
+    server.merge_node(
+        "n1",
+        json!({"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoExecute"}]}}),
+    );
+    let (r, t) = next(&mut rounds).await;
+    eprintln!("FIGURE node tainted → judged again, RuntimeClassMismatch: {t:?}");
+    assert_eq!(
+        (r.condition.status, r.condition.reason.as_str()),
+        ("False", "RuntimeClassMismatch")
+    );
+    assert_eq!(r.events.len(), 1, "{:?}", r.events);
+    assert!(
+        r.events[0]
+            .message
+            .contains("this node's taint dedicated=infer:NoExecute is not tolerated"),
+        "{}",
+        r.events[0].message
+    );
+
+    // Heartbeats (status only), then a watch that expires (410 Gone → list again).
+    let mut last = 0;
+    for beat in [
+        "2026-11-29T20:00:10Z",
+        "2026-11-29T20:00:20Z",
+        "2026-11-29T20:00:30Z",
+    ] {
+        last = server.merge_node(
+            "n1",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": beat}]}}),
+        );
+    }
+    // The watcher asks for events after the last heartbeat only once it got them all.
+    within("the heartbeats delivered", || {
+        watched_nodes_from(&server).iter().any(|v| *v >= last)
+    })
+    .await;
+    let lists = || {
+        server
+            .log()
+            .iter()
+            .filter(|l| l.path == "/api/v1/nodes" && !l.query.contains("watch="))
+            .count()
+    };
+    let lists_before = lists();
+    server.expire_next_watch("nodes");
+    within("the Node listed again after 410 Gone", || {
+        lists() > lists_before
+    })
+    .await;
+    assert!(
+        rounds.try_recv().is_err(),
+        "heartbeats and a re-list of an unchanged Node judged nothing"
+    );
+
+    // Untainted: the next round is this one (no round came from the heartbeats).
+    server.merge_node("n1", json!({"spec": {"taints": null}}));
+    let (r, _) = next(&mut rounds).await;
+    assert_eq!(
+        r.condition.status, "True",
+        "the round after the heartbeats: {:?}",
+        r.condition
+    );
+
+    // Every Node list and watch named this node (others are refused).
+    let node_requests: Vec<_> = server
+        .log()
+        .into_iter()
+        .filter(|l| l.path == "/api/v1/nodes")
+        .collect();
+    assert!(node_requests.len() >= 3, "{node_requests:?}");
+    assert!(
+        node_requests
+            .iter()
+            .all(|l| l.status == 200 && l.query.contains("fieldSelector=metadata.name%3Dn1")),
+        "{node_requests:?}"
+    );
+
+    stop_tx.send(true).unwrap();
+    let state = tokio::time::timeout(Duration::from_secs(5), agent)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(state.node.taints.is_empty());
+    assert_eq!(
+        state.node.labels.get("gpu").map(String::as_str),
+        Some("true")
+    );
+}
+
+/// The resourceVersions the watcher's Node watches started from.
+fn watched_nodes_from(server: &TestApiServer) -> Vec<u64> {
+    server
+        .log()
+        .iter()
+        .filter(|l| l.path == "/api/v1/nodes" && l.query.contains("watch=true"))
+        .filter_map(|l| {
+            l.query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("resourceVersion="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect()
 }

@@ -272,3 +272,122 @@ fn the_agents_tracer_reports_real_denials_on_the_pod() {
     assert!(agent.stop(), "{}", agent.log_text());
     drop(cg);
 }
+
+/// SIGHUP with another seccomp root in the config: the agent's pods watcher
+/// starts over with it, and what it already said is not said again.
+#[test]
+fn a_reload_restarts_the_pods_watcher_with_the_new_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let root_a = dir.path().join("seccomp");
+    std::fs::write(root_a.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    let root_b = dir.path().join("seccomp-b");
+    std::fs::create_dir_all(root_b.join("profiles")).unwrap();
+    std::fs::write(root_b.join("profiles/good.json"), good_profile()).unwrap();
+    server.put("pods", vllm_pod("uid-vllm-0", &"ab".repeat(32)));
+    // A pod whose file is on neither root: its Event is said once, before the reload.
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "other", "namespace": "ml", "uid": "uid-other"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "profiles/nope.json"}}}]}}),
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let cond = || server.condition("n1", "SeccompProfilesReady");
+    within(
+        "other's file missing",
+        Duration::from_secs(10),
+        &agent,
+        || {
+            cond().is_some_and(|c| c["reason"] == "ProfileMissing")
+                && pod_events(&server, "SeccompProfileMissing").len() == 1
+        },
+    );
+    let c = cond().unwrap();
+    let msg = c["message"].as_str().unwrap();
+    assert!(!msg.contains("vllm-0"), "{msg}");
+
+    // The config now names root B, where vllm-0's file is not.
+    let path = dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let a = format!("root = \"{}\"", root_a.display());
+    assert!(text.contains(&a), "{text}");
+    let b = text.replace(&a, &format!("root = \"{}\"", root_b.display()));
+    // SAFETY: a plain kill(2) on our own child.
+    let sighup = || unsafe { libc::kill(agent.child.id() as libc::pid_t, libc::SIGHUP) };
+
+    // First root B with credentials that do not exist: said, and the running watcher kept.
+    let kubeconfig = dir.path().join("node-n1.kubeconfig");
+    let k = format!("kubeconfig = \"{}\"", kubeconfig.display());
+    assert!(b.contains(&k), "{b}");
+    std::fs::write(
+        &path,
+        b.replace(&k, "kubeconfig = \"/nonexistent/kubeconfig\""),
+    )
+    .unwrap();
+    sighup();
+    within("the unusable reload said", DEADLINE, &agent, || {
+        agent
+            .log_text()
+            .contains("the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with")
+    });
+    assert!(!agent.log_text().contains("watching the pods again"));
+    assert!(!cond().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("vllm-0"));
+
+    std::fs::write(&path, &b).unwrap();
+    let hup = Instant::now();
+    sighup();
+    within("vllm-0 judged against root B", DEADLINE, &agent, || {
+        pod_events(&server, "SeccompProfileMissing")
+            .iter()
+            .any(|e| e["involvedObject"]["name"] == "vllm-0")
+            && cond().is_some_and(|c| c["message"].as_str().unwrap().contains("ml/vllm-0"))
+    });
+    eprintln!(
+        "FIGURE agent: SIGHUP with another seccomp root → its pod judged against it: {:?}",
+        hup.elapsed()
+    );
+    assert!(
+        agent
+            .log_text()
+            .contains("settings changed by a reload; watching the pods again with them"),
+        "{}",
+        agent.log_text()
+    );
+    // A later round (a valid pod bound) still has nothing new to say about them.
+    let mut late = vllm_pod("uid-late", &"cd".repeat(32));
+    late["metadata"]["name"] = json!("late");
+    late["spec"]["containers"][0]["securityContext"]["seccompProfile"]["localhostProfile"] =
+        json!("profiles/good.json");
+    server.put("pods", late);
+    within("a round after the restart", DEADLINE, &agent, || {
+        agent
+            .get("/healthz/pods")
+            .1
+            .contains("pods 3 watched, 2 with unusable profiles")
+    });
+    let events = pod_events(&server, "SeccompProfileMissing");
+    let other: Vec<_> = events
+        .iter()
+        .filter(|e| e["involvedObject"]["name"] == "other")
+        .collect();
+    assert_eq!(other.len(), 1, "{events:?}");
+    assert_eq!(
+        other[0]["count"], 1,
+        "said again after the reload: {events:?}"
+    );
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        server.count_ok(
+            "PATCH",
+            &format!("/events/{}", other[0]["metadata"]["name"].as_str().unwrap())
+        ),
+        0
+    );
+    assert!(agent.stop(), "{}", agent.log_text());
+}

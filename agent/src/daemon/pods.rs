@@ -40,6 +40,8 @@ pub struct Feeds {
     pub events: mpsc::Sender<PodEvent>,
 }
 
+/// The watcher's settings from the config (`--seccomp-root` wins over
+/// `seccomp.root`, as for the profile lint).
 fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
     PodsOptions {
         kubeconfig: config.report.kubeconfig.clone(),
@@ -50,12 +52,26 @@ fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
     }
 }
 
-/// Starts the watcher when credentials are found (locally: nothing is
-/// contacted yet); `None` when the agent runs without them.
+/// A watcher's settings and what they connected to.
+#[derive(Clone)]
+struct Watched {
+    opts: PodsOptions,
+    client: kube::Client,
+    node: String,
+}
+
+/// Credentials and node name as the reporter finds them (locally: nothing
+/// is contacted yet).
+async fn connect(opts: PodsOptions) -> Result<Watched, PodsRunError> {
+    let (client, node) = pods_node::connect(&opts).await?;
+    Ok(Watched { opts, client, node })
+}
+
+/// Starts the watcher when credentials are found; `None` when the agent
+/// runs without them.
 pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinHandle<()>> {
-    let opts = options(config, ctx.seccomp_root.clone());
-    let (client, node) = match pods_node::connect(&opts).await {
-        Ok(found) => found,
+    let first = match connect(options(config, ctx.seccomp_root.clone())).await {
+        Ok(w) => w,
         // The reporter said why nothing is reported; here only what that means for pods.
         Err(e @ (PodsRunError::NoNodeName | PodsRunError::NoCredentials { .. })) => {
             tracing::info!(nodeproof_check = "pods", reason = %e, "pods on this node are not watched");
@@ -75,51 +91,22 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
             period: RECHECK,
         },
     );
-    tracing::info!(nodeproof_check = "pods", k8s_node = %node, "watching the pods bound to this node");
+    tracing::info!(nodeproof_check = "pods", k8s_node = %first.node, "watching the pods bound to this node");
     let c = ctx.clone();
     Some(tokio::spawn(supervise(
         "pods",
         ctx.shared.clone(),
         ctx.stop_flag.clone(),
-        move || {
-            tokio::spawn(watch_pods(
-                c.clone(),
-                opts.clone(),
-                client.clone(),
-                node.clone(),
-                feeds.clone(),
-            ))
-        },
+        move || tokio::spawn(watch_pods(c.clone(), first.clone(), feeds.clone())),
     )))
 }
 
-async fn watch_pods(
-    ctx: Context,
-    opts: PodsOptions,
-    client: kube::Client,
-    node: String,
-    feeds: Feeds,
-) {
-    let mut stop = ctx.stop.clone();
-    let node_ctx = loop {
-        match pods_node::node_context(&client, &node, &opts).await {
-            Ok(c) => break c,
-            Err(e) => {
-                tracing::warn!(nodeproof_check = "pods", k8s_node = %node, error = %super::error_chain(&e), "cannot read the Node; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(NODE_RETRY) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-        }
-    };
-    let mut state = PodsState::new(node_ctx);
+/// The watcher, started again whenever a reload changes its settings. The
+/// pods' state (findings already reported) and the denial aggregator
+/// (denials already reported) are kept across restarts.
+async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
     let (rows_tx, rows_rx) = mpsc::channel(1);
-    let feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
-    let wopts = WatchOptions {
-        recheck: RECHECK,
-        wake: Some(feeds.profiles_linted.clone()),
-    };
+    let mut feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
     let (round_tx, mut round_rx) = mpsc::channel(4);
     let mut rows = feeds.rows.clone();
     // Forwarding ends only with the watch: without a tracer, or once the
@@ -145,19 +132,103 @@ async fn watch_pods(
             }
         }
     };
-    let judge = watch::rounds(
-        client,
-        &mut state,
-        &wopts,
-        ctx.stop.clone(),
-        &node,
-        Some(feed),
-        round_tx,
-    );
+    let watching = async {
+        // Owned here: publishing ends when the watcher does.
+        let round_tx = round_tx;
+        let mut config = ctx.config.clone();
+        // A reload after a panic restart still counts: compare with the settings in use.
+        config.mark_changed();
+        let mut current = first;
+        let mut state: Option<PodsState> = None;
+        loop {
+            tokio::select! {
+                _ = watch_with(&ctx, &current, &mut state, &mut feed, &feeds, round_tx.clone()) => return,
+                next = reloaded(&mut config, &ctx, &current) => current = next,
+            }
+        }
+    };
     tokio::select! {
-        _ = async { tokio::join!(judge, publish) } => {}
+        _ = async { tokio::join!(watching, publish) } => {}
         _ = forward => {}
     }
+}
+
+/// Waits for a reload that changes the watcher's settings and connects with
+/// them. Settings that cannot be used are logged and the running watcher kept.
+async fn reloaded(
+    config: &mut channel::Receiver<std::sync::Arc<Config>>,
+    ctx: &Context,
+    current: &Watched,
+) -> Watched {
+    loop {
+        if config.changed().await.is_err() {
+            // No more reloads (the agent is stopping).
+            return std::future::pending().await;
+        }
+        let opts = options(&config.borrow_and_update(), ctx.seccomp_root.clone());
+        if opts == current.opts {
+            continue;
+        }
+        let next = match connect(opts).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::warn!(nodeproof_check = "pods", k8s_node = %current.node, error = %super::error_chain(&e), "the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with");
+                continue;
+            }
+        };
+        tracing::info!(
+            nodeproof_check = "pods",
+            k8s_node = %next.node,
+            seccomp_root = %next.opts.seccomp_root.display(),
+            "settings changed by a reload; watching the pods again with them"
+        );
+        return next;
+    }
+}
+
+/// One watcher with `w`'s settings, until the agent stops.
+async fn watch_with(
+    ctx: &Context,
+    w: &Watched,
+    state: &mut Option<PodsState>,
+    feed: &mut DenialFeed,
+    feeds: &Feeds,
+    rounds: mpsc::Sender<Round>,
+) {
+    let mut stop = ctx.stop.clone();
+    let node_ctx = loop {
+        match pods_node::node_context(&w.client, &w.node, &w.opts).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!(nodeproof_check = "pods", k8s_node = %w.node, error = %super::error_chain(&e), "cannot read the Node; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(NODE_RETRY) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
+    };
+    let state = match state {
+        Some(s) => {
+            s.restart(node_ctx);
+            s
+        }
+        None => state.insert(PodsState::new(node_ctx)),
+    };
+    let wopts = WatchOptions {
+        recheck: RECHECK,
+        wake: Some(feeds.profiles_linted.clone()),
+    };
+    watch::rounds(
+        w.client.clone(),
+        state,
+        &wopts,
+        ctx.stop.clone(),
+        &w.node,
+        Some(feed),
+        rounds,
+    )
+    .await;
 }
 
 fn publish(shared: &Shared, round: &Round) {

@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 
 use super::denials::DenialAggregator;
 use super::handlers;
-use super::verdict::{NodeContext, PodFinding};
+use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
 use crate::finding::Condition;
 use crate::profile::lint::LintOptions;
@@ -22,7 +22,6 @@ use crate::report::client::{self, KubeReporter, ReportError};
 use crate::report::conditions::{Hysteresis, Policy};
 use crate::report::credentials;
 use crate::report::driver::{LoopConfig, ReportLoop};
-use crate::report::marks::Taint;
 use crate::trace::names::SyscallNames;
 use crate::trace::summary::aggregate;
 use crate::trace::{
@@ -61,7 +60,7 @@ pub enum PodsRunError {
     Runtime(#[source] std::io::Error),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodsOptions {
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,
@@ -149,20 +148,10 @@ pub async fn node_context(
             None
         }
     };
-    let taints = n
-        .spec
-        .and_then(|s| s.taints)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| Taint {
-            key: t.key,
-            value: t.value.unwrap_or_default(),
-            effect: t.effect,
-        })
-        .collect();
+    let (labels, taints) = verdict::labels_and_taints(&n);
     Ok(NodeContext {
         seccomp_root: opts.seccomp_root.clone(),
-        labels: n.metadata.labels.unwrap_or_default(),
+        labels,
         taints,
         handlers,
         lint: opts.lint.clone(),

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
 use super::refs::{PodRefs, Profile};
@@ -118,6 +119,37 @@ pub struct NodeContext {
     pub handlers: Option<BTreeSet<String>>,
     /// Runtime and arch; `no_new_privileges` is set per container.
     pub lint: LintOptions,
+}
+
+impl NodeContext {
+    /// Takes the Node's labels and taints; true when either changed. The rest
+    /// of the Node (status, heartbeats every 10 s) does not change a verdict.
+    pub fn update_from(&mut self, node: &Node) -> bool {
+        let (labels, taints) = labels_and_taints(node);
+        if labels == self.labels && taints == self.taints {
+            return false;
+        }
+        self.labels = labels;
+        self.taints = taints;
+        true
+    }
+}
+
+/// What the judge reads from a Node: `metadata.labels` and `spec.taints`.
+pub fn labels_and_taints(node: &Node) -> (BTreeMap<String, String>, Vec<Taint>) {
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone(),
+        })
+        .collect();
+    (node.metadata.labels.clone().unwrap_or_default(), taints)
 }
 
 /// Judges pods, caching lint reports.

@@ -1,8 +1,9 @@
 //! Watches the pods bound to this node (field selector `spec.nodeName`, which
-//! the Node authorizer allows a node identity) and the RuntimeClasses, judges
-//! their seccomp references on every change and on a recheck tick (a profile
-//! file fixed on disk makes no API event), and hands the condition and new
-//! findings to the report loop.
+//! the Node authorizer allows a node identity), the RuntimeClasses and this
+//! Node itself (`metadata.name`: its labels and taints decide whether a
+//! RuntimeClass runs here), judges their seccomp references on every change
+//! that matters and on a recheck tick (a profile file fixed on disk makes no
+//! API event), and hands the condition and new findings to the report loop.
 //!
 //! List+watch is done here with kube-client's `Api::list`/`Api::watch`
 //! rather than kube-runtime's watcher: it is thirty lines, and the agent
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::ResourceExt;
@@ -60,6 +61,10 @@ pub enum Change {
     Classes(Vec<RuntimeClass>),
     Class(RuntimeClass),
     ClassGone(RuntimeClass),
+    /// This Node, listed (one item, or none while it is not registered).
+    Nodes(Vec<Node>),
+    Node(Node),
+    NodeGone(Node),
 }
 
 /// One judgement of every watched pod.
@@ -106,7 +111,9 @@ impl PodsState {
         }
     }
 
-    pub fn apply(&mut self, change: Change) {
+    /// Takes a change in; true when it may change a verdict (a Node's
+    /// status-only update, its 10-second heartbeat, does not).
+    pub fn apply(&mut self, change: Change) -> bool {
         match change {
             Change::Pods(pods) => {
                 self.pods_listed = true;
@@ -125,7 +132,30 @@ impl PodsState {
             Change::ClassGone(c) => {
                 self.classes.remove(&c.name_any());
             }
+            Change::Nodes(nodes) => {
+                // Not registered (yet): the labels and taints read at start stay.
+                return nodes.first().is_some_and(|n| self.node.update_from(n));
+            }
+            Change::Node(n) => return self.node.update_from(&n),
+            Change::NodeGone(n) => {
+                // A Node deleted is leaving the cluster; its last labels still describe it.
+                tracing::debug!(k8s_node = %n.name_any(), "the Node was deleted; keeping its last labels and taints");
+                return false;
+            }
         }
+        true
+    }
+
+    /// Starts over with another node context (a reload changed the node,
+    /// root or lint options): everything is listed again before the next
+    /// judgement, and findings already reported stay reported, so a
+    /// finding that still holds is not news again.
+    pub fn restart(&mut self, node: NodeContext) {
+        self.node = node;
+        self.judge = Judge::default();
+        self.pods_listed = false;
+        self.classes_listed = false;
+        self.class_missing_since.clear();
     }
 
     pub fn synced(&self) -> bool {
@@ -178,10 +208,11 @@ impl PodsState {
                     })
             })
             .collect();
-        let keys: HashSet<_> = findings.iter().map(finding_key).collect();
+        let root = self.node.seccomp_root.display().to_string();
+        let keys: HashSet<_> = findings.iter().map(|f| finding_key(f, &root)).collect();
         let new = findings
             .iter()
-            .filter(|f| !self.reported.contains(&finding_key(f)))
+            .filter(|f| !self.reported.contains(&finding_key(f, &root)))
             .cloned()
             .collect();
         // Only current findings are remembered: a problem fixed and broken again is news again.
@@ -199,13 +230,16 @@ impl PodsState {
     }
 }
 
-fn finding_key(f: &PodFinding) -> (String, Option<String>, Reason, String) {
-    (
-        f.uid.clone(),
-        f.container.clone(),
-        f.reason,
-        f.message.clone(),
-    )
+/// What makes a finding news. The seccomp root is left out of the message:
+/// a file missing from the root before a reload and from the new one after
+/// it is the same problem, already said.
+fn finding_key(f: &PodFinding, seccomp_root: &str) -> (String, Option<String>, Reason, String) {
+    let message = if seccomp_root.is_empty() {
+        f.message.clone()
+    } else {
+        f.message.replace(seccomp_root, "<seccomp root>")
+    };
+    (f.uid.clone(), f.container.clone(), f.reason, message)
 }
 
 /// The Event for a finding: on the pod, the first line of what is wrong.
@@ -256,7 +290,7 @@ impl DenialFeed {
 }
 
 /// The next batch of rows, or never when there is no feed (or it ended).
-async fn next_rows(feed: &mut Option<DenialFeed>) -> Option<Vec<SummaryRow>> {
+async fn next_rows(feed: Option<&mut DenialFeed>) -> Option<Vec<SummaryRow>> {
     match feed {
         Some(f) => match f.rows.recv().await {
             Some(rows) => Some(rows),
@@ -344,29 +378,36 @@ pub async fn run<R: Reporter>(
             }
         }
     };
-    tokio::join!(rounds(client, state, opts, stop, node, denials, tx), report);
+    let mut denials = denials;
+    tokio::join!(
+        rounds(client, state, opts, stop, node, denials.as_mut(), tx),
+        report
+    );
 }
 
 /// Runs until `stop` turns true (or `out` is gone): watches, judges on
-/// every change, every `recheck` and every `wake`, and sends each round.
+/// every change that matters, every `recheck` and every `wake`, and sends
+/// each round. The feed and `state` outlive it: a watcher started again
+/// (after a reload) goes on from what was already said.
 pub async fn rounds(
     client: kube::Client,
     state: &mut PodsState,
     opts: &WatchOptions,
     mut stop: tokio::sync::watch::Receiver<bool>,
     node: &str,
-    mut denials: Option<DenialFeed>,
+    mut denials: Option<&mut DenialFeed>,
     out: mpsc::Sender<Round>,
 ) {
     let (tx, mut rx) = mpsc::channel(256);
     let pods: Api<Pod> = Api::all(client.clone());
-    let classes: Api<RuntimeClass> = Api::all(client);
-    let selector = format!("spec.nodeName={node}");
-    let tasks = [
+    let classes: Api<RuntimeClass> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client);
+    // Aborted however this ends, including when the caller drops it to start over.
+    let _tasks = AbortOnDrop(vec![
         tokio::spawn(watch_kind(
             pods,
             "pods",
-            Some(selector),
+            Some(format!("spec.nodeName={node}")),
             tx.clone(),
             Change::Pods,
             Change::Pod,
@@ -376,23 +417,40 @@ pub async fn rounds(
             classes,
             "runtimeclasses",
             None,
-            tx,
+            tx.clone(),
             Change::Classes,
             Change::Class,
             Change::ClassGone,
         )),
-    ];
+        // The Node authorizer lets a node list and watch its own Node this way only.
+        tokio::spawn(watch_kind(
+            nodes,
+            "nodes",
+            Some(format!("metadata.name={node}")),
+            tx,
+            Change::Nodes,
+            Change::Node,
+            Change::NodeGone,
+        )),
+    ]);
+    // A deadline, not a sleep per turn: changes that are not judged (the
+    // Node's heartbeats) must not keep postponing the recheck.
+    let mut recheck_at = tokio::time::Instant::now() + opts.recheck;
     loop {
+        let wake_at = state.next_due(Instant::now()).map_or(recheck_at, |d| {
+            recheck_at.min(tokio::time::Instant::now() + d)
+        });
+        let mut judge = true;
         tokio::select! {
             change = rx.recv() => match change {
-                Some(c) => state.apply(c),
+                Some(c) => judge = state.apply(c),
                 None => break,
             },
-            _ = tokio::time::sleep(state.next_due(Instant::now()).map_or(opts.recheck, |d| d.min(opts.recheck))) => {}
+            _ = tokio::time::sleep_until(wake_at) => {}
             _ = woken(opts.wake.as_ref()) => {}
             _ = stop.changed() => {}
-            rows = next_rows(&mut denials) => {
-                if let (Some(rows), Some(feed)) = (rows, denials.as_mut()) {
+            rows = next_rows(denials.as_deref_mut()) => {
+                if let (Some(rows), Some(feed)) = (rows, denials.as_deref_mut()) {
                     feed.pending.push(rows);
                 }
             }
@@ -402,16 +460,17 @@ pub async fn rounds(
         }
         // Everything already queued goes into this one judgement.
         while let Ok(c) = rx.try_recv() {
-            state.apply(c);
+            judge |= state.apply(c);
         }
-        if !state.synced() {
+        if !judge || !state.synced() {
             continue;
         }
+        recheck_at = tokio::time::Instant::now() + opts.recheck;
         let now = SystemTime::now();
         let eval = state.evaluate();
         let mut events: Vec<PodEvent> = eval.new.iter().map(finding_event).collect();
         let mut denial_metrics = None;
-        if let Some(feed) = denials.as_mut() {
+        if let Some(feed) = denials.as_deref_mut() {
             // Rows are resolved against the pods as now known, after this round's changes.
             for rows in feed.pending.drain(..) {
                 feed.aggregator.observe(&rows, &state.index);
@@ -431,8 +490,14 @@ pub async fn rounds(
             break;
         }
     }
-    for t in tasks {
-        t.abort();
+}
+
+/// The list+watch tasks of one watcher.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|t| t.abort());
     }
 }
 
@@ -624,5 +689,109 @@ mod tests {
         let e = st.evaluate_at(t0 + CLASS_GRACE * 3);
         assert_eq!(e.condition.status, "True");
         assert_eq!(st.next_due(t0 + CLASS_GRACE * 3), None);
+    }
+
+    #[test]
+    fn a_restart_with_another_root_lists_again_and_says_nothing_twice() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(
+            a.path().join("there.json"),
+            r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#,
+        )
+        .unwrap();
+        let context = |root: &std::path::Path| NodeContext {
+            seccomp_root: root.to_path_buf(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            handlers: None,
+            lint: LintOptions {
+                check_listener: false,
+                ..LintOptions::default()
+            },
+        };
+        let pod = |name: &str, file: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ml", "uid": name},
+                "spec": {"containers": [{"name": "c", "securityContext": {"seccompProfile":
+                    {"type": "Localhost", "localhostProfile": file}}}]}
+            }))
+            .unwrap()
+        };
+        let pods = || vec![pod("gone", "nope.json"), pod("moved", "there.json")];
+        let mut st = PodsState::new(context(a.path()));
+        st.apply(Change::Pods(pods()));
+        st.apply(Change::Classes(Vec::new()));
+        let e = st.evaluate();
+        assert_eq!(e.new.len(), 1);
+        assert_eq!(e.new[0].pod, "gone");
+        st.restart(context(b.path()));
+        assert!(!st.synced(), "judged before the new lists");
+        st.apply(Change::Pods(pods()));
+        st.apply(Change::Classes(Vec::new()));
+        // nope.json is missing from both roots: not news; there.json only from B: news.
+        let e = st.evaluate();
+        assert_eq!(e.failing_pods, 2);
+        let new: Vec<_> = e.new.iter().map(|f| f.pod.as_str()).collect();
+        assert_eq!(new, ["moved"]);
+    }
+
+    fn node(labels: serde_json::Value, taints: serde_json::Value, heartbeat: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": labels, "resourceVersion": heartbeat},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                "lastHeartbeatTime": heartbeat}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_labels_and_taints_of_the_node_ask_for_a_judgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = PodsState::new(NodeContext {
+            seccomp_root: dir.path().to_path_buf(),
+            labels: [("gpu".to_string(), "true".to_string())].into(),
+            taints: Vec::new(),
+            handlers: None,
+            lint: LintOptions::default(),
+        });
+        let gpu = serde_json::json!({"gpu": "true"});
+        // The same labels and taints as read at start: nothing to judge again.
+        assert!(!st.apply(Change::Nodes(vec![node(
+            gpu.clone(),
+            serde_json::json!([]),
+            "2026-11-29T20:00:00Z"
+        )])));
+        // Heartbeats and other status updates.
+        assert!(!st.apply(Change::Node(node(
+            gpu.clone(),
+            serde_json::json!([]),
+            "2026-11-29T20:00:10Z"
+        ))));
+        let taint =
+            serde_json::json!([{"key": "dedicated", "value": "infer", "effect": "NoExecute"}]);
+        assert!(st.apply(Change::Node(node(
+            gpu.clone(),
+            taint.clone(),
+            "2026-11-29T20:00:20Z"
+        ))));
+        assert_eq!(st.node.taints[0].effect, "NoExecute");
+        assert!(st.apply(Change::Node(node(
+            serde_json::json!({}),
+            taint.clone(),
+            "2026-11-29T20:00:20Z"
+        ))));
+        assert!(st.node.labels.is_empty());
+        // Gone, or not registered: the last labels and taints stay.
+        assert!(!st.apply(Change::NodeGone(node(
+            gpu,
+            serde_json::json!([]),
+            "2026-11-29T20:00:30Z"
+        ))));
+        assert!(!st.apply(Change::Nodes(Vec::new())));
+        assert_eq!(st.node.taints.len(), 1);
+        // Pod and class changes always ask.
+        assert!(st.apply(Change::Classes(Vec::new())));
     }
 }

@@ -62,7 +62,7 @@ impl Outcome {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LintOptions {
     pub runtime: Runtime,
     /// The container's `noNewPrivileges` (containerd: false unless the pod sets

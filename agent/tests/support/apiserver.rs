@@ -66,12 +66,24 @@ struct State {
     objects: BTreeMap<(&'static str, String), Value>,
     /// Every change: (resourceVersion, resource, before, after).
     changes: Vec<(u64, &'static str, Option<Value>, Option<Value>)>,
+    /// The next watch of this resource ends with a 410 Gone ERROR event.
+    expire_watch: Option<&'static str>,
 }
 
 impl State {
     fn next_rv(&mut self) -> String {
         self.rv += 1;
         self.rv.to_string()
+    }
+
+    /// Stores a Node under a new resourceVersion, for GETs, lists and watches.
+    fn set_node(&mut self, name: &str, mut node: Value) -> Value {
+        let rv = self.next_rv();
+        node["metadata"]["resourceVersion"] = json!(rv);
+        let before = self.nodes.insert(name.into(), node.clone());
+        let rv = self.rv;
+        self.changes.push((rv, "nodes", before, Some(node.clone())));
+        node
     }
 }
 
@@ -175,26 +187,30 @@ impl TestApiServer {
 
     /// Register a Node, with the kubelet's own conditions on it.
     pub fn add_node(&self, name: &str, conditions: Value) {
-        let mut st = self.state.lock().unwrap();
-        let rv = st.next_rv();
-        st.nodes.insert(
-            name.into(),
+        self.state.lock().unwrap().set_node(
+            name,
             json!({
                 "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": rv, "labels": {}},
+                "metadata": {"name": name, "uid": format!("uid-{name}"), "labels": {}},
                 "spec": {},
                 "status": {"conditions": conditions},
             }),
         );
     }
 
-    /// Someone else's taint (or label) on a Node.
-    pub fn merge_node(&self, name: &str, patch: Value) {
+    /// Someone else's taint (or label, or status) on a Node; its new resourceVersion.
+    pub fn merge_node(&self, name: &str, patch: Value) -> u64 {
         let mut st = self.state.lock().unwrap();
-        let rv = st.next_rv();
-        let node = st.nodes.get_mut(name).unwrap();
-        merge_json(node, &patch);
-        node["metadata"]["resourceVersion"] = json!(rv);
+        let mut node = st.nodes[name].clone();
+        merge_json(&mut node, &patch);
+        st.set_node(name, node);
+        st.rv
+    }
+
+    /// The next watch of `resource` gets a 410 Gone ERROR event (its
+    /// resourceVersion is too old), as an API server that compacted its history.
+    pub fn expire_next_watch(&self, resource: &'static str) {
+        self.state.lock().unwrap().expire_watch = Some(resource);
     }
 
     pub fn node(&self, name: &str) -> Value {
@@ -270,12 +286,18 @@ fn object_key(obj: &Value) -> String {
     }
 }
 
-/// `spec.nodeName=<n>` is the only field selector served.
+/// `spec.nodeName=<n>` (pods) and `metadata.name=<n>` are the field selectors served.
 fn selects(selector: Option<&str>, obj: &Value) -> bool {
-    match selector.and_then(|s| s.strip_prefix("spec.nodeName=")) {
-        Some(node) => obj["spec"]["nodeName"].as_str() == Some(node),
-        None => true,
+    let Some(s) = selector else {
+        return true;
+    };
+    if let Some(node) = s.strip_prefix("spec.nodeName=") {
+        return obj["spec"]["nodeName"].as_str() == Some(node);
     }
+    if let Some(name) = s.strip_prefix("metadata.name=") {
+        return obj["metadata"]["name"].as_str() == Some(name);
+    }
+    true
 }
 
 fn query_param(uri: &Uri, key: &str) -> Option<String> {
@@ -290,22 +312,33 @@ fn query_param(uri: &Uri, key: &str) -> Option<String> {
     })
 }
 
-/// `pods` or `runtimeclasses` for a list/watch path.
+/// `pods`, `runtimeclasses` or `nodes` for a list/watch path.
 fn listed_resource(path: &str) -> Option<&'static str> {
     match path.trim_matches('/') {
         "api/v1/pods" => Some("pods"),
         "apis/node.k8s.io/v1/runtimeclasses" => Some("runtimeclasses"),
+        "api/v1/nodes" => Some("nodes"),
         _ => None,
     }
 }
 
-/// The Node authorizer's rule for pods: a node lists and watches only the
-/// pods bound to it.
+/// The Node authorizer's rules: a node lists and watches only the pods
+/// bound to it, and only its own Node (with selectors, as Kubernetes 1.32's
+/// AuthorizeNodeWithSelectors requires).
 fn list_allowed(who: &Identity, resource: &str, selector: Option<&str>) -> bool {
     match (who, resource) {
         (Identity::Node(me), "pods") => selector == Some(&format!("spec.nodeName={me}")),
+        (Identity::Node(me), "nodes") => selector == Some(&format!("metadata.name={me}")),
         _ => true,
     }
+}
+
+fn forbidden_list(resource: &str) -> (u16, Value) {
+    let message = match resource {
+        "nodes" => "a node may only list and watch its own Node",
+        _ => "a node may only list and watch pods bound to it",
+    };
+    status(403, "Forbidden", message)
 }
 
 /// A watch held open up to ~0.5 s (a long poll: the API server may end a
@@ -318,12 +351,28 @@ async fn watch(
 ) -> Response {
     let selector = query_param(uri, "fieldSelector");
     if !list_allowed(who, resource, selector.as_deref()) {
-        let (c, v) = status(403, "Forbidden", "a node may only watch pods bound to it");
+        let (c, v) = forbidden_list(resource);
         return (StatusCode::from_u16(c).unwrap(), v.to_string()).into_response();
     }
     let since: u64 = query_param(uri, "resourceVersion")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    {
+        let mut s = st.lock().unwrap();
+        if s.expire_watch == Some(resource) {
+            s.expire_watch = None;
+            let (_, gone) = status(
+                410,
+                "Expired",
+                &format!("too old resource version: {since}"),
+            );
+            return (
+                StatusCode::OK,
+                json!({"type": "ERROR", "object": gone}).to_string() + "\n",
+            )
+                .into_response();
+        }
+    }
     for _ in 0..25 {
         let lines: Vec<String> = {
             let s = st.lock().unwrap();
@@ -402,7 +451,17 @@ async fn handle(
         let Some(who) = who else {
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         };
-        return watch(&st, &uri, &who, resource).await;
+        let resp = watch(&st, &uri, &who, resource).await;
+        // Logged when answered: a watch from version V means every event up to V arrived.
+        st.lock().unwrap().log.push(Logged {
+            method: method.to_string(),
+            path: uri.path().to_string(),
+            query: uri.query().unwrap_or("").to_string(),
+            content_type,
+            body: Value::Null,
+            status: resp.status().as_u16(),
+        });
+        return resp;
     }
     let mut retry_after = None;
     let (code, out) = {
@@ -464,16 +523,25 @@ fn route(
     if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
         let selector = query_param(uri, "fieldSelector");
         if !list_allowed(&who, resource, selector.as_deref()) {
-            return status(403, "Forbidden", "a node may only list pods bound to it");
+            return forbidden_list(resource);
         }
-        let items: Vec<Value> = s
-            .objects
-            .iter()
-            .filter(|((r, _), o)| *r == resource && selects(selector.as_deref(), o))
-            .map(|(_, o)| o.clone())
+        let all: Vec<&Value> = match resource {
+            "nodes" => s.nodes.values().collect(),
+            _ => s
+                .objects
+                .iter()
+                .filter(|((r, _), _)| *r == resource)
+                .map(|(_, o)| o)
+                .collect(),
+        };
+        let items: Vec<Value> = all
+            .into_iter()
+            .filter(|o| selects(selector.as_deref(), o))
+            .cloned()
             .collect();
         let (api_version, kind) = match resource {
             "pods" => ("v1", "PodList"),
+            "nodes" => ("v1", "NodeList"),
             _ => ("node.k8s.io/v1", "RuntimeClassList"),
         };
         return (
@@ -538,9 +606,7 @@ fn route(
                 ["status"] => {
                     let mut node = node;
                     merge_status(&mut node, body);
-                    node["metadata"]["resourceVersion"] = json!(s.next_rv());
-                    s.nodes.insert(name.to_string(), node.clone());
-                    (200, node)
+                    (200, s.set_node(name, node))
                 }
                 [] => {
                     let is_node = matches!(who, Identity::Node(_));
@@ -558,9 +624,7 @@ fn route(
                     }
                     let mut node = node;
                     merge_json(&mut node, body);
-                    node["metadata"]["resourceVersion"] = json!(s.next_rv());
-                    s.nodes.insert(name.to_string(), node.clone());
-                    (200, node)
+                    (200, s.set_node(name, node))
                 }
                 _ => status(404, "NotFound", "no such subresource"),
             }
