@@ -199,6 +199,45 @@ fn a_condition_that_stays_bad_crosses_the_hysteresis() {
     assert!(agent.stop(), "{}", agent.log_text());
 }
 
+/// SIGHUP applies a new reporter policy to the running reporter, state
+/// kept: a profile broken under `to-bad = 1000` stays reported True, and
+/// after a reload with `to-bad = 1` the next bad result turns it False.
+#[test]
+fn a_reload_changes_the_reporters_hysteresis() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let root = dir.path().join("seccomp");
+    let hold = "[report.hysteresis.SeccompProfilesReady]\nto-bad = 1000\n";
+    let config = format!("{config}{hold}[daemon]\nprofile-resync-s = 1\n");
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let cond = || server.condition("n1", "SeccompProfilesReady");
+    within("True", Duration::from_secs(10), &agent, || {
+        cond().is_some_and(|c| c["status"] == "True")
+    });
+    std::fs::write(
+        root.join("broken.json"),
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    )
+    .unwrap();
+    // Several bad results (inotify, then a resync a second) are held back.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(cond().unwrap()["status"], "True", "{}", agent.log_text());
+
+    let path = dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("to-bad = 1000"), "{text}");
+    std::fs::write(&path, text.replace("to-bad = 1000", "to-bad = 1")).unwrap();
+    // SAFETY: a plain kill(2) on our own child.
+    unsafe { libc::kill(agent.child.id() as libc::pid_t, libc::SIGHUP) };
+    let t = within("False after the reload", DEADLINE, &agent, || {
+        cond().is_some_and(|c| c["status"] == "False")
+    });
+    eprintln!("FIGURE SIGHUP with to-bad = 1 → False: {t:?}");
+    assert!(agent.log_text().contains("reporter policy reloaded"));
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
 #[test]
 fn the_agent_without_credentials_watches_no_pods() {
     let dir = tempfile::tempdir().unwrap();

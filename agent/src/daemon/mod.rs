@@ -145,7 +145,14 @@ async fn serve(
     };
     let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<Vec<Condition>>(ROUNDS_IN_FLIGHT);
     let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
-    let reporter = subsystems::start_reporter(&config, &shared, rounds_rx, pod_events_rx).await;
+    let reporter = subsystems::start_reporter(
+        &config,
+        config_tx.subscribe(),
+        &shared,
+        rounds_rx,
+        pod_events_rx,
+    )
+    .await;
     if reporter.is_some() {
         let feeds = pods::Feeds {
             rows: rows_rx,

@@ -16,12 +16,13 @@ use tokio::sync::{mpsc, watch as channel, Notify};
 use tokio::task::JoinHandle;
 
 use super::state::{CheckState, Shared};
-use crate::config::Config;
+use crate::config::{Config, ReportConfig};
 use crate::finding::{Condition, Status};
 use crate::gpu;
 use crate::profile::lint::{LintOptions, ProfileReport};
 use crate::profile::node;
 use crate::report::client::{self, KubeReporter};
+use crate::report::conditions::Policy;
 use crate::report::credentials;
 use crate::report::driver::{self, LoopConfig, ReportLoop};
 use crate::report::events::PodEvent;
@@ -422,6 +423,7 @@ fn reporter_state(summary: &str) -> CheckState {
 /// on, unreported, and says so in STATUS= and the journal.
 pub async fn start_reporter(
     config: &Config,
+    reloads: channel::Receiver<Arc<Config>>,
     shared: &Arc<Shared>,
     rounds: mpsc::Receiver<Vec<Condition>>,
     pod_events: mpsc::Receiver<PodEvent>,
@@ -481,13 +483,49 @@ pub async fn start_reporter(
     shared.set_check("reporter", reporter_state("reporting to API"));
     let counter = shared.clone();
     Some(Reporter {
-        task: tokio::spawn(driver::run(lp, rounds, Some(pod_events), move |_| {
-            counter.metrics(|m| m.reporter_errors += 1)
-        })),
+        task: tokio::spawn(driver::run(
+            lp,
+            rounds,
+            Some(pod_events),
+            Some(follow_report_policy(config.report.clone(), reloads)),
+            move |_| counter.metrics(|m| m.reporter_errors += 1),
+        )),
     })
 }
 
 /// SIGTERM: one last status write when the API server answers within 5 s.
+/// The reporter's policy as reloads change it. Credentials, node name,
+/// labels and taints stay as the reporter started with (its client and its
+/// reading of the Node were made from them): said once per reload.
+fn follow_report_policy(
+    started: ReportConfig,
+    mut reloads: channel::Receiver<Arc<Config>>,
+) -> channel::Receiver<Policy> {
+    let (tx, rx) = channel::channel(started.policy());
+    tokio::spawn(async move {
+        while reloads.changed().await.is_ok() {
+            let report = reloads.borrow_and_update().report.clone();
+            let needs_restart = report.node_name != started.node_name
+                || report.kubeconfig != started.kubeconfig
+                || report.labels != started.labels
+                || report.taint_kubeconfig != started.taint_kubeconfig;
+            if needs_restart {
+                tracing::warn!(
+                    nodeproof_check = "reporter",
+                    "report.node-name, kubeconfig, labels and taint-kubeconfig change only on restart"
+                );
+            }
+            let policy = report.policy();
+            tx.send_if_modified(|p| {
+                let changed = *p != policy;
+                *p = policy;
+                changed
+            });
+        }
+    });
+    rx
+}
+
 pub async fn final_report(reporter: Reporter, conditions: Vec<Condition>) {
     let Ok(mut lp) = reporter.task.await else {
         tracing::error!(

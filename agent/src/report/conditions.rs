@@ -211,6 +211,12 @@ impl Tracker {
         &self.policy
     }
 
+    /// A reloaded policy: streaks and published state carry over, so a
+    /// condition half-way through its hysteresis is judged by the new one.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
     pub fn is_resumed(&self) -> bool {
         self.resumed
     }

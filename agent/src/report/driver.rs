@@ -128,6 +128,11 @@ impl<R: Reporter> ReportLoop<R> {
         &self.reporter
     }
 
+    /// Applies a reloaded policy (heartbeat, hysteresis) without losing state.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.tracker.set_policy(policy);
+    }
+
     pub fn tracker(&self) -> &Tracker {
         &self.tracker
     }
@@ -315,14 +320,15 @@ impl<R: Reporter> ReportLoop<R> {
 /// counts towards hysteresis, even when equal to the one before), the API
 /// server is brought up to date on the real clock; the checks never wait on
 /// it (their sender uses `try_send`). Events about pods (the pods watcher's)
-/// arrive on `pod_events` and go out with the node's. `on_error` sees each
-/// failed flush (the loop is moved into the task, so this is how the daemon
-/// counts them while it runs). Returns the loop when the rounds' sender is
-/// dropped.
+/// arrive on `pod_events` and go out with the node's; a reloaded policy on
+/// `policy`. `on_error` sees each failed flush (the loop is moved into the
+/// task, so this is how the daemon counts them while it runs). Returns the
+/// loop when the rounds' sender is dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
     mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
     mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+    mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
     mut on_error: impl FnMut(&ReportError),
 ) -> ReportLoop<R> {
     loop {
@@ -350,8 +356,24 @@ pub async fn run<R: Reporter>(
             Some(e) = next_pod_event(&mut pod_events) => {
                 lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
             }
+            Some(p) = next_policy(&mut policy) => {
+                tracing::info!(heartbeat_s = p.heartbeat.as_secs(), "reporter policy reloaded");
+                lp.set_policy(p);
+            }
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// The next reloaded policy; pending forever without a source (or once it
+/// ended), so the loop never spins on a closed channel.
+async fn next_policy(policy: &mut Option<tokio::sync::watch::Receiver<Policy>>) -> Option<Policy> {
+    match policy {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(rx.borrow_and_update().clone()),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
