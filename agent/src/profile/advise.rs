@@ -493,6 +493,23 @@ mod tests {
     }
 
     #[test]
+    fn the_patched_profile_keeps_the_authors_key_order() {
+        // "syscalls" before "defaultAction", "action" before "names": a
+        // reviewer diffs the printed profile against the file.
+        let src = br#"{"syscalls":[{"action":"SCMP_ACT_ALLOW","names":["read"]}],"defaultAction":"SCMP_ACT_ERRNO"}"#;
+        let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
+        let printed = serde_json::to_string(&a.patched).unwrap();
+        assert!(
+            printed.starts_with(r#"{"syscalls":[{"action":"SCMP_ACT_ALLOW","names":["#),
+            "{printed}"
+        );
+        assert!(
+            printed.ends_with(r#""defaultAction":"SCMP_ACT_ERRNO"}"#),
+            "{printed}"
+        );
+    }
+
+    #[test]
     fn explicit_deny_rule_loses_the_name() {
         let src = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
             {"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
