@@ -26,6 +26,7 @@ use libseccomp::{
     ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
 };
 
+use super::bpfgen::{self, GenError};
 use super::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 
 /// The kernel's limit on the length of a classic BPF program (`BPF_MAXINSNS`).
@@ -362,8 +363,24 @@ fn export_with(
     Ok(buf)
 }
 
-/// Compile `spec` as runc 1.1.5 would on a `native` machine.
+/// Compile `spec` as runc 1.1.5 would on a `native` machine: natively where
+/// [`bpfgen`] reproduces libseccomp, otherwise with libseccomp itself.
 pub fn compile(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, CompileError> {
+    match bpfgen::generate(spec, native) {
+        Ok(compiled) => Ok(compiled),
+        Err(GenError::Refused(e)) => Err(e),
+        Err(GenError::Unsupported { reason }) => {
+            tracing::debug!(reason, %native, "compiling the filter with libseccomp");
+            compile_with_libseccomp(spec, native)
+        }
+    }
+}
+
+/// Compile `spec` with libseccomp (the oracle of [`bpfgen`], and its fallback).
+pub fn compile_with_libseccomp(
+    spec: &FilterSpec,
+    native: Arch,
+) -> Result<CompiledFilter, CompileError> {
     let (ctx, mut compiled) = build(spec, native)?;
     let bytes = export_with(|f| ctx.export_bpf(f.as_fd()))?;
     if !bytes.len().is_multiple_of(SockFilter::SIZE) {
