@@ -148,6 +148,10 @@ pub enum CompileError {
         #[source]
         source: Errno,
     },
+    /// libseccomp 2.5.4 corrupts its rule tree on some rule sequences and
+    /// loops forever; the native generator stops and reports it.
+    #[error("libseccomp never finishes adding the rule for syscall {syscall} at {pointer}, so runc init hangs")]
+    RuleAddLoops { syscall: String, pointer: String },
     #[error("cannot create a memfd for the exported filter")]
     Memfd {
         #[source]

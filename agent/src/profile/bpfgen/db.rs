@@ -8,6 +8,19 @@ use super::super::filter::{Arch, CmpOp};
 
 pub(super) type NodeId = usize;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum DbError {
+    #[error("libseccomp refuses the rule")]
+    Refused(#[from] Errno),
+    /// libseccomp 2.5.4 corrupts a tree level into a cycle on some rule
+    /// sequences and then walks it forever; this walk stopped instead.
+    #[error("libseccomp never finishes adding the rule")]
+    Loops,
+}
+
+/// Deeper than any real tree (6 arguments, 3 nodes each): a corrupted one.
+const MAX_DEPTH: u32 = 4096;
+
 /// `seccomp_data.args[0]`; each argument is 8 bytes.
 const ARGS_OFFSET: u32 = 16;
 /// The syscall-node part of a priority: fewer comparison nodes sort first.
@@ -170,6 +183,9 @@ pub(super) struct ArchDb {
     pub syscalls: Vec<SysEntry>,
     /// The entry under construction by `rule_add` (`s_new`), not yet linked.
     scratch: Vec<SysEntry>,
+    /// Set when a walk met a cycle or runaway recursion (see [`DbError::Loops`]).
+    looped: bool,
+    depth: u32,
 }
 
 impl ArchDb {
@@ -180,7 +196,39 @@ impl ArchDb {
             nodes: Vec::new(),
             syscalls: Vec::new(),
             scratch: Vec::new(),
+            looped: false,
+            depth: 0,
         }
+    }
+
+    /// Counts one step of a level walk; true once the walk is longer than
+    /// the arena (a cycle).
+    fn runaway(&mut self, steps: &mut usize) -> bool {
+        *steps += 1;
+        if *steps > self.nodes.len() + 1 {
+            self.looped = true;
+        }
+        self.looped
+    }
+
+    /// The first node of `n`'s level.
+    fn level_start(&mut self, mut n: NodeId) -> NodeId {
+        let mut steps = 0;
+        while let Some(p) = self.nodes[n].lvl_prv {
+            if self.runaway(&mut steps) {
+                break;
+            }
+            n = p;
+        }
+        n
+    }
+
+    fn enter(&mut self) -> bool {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.looped = true;
+        }
+        !self.looped
     }
 
     fn alloc(&mut self, node: Node) -> NodeId {
@@ -213,13 +261,13 @@ impl ArchDb {
 
     /// `_db_level_clean`: drop a whole level nobody else points at.
     fn level_clean(&mut self, node: NodeId) -> u32 {
-        let mut n = node;
-        while let Some(p) = self.nodes[n].lvl_prv {
-            n = p;
-        }
-        let start = n;
+        let start = self.level_start(node);
         let mut it = Some(start);
+        let mut steps = 0;
         while let Some(c) = it {
+            if self.runaway(&mut steps) {
+                return 0;
+            }
             let links =
                 u32::from(self.nodes[c].lvl_prv.is_some()) + u32::from(self.nodes[c].lvl_nxt.is_some());
             if self.nodes[c].refcnt > links {
@@ -229,7 +277,11 @@ impl ArchDb {
         }
         let mut cnt = 0;
         let mut it = Some(start);
+        let mut steps = 0;
         while it.is_some() {
+            if self.runaway(&mut steps) {
+                return cnt;
+            }
             let (c, next) = self.node_put(it);
             cnt += c;
             it = next;
@@ -253,6 +305,16 @@ impl ArchDb {
         if self.nodes[n].refcnt != 0 {
             return (0, node);
         }
+        if !self.enter() {
+            self.depth -= 1;
+            return (0, None);
+        }
+        let r = self.node_free(n);
+        self.depth -= 1;
+        r
+    }
+
+    fn node_free(&mut self, n: NodeId) -> (u32, Option<NodeId>) {
         let mut cnt = 0;
         let Node {
             lvl_prv: mut lvl_p,
@@ -292,14 +354,26 @@ impl ArchDb {
 
     /// `_db_tree_remove`: remove `node` (and zombies met on the way) below `tree`.
     fn tree_remove(&mut self, tree: Slot, node: NodeId) -> u32 {
-        let Some(mut c) = self.slot(tree) else {
+        let Some(c) = self.slot(tree) else {
             return 0;
         };
-        while let Some(p) = self.nodes[c].lvl_prv {
-            c = p;
+        if !self.enter() {
+            self.depth -= 1;
+            return 0;
         }
+        let cnt = self.tree_remove_level(tree, node, c);
+        self.depth -= 1;
+        cnt
+    }
+
+    fn tree_remove_level(&mut self, tree: Slot, node: NodeId, c: NodeId) -> u32 {
+        let mut c = self.level_start(c);
         let mut cnt = 0;
+        let mut steps = 0;
         loop {
+            if self.runaway(&mut steps) {
+                return cnt;
+            }
             if c == node {
                 break;
             }
@@ -332,18 +406,37 @@ impl ArchDb {
 
     /// `_db_tree_act_check`: every action below `tree` equals `action`.
     fn tree_act_check(&self, tree: Option<NodeId>, action: u32) -> Result<(), Errno> {
+        self.act_check_at(tree, action, 0)
+    }
+
+    fn act_check_at(&self, tree: Option<NodeId>, action: u32, depth: u32) -> Result<(), Errno> {
         let Some(mut c) = tree else { return Ok(()) };
+        // a corrupted tree is reported by the mutating walks; stop here
+        let limit = self.nodes.len() + 1;
+        if depth > MAX_DEPTH {
+            return Ok(());
+        }
+        let mut steps = 0;
         while let Some(p) = self.nodes[c].lvl_prv {
+            steps += 1;
+            if steps > limit {
+                return Ok(());
+            }
             c = p;
         }
         let mut it = Some(c);
+        let mut steps = 0;
         while let Some(c) = it {
+            steps += 1;
+            if steps > limit {
+                return Ok(());
+            }
             let n = &self.nodes[c];
             if (n.act_t_flg && n.act_t != action) || (n.act_f_flg && n.act_f != action) {
                 return Err(Errno(libc::EEXIST));
             }
-            self.tree_act_check(n.nxt_t, action)?;
-            self.tree_act_check(n.nxt_f, action)?;
+            self.act_check_at(n.nxt_t, action, depth + 1)?;
+            self.act_check_at(n.nxt_f, action, depth + 1)?;
             it = n.lvl_nxt;
         }
         Ok(())
@@ -358,19 +451,38 @@ impl ArchDb {
         action: u32,
         sx: usize,
     ) -> u32 {
+        if !self.enter() {
+            self.depth -= 1;
+            return 0;
+        }
+        let cnt = self.prune_level(existing, new, flags, action, sx);
+        self.depth -= 1;
+        cnt
+    }
+
+    fn prune_level(
+        &mut self,
+        existing: Option<NodeId>,
+        new: Option<NodeId>,
+        flags: &mut u32,
+        action: u32,
+        sx: usize,
+    ) -> u32 {
         let mut cnt = 0;
         let mut new_flags = *flags;
-        let (Some(mut x0), Some(n)) = (existing, new) else {
+        let (Some(x0), Some(n)) = (existing, new) else {
             return self.prune_return(cnt, new_flags, flags);
         };
         if (*flags & IST_M_MATCHSET) == IST_MATCH_ONCE {
             return self.prune_return(cnt, new_flags, flags);
         }
-        while let Some(p) = self.nodes[x0].lvl_prv {
-            x0 = p;
-        }
+        let x0 = self.level_start(x0);
         let mut x_iter = Some(x0);
+        let mut steps = 0;
         'level: while let Some(mut x) = x_iter {
+            if self.runaway(&mut steps) {
+                return cnt;
+            }
             let x_next = self.nodes[x].lvl_nxt;
             if chain_eq(&self.nodes[x], &self.nodes[n]) {
                 new_flags |= IST_M_MATCHSET;
@@ -524,9 +636,23 @@ impl ArchDb {
 
     /// `_db_tree_add`: merge the new tree into the existing one at `existing`.
     fn tree_add(&mut self, existing: Slot, new: NodeId, sx: usize) -> Result<(), Errno> {
+        if !self.enter() {
+            self.depth -= 1;
+            return Ok(());
+        }
+        let r = self.tree_add_level(existing, new, sx);
+        self.depth -= 1;
+        r
+    }
+
+    fn tree_add_level(&mut self, existing: Slot, new: NodeId, sx: usize) -> Result<(), Errno> {
         let mut x_iter = self.slot(existing);
         let n = new;
+        let mut steps = 0;
         while let Some(x) = x_iter {
+            if self.runaway(&mut steps) {
+                return Ok(());
+            }
             if chain_eq(&self.nodes[x], &self.nodes[n]) {
                 if self.nodes[n].act_t_flg {
                     if !self.nodes[x].act_t_flg {
@@ -756,7 +882,15 @@ impl ArchDb {
     }
 
     /// `db_rule_add`: add one rule (syscall number already translated).
-    pub fn rule_add(&mut self, rule: &ApiRule) -> Result<(), Errno> {
+    pub fn rule_add(&mut self, rule: &ApiRule) -> Result<(), DbError> {
+        let r = self.rule_add_inner(rule);
+        if self.looped {
+            return Err(DbError::Loops);
+        }
+        r.map_err(DbError::Refused)
+    }
+
+    fn rule_add_inner(&mut self, rule: &ApiRule) -> Result<(), Errno> {
         self.rule_gen(rule);
         self.scratch[0].priority = PRI_MASK_CHAIN.wrapping_sub(self.scratch[0].node_cnt);
         // libseccomp keeps `num` unsigned: pseudo syscalls sort last

@@ -16,7 +16,7 @@ use super::compile::{
     resolve_syscall, syscall_name, CompileError, CompiledFilter, Errno, SkippedRule,
 };
 use super::filter::{Action, Arch, CmpOp, FilterSpec, Rule};
-use db::{ApiArg, ApiRule, ArchDb, WordSize};
+use db::{ApiArg, ApiRule, ArchDb, DbError, WordSize};
 
 /// libseccomp's `MAX_ERRNO`: ERRNO data from here up is refused.
 const MAX_ERRNO: u16 = 4095;
@@ -40,13 +40,20 @@ fn unsupported(reason: &'static str) -> GenError {
     GenError::Unsupported { reason }
 }
 
-/// libseccomp's `arch->size`: x32 is an ILP32 ABI, compared 32 bits wide.
+/// libseccomp's `arch->size` for the little-endian architectures this
+/// generator covers (x32 is an ILP32 ABI, compared 32 bits wide). MIPS o32,
+/// PowerPC and s390 multiplex socket calls like x86 and are not reproduced.
 fn word_size(arch: Arch) -> Option<WordSize> {
     match arch {
-        Arch::X86 | Arch::X32 => Some(WordSize::Bits32),
-        Arch::X86_64 => Some(WordSize::Bits64),
+        Arch::X86 | Arch::X32 | Arch::Arm | Arch::Mipsel64N32 => Some(WordSize::Bits32),
+        Arch::X86_64 | Arch::Aarch64 | Arch::Mipsel64 | Arch::Riscv64 => Some(WordSize::Bits64),
         _ => None,
     }
+}
+
+/// `__AUDIT_ARCH_LE`: libseccomp keeps one byte order per filter.
+fn little_endian(arch: Arch) -> bool {
+    arch.audit_arch() & 0x4000_0000 != 0
 }
 
 /// Whether libseccomp accepts `action` (`sys_chk_seccomp_action`; the other
@@ -63,13 +70,25 @@ pub fn generate(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, GenEr
     if host != Arch::X86_64 {
         return Err(unsupported("hosts other than x86_64"));
     }
-    if word_size(native).is_none() || spec.arches.iter().any(|&a| word_size(a).is_none()) {
-        return Err(unsupported("architectures outside x86_64, x86 and x32"));
-    }
     if !action_valid(spec.default_action) {
         return Err(GenError::Refused(CompileError::Init {
             action: spec.default_action,
             source: Errno(libc::EINVAL),
+        }));
+    }
+    if word_size(native).is_none() {
+        return Err(unsupported("this native architecture"));
+    }
+    // A big-endian arch cannot join a little-endian filter: seccomp_arch_add
+    // fails with EDOM there, before anything else is looked at.
+    let added = spec.arches.iter().take_while(|&&a| little_endian(a));
+    if added.clone().any(|&a| word_size(a).is_none()) {
+        return Err(unsupported("MIPS o32 and PowerPC filters"));
+    }
+    if let Some(&arch) = spec.arches.iter().find(|&&a| !little_endian(a)) {
+        return Err(GenError::Refused(CompileError::AddArch {
+            arch,
+            source: Errno(libc::EDOM),
         }));
     }
     // seccomp_init: the host's filter; runc swaps it for `native` (same byte order here).
@@ -180,7 +199,13 @@ fn add_rule(
             // no arch hook: pseudo numbers are added as they are (non-strict)
             _ => db.rule_add(&api),
         };
-        rc.map_err(|e| refuse(e.0))?;
+        rc.map_err(|e| match e {
+            DbError::Refused(errno) => refuse(errno.0),
+            DbError::Loops => CompileError::RuleAddLoops {
+                syscall: rule.syscall.clone(),
+                pointer: rule.origin.pointer.clone(),
+            },
+        })?;
     }
     Ok(())
 }
@@ -266,10 +291,10 @@ fn x86_muxed(sys: i32) -> Option<Result<Muxed, Errno>> {
 }
 
 /// `x86_rule_add`: socket and ipc calls go in both forms.
-fn x86_rule_add(db: &mut ArchDb, rule: ApiRule) -> Result<(), Errno> {
+fn x86_rule_add(db: &mut ArchDb, rule: ApiRule) -> Result<(), DbError> {
     match x86_muxed(rule.syscall) {
         Some(m) => {
-            let m = m?;
+            let m = m.map_err(DbError::Refused)?;
             let (mux, call) = m.via;
             let mut via = rule;
             via.syscall = mux;
