@@ -16,6 +16,8 @@
 //! runc's patchbpf later prepends an `-ENOSYS` stub for syscalls newer than
 //! the profile knows; that is not part of [`CompiledFilter::program`].
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -229,12 +231,28 @@ fn scmp_cond(c: &Cond) -> ScmpArgCompare {
     ScmpArgCompare::new(u32::from(c.index), op, c.value)
 }
 
+thread_local! {
+    /// libseccomp's name tables never change; lint asks for the same names
+    /// over and over (every rule, every prediction), so remember the answers.
+    static RESOLVED: RefCell<HashMap<Arch, HashMap<Box<str>, Option<i32>>>> =
+        RefCell::new(HashMap::new());
+}
+
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,
 /// possibly a negative pseudo number; `None` when the name is unknown.
 pub fn resolve_syscall(name: &str, arch: Arch) -> Option<i32> {
-    ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
-        .ok()
-        .map(i32::from)
+    RESOLVED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let names = cache.entry(arch).or_default();
+        if let Some(&nr) = names.get(name) {
+            return nr;
+        }
+        let nr = ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
+            .ok()
+            .map(i32::from);
+        names.insert(name.into(), nr);
+        nr
+    })
 }
 
 /// The name libseccomp knows for syscall `nr` on `arch`.

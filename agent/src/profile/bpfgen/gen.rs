@@ -4,6 +4,7 @@
 //! and copied return instructions where a jump exceeds 255.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::super::compile::SockFilter;
 use super::super::filter::{Arch, CmpOp};
@@ -88,6 +89,13 @@ struct Blk {
     lvl_nxt: Option<BlkId>,
 }
 
+/// Where blocks sit before long jumps are added: the last block with each
+/// hash, and each block's position.
+struct Order {
+    last: Vec<Option<BlkId>>,
+    ord: Vec<u32>,
+}
+
 /// The generator failed where libseccomp reports `-EFAULT`/`-ENOMEM`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Fault;
@@ -97,9 +105,32 @@ struct Entry {
     found: bool,
 }
 
+/// FNV-1a: block contents are small and trusted, SipHash is wasted here.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type BlockTable = HashMap<Vec<Ins>, Hash, BuildHasherDefault<Fnv>>;
+
 struct State<'a> {
     blks: Vec<Blk>,
-    table: HashMap<Vec<Ins>, Hash>,
+    table: BlockTable,
     entries: Vec<Entry>,
     def_hsh: Hash,
     bad_arch_hsh: Hash,
@@ -117,7 +148,7 @@ pub(super) struct Collection<'a> {
 pub(super) fn generate(col: &Collection<'_>) -> Result<Vec<SockFilter>, Fault> {
     let mut st = State {
         blks: Vec::with_capacity(1024),
-        table: HashMap::with_capacity(1024),
+        table: BlockTable::with_capacity_and_hasher(1024, Default::default()),
         entries: Vec::with_capacity(1024),
         def_hsh: 0,
         bad_arch_hsh: 0,
@@ -521,12 +552,15 @@ impl<'a> State<'a> {
     }
 
     /// `_gen_bpf_build_jmp`: add a long jump when a target is out of reach.
-    fn jmp(&mut self, tail: BlkId, b: BlkId, offset: usize, tgt: Hash) -> Result<bool, Fault> {
-        let mut t = tail;
-        while t != b && self.hash(t) != tgt {
-            t = self.blks[t].prev.ok_or(Fault)?;
-        }
-        if t == b {
+    fn jmp(&mut self, order: &Order, b: BlkId, offset: usize, tgt: Hash) -> Result<bool, Fault> {
+        let t = order
+            .last
+            .get(tgt as usize)
+            .copied()
+            .flatten()
+            .ok_or(Fault)?;
+        // a target at or before the jumper: libseccomp's search hits the jumper
+        if order.ord[t] <= order.ord[b] {
             return Err(Fault);
         }
         if self.blks[t].ins.len() == 1 && self.blks[t].ins[0].op == BPF_RET && self.jmp_ret(b, offset, t)? {
@@ -659,17 +693,33 @@ impl<'a> State<'a> {
                     break;
                 }
             }
-            if jumped.is_some() {
-                while let Some(n) = self.blks[tail].next {
-                    tail = n;
-                }
-                bi = Some(tail);
-            } else {
-                bi = self.blks[b].prev;
+            match jumped {
+                // libseccomp rescans from the tail; every block after the
+                // one just pulled in has no unresolved target left, so the
+                // rescan would pass them by: start at the new block.
+                Some(j) => bi = Some(j),
+                None => bi = self.blks[b].prev,
             }
         }
+        while let Some(n) = self.blks[tail].next {
+            tail = n;
+        }
 
-        // long jumps
+        // long jumps; libseccomp looks for each target from the tail, which
+        // finds the last block with that hash: the copies this phase adds
+        // always land before it, so it can be looked up once.
+        let mut last: Vec<Option<BlkId>> = vec![None; self.entries.len() + 1];
+        let mut ord: Vec<u32> = vec![u32::MAX; self.blks.len()];
+        let (mut bi, mut pos) = (Some(head), 0);
+        while let Some(b) = bi {
+            if let Some(h) = self.blks[b].hash {
+                last[h as usize] = Some(b);
+            }
+            ord[b] = pos;
+            pos += 1;
+            bi = self.blks[b].next;
+        }
+        let order = Order { last, ord };
         let mut bi = Some(tail);
         while let Some(b) = bi {
             let mut added = 0;
@@ -678,7 +728,7 @@ impl<'a> State<'a> {
                 for t in [ins.jt, ins.jf] {
                     match t {
                         Tgt::No => {}
-                        Tgt::Hsh(h) => added += u32::from(self.jmp(tail, b, i, h)?),
+                        Tgt::Hsh(h) => added += u32::from(self.jmp(&order, b, i, h)?),
                         _ => return Err(Fault),
                     }
                 }

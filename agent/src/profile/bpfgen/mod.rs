@@ -12,6 +12,9 @@
 mod db;
 mod gen;
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use super::compile::{
     resolve_syscall, syscall_name, CompileError, CompiledFilter, Errno, SkippedRule,
 };
@@ -210,13 +213,23 @@ fn add_rule(
     Ok(())
 }
 
+thread_local! {
+    /// libseccomp's tables never change: (host number, arch) → arch number.
+    static TRANSLATED: RefCell<HashMap<(i32, Arch), Option<i32>>> = RefCell::new(HashMap::new());
+}
+
 /// `arch_syscall_translate`: the host number to `arch`'s, through the name.
 fn translate(nr: i32, host: Arch, arch: Arch) -> Result<i32, Errno> {
     if nr == -1 || arch == host {
         return Ok(nr);
     }
-    let name = syscall_name(nr, host).ok_or(Errno(libc::EFAULT))?;
-    resolve_syscall(&name, arch).ok_or(Errno(libc::EFAULT))
+    TRANSLATED
+        .with(|t| {
+            *t.borrow_mut().entry((nr, arch)).or_insert_with(|| {
+                syscall_name(nr, host).and_then(|name| resolve_syscall(&name, arch))
+            })
+        })
+        .ok_or(Errno(libc::EFAULT))
 }
 
 /// A multiplexed socket/ipc call on x86: its `socketcall`/`ipc` form (the
