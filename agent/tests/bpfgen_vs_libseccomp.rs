@@ -378,3 +378,56 @@ fn random_filters_compile_identically() {
     );
     assert!(native * 100 >= cases * 95, "{native}/{cases} native");
 }
+
+/// Programs far beyond 255 instructions: long jumps and copied returns.
+#[test]
+fn long_jumps_compile_identically() {
+    let names: Vec<String> = (0..460)
+        .filter_map(|n| syscall_name(n, Arch::X86_64))
+        .collect();
+    let mut r = Rng(7);
+    for case in 0..24 {
+        let conditional = case % 2 == 1;
+        let rules = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Rule {
+                syscall: name.clone(),
+                action: r.pick(&[
+                    Action::Allow,
+                    Action::Errno(1),
+                    Action::Trap,
+                    Action::KillProcess,
+                    Action::Log,
+                ]),
+                conds: if conditional && i % 3 == 0 {
+                    vec![Cond {
+                        index: (i % 6) as u8,
+                        op: r.pick(&[CmpOp::Eq, CmpOp::Gt, CmpOp::Ne, CmpOp::MaskedEq]),
+                        value: (i as u64) << (case % 40),
+                        value_two: i as u64,
+                    }]
+                } else {
+                    vec![]
+                },
+                origin: RuleOrigin {
+                    pointer: format!("/syscalls/{i}"),
+                    name_index: 0,
+                },
+            })
+            .collect();
+        let spec = FilterSpec {
+            default_action: Action::Errno(38),
+            arches: ARCH_SETS[case % ARCH_SETS.len()].to_vec(),
+            rules,
+            listener_path: None,
+        };
+        let native = if case % 5 == 4 { Arch::X86 } else { Arch::X86_64 };
+        let long = generate(&spec, native).map(|c| c.program.len());
+        assert!(matches!(long, Ok(n) if n > 300), "long case {case}: {long:?}");
+        assert_eq!(
+            check(&spec, native, &format!("long case {case}")),
+            Path2::Native
+        );
+    }
+}

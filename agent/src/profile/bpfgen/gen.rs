@@ -94,6 +94,18 @@ struct Blk {
 struct Order {
     last: Vec<Option<BlkId>>,
     ord: Vec<u32>,
+    /// Instructions from a block's start to the program's end, for the
+    /// blocks after the one being processed (insertions only go before them).
+    to_end: Vec<u32>,
+}
+
+impl Order {
+    /// Instructions between `ins[offset]` of `b` and the start of `t`.
+    fn gap(&self, st: &State<'_>, b: BlkId, offset: usize, t: BlkId) -> u32 {
+        let after = (st.blks[b].ins.len() - (offset + 1)) as u32;
+        let next = st.blks[b].next.map_or(0, |n| self.to_end[n]);
+        after + next - self.to_end[t]
+    }
 }
 
 /// The generator failed where libseccomp reports `-EFAULT`/`-ENOMEM`.
@@ -529,12 +541,24 @@ impl<'a> State<'a> {
         (len, it)
     }
 
+    /// Place `n` right after `b` during the long-jump pass.
+    fn insert_copy(&mut self, order: &mut Order, b: BlkId, n: BlkId) {
+        let next = self.blks[b].next.map_or(0, |x| order.to_end[x]);
+        order.to_end.resize(self.blks.len(), 0);
+        order.to_end[n] = self.blks[n].ins.len() as u32 + next;
+        self.insert_after(b, n);
+    }
+
     /// `_gen_bpf_build_jmp_ret`: copy a return closer when it is too far.
-    fn jmp_ret(&mut self, b: BlkId, offset: usize, ret: BlkId) -> Result<bool, Fault> {
+    fn jmp_ret(
+        &mut self,
+        order: &mut Order,
+        b: BlkId,
+        offset: usize,
+        ret: BlkId,
+    ) -> Result<bool, Fault> {
         let tgt = self.hash(ret);
-        let (len, at) = self.distance(b, offset, JMP_MAX, |j| j == ret);
-        let at = at.ok_or(Fault)?;
-        if len <= JMP_MAX && at == ret {
+        if order.gap(self, b, offset, ret) <= JMP_MAX {
             return Ok(false);
         }
         let (len, at) = self.distance(b, offset, JMP_MAX, |j| self.hash(j) == tgt);
@@ -547,12 +571,12 @@ impl<'a> State<'a> {
         };
         let n = self.action(k);
         self.blks[n].hash = Some(tgt);
-        self.insert_after(b, n);
+        self.insert_copy(order, b, n);
         Ok(true)
     }
 
     /// `_gen_bpf_build_jmp`: add a long jump when a target is out of reach.
-    fn jmp(&mut self, order: &Order, b: BlkId, offset: usize, tgt: Hash) -> Result<bool, Fault> {
+    fn jmp(&mut self, order: &mut Order, b: BlkId, offset: usize, tgt: Hash) -> Result<bool, Fault> {
         let t = order
             .last
             .get(tgt as usize)
@@ -563,12 +587,13 @@ impl<'a> State<'a> {
         if order.ord[t] <= order.ord[b] {
             return Err(Fault);
         }
-        if self.blks[t].ins.len() == 1 && self.blks[t].ins[0].op == BPF_RET && self.jmp_ret(b, offset, t)? {
+        if self.blks[t].ins.len() == 1
+            && self.blks[t].ins[0].op == BPF_RET
+            && self.jmp_ret(order, b, offset, t)?
+        {
             return Ok(true);
         }
-        let (len, at) = self.distance(b, offset, JMP_MAX, |j| j == t);
-        let at = at.ok_or(Fault)?;
-        if len <= JMP_MAX && at == t {
+        if order.gap(self, b, offset, t) <= JMP_MAX {
             return Ok(false);
         }
         let (len, at) = self.distance(b, offset, JMP_MAX, |j| self.hash(j) == tgt);
@@ -583,7 +608,7 @@ impl<'a> State<'a> {
             k: Tgt::Hsh(tgt),
         }]);
         self.blks[n].hash = Some(tgt);
-        self.insert_after(b, n);
+        self.insert_copy(order, b, n);
         Ok(true)
     }
 
@@ -719,7 +744,11 @@ impl<'a> State<'a> {
             pos += 1;
             bi = self.blks[b].next;
         }
-        let order = Order { last, ord };
+        let mut order = Order {
+            last,
+            ord,
+            to_end: vec![0; self.blks.len()],
+        };
         let mut bi = Some(tail);
         while let Some(b) = bi {
             let mut added = 0;
@@ -728,65 +757,79 @@ impl<'a> State<'a> {
                 for t in [ins.jt, ins.jf] {
                     match t {
                         Tgt::No => {}
-                        Tgt::Hsh(h) => added += u32::from(self.jmp(&order, b, i, h)?),
+                        Tgt::Hsh(h) => added += u32::from(self.jmp(&mut order, b, i, h)?),
                         _ => return Err(Fault),
                     }
                 }
             }
             if added == 0 {
+                let next = self.blks[b].next.map_or(0, |n| order.to_end[n]);
+                order.to_end[b] = self.blks[b].ins.len() as u32 + next;
                 bi = self.blks[b].prev;
             }
         }
 
-        // emit
-        let mut prog = Vec::new();
-        let mut bi = Some(head);
+        // emit: block starts, then every jump resolved from the end, where
+        // the nearest following block with each hash is known
+        let mut list = Vec::new();
+        let mut start = Vec::new();
+        let (mut bi, mut pos) = (Some(head), 0u32);
         while let Some(b) = bi {
-            for i in 0..self.blks[b].ins.len() {
-                let ins = self.blks[b].ins[i];
-                let jt = self.resolve_jump(b, i, ins.jt)?;
-                let jf = self.resolve_jump(b, i, ins.jf)?;
+            list.push(b);
+            start.push(pos);
+            pos += self.blks[b].ins.len() as u32;
+            bi = self.blks[b].next;
+        }
+        // a JA targets the last block with its hash (libseccomp searches from the tail)
+        let mut last_start: Vec<Option<u32>> = vec![None; self.entries.len() + 1];
+        for (&b, &p) in list.iter().zip(&start) {
+            if let Some(h) = self.blks[b].hash {
+                last_start[h as usize] = Some(p);
+            }
+        }
+        let mut prog = vec![
+            SockFilter {
+                code: 0,
+                jt: 0,
+                jf: 0,
+                k: 0
+            };
+            pos as usize
+        ];
+        let mut nearest: Vec<Option<u32>> = vec![None; self.entries.len() + 1];
+        for (&b, &p) in list.iter().zip(&start).rev() {
+            for (i, ins) in self.blks[b].ins.iter().enumerate() {
+                let here = p + i as u32 + 1;
+                let jump = |t: Tgt| -> Result<u8, Fault> {
+                    match t {
+                        Tgt::No => Ok(0),
+                        Tgt::Hsh(h) => {
+                            let to = nearest.get(h as usize).copied().flatten().ok_or(Fault)?;
+                            u8::try_from(to - here).map_err(|_| Fault)
+                        }
+                        _ => Err(Fault),
+                    }
+                };
                 let k = match ins.k {
                     Tgt::No => 0,
                     Tgt::K(k) => k,
                     Tgt::Hsh(h) => {
-                        let mut len = (self.blks[b].ins.len() - (i + 1)) as u32;
-                        let mut j = tail;
-                        while self.hash(j) != h {
-                            j = self.blks[j].prev.ok_or(Fault)?;
-                        }
-                        let mut j = self.blks[j].prev.ok_or(Fault)?;
-                        while j != b {
-                            len += self.blks[j].ins.len() as u32;
-                            j = self.blks[j].prev.ok_or(Fault)?;
-                        }
-                        len
+                        let to = last_start.get(h as usize).copied().flatten().ok_or(Fault)?;
+                        to.checked_sub(here).ok_or(Fault)?
                     }
                     _ => return Err(Fault),
                 };
-                prog.push(SockFilter {
+                prog[(p as usize) + i] = SockFilter {
                     code: ins.op,
-                    jt,
-                    jf,
+                    jt: jump(ins.jt)?,
+                    jf: jump(ins.jf)?,
                     k,
-                });
+                };
             }
-            bi = self.blks[b].next;
+            if let Some(h) = self.blks[b].hash {
+                nearest[h as usize] = Some(p);
+            }
         }
         Ok(prog)
-    }
-
-    fn resolve_jump(&self, b: BlkId, i: usize, t: Tgt) -> Result<u8, Fault> {
-        match t {
-            Tgt::No => Ok(0),
-            Tgt::Hsh(h) => {
-                let (len, at) = self.distance(b, i, u32::MAX, |j| self.hash(j) == h);
-                match at {
-                    Some(_) if len <= JMP_MAX => Ok(len as u8),
-                    _ => Err(Fault),
-                }
-            }
-            _ => Err(Fault),
-        }
     }
 }
