@@ -97,9 +97,21 @@ struct Order {
     /// Instructions from a block's start to the program's end, for the
     /// blocks after the one being processed (insertions only go before them).
     to_end: Vec<u32>,
+    /// The first block with each hash after the one being processed: what
+    /// libseccomp's forward search for an existing copy finds first.
+    nearest: Vec<Option<BlkId>>,
 }
 
 impl Order {
+    /// Whether a block with hash `h` starts within a jump's reach of `ins[offset]` of `b`.
+    fn copy_in_reach(&self, st: &State<'_>, b: BlkId, offset: usize, h: Hash) -> bool {
+        self.nearest
+            .get(h as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|x| self.gap(st, b, offset, x) <= JMP_MAX)
+    }
+
     /// Instructions between `ins[offset]` of `b` and the start of `t`.
     fn gap(&self, st: &State<'_>, b: BlkId, offset: usize, t: BlkId) -> u32 {
         let after = (st.blks[b].ins.len() - (offset + 1)) as u32;
@@ -520,32 +532,14 @@ impl<'a> State<'a> {
         self.blks[b].next = Some(new);
     }
 
-    /// Instructions from after `ins[offset]` of `b` up to the first block
-    /// matching `stop`, giving up past `limit`: (distance, block reached).
-    fn distance(
-        &self,
-        b: BlkId,
-        offset: usize,
-        limit: u32,
-        stop: impl Fn(BlkId) -> bool,
-    ) -> (u32, Option<BlkId>) {
-        let mut len = (self.blks[b].ins.len() - (offset + 1)) as u32;
-        let mut it = self.blks[b].next;
-        while let Some(j) = it {
-            if stop(j) || len >= limit {
-                break;
-            }
-            len += self.blks[j].ins.len() as u32;
-            it = self.blks[j].next;
-        }
-        (len, it)
-    }
-
     /// Place `n` right after `b` during the long-jump pass.
     fn insert_copy(&mut self, order: &mut Order, b: BlkId, n: BlkId) {
         let next = self.blks[b].next.map_or(0, |x| order.to_end[x]);
         order.to_end.resize(self.blks.len(), 0);
         order.to_end[n] = self.blks[n].ins.len() as u32 + next;
+        if let Some(h) = self.blks[n].hash {
+            order.nearest[h as usize] = Some(n);
+        }
         self.insert_after(b, n);
     }
 
@@ -558,12 +552,7 @@ impl<'a> State<'a> {
         ret: BlkId,
     ) -> Result<bool, Fault> {
         let tgt = self.hash(ret);
-        if order.gap(self, b, offset, ret) <= JMP_MAX {
-            return Ok(false);
-        }
-        let (len, at) = self.distance(b, offset, JMP_MAX, |j| self.hash(j) == tgt);
-        let at = at.ok_or(Fault)?;
-        if len <= JMP_MAX && self.hash(at) == tgt {
+        if order.gap(self, b, offset, ret) <= JMP_MAX || order.copy_in_reach(self, b, offset, tgt) {
             return Ok(false);
         }
         let Tgt::K(k) = self.blks[ret].ins[0].k else {
@@ -593,12 +582,7 @@ impl<'a> State<'a> {
         {
             return Ok(true);
         }
-        if order.gap(self, b, offset, t) <= JMP_MAX {
-            return Ok(false);
-        }
-        let (len, at) = self.distance(b, offset, JMP_MAX, |j| self.hash(j) == tgt);
-        let at = at.ok_or(Fault)?;
-        if len <= JMP_MAX && self.hash(at) == tgt {
+        if order.gap(self, b, offset, t) <= JMP_MAX || order.copy_in_reach(self, b, offset, tgt) {
             return Ok(false);
         }
         let n = self.alloc(vec![Ins {
@@ -745,6 +729,7 @@ impl<'a> State<'a> {
             bi = self.blks[b].next;
         }
         let mut order = Order {
+            nearest: vec![None; last.len()],
             last,
             ord,
             to_end: vec![0; self.blks.len()],
@@ -765,6 +750,9 @@ impl<'a> State<'a> {
             if added == 0 {
                 let next = self.blks[b].next.map_or(0, |n| order.to_end[n]);
                 order.to_end[b] = self.blks[b].ins.len() as u32 + next;
+                if let Some(h) = self.blks[b].hash {
+                    order.nearest[h as usize] = Some(b);
+                }
                 bi = self.blks[b].prev;
             }
         }
