@@ -73,10 +73,7 @@ fn first_mismatch(ours: &[SockFilter], theirs: &[SockFilter]) -> Option<String> 
 
 /// The filter on a few lines, for failure messages.
 fn brief(spec: &FilterSpec) -> String {
-    let mut s = format!(
-        "default {} arches {:?}\n",
-        spec.default_action, spec.arches
-    );
+    let mut s = format!("default {} arches {:?}\n", spec.default_action, spec.arches);
     for r in &spec.rules {
         s += &format!("  {} {} {:?}\n", r.syscall, r.action, r.conds);
     }
@@ -240,14 +237,7 @@ fn random_cond(r: &mut Rng) -> Cond {
     ]);
     let value = if op == CmpOp::MaskedEq {
         let any = r.next();
-        r.pick(&[
-            0,
-            0xff,
-            0xffff_ffff,
-            0xffff_0000_0000_0000,
-            u64::MAX,
-            any,
-        ])
+        r.pick(&[0, 0xff, 0xffff_ffff, 0xffff_0000_0000_0000, u64::MAX, any])
     } else {
         random_value(r)
     };
@@ -261,7 +251,9 @@ fn random_cond(r: &mut Rng) -> Cond {
 
 fn random_spec(r: &mut Rng, names: &[String]) -> (FilterSpec, Arch) {
     // A small pool per filter, so that syscalls repeat and rules merge.
-    let pool: Vec<&String> = (0..1 + r.below(10)).map(|_| &names[r.below(names.len() as u64) as usize]).collect();
+    let pool: Vec<&String> = (0..1 + r.below(10))
+        .map(|_| &names[r.below(names.len() as u64) as usize])
+        .collect();
     let default_action = random_action(r);
     let rules = (0..r.below(40))
         .map(|i| {
@@ -422,9 +414,16 @@ fn long_jumps_compile_identically() {
             rules,
             listener_path: None,
         };
-        let native = if case % 5 == 4 { Arch::X86 } else { Arch::X86_64 };
+        let native = if case % 5 == 4 {
+            Arch::X86
+        } else {
+            Arch::X86_64
+        };
         let long = generate(&spec, native).map(|c| c.program.len());
-        assert!(matches!(long, Ok(n) if n > 300), "long case {case}: {long:?}");
+        assert!(
+            matches!(long, Ok(n) if n > 300),
+            "long case {case}: {long:?}"
+        );
         assert_eq!(
             check(&spec, native, &format!("long case {case}")),
             Path2::Native

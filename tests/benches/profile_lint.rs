@@ -144,8 +144,14 @@ fn main() {
         "moby default, lint+compile, 3 x86 arches (--runtime crio)",
         &t_crio,
     );
-    row("  compile step: native generator (bpfgen)", &t_native_compile);
-    row("  compile step: libseccomp rule adds + export", &t_libseccomp);
+    row(
+        "  compile step: native generator (bpfgen)",
+        &t_native_compile,
+    );
+    row(
+        "  compile step: libseccomp rule adds + export",
+        &t_libseccomp,
+    );
     let with_libseccomp = |lint: &[Duration], native: &[Duration], lib: &[Duration]| {
         median(lint.to_vec()) - median(native.to_vec()) + median(lib.to_vec())
     };
@@ -158,8 +164,14 @@ fn main() {
         "moby default, lint+compile, native arch (containerd)",
         &t_containerd,
     );
-    row("  compile step: native generator (bpfgen)", &t_native_compile1);
-    row("  compile step: libseccomp rule adds + export", &t_libseccomp1);
+    row(
+        "  compile step: native generator (bpfgen)",
+        &t_native_compile1,
+    );
+    row(
+        "  compile step: libseccomp rule adds + export",
+        &t_libseccomp1,
+    );
     println!(
         "  {:<58} median {:>10.3?}  [derived]",
         "  lint+compile as it was with libseccomp",
@@ -167,7 +179,10 @@ fn main() {
     );
     row("directory of 1,000 profiles", &t_dir);
     row(
-        &format!("  compile step of {} filters, compile() (native)", specs.len()),
+        &format!(
+            "  compile step of {} filters, compile() (native)",
+            specs.len()
+        ),
         &t_dir_native,
     );
     row(

@@ -231,11 +231,13 @@ fn scmp_cond(c: &Cond) -> ScmpArgCompare {
     ScmpArgCompare::new(u32::from(c.index), op, c.value)
 }
 
+/// Syscall number (or `None`) by name, per architecture.
+type NameCache = HashMap<Arch, HashMap<Box<str>, Option<i32>>>;
+
 thread_local! {
     /// libseccomp's name tables never change; lint asks for the same names
     /// over and over (every rule, every prediction), so remember the answers.
-    static RESOLVED: RefCell<HashMap<Arch, HashMap<Box<str>, Option<i32>>>> =
-        RefCell::new(HashMap::new());
+    static RESOLVED: RefCell<NameCache> = RefCell::new(HashMap::new());
 }
 
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,

@@ -61,7 +61,11 @@ pub(super) struct Node {
 impl Node {
     fn new(arg: u8, high: bool, op: CmpOp, op_orig: CmpOp, mask: u32, datum: u64) -> Node {
         let offset = ARGS_OFFSET + 8 * u32::from(arg) + if high { 4 } else { 0 };
-        let word = if high { (datum >> 32) as u32 } else { datum as u32 };
+        let word = if high {
+            (datum >> 32) as u32
+        } else {
+            datum as u32
+        };
         Node {
             refcnt: 0,
             lvl_prv: None,
@@ -124,10 +128,7 @@ fn chain_lt(a: &Node, b: &Node) -> bool {
 
 /// `_db_chain_eq`: same argument word, operator, datum and mask.
 fn chain_eq(a: &Node, b: &Node) -> bool {
-    a.arg_priority() == b.arg_priority()
-        && a.op == b.op
-        && a.datum == b.datum
-        && a.mask == b.mask
+    a.arg_priority() == b.arg_priority() && a.op == b.op && a.datum == b.datum && a.mask == b.mask
 }
 
 /// One argument comparison of a rule (`struct db_api_arg`).
@@ -268,8 +269,8 @@ impl ArchDb {
             if self.runaway(&mut steps) {
                 return 0;
             }
-            let links =
-                u32::from(self.nodes[c].lvl_prv.is_some()) + u32::from(self.nodes[c].lvl_nxt.is_some());
+            let links = u32::from(self.nodes[c].lvl_prv.is_some())
+                + u32::from(self.nodes[c].lvl_nxt.is_some());
             if self.nodes[c].refcnt > links {
                 return 0;
             }

@@ -469,7 +469,12 @@ impl<'a> State<'a> {
             let mut ins = vec![Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, OFFSET_NR as u32)];
             if db.arch == Arch::X86_64 {
                 // x32 syscalls are a bad arch here, except -1 (a tracer's skip)
-                ins.push(Ins::new(BPF_JGE, Tgt::No, Tgt::Hsh(target), X32_SYSCALL_BIT));
+                ins.push(Ins::new(
+                    BPF_JGE,
+                    Tgt::No,
+                    Tgt::Hsh(target),
+                    X32_SYSCALL_BIT,
+                ));
                 ins.push(Ins::new(
                     BPF_JEQ,
                     Tgt::Hsh(target),
@@ -565,7 +570,13 @@ impl<'a> State<'a> {
     }
 
     /// `_gen_bpf_build_jmp`: add a long jump when a target is out of reach.
-    fn jmp(&mut self, order: &mut Order, b: BlkId, offset: usize, tgt: Hash) -> Result<bool, Fault> {
+    fn jmp(
+        &mut self,
+        order: &mut Order,
+        b: BlkId,
+        offset: usize,
+        tgt: Hash,
+    ) -> Result<bool, Fault> {
         let t = order
             .last
             .get(tgt as usize)
