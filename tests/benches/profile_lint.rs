@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use nodeproof::profile::compile;
 use nodeproof::profile::filter::Arch;
 use nodeproof::profile::lint::{lint_source, LintOptions, Outcome, Runtime};
 use nodeproof::profile::node;
@@ -60,11 +61,23 @@ fn main() {
     let t_crio = time(300, || {
         lint_source("default.json", &default, &opts(Runtime::Crio));
     });
-    // libseccomp's own share: rule adds + export for the same filter.
+    // The compile step alone, both ways, for the same filter.
     let (_, spec) = nodeproof::profile::lint::profile_and_filter(&default, &opts(Runtime::Crio))
         .expect("a filter");
+    let t_native_compile = time(300, || {
+        nodeproof::profile::bpfgen::generate(&spec, Arch::X86_64).expect("native path");
+    });
     let t_libseccomp = time(300, || {
-        nodeproof::profile::compile::compile(&spec, Arch::X86_64).expect("compiles");
+        compile::compile_with_libseccomp(&spec, Arch::X86_64).expect("compiles");
+    });
+    let (_, spec_native) =
+        nodeproof::profile::lint::profile_and_filter(&default, &opts(Runtime::Containerd))
+            .expect("a filter");
+    let t_native_compile1 = time(300, || {
+        nodeproof::profile::bpfgen::generate(&spec_native, Arch::X86_64).expect("native path");
+    });
+    let t_libseccomp1 = time(300, || {
+        compile::compile_with_libseccomp(&spec_native, Arch::X86_64).expect("compiles");
     });
     let t_containerd = time(300, || {
         lint_source("default.json", &default, &opts(Runtime::Containerd));
@@ -93,6 +106,25 @@ fn main() {
         let reports = node::lint_root(dir.path(), &opts(Runtime::Containerd));
         assert_eq!(reports.len(), 1000);
     });
+    // The compile step of those 1,000 profiles, both ways (one thread).
+    let specs: Vec<_> = (0..1000)
+        .filter_map(|i| {
+            nodeproof::profile::lint::filter_spec(
+                &sources[i % sources.len()],
+                &opts(Runtime::Containerd),
+            )
+        })
+        .collect();
+    let t_dir_native = time(3, || {
+        for s in &specs {
+            let _ = compile::compile(s, Arch::X86_64);
+        }
+    });
+    let t_dir_libseccomp = time(3, || {
+        for s in &specs {
+            let _ = compile::compile_with_libseccomp(s, Arch::X86_64);
+        }
+    });
 
     println!(
         "profile lint benchmark (release build, {} CPUs)",
@@ -113,14 +145,50 @@ fn main() {
         &t_crio,
     );
     row(
-        "  of which libseccomp rule adds + BPF export",
+        "  compile step: native generator (bpfgen)",
+        &t_native_compile,
+    );
+    row(
+        "  compile step: libseccomp rule adds + export",
         &t_libseccomp,
+    );
+    let with_libseccomp = |lint: &[Duration], native: &[Duration], lib: &[Duration]| {
+        median(lint.to_vec()) - median(native.to_vec()) + median(lib.to_vec())
+    };
+    println!(
+        "  {:<58} median {:>10.3?}  [derived: lint - native compile + libseccomp compile]",
+        "  lint+compile as it was with libseccomp",
+        with_libseccomp(&t_crio, &t_native_compile, &t_libseccomp)
     );
     row(
         "moby default, lint+compile, native arch (containerd)",
         &t_containerd,
     );
+    row(
+        "  compile step: native generator (bpfgen)",
+        &t_native_compile1,
+    );
+    row(
+        "  compile step: libseccomp rule adds + export",
+        &t_libseccomp1,
+    );
+    println!(
+        "  {:<58} median {:>10.3?}  [derived]",
+        "  lint+compile as it was with libseccomp",
+        with_libseccomp(&t_containerd, &t_native_compile1, &t_libseccomp1)
+    );
     row("directory of 1,000 profiles", &t_dir);
+    row(
+        &format!(
+            "  compile step of {} filters, compile() (native)",
+            specs.len()
+        ),
+        &t_dir_native,
+    );
+    row(
+        &format!("  compile step of {} filters, libseccomp", specs.len()),
+        &t_dir_libseccomp,
+    );
     println!(
         "  BPF instructions of moby default (3 arches, with runc's stub): {}",
         crio.instructions.unwrap_or(0)

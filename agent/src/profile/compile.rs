@@ -16,6 +16,8 @@
 //! runc's patchbpf later prepends an `-ENOSYS` stub for syscalls newer than
 //! the profile knows; that is not part of [`CompiledFilter::program`].
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -26,6 +28,7 @@ use libseccomp::{
     ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
 };
 
+use super::bpfgen::{self, GenError};
 use super::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 
 /// The kernel's limit on the length of a classic BPF program (`BPF_MAXINSNS`).
@@ -147,6 +150,10 @@ pub enum CompileError {
         #[source]
         source: Errno,
     },
+    /// libseccomp 2.5.4 corrupts its rule tree on some rule sequences and
+    /// loops forever; the native generator stops and reports it.
+    #[error("libseccomp never finishes adding the rule for syscall {syscall} at {pointer}, so runc init hangs")]
+    RuleAddLoops { syscall: String, pointer: String },
     #[error("cannot create a memfd for the exported filter")]
     Memfd {
         #[source]
@@ -224,12 +231,30 @@ fn scmp_cond(c: &Cond) -> ScmpArgCompare {
     ScmpArgCompare::new(u32::from(c.index), op, c.value)
 }
 
+/// Syscall number (or `None`) by name, per architecture.
+type NameCache = HashMap<Arch, HashMap<Box<str>, Option<i32>>>;
+
+thread_local! {
+    /// libseccomp's name tables never change; lint asks for the same names
+    /// over and over (every rule, every prediction), so remember the answers.
+    static RESOLVED: RefCell<NameCache> = RefCell::new(HashMap::new());
+}
+
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,
 /// possibly a negative pseudo number; `None` when the name is unknown.
 pub fn resolve_syscall(name: &str, arch: Arch) -> Option<i32> {
-    ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
-        .ok()
-        .map(i32::from)
+    RESOLVED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let names = cache.entry(arch).or_default();
+        if let Some(&nr) = names.get(name) {
+            return nr;
+        }
+        let nr = ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
+            .ok()
+            .map(i32::from);
+        names.insert(name.into(), nr);
+        nr
+    })
 }
 
 /// The name libseccomp knows for syscall `nr` on `arch`.
@@ -362,8 +387,24 @@ fn export_with(
     Ok(buf)
 }
 
-/// Compile `spec` as runc 1.1.5 would on a `native` machine.
+/// Compile `spec` as runc 1.1.5 would on a `native` machine: natively where
+/// [`bpfgen`] reproduces libseccomp, otherwise with libseccomp itself.
 pub fn compile(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, CompileError> {
+    match bpfgen::generate(spec, native) {
+        Ok(compiled) => Ok(compiled),
+        Err(GenError::Refused(e)) => Err(e),
+        Err(GenError::Unsupported { reason }) => {
+            tracing::debug!(reason, %native, "compiling the filter with libseccomp");
+            compile_with_libseccomp(spec, native)
+        }
+    }
+}
+
+/// Compile `spec` with libseccomp (the oracle of [`bpfgen`], and its fallback).
+pub fn compile_with_libseccomp(
+    spec: &FilterSpec,
+    native: Arch,
+) -> Result<CompiledFilter, CompileError> {
     let (ctx, mut compiled) = build(spec, native)?;
     let bytes = export_with(|f| ctx.export_bpf(f.as_fd()))?;
     if !bytes.len().is_multiple_of(SockFilter::SIZE) {

@@ -4,6 +4,7 @@
 
 pub mod advise;
 pub mod bpf;
+pub mod bpfgen;
 pub mod compile;
 pub mod decode;
 pub mod diagnostic;

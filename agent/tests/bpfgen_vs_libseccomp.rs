@@ -1,0 +1,432 @@
+//! The native generator (`profile::bpfgen`) against libseccomp itself: for
+//! every corpus profile and thousands of pseudo-random filters, the same
+//! program instruction for instruction, or the same refusal.
+
+use std::path::{Path, PathBuf};
+
+use nodeproof::profile::bpfgen::{generate, GenError};
+use nodeproof::profile::compile::{
+    compile_with_libseccomp, syscall_name, CompileError, SockFilter,
+};
+use nodeproof::profile::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use nodeproof::profile::lint::{filter_spec, LintOptions, Runtime};
+
+fn corpus_dir() -> PathBuf {
+    std::env::var_os("NODEPROOF_CORPUS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/seccomp-corpus"),
+        PathBuf::from,
+    )
+}
+
+fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            json_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "json")
+            && p.file_name().is_some_and(|n| n != "runc-results.json")
+        {
+            out.push(p);
+        }
+    }
+}
+
+fn show(p: &[SockFilter], i: usize) -> String {
+    p.get(i).map_or_else(
+        || "(end)".to_string(),
+        |f| {
+            format!(
+                "code {:#06x} jt {:3} jf {:3} k {:#010x}",
+                f.code, f.jt, f.jf, f.k
+            )
+        },
+    )
+}
+
+/// A readable account of the first instruction where the programs differ.
+fn first_mismatch(ours: &[SockFilter], theirs: &[SockFilter]) -> Option<String> {
+    let i = (0..ours.len().max(theirs.len())).find(|&i| ours.get(i) != theirs.get(i))?;
+    let mut s = format!(
+        "programs differ at instruction {i} (native {} insns, libseccomp {} insns)\n",
+        ours.len(),
+        theirs.len()
+    );
+    // BPFGEN_FULL=1 shows both programs whole.
+    let range = if std::env::var_os("BPFGEN_FULL").is_some() {
+        0..ours.len().max(theirs.len())
+    } else {
+        i.saturating_sub(3)..(i + 4)
+    };
+    for j in range {
+        s += &format!(
+            "{}{j:4}: native {} | libseccomp {}\n",
+            if j == i { ">" } else { " " },
+            show(ours, j),
+            show(theirs, j)
+        );
+    }
+    Some(s)
+}
+
+/// The filter on a few lines, for failure messages.
+fn brief(spec: &FilterSpec) -> String {
+    let mut s = format!("default {} arches {:?}\n", spec.default_action, spec.arches);
+    for r in &spec.rules {
+        s += &format!("  {} {} {:?}\n", r.syscall, r.action, r.conds);
+    }
+    s
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Path2 {
+    Native,
+    Fallback,
+    /// libseccomp would never return (it corrupts a tree level into a cycle).
+    Loops,
+}
+
+/// Compare both compilers on one filter; panics with `what` and a diff.
+fn check(spec: &FilterSpec, native: Arch, what: &str) -> Path2 {
+    let ours = generate(spec, native);
+    if std::env::var_os("BPFGEN_TRACE").is_some() {
+        eprintln!("native generator done");
+    }
+    if let Err(GenError::Refused(CompileError::RuleAddLoops { .. })) = ours {
+        return Path2::Loops;
+    }
+    match (ours, compile_with_libseccomp(spec, native)) {
+        (Err(GenError::Unsupported { .. }), _) => Path2::Fallback,
+        (Ok(ours), Ok(theirs)) => {
+            if let Some(diff) = first_mismatch(&ours.program, &theirs.program) {
+                panic!("{what} (native {native}):\n{diff}\nspec: {}", brief(spec));
+            }
+            assert_eq!(ours, theirs, "{what} (native {native})");
+            Path2::Native
+        }
+        (Err(GenError::Refused(ours)), Err(theirs)) => {
+            assert_eq!(ours, theirs, "{what} (native {native}): different refusals");
+            Path2::Native
+        }
+        (ours, theirs) => panic!(
+            "{what} (native {native}): native {:?} but libseccomp {:?}\nspec: {}",
+            ours.map(|c| c.program.len()),
+            theirs.map(|c| c.program.len()),
+            brief(spec)
+        ),
+    }
+}
+
+const ARCH_SETS: [&[Arch]; 4] = [
+    &[],
+    &[Arch::X86_64, Arch::X86, Arch::X32],
+    &[Arch::X86_64, Arch::X32],
+    &[Arch::X86_64, Arch::X86],
+];
+
+#[test]
+fn corpus_profiles_compile_identically() {
+    let dir = corpus_dir();
+    let mut files = Vec::new();
+    json_files(&dir, &mut files);
+    if files.is_empty() {
+        eprintln!(
+            "SKIPPED corpus_profiles_compile_identically: no corpus at {}",
+            dir.display()
+        );
+        return;
+    }
+    files.sort();
+    let mut compared = 0;
+    for f in &files {
+        let src = std::fs::read(f).unwrap();
+        for runtime in [Runtime::Containerd, Runtime::Crio] {
+            for nnp in [false, true] {
+                for native in [Arch::X86_64, Arch::X86] {
+                    let opts = LintOptions {
+                        runtime,
+                        no_new_privileges: nnp,
+                        arch: native,
+                        check_listener: false,
+                    };
+                    let Some(spec) = filter_spec(&src, &opts) else {
+                        continue;
+                    };
+                    let what = format!("{} ({runtime:?}, nnp={nnp})", f.display());
+                    assert_eq!(check(&spec, native, &what), Path2::Native, "{what}");
+                    for set in ARCH_SETS {
+                        let s = FilterSpec {
+                            arches: set.to_vec(),
+                            ..spec.clone()
+                        };
+                        let what = format!("{what}, arches {set:?}");
+                        assert_eq!(check(&s, native, &what), Path2::Native, "{what}");
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{compared} corpus filters identical");
+    assert!(compared > 100, "{compared}");
+}
+
+/// xorshift64*: reproducible without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[self.below(v.len() as u64) as usize]
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn random_action(r: &mut Rng) -> Action {
+    match r.below(12) {
+        0 => Action::KillThread,
+        1 => Action::KillProcess,
+        2 => Action::Trap,
+        3 | 4 => Action::Errno(if r.chance(3) {
+            r.pick(&[4095, 5000, 65535])
+        } else {
+            r.below(4) as u16
+        }),
+        5 => Action::Trace(r.below(3) as u16),
+        6 => Action::Log,
+        7 => Action::Notify,
+        _ => Action::Allow,
+    }
+}
+
+fn random_value(r: &mut Rng) -> u64 {
+    match r.below(6) {
+        0 | 1 => r.below(4),
+        2 => (r.below(3) << 32) | r.below(4),
+        3 => u64::MAX - r.below(2),
+        4 => 0xffff_ffff,
+        _ => r.next(),
+    }
+}
+
+fn random_cond(r: &mut Rng) -> Cond {
+    let op = r.pick(&[
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Eq,
+        CmpOp::Eq,
+        CmpOp::Ge,
+        CmpOp::Gt,
+        CmpOp::MaskedEq,
+    ]);
+    let value = if op == CmpOp::MaskedEq {
+        let any = r.next();
+        r.pick(&[0, 0xff, 0xffff_ffff, 0xffff_0000_0000_0000, u64::MAX, any])
+    } else {
+        random_value(r)
+    };
+    Cond {
+        index: if r.chance(1) { 6 } else { r.below(6) as u8 },
+        op,
+        value,
+        value_two: random_value(r),
+    }
+}
+
+fn random_spec(r: &mut Rng, names: &[String]) -> (FilterSpec, Arch) {
+    // A small pool per filter, so that syscalls repeat and rules merge.
+    let pool: Vec<&String> = (0..1 + r.below(10))
+        .map(|_| &names[r.below(names.len() as u64) as usize])
+        .collect();
+    let default_action = random_action(r);
+    let rules = (0..r.below(40))
+        .map(|i| {
+            let nconds = match r.below(10) {
+                0..=3 => 0,
+                4..=6 => 1,
+                7 => 2,
+                8 => 3,
+                _ => r.below(8) as usize,
+            };
+            // Same index several times is a libseccomp refusal; keep it rare.
+            let mut conds: Vec<Cond> = Vec::new();
+            for k in 0..nconds {
+                let mut c = random_cond(r);
+                // libseccomp's tree merge is exponential in chained range
+                // checks; long rules compare for equality only.
+                if k >= 3 && !matches!(c.op, CmpOp::Eq | CmpOp::MaskedEq | CmpOp::Ne) {
+                    c.op = CmpOp::Eq;
+                }
+                if !r.chance(3) {
+                    while conds.iter().any(|x| x.index == c.index) && conds.len() < 6 {
+                        c.index = r.below(6) as u8;
+                    }
+                }
+                conds.push(c);
+            }
+            Rule {
+                syscall: r.pick(&pool).clone(),
+                // Mostly one action per filter, so merges are not all conflicts.
+                action: if r.chance(70) {
+                    Action::Errno(1)
+                } else {
+                    random_action(r)
+                },
+                conds,
+                origin: RuleOrigin {
+                    pointer: format!("/syscalls/{i}"),
+                    name_index: 0,
+                },
+            }
+        })
+        .collect();
+    let mut arches = Vec::new();
+    for _ in 0..r.below(4) {
+        arches.push(if r.chance(85) {
+            r.pick(&[Arch::X86_64, Arch::X86, Arch::X32])
+        } else {
+            r.pick(&Arch::ALL)
+        });
+    }
+    let native = match r.below(10) {
+        0 => Arch::X86,
+        1 => Arch::X32,
+        _ => Arch::X86_64,
+    };
+    (
+        FilterSpec {
+            default_action,
+            arches,
+            rules,
+            listener_path: None,
+        },
+        native,
+    )
+}
+
+fn syscall_names() -> Vec<String> {
+    let mut names: Vec<String> = (0..460)
+        .filter_map(|n| syscall_name(n, Arch::X86_64))
+        .collect();
+    // Pseudo syscalls on x86_64, the multiplexed families on x86, and an unknown name.
+    for extra in [
+        "socketcall",
+        "ipc",
+        "socket",
+        "accept",
+        "recvmmsg",
+        "sendmmsg",
+        "semop",
+        "shmget",
+        "mmap2",
+        "no_such_syscall",
+    ] {
+        for _ in 0..20 {
+            names.push(extra.to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn random_filters_compile_identically() {
+    let names = syscall_names();
+    let cases: u64 = std::env::var("BPFGEN_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4000);
+    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut native, mut fallback, mut loops) = (0, 0, 0);
+    let trace = std::env::var_os("BPFGEN_TRACE").is_some();
+    for case in 0..cases {
+        let (spec, arch) = random_spec(&mut r, &names);
+        if trace {
+            eprintln!("case {case}: {}", brief(&spec));
+        }
+        match check(&spec, arch, &format!("random case {case}")) {
+            Path2::Native => native += 1,
+            Path2::Fallback => fallback += 1,
+            Path2::Loops => loops += 1,
+        }
+    }
+    eprintln!(
+        "{cases} random filters: {native} identical on the native path, {fallback} fell back to libseccomp, {loops} where libseccomp never returns"
+    );
+    assert!(native * 100 >= cases * 95, "{native}/{cases} native");
+}
+
+/// Programs far beyond 255 instructions: long jumps and copied returns.
+#[test]
+fn long_jumps_compile_identically() {
+    let names: Vec<String> = (0..460)
+        .filter_map(|n| syscall_name(n, Arch::X86_64))
+        .collect();
+    let mut r = Rng(7);
+    for case in 0..24 {
+        let conditional = case % 2 == 1;
+        let rules = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Rule {
+                syscall: name.clone(),
+                action: r.pick(&[
+                    Action::Allow,
+                    Action::Errno(1),
+                    Action::Trap,
+                    Action::KillProcess,
+                    Action::Log,
+                ]),
+                conds: if conditional && i % 3 == 0 {
+                    vec![Cond {
+                        index: (i % 6) as u8,
+                        op: r.pick(&[CmpOp::Eq, CmpOp::Gt, CmpOp::Ne, CmpOp::MaskedEq]),
+                        value: (i as u64) << (case % 40),
+                        value_two: i as u64,
+                    }]
+                } else {
+                    vec![]
+                },
+                origin: RuleOrigin {
+                    pointer: format!("/syscalls/{i}"),
+                    name_index: 0,
+                },
+            })
+            .collect();
+        let spec = FilterSpec {
+            default_action: Action::Errno(38),
+            arches: ARCH_SETS[case % ARCH_SETS.len()].to_vec(),
+            rules,
+            listener_path: None,
+        };
+        let native = if case % 5 == 4 {
+            Arch::X86
+        } else {
+            Arch::X86_64
+        };
+        let long = generate(&spec, native).map(|c| c.program.len());
+        assert!(
+            matches!(long, Ok(n) if n > 300),
+            "long case {case}: {long:?}"
+        );
+        assert_eq!(
+            check(&spec, native, &format!("long case {case}")),
+            Path2::Native
+        );
+    }
+}
