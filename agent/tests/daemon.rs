@@ -18,16 +18,18 @@ fn free_port() -> u16 {
 }
 
 fn get(port: u16, path: &str) -> (u16, String) {
+    let (head, body) = get_with_head(port, path);
+    (head[9..12].parse().unwrap(), body)
+}
+
+/// The status line and headers, and the body.
+fn get_with_head(port: u16, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    let code = out[9..12].parse().unwrap();
-    let body = out
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (code, body)
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.to_string(), body.to_string())
 }
 
 fn config(dir: &Path, port: u16, gpu_interval: u32) -> std::path::PathBuf {
@@ -132,9 +134,22 @@ fn notifies_serves_revalidates_reloads_and_stops() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("SeccompProfilesReady=True"), "{body}");
     assert_eq!(get(port, "/healthz/nothing").0, 404);
-    let (_, metrics) = get(port, "/metrics");
+    let (head, metrics) = get_with_head(port, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    // prometheus-client's OpenMetrics text, whole: `# EOF` ends it.
+    assert!(
+        head.contains(
+            "\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+        ),
+        "{head}"
+    );
+    assert!(metrics.ends_with("\n# EOF\n"), "{metrics}");
     assert!(
         metrics.contains("nodeproof_profile_verdicts{outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("# TYPE nodeproof_config_reloads counter\n"),
         "{metrics}"
     );
 

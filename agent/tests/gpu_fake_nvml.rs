@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use fake_nvml_support::Scenario;
 use nodeproof::gpu::nvml::NvmlProbe;
-use nodeproof::gpu::{self, GpuConfig, GpuProbe, GpuReport, PolicyState};
+use nodeproof::gpu::policy::XidClass;
+use nodeproof::gpu::{self, GpuConfig, GpuHealth, GpuProbe, GpuReport, PolicyState};
 
 fn config(s: &Scenario) -> GpuConfig {
     GpuConfig {
@@ -87,11 +88,19 @@ fn healthy_eight_gpu_node() {
     assert!(snap.notes.is_empty(), "{:?}", snap.notes);
     assert!(r.healthy());
     let m = r.metrics(&node.state);
-    assert!(m.contains("nodeproof_gpu_driver_ready 1\n"), "{m}");
+    assert_eq!(m.driver_ready, Some(true));
+    // Per GPU: `all`, then each of the five policy checks.
+    assert_eq!(m.health.len(), 8 * 6, "{m:?}");
     assert!(
-        m.contains("nodeproof_gpu_health{gpu=\"7\",uuid=\"GPU-fa4e0000-0000-4000-8000-000000000007\",check=\"all\"} 1\n"),
-        "{m}"
+        m.health.contains(&GpuHealth {
+            gpu: 7,
+            uuid: "GPU-fa4e0000-0000-4000-8000-000000000007".into(),
+            check: "all",
+            ok: true
+        }),
+        "{m:?}"
     );
+    assert!(m.health.iter().all(|h| h.ok), "{m:?}");
 }
 
 #[test]
@@ -160,10 +169,7 @@ fn xid_79_then_recovery_with_hysteresis() {
         pair("True", "DriverReady", "True", "GPUsHealthy")
     );
     let m = r.metrics(&node.state);
-    assert!(
-        m.contains("nodeproof_gpu_xid_errors_total{gpu=\"2\",class=\"fatal\"} 1\n"),
-        "{m}"
-    );
+    assert_eq!(m.xid_totals.get(&(2, XidClass::Fatal)), Some(&1), "{m:?}");
 }
 
 #[test]
@@ -179,9 +185,9 @@ fn xid_13_is_counted_and_ignored() {
     );
     assert_eq!(r.snapshot.as_ref().unwrap().xids.len(), 4);
     let m = r.metrics(&node.state);
-    assert!(
-        m.contains("nodeproof_gpu_xid_errors_total{gpu=\"0\",class=\"ignored\"} 4\n"),
-        "{m}"
+    assert_eq!(
+        m.xid_totals.into_iter().collect::<Vec<_>>(),
+        vec![((0, XidClass::Ignored), 4)]
     );
 }
 

@@ -308,6 +308,11 @@ fn the_agents_tracer_reports_real_denials_on_the_pod() {
         metrics.contains(&format!("nodeproof_pod_seccomp_denials_total{{namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",syscall=\"mkdir\",action=\"errno\"}} {N}")),
         "{metrics}"
     );
+    // An OpenMetrics counter family: described without `_total`.
+    assert!(
+        metrics.contains("# TYPE nodeproof_pod_seccomp_denials counter\n"),
+        "{metrics}"
+    );
     assert!(agent.stop(), "{}", agent.log_text());
     drop(cg);
 }

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use prometheus_client::registry::Registry;
+
+use super::metrics;
 use super::state::Shared;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,14 +33,19 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
 
 /// Serves until the task is dropped.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let registry = Arc::new(metrics::registry(shared.clone()));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let shared = shared.clone();
+                let registry = registry.clone();
                 tokio::spawn(async move {
                     // A slow or silent client only costs its own connection.
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(5), answer(stream, &shared)).await;
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        answer(stream, &shared, &registry),
+                    )
+                    .await;
                 });
             }
             Err(e) => {
@@ -49,7 +57,11 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    shared: &Shared,
+    registry: &Registry,
+) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
@@ -62,11 +74,12 @@ async fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let head = String::from_utf8_lossy(&buf);
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (code, content_type, body) = route(method, path, shared, Instant::now());
+    let (code, content_type, body) = route(method, path, shared, registry, Instant::now());
     let reason = match code {
         200 => "OK",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        500 => "Internal Server Error",
         _ => "Service Unavailable",
     };
     let response = format!(
@@ -85,6 +98,7 @@ pub fn route(
     method: &str,
     path: &str,
     shared: &Shared,
+    registry: &Registry,
     now: Instant,
 ) -> (u16, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
@@ -96,11 +110,13 @@ pub fn route(
     match path {
         "/healthz" => health(shared.healthz(now)),
         "/readyz" => health(shared.readyz()),
-        "/metrics" => (
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            shared.render_metrics(),
-        ),
+        "/metrics" => match metrics::render(registry) {
+            Ok(body) => (200, metrics::CONTENT_TYPE, body),
+            Err(e) => {
+                tracing::error!(error = %super::error_chain(&e), "cannot serve /metrics");
+                (500, TEXT, "cannot encode the metrics\n".into())
+            }
+        },
         _ => match path
             .strip_prefix("/healthz/")
             .and_then(|c| shared.check_health(c, now))
@@ -135,7 +151,13 @@ mod tests {
         assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
         assert!(get("/healthz/gpu").await.starts_with("HTTP/1.1 404"));
         let m = get("/metrics").await;
+        assert!(m.starts_with("HTTP/1.1 200 OK"), "{m}");
+        assert!(
+            m.contains(&format!("\r\nContent-Type: {}\r\n", metrics::CONTENT_TYPE)),
+            "{m}"
+        );
         assert!(m.contains("nodeproof_build_info{version="), "{m}");
+        assert!(m.ends_with("\n# EOF\n"), "{m}");
         server.abort();
     }
 }

@@ -5,6 +5,7 @@
 //! - `notify`: the systemd edge (`sd_notify`), behind the `Notifier` trait;
 //! - `state`: what each subsystem last found, read by the main loop and HTTP;
 //! - `http`: `/healthz`, `/healthz/<check>`, `/readyz`, `/metrics`;
+//! - `metrics`: the state as OpenMetrics text (prometheus-client);
 //! - `watch`: inotify on the seccomp root;
 //! - `subsystems`: the tasks, reusing the library's checks as `nodeproof check` does.
 //!
@@ -17,6 +18,7 @@
 
 pub mod http;
 pub mod logs;
+pub mod metrics;
 pub mod notify;
 pub mod pods;
 pub mod state;

@@ -249,7 +249,7 @@ fn publish(shared: &Shared, round: &Round) {
             period: RECHECK,
         },
     );
-    if let Some(m) = &round.denial_metrics {
-        shared.metrics(|metrics| metrics.pod_denials = m.clone());
+    if let Some(totals) = &round.denial_totals {
+        shared.metrics(|m| m.pod_denials = Some(totals.clone()));
     }
 }

@@ -2,11 +2,12 @@
 //! endpoints. Each subsystem writes only its own entry; readers take a copy.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::finding::Condition;
+use crate::gpu::GpuMetrics;
+use crate::pods::denials::PodDenialTotal;
 use crate::pods::verdict::combine;
 
 /// The subsystems, by the name `/healthz/<check>` and `NODEPROOF_CHECK=` use.
@@ -24,16 +25,19 @@ pub struct CheckState {
     pub period: Duration,
 }
 
-#[derive(Debug, Default)]
+/// The values `/metrics` encodes (`daemon::metrics`), as last written by
+/// the subsystems: snapshots, not counters incremented here.
+#[derive(Debug, Default, Clone)]
 pub struct Metrics {
     /// Exact in-kernel denial counts by (syscall, pod), replaced on each read.
     pub denials: BTreeMap<(String, String), u64>,
     /// Profiles by outcome (`ok`, `rejected`, ...), from the latest lint.
     pub profile_verdicts: BTreeMap<&'static str, u64>,
-    /// Rendered by the GPU module (gauges and XID counters).
-    pub gpu: String,
-    /// Denials resolved to pods, rendered by the pods watcher's aggregator.
-    pub pod_denials: String,
+    /// The GPU probe's latest cycle; `None` until its first.
+    pub gpu: Option<GpuMetrics>,
+    /// Denials resolved to pods by the pods watcher's aggregator; `None`
+    /// while no denials are fed to it (no API credentials).
+    pub pod_denials: Option<Vec<PodDenialTotal>>,
     pub ebpf_dropped: u64,
     pub ebpf_strategy: Option<crate::trace::Strategy>,
     pub reporter_errors: u64,
@@ -65,6 +69,14 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Shared {
     inner: Mutex<Inner>,
+}
+
+/// What a `/metrics` scrape reads, copied under the lock at once.
+#[derive(Debug, Clone)]
+pub struct MetricsSnapshot {
+    /// The node conditions, merged as [`Shared::conditions`] gives them.
+    pub conditions: Vec<Condition>,
+    pub metrics: Metrics,
 }
 
 /// What `/healthz` and friends answer.
@@ -246,65 +258,13 @@ impl Shared {
         }
     }
 
-    /// Prometheus text exposition (format 0.0.4).
-    pub fn render_metrics(&self) -> String {
+    /// The conditions and metric values at this moment, for a scrape.
+    pub fn metrics_snapshot(&self) -> MetricsSnapshot {
         let i = self.lock();
-        let m = &i.metrics;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "# HELP nodeproof_build_info The running nodeproof.\n# TYPE nodeproof_build_info gauge"
-        );
-        let _ = writeln!(
-            s,
-            "nodeproof_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
-        );
-        let _ = writeln!(s, "# HELP nodeproof_condition Node conditions nodeproof owns, by status (1 for the current one).\n# TYPE nodeproof_condition gauge");
-        for c in merged(&i.checks) {
-            for status in ["True", "False", "Unknown"] {
-                let _ = writeln!(
-                    s,
-                    "nodeproof_condition{{condition=\"{}\",status=\"{status}\"}} {}",
-                    c.kind,
-                    u8::from(c.status == status)
-                );
-            }
+        MetricsSnapshot {
+            conditions: merged(&i.checks),
+            metrics: i.metrics.clone(),
         }
-        let _ = writeln!(s, "# HELP nodeproof_seccomp_denials_total Seccomp denials counted in the kernel, by syscall and pod.\n# TYPE nodeproof_seccomp_denials_total counter");
-        for ((syscall, pod), n) in &m.denials {
-            let _ = writeln!(
-                s,
-                "nodeproof_seccomp_denials_total{{syscall=\"{}\",pod=\"{}\"}} {n}",
-                escape(syscall),
-                escape(pod)
-            );
-        }
-        let _ = writeln!(s, "# HELP nodeproof_profile_verdicts Seccomp profiles under the root, by predicted outcome.\n# TYPE nodeproof_profile_verdicts gauge");
-        for (outcome, n) in &m.profile_verdicts {
-            let _ = writeln!(s, "nodeproof_profile_verdicts{{outcome=\"{outcome}\"}} {n}");
-        }
-        let _ = writeln!(s, "# HELP nodeproof_profile_revalidations_total Lints of the seccomp root (start, changes, resyncs).\n# TYPE nodeproof_profile_revalidations_total counter");
-        let _ = writeln!(
-            s,
-            "nodeproof_profile_revalidations_total {}",
-            m.profile_revalidations
-        );
-        s.push_str(&crate::trace::Readiness::metric_lines(m.ebpf_strategy));
-        let _ = writeln!(s, "# HELP nodeproof_ebpf_dropped_samples_total Denial samples the eBPF programs dropped (rate limit, full ring buffer).\n# TYPE nodeproof_ebpf_dropped_samples_total counter");
-        let _ = writeln!(s, "nodeproof_ebpf_dropped_samples_total {}", m.ebpf_dropped);
-        s.push_str(&m.pod_denials);
-        s.push_str(&m.gpu);
-        let _ = writeln!(s, "# HELP nodeproof_reporter_errors_total Failed writes to the API server.\n# TYPE nodeproof_reporter_errors_total counter");
-        let _ = writeln!(s, "nodeproof_reporter_errors_total {}", m.reporter_errors);
-        let _ = writeln!(s, "# HELP nodeproof_task_restarts_total Subsystem tasks restarted after a panic.\n# TYPE nodeproof_task_restarts_total counter");
-        for name in CHECKS {
-            let n = m.task_restarts.get(name).copied().unwrap_or(0);
-            let _ = writeln!(s, "nodeproof_task_restarts_total{{task=\"{name}\"}} {n}");
-        }
-        let _ = writeln!(s, "# HELP nodeproof_config_reloads_total Successful SIGHUP reloads.\n# TYPE nodeproof_config_reloads_total counter");
-        let _ = writeln!(s, "nodeproof_config_reloads_total {}", m.reloads);
-        s
     }
 }
 
@@ -323,13 +283,6 @@ fn merged(checks: &BTreeMap<&'static str, CheckState>) -> Vec<Condition> {
         }
     }
     out
-}
-
-/// Label values: backslash, quote and newline escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -381,16 +334,12 @@ mod tests {
                 .ok
         );
         assert!(s.check_health("nope", t0).is_none());
-        let m = s.render_metrics();
-        assert!(
-            m.contains(
-                "nodeproof_condition{condition=\"SeccompProfilesReady\",status=\"False\"} 1"
-            ),
-            "{m}"
-        );
-        assert!(
-            m.contains("nodeproof_task_restarts_total{task=\"gpu\"} 0"),
-            "{m}"
+        assert_eq!(
+            s.metrics_snapshot().conditions,
+            vec![
+                cond("SeccompProfilesReady", "False"),
+                cond("SeccompTracingReady", "True")
+            ]
         );
         // The pods' part of the condition is folded into the files', not listed twice.
         s.set_check(
@@ -411,6 +360,14 @@ mod tests {
             .filter(|c| c.kind == "SeccompProfilesReady")
             .collect();
         assert_eq!(merged.len(), 1, "{merged:?}");
+        assert_eq!(
+            s.metrics_snapshot()
+                .conditions
+                .iter()
+                .filter(|c| c.kind == "SeccompProfilesReady")
+                .collect::<Vec<_>>(),
+            merged.iter().collect::<Vec<_>>()
+        );
         assert_eq!(merged[0].reason, "ProfileMissing");
         assert_eq!(merged[0].message, "m; node profiles: m");
         assert_eq!(

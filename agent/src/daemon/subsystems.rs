@@ -379,7 +379,7 @@ fn gpu_probe(ctx: &Context) {
             let healthy = report.evaluation.gpus.iter().filter(|g| g.healthy).count();
             format!("{healthy}/{total} GPUs healthy")
         };
-        ctx.shared.metrics(|m| m.gpu = report.metrics(&state));
+        ctx.shared.metrics(|m| m.gpu = Some(report.metrics(&state)));
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
         ctx.shared.set_check(
             "gpu",

@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use policy::{GpuConfig, PolicyState};
 pub use probe::{GpuProbe, Snapshot};
-pub use report::GpuReport;
+pub use report::{GpuHealth, GpuMetrics, GpuReport};
 
 /// One probe cycle: discover, probe (only when NVIDIA devices exist, so no
 /// driver library is loaded on CPU nodes), evaluate against the policy.

@@ -1,12 +1,13 @@
-//! One cycle's GPU picture as findings, conditions, JSON and metrics text:
+//! One cycle's GPU picture as findings, conditions, JSON and metric values:
 //! what `nodeproof gpu` prints is what `check` and the daemon report.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::pci::{PciError, PciGpu};
-use super::policy::{Evaluation, PolicyState, Verdict};
+use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
 use super::probe::Snapshot;
 use crate::finding::{Condition, Finding, Status};
 
@@ -17,6 +18,28 @@ pub struct GpuReport {
     pub pci_error: Option<String>,
     pub snapshot: Option<Snapshot>,
     pub evaluation: Evaluation,
+}
+
+/// One cycle's metric values, for the daemon to encode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuMetrics {
+    /// `nodeproof_gpu_driver_ready`; `None` on a node without NVIDIA devices
+    /// (no sample: nothing to be ready).
+    pub driver_ready: Option<bool>,
+    /// `nodeproof_gpu_health`: per GPU, `all` then each policy check.
+    pub health: Vec<GpuHealth>,
+    /// `nodeproof_gpu_xid_errors_total`: cumulative XID events by (gpu index, class).
+    pub xid_totals: BTreeMap<(u32, XidClass), u64>,
+}
+
+/// One GPU's verdict on one check (`all`: every check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuHealth {
+    pub gpu: u32,
+    /// Empty when NVML did not give it.
+    pub uuid: String,
+    pub check: &'static str,
+    pub ok: bool,
 }
 
 impl GpuReport {
@@ -106,55 +129,33 @@ impl GpuReport {
         out
     }
 
-    /// Prometheus text: per-GPU health gauges (1 healthy, 0 not) by check,
-    /// XID counters by class, the driver-ready gauge. The articles' alert
-    /// ("GPU health below 95% for 2 minutes") becomes
-    /// `100 * avg by (node) (nodeproof_gpu_health{check="all"}) < 95`.
-    pub fn metrics(&self, state: &PolicyState) -> String {
+    /// The values behind the GPU metrics (the daemon's `/metrics` encodes
+    /// them): per-GPU health by check, XID counters by class, driver
+    /// readiness. The articles' alert ("GPU health below 95% for 2 minutes")
+    /// becomes `100 * avg by (node) (nodeproof_gpu_health{check="all"}) < 95`.
+    pub fn metrics(&self, state: &PolicyState) -> GpuMetrics {
         let e = &self.evaluation;
-        let mut m = String::new();
-        let _ = writeln!(m, "# HELP nodeproof_gpu_driver_ready 1 when NVML answers in time for every NVIDIA PCI device.");
-        let _ = writeln!(m, "# TYPE nodeproof_gpu_driver_ready gauge");
-        if !e.no_gpu {
-            let _ = writeln!(
-                m,
-                "nodeproof_gpu_driver_ready {}",
-                u8::from(e.driver_ready.status == "True")
-            );
-        }
-        let _ = writeln!(m, "# HELP nodeproof_gpu_health 1 when the GPU passes the check, 0 when it breaks the policy.");
-        let _ = writeln!(m, "# TYPE nodeproof_gpu_health gauge");
+        let mut health = Vec::new();
         for g in &e.gpus {
-            let uuid = g.uuid.as_deref().unwrap_or("");
-            let _ = writeln!(
-                m,
-                "nodeproof_gpu_health{{gpu=\"{}\",uuid=\"{uuid}\",check=\"all\"}} {}",
-                g.index,
-                u8::from(g.healthy)
-            );
-            for c in &g.checks {
-                let _ = writeln!(
-                    m,
-                    "nodeproof_gpu_health{{gpu=\"{}\",uuid=\"{uuid}\",check=\"{}\"}} {}",
-                    g.index,
-                    c.check,
-                    u8::from(c.ok)
-                );
-            }
+            let uuid = g.uuid.clone().unwrap_or_default();
+            health.push(GpuHealth {
+                gpu: g.index,
+                uuid: uuid.clone(),
+                check: "all",
+                ok: g.healthy,
+            });
+            health.extend(g.checks.iter().map(|c| GpuHealth {
+                gpu: g.index,
+                uuid: uuid.clone(),
+                check: c.check,
+                ok: c.ok,
+            }));
         }
-        let _ = writeln!(
-            m,
-            "# HELP nodeproof_gpu_xid_errors_total XID events seen, by policy class."
-        );
-        let _ = writeln!(m, "# TYPE nodeproof_gpu_xid_errors_total counter");
-        for ((gpu, class), n) in &state.xid_totals {
-            let _ = writeln!(
-                m,
-                "nodeproof_gpu_xid_errors_total{{gpu=\"{gpu}\",class=\"{}\"}} {n}",
-                class.as_str()
-            );
+        GpuMetrics {
+            driver_ready: (!e.no_gpu).then(|| e.driver_ready.status == "True"),
+            health,
+            xid_totals: state.xid_totals.clone(),
         }
-        m
     }
 
     /// The human picture `nodeproof gpu` prints.

@@ -1,8 +1,8 @@
 //! The tracer's denials on the pods they hit: the watched pod set resolves a
 //! cgroup's pod UID to namespace/name and a container id to the container's
 //! name and profile; denials become one aggregated Warning Event per
-//! (pod, container, syscall, outcome) per interval, and Prometheus counters.
-//! Pure: rows in, events and metric text out; the caller owns the clock.
+//! (pod, container, syscall, outcome) per interval, and counter values.
+//! Pure: rows in, events and totals out; the caller owns the clock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -117,6 +117,19 @@ struct Key {
 pub struct PodDenialEvent {
     pub pod: ObjectRef,
     pub message: String,
+}
+
+/// Denials in one container of a pod, for one syscall and action, since the
+/// aggregator started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodDenialTotal {
+    pub namespace: String,
+    pub pod: String,
+    /// The container's name, else its id's prefix.
+    pub container: String,
+    pub syscall: String,
+    pub action: &'static str,
+    pub count: u64,
 }
 
 /// The row identity whose count the tracer keeps growing.
@@ -239,27 +252,24 @@ impl DenialAggregator {
         out
     }
 
-    /// Prometheus text: `nodeproof_pod_seccomp_denials_total` by pod,
+    /// The values of `nodeproof_pod_seccomp_denials_total` by pod,
     /// container, syscall, action (a name of its own: the daemon's
     /// `nodeproof_seccomp_denials_total` counts every process, pod or not).
-    pub fn metrics(&self) -> String {
-        let mut s = String::from(
-            "# HELP nodeproof_pod_seccomp_denials_total Seccomp denials seen by the tracer in containers of pods on this node.\n# TYPE nodeproof_pod_seccomp_denials_total counter\n",
-        );
-        for ((ns, pod, c, sys, action), n) in &self.totals {
-            s.push_str(&format!(
-                "nodeproof_pod_seccomp_denials_total{{namespace=\"{}\",pod=\"{}\",container=\"{}\",syscall=\"{}\",action=\"{action}\"}} {n}\n",
-                esc(ns), esc(pod), esc(c), esc(sys)
-            ));
-        }
-        s
+    pub fn totals(&self) -> Vec<PodDenialTotal> {
+        self.totals
+            .iter()
+            .map(
+                |((namespace, pod, container, syscall, action), &count)| PodDenialTotal {
+                    namespace: namespace.clone(),
+                    pod: pod.clone(),
+                    container: container.clone(),
+                    syscall: syscall.clone(),
+                    action,
+                    count,
+                },
+            )
+            .collect()
     }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 fn short(id: &str) -> String {
@@ -360,8 +370,15 @@ mod tests {
         agg.observe(&[row(21, Some("u1"))], &idx);
         assert!(agg.due(t0 + Duration::from_secs(600)).is_empty());
         assert_eq!(
-            agg.metrics().lines().last().unwrap(),
-            "nodeproof_pod_seccomp_denials_total{namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",syscall=\"mkdir\",action=\"errno\"} 21"
+            agg.totals(),
+            vec![PodDenialTotal {
+                namespace: "ml".into(),
+                pod: "vllm-0".into(),
+                container: "vllm".into(),
+                syscall: "mkdir".into(),
+                action: "errno",
+                count: 21
+            }]
         );
     }
 

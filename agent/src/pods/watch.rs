@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, Notify};
 
-use super::denials::{DenialAggregator, PodDenialEvent, PodIndex, EVENT_REASON};
+use super::denials::{DenialAggregator, PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
 use crate::finding::Condition;
 use crate::report::client::Reporter;
@@ -327,7 +327,7 @@ pub struct Round {
     /// Pods with an unusable reference.
     pub failing_pods: usize,
     /// `nodeproof_pod_seccomp_denials_total`, when denials are fed.
-    pub denial_metrics: Option<String>,
+    pub denial_totals: Option<Vec<PodDenialTotal>>,
 }
 
 /// How often files are judged again without an API change, and what else
@@ -469,14 +469,14 @@ pub async fn rounds(
         let now = SystemTime::now();
         let eval = state.evaluate();
         let mut events: Vec<PodEvent> = eval.new.iter().map(finding_event).collect();
-        let mut denial_metrics = None;
+        let mut denial_totals = None;
         if let Some(feed) = denials.as_deref_mut() {
             // Rows are resolved against the pods as now known, after this round's changes.
             for rows in feed.pending.drain(..) {
                 feed.aggregator.observe(&rows, &state.index);
             }
             events.extend(feed.aggregator.due(now).into_iter().map(denial_event));
-            denial_metrics = Some(feed.aggregator.metrics());
+            denial_totals = Some(feed.aggregator.totals());
         }
         let round = Round {
             at: now,
@@ -484,7 +484,7 @@ pub async fn rounds(
             condition: eval.condition,
             events,
             failing_pods: eval.failing_pods,
-            denial_metrics,
+            denial_totals,
         };
         if out.send(round).await.is_err() {
             break;

@@ -271,20 +271,6 @@ impl Readiness {
             message: self.message.clone(),
         }
     }
-
-    /// Prometheus text lines: the strategy in use (one series per strategy).
-    pub fn metric_lines(strategy: Option<Strategy>) -> String {
-        let mut s = String::from(
-            "# HELP nodeproof_seccomp_tracing_strategy Seccomp denial tracing strategy in use (1) or not (0).\n# TYPE nodeproof_seccomp_tracing_strategy gauge\n",
-        );
-        for st in Strategy::ALL {
-            s.push_str(&format!(
-                "nodeproof_seccomp_tracing_strategy{{strategy=\"{st}\"}} {}\n",
-                u8::from(strategy == Some(st))
-            ));
-        }
-        s
-    }
 }
 
 /// `nodeproof trace`: loads, streams samples to `out` until the duration ends
@@ -532,8 +518,6 @@ mod tests {
         assert_eq!(Readiness::failed(&e).reason, "KernelUnsupported");
         let ok = Readiness::loaded(Strategy::TpBtf, &[]);
         assert!(ok.ready && ok.message.contains("tp_btf"));
-        assert!(Readiness::metric_lines(Some(Strategy::TpBtf))
-            .contains("nodeproof_seccomp_tracing_strategy{strategy=\"tp_btf\"} 1"));
         assert_eq!("raw_tp".parse::<Strategy>().unwrap(), Strategy::Tracepoint);
         assert!("x".parse::<Strategy>().is_err());
     }

@@ -1,0 +1,609 @@
+//! `/metrics`: the shared state as OpenMetrics text, through prometheus-client.
+//! The values are snapshots the subsystems replace (exact in-kernel counts
+//! re-read, the GPU policy's totals, the aggregator's totals), so a
+//! collector reads them at each scrape and encodes const metrics; nothing
+//! here counts.
+
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::state::{MetricsSnapshot, Shared, CHECKS};
+use crate::trace::Strategy;
+
+/// What prometheus-client's text encoder writes (it ends with `# EOF`).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot encode the metrics")]
+    Encode(#[source] fmt::Error),
+}
+
+/// The registry `/metrics` encodes: one collector reading `shared`.
+pub fn registry(shared: Arc<Shared>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StateCollector(shared)));
+    registry
+}
+
+/// The whole exposition, `# EOF` included.
+pub fn render(registry: &Registry) -> Result<String, MetricsError> {
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, registry).map_err(MetricsError::Encode)?;
+    Ok(body)
+}
+
+#[derive(Debug)]
+struct StateCollector(Arc<Shared>);
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        encode_snapshot(&self.0.metrics_snapshot(), &mut encoder)
+    }
+}
+
+/// Every family, in a stable order. Counters are named without `_total`:
+/// the encoder appends it to the samples, as OpenMetrics has it.
+fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let m = &s.metrics;
+    gauges(
+        enc,
+        "nodeproof_build_info",
+        "The running nodeproof.",
+        [([("version", env!("CARGO_PKG_VERSION"))], 1)],
+    )?;
+    gauges(
+        enc,
+        "nodeproof_condition",
+        "Node conditions nodeproof owns, by status (1 for the current one).",
+        s.conditions.iter().flat_map(|c| {
+            ["True", "False", "Unknown"].map(|status| {
+                (
+                    [("condition", c.kind), ("status", status)],
+                    u64::from(c.status == status),
+                )
+            })
+        }),
+    )?;
+    counters(
+        enc,
+        "nodeproof_seccomp_denials",
+        "Seccomp denials counted in the kernel, by syscall and pod.",
+        m.denials.iter().map(|((syscall, pod), &n)| {
+            ([("syscall", syscall.as_str()), ("pod", pod.as_str())], n)
+        }),
+    )?;
+    gauges(
+        enc,
+        "nodeproof_profile_verdicts",
+        "Seccomp profiles under the root, by predicted outcome.",
+        m.profile_verdicts
+            .iter()
+            .map(|(&outcome, &n)| ([("outcome", outcome)], n)),
+    )?;
+    counter(
+        enc,
+        "nodeproof_profile_revalidations",
+        "Lints of the seccomp root (start, changes, resyncs).",
+        m.profile_revalidations,
+    )?;
+    gauges(
+        enc,
+        "nodeproof_seccomp_tracing_strategy",
+        "Seccomp denial tracing strategy in use (1) or not (0).",
+        Strategy::ALL.map(|st| {
+            (
+                [("strategy", st.as_str())],
+                u64::from(m.ebpf_strategy == Some(st)),
+            )
+        }),
+    )?;
+    counter(
+        enc,
+        "nodeproof_ebpf_dropped_samples",
+        "Denial samples the eBPF programs dropped (rate limit, full ring buffer).",
+        m.ebpf_dropped,
+    )?;
+    // Only while the pods watcher is fed denials (it has API credentials).
+    if let Some(rows) = &m.pod_denials {
+        counters(
+            enc,
+            "nodeproof_pod_seccomp_denials",
+            "Seccomp denials seen by the tracer in containers of pods on this node.",
+            rows.iter().map(|r| {
+                (
+                    [
+                        ("namespace", r.namespace.as_str()),
+                        ("pod", r.pod.as_str()),
+                        ("container", r.container.as_str()),
+                        ("syscall", r.syscall.as_str()),
+                        ("action", r.action),
+                    ],
+                    r.count,
+                )
+            }),
+        )?;
+    }
+    // Only once the GPU probe has gone round; no driver sample without a GPU.
+    if let Some(gpu) = &m.gpu {
+        gauges(
+            enc,
+            "nodeproof_gpu_driver_ready",
+            "1 when NVML answers in time for every NVIDIA PCI device.",
+            gpu.driver_ready.map(|ready| (NO_LABELS, u64::from(ready))),
+        )?;
+        gauges(
+            enc,
+            "nodeproof_gpu_health",
+            "1 when the GPU passes the check, 0 when it breaks the policy.",
+            gpu.health.iter().map(|h| {
+                (
+                    [
+                        ("gpu", h.gpu.to_string()),
+                        ("uuid", h.uuid.clone()),
+                        ("check", h.check.to_string()),
+                    ],
+                    u64::from(h.ok),
+                )
+            }),
+        )?;
+        counters(
+            enc,
+            "nodeproof_gpu_xid_errors",
+            "XID events seen, by policy class.",
+            gpu.xid_totals.iter().map(|(&(index, class), &n)| {
+                (
+                    [
+                        ("gpu", index.to_string()),
+                        ("class", class.as_str().to_string()),
+                    ],
+                    n,
+                )
+            }),
+        )?;
+    }
+    counter(
+        enc,
+        "nodeproof_reporter_errors",
+        "Failed writes to the API server.",
+        m.reporter_errors,
+    )?;
+    counters(
+        enc,
+        "nodeproof_task_restarts",
+        "Subsystem tasks restarted after a panic.",
+        CHECKS.map(|task| {
+            (
+                [("task", task)],
+                m.task_restarts.get(task).copied().unwrap_or(0),
+            )
+        }),
+    )?;
+    counter(
+        enc,
+        "nodeproof_config_reloads",
+        "Successful SIGHUP reloads.",
+        m.reloads,
+    )
+}
+
+/// The label set of a family's only, unlabelled sample.
+const NO_LABELS: [(&str, &str); 0] = [];
+
+/// A gauge family: HELP, TYPE, one sample per label set.
+fn gauges<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let samples = samples.into_iter().map(|(l, v)| (l, ConstGauge::new(v)));
+    family(enc, name, help, MetricType::Gauge, samples)
+}
+
+/// A counter family (`name` without `_total`): HELP, TYPE, one sample per label set.
+fn counters<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let samples = samples.into_iter().map(|(l, v)| (l, ConstCounter::new(v)));
+    family(enc, name, help, MetricType::Counter, samples)
+}
+
+/// Described even without samples: the family exists, nothing counted yet.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    samples: impl Iterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, metric) in samples {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A counter without labels.
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    let counter = ConstCounter::new(value);
+    counter.encode(enc.encode_descriptor(name, help, None, counter.metric_type())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::daemon::state::CheckState;
+    use crate::finding::Condition;
+    use crate::gpu::policy::XidClass;
+    use crate::gpu::{GpuHealth, GpuMetrics};
+    use crate::pods::denials::PodDenialTotal;
+
+    /// A pod name no API server would accept, to see the escaping.
+    const ODD: &str = "we\"ird\\pod\nname";
+
+    #[derive(Debug, PartialEq)]
+    struct Sample {
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    }
+
+    fn metric_name(s: &str) -> Option<(&str, &str)> {
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(s.len());
+        let first = s.chars().next()?;
+        (end > 0 && !first.is_ascii_digit()).then(|| s.split_at(end))
+    }
+
+    /// `name{k="v",...} value`, label values unescaped (`\\`, `\"`, `\n`
+    /// only, as OpenMetrics allows); `None` for anything else.
+    fn sample(line: &str) -> Option<Sample> {
+        let (name, mut rest) = metric_name(line)?;
+        let mut labels = Vec::new();
+        if let Some(r) = rest.strip_prefix('{') {
+            rest = r;
+            loop {
+                let (key, r) = metric_name(rest)?;
+                let mut chars = r.strip_prefix("=\"")?.char_indices();
+                let mut value = String::new();
+                let end = loop {
+                    match chars.next()? {
+                        (i, '"') => break i,
+                        (_, '\\') => value.push(match chars.next()?.1 {
+                            '\\' => '\\',
+                            '"' => '"',
+                            'n' => '\n',
+                            _ => return None,
+                        }),
+                        (_, '\n') => return None,
+                        (_, c) => value.push(c),
+                    }
+                };
+                labels.push((key.to_string(), value));
+                rest = &r[2 + end + 1..];
+                if let Some(r) = rest.strip_prefix(',') {
+                    rest = r;
+                } else {
+                    rest = rest.strip_prefix('}')?;
+                    break;
+                }
+            }
+        }
+        let value = rest.strip_prefix(' ')?.parse().ok()?;
+        Some(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        })
+    }
+
+    /// Checks the whole exposition: every line a HELP/TYPE comment, a
+    /// sample of a family described before it, or the final `# EOF`.
+    /// Returns each family's type and samples.
+    fn parse(body: &str) -> BTreeMap<String, (String, Vec<Sample>)> {
+        let body = body
+            .strip_suffix("# EOF\n")
+            .unwrap_or_else(|| panic!("no final # EOF:\n{body}"));
+        let mut families: BTreeMap<String, (String, Vec<Sample>)> = BTreeMap::new();
+        let mut help: Option<String> = None;
+        let mut current: Option<String> = None;
+        for line in body.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, text) = rest.split_once(' ').unwrap();
+                assert!(!text.is_empty() && !families.contains_key(name), "{line}");
+                help = Some(name.to_string());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert_eq!(help.as_deref(), Some(name), "TYPE without HELP: {line}");
+                assert!(["gauge", "counter"].contains(&kind), "{line}");
+                families.insert(name.to_string(), (kind.to_string(), Vec::new()));
+                current = Some(name.to_string());
+            } else {
+                let s = sample(line).unwrap_or_else(|| panic!("not a sample: {line:?}"));
+                let family = current.as_deref().expect("sample before any TYPE");
+                let (kind, samples) = families.get_mut(family).unwrap();
+                let want = if kind == "counter" {
+                    format!("{family}_total")
+                } else {
+                    family.to_string()
+                };
+                assert_eq!(s.name, want, "{line}");
+                samples.push(s);
+            }
+        }
+        families
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn value(
+        families: &BTreeMap<String, (String, Vec<Sample>)>,
+        family: &str,
+        l: &[(&str, &str)],
+    ) -> f64 {
+        let want = labels(l);
+        families[family]
+            .1
+            .iter()
+            .find(|s| s.labels == want)
+            .unwrap_or_else(|| panic!("no {family}{l:?} in {:?}", families[family]))
+            .value
+    }
+
+    fn shared() -> Arc<Shared> {
+        let shared = Arc::new(Shared::default());
+        shared.set_check(
+            "profiles",
+            CheckState {
+                conditions: vec![Condition {
+                    kind: "SeccompProfilesReady",
+                    status: "False",
+                    reason: "ProfileRejected".into(),
+                    message: "m".into(),
+                }],
+                summary: String::new(),
+                progress: Some(Instant::now()),
+                period: Duration::from_secs(1),
+            },
+        );
+        shared
+    }
+
+    #[test]
+    fn the_whole_exposition_parses_with_every_family_and_escaped_labels() {
+        let shared = shared();
+        shared.metrics(|m| {
+            m.denials.insert(("mkdir".into(), ODD.into()), 7);
+            m.denials.insert(("ptrace".into(), String::new()), 2);
+            m.profile_verdicts.insert("ok", 3);
+            m.profile_verdicts.insert("rejected", 1);
+            m.profile_revalidations = 5;
+            m.ebpf_strategy = Some(Strategy::TpBtf);
+            m.ebpf_dropped = 11;
+            m.pod_denials = Some(vec![PodDenialTotal {
+                namespace: "ml".into(),
+                pod: ODD.into(),
+                container: "c\\1".into(),
+                syscall: "mkdir".into(),
+                action: "errno",
+                count: 21,
+            }]);
+            m.gpu = Some(GpuMetrics {
+                driver_ready: Some(true),
+                health: vec![
+                    GpuHealth {
+                        gpu: 0,
+                        uuid: "GPU-0".into(),
+                        check: "all",
+                        ok: false,
+                    },
+                    GpuHealth {
+                        gpu: 0,
+                        uuid: "GPU-0".into(),
+                        check: "xid",
+                        ok: false,
+                    },
+                ],
+                xid_totals: [((0, XidClass::Fatal), 1), ((0, XidClass::Ignored), 4)].into(),
+            });
+            m.reporter_errors = 2;
+            m.task_restarts.insert("gpu", 1);
+            m.reloads = 3;
+        });
+        let body = render(&registry(shared)).unwrap();
+        let f = parse(&body);
+        let kinds: Vec<(&str, &str)> = f
+            .iter()
+            .map(|(n, (k, _))| (n.as_str(), k.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("nodeproof_build_info", "gauge"),
+                ("nodeproof_condition", "gauge"),
+                ("nodeproof_config_reloads", "counter"),
+                ("nodeproof_ebpf_dropped_samples", "counter"),
+                ("nodeproof_gpu_driver_ready", "gauge"),
+                ("nodeproof_gpu_health", "gauge"),
+                ("nodeproof_gpu_xid_errors", "counter"),
+                ("nodeproof_pod_seccomp_denials", "counter"),
+                ("nodeproof_profile_revalidations", "counter"),
+                ("nodeproof_profile_verdicts", "gauge"),
+                ("nodeproof_reporter_errors", "counter"),
+                ("nodeproof_seccomp_denials", "counter"),
+                ("nodeproof_seccomp_tracing_strategy", "gauge"),
+                ("nodeproof_task_restarts", "counter"),
+            ],
+            "{body}"
+        );
+        // The odd name comes back as it went in, and is escaped on the wire.
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_seccomp_denials",
+                &[("syscall", "mkdir"), ("pod", ODD)]
+            ),
+            7.0
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_seccomp_denials",
+                &[("syscall", "ptrace"), ("pod", "")]
+            ),
+            2.0
+        );
+        assert!(
+            body.contains("nodeproof_seccomp_denials_total{syscall=\"mkdir\",pod=\"we\\\"ird\\\\pod\\nname\"} 7\n"),
+            "{body}"
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_pod_seccomp_denials",
+                &[
+                    ("namespace", "ml"),
+                    ("pod", ODD),
+                    ("container", "c\\1"),
+                    ("syscall", "mkdir"),
+                    ("action", "errno")
+                ]
+            ),
+            21.0
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_build_info",
+                &[("version", env!("CARGO_PKG_VERSION"))]
+            ),
+            1.0
+        );
+        // One series per status, 1 for the current one.
+        let conditions: Vec<(String, f64)> = f["nodeproof_condition"]
+            .1
+            .iter()
+            .map(|s| (s.labels[1].1.clone(), s.value))
+            .collect();
+        assert_eq!(
+            conditions,
+            [
+                ("True".into(), 0.0),
+                ("False".into(), 1.0),
+                ("Unknown".into(), 0.0)
+            ]
+        );
+        assert_eq!(
+            value(&f, "nodeproof_profile_verdicts", &[("outcome", "rejected")]),
+            1.0
+        );
+        assert_eq!(value(&f, "nodeproof_profile_revalidations", &[]), 5.0);
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_seccomp_tracing_strategy",
+                &[("strategy", "tp_btf")]
+            ),
+            1.0
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_seccomp_tracing_strategy",
+                &[("strategy", "fexit")]
+            ),
+            0.0
+        );
+        assert_eq!(value(&f, "nodeproof_ebpf_dropped_samples", &[]), 11.0);
+        assert_eq!(value(&f, "nodeproof_gpu_driver_ready", &[]), 1.0);
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_gpu_health",
+                &[("gpu", "0"), ("uuid", "GPU-0"), ("check", "xid")]
+            ),
+            0.0
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_gpu_xid_errors",
+                &[("gpu", "0"), ("class", "ignored")]
+            ),
+            4.0
+        );
+        assert_eq!(value(&f, "nodeproof_reporter_errors", &[]), 2.0);
+        // Every task has its series, restarted or not.
+        assert_eq!(f["nodeproof_task_restarts"].1.len(), CHECKS.len());
+        assert_eq!(
+            value(&f, "nodeproof_task_restarts", &[("task", "gpu")]),
+            1.0
+        );
+        assert_eq!(
+            value(&f, "nodeproof_task_restarts", &[("task", "pods")]),
+            0.0
+        );
+        assert_eq!(value(&f, "nodeproof_config_reloads", &[]), 3.0);
+    }
+
+    #[test]
+    fn families_of_subsystems_that_have_not_reported_are_absent() {
+        let shared = shared();
+        let body = render(&registry(shared.clone())).unwrap();
+        let f = parse(&body);
+        for absent in [
+            "nodeproof_pod_seccomp_denials",
+            "nodeproof_gpu_driver_ready",
+            "nodeproof_gpu_health",
+            "nodeproof_gpu_xid_errors",
+        ] {
+            assert!(!f.contains_key(absent), "{absent} in\n{body}");
+        }
+        // Nothing counted yet: the family is described, with no series.
+        assert!(f["nodeproof_seccomp_denials"].1.is_empty(), "{body}");
+        // A node without NVIDIA devices: the GPU families, no driver sample.
+        shared.metrics(|m| m.gpu = Some(GpuMetrics::default()));
+        let f = parse(&render(&registry(shared)).unwrap());
+        assert_eq!(f["nodeproof_gpu_driver_ready"].1, []);
+        assert_eq!(f["nodeproof_gpu_health"].1, []);
+    }
+
+    #[test]
+    fn the_parser_refuses_what_is_not_openmetrics() {
+        assert_eq!(
+            sample("a_b{x=\"1\"} 2").unwrap().labels,
+            labels(&[("x", "1")])
+        );
+        for bad in [
+            "a{x=\"1\n\"} 2",
+            "a{x=\"\\t\"} 2",
+            "a{x=1} 2",
+            "a 2 3 4",
+            "1a 2",
+            "a{x=\"1\"}2",
+            "a",
+        ] {
+            assert_eq!(sample(bad), None, "{bad:?}");
+        }
+    }
+}
