@@ -270,11 +270,16 @@ fn predict(
     let mut compiled = match compile::compile(spec, opts.arch) {
         Ok(c) => c,
         Err(e) => {
-            report.diagnostics.push(Diagnostic::error(
-                Code::CompileFailed,
-                "",
-                format!("libseccomp refuses the filter, so runc init fails: {e}"),
-            ));
+            let message = match e {
+                // Not a refusal: libseccomp never returns, and neither does runc init.
+                compile::CompileError::RuleAddLoops { .. } => {
+                    format!("the container never starts: {e}")
+                }
+                _ => format!("libseccomp refuses the filter, so runc init fails: {e}"),
+            };
+            report
+                .diagnostics
+                .push(Diagnostic::error(Code::CompileFailed, "", message));
             return Outcome::StartFailed;
         }
     };
