@@ -1,33 +1,12 @@
 //! `advise` round trip on every corpus profile that lints ok: the patch for a
 //! set of denials must keep the outcome `ok` and let every denied syscall run.
 
-use std::path::{Path, PathBuf};
-
 use nodeproof::profile::advise::{advise, Denied};
 use nodeproof::profile::lint::{lint_source, LintOptions, Outcome};
 
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("NODEPROOF_CORPUS").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/seccomp-corpus"),
-        PathBuf::from,
-    )
-}
-
-fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            json_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "json")
-            && p.file_name().is_some_and(|n| n != "runc-results.json")
-        {
-            out.push(p);
-        }
-    }
-}
+#[path = "support/corpus.rs"]
+mod corpus;
+use corpus::{corpus_dir, json_files};
 
 #[test]
 fn corpus_round_trip() {

@@ -2,8 +2,6 @@
 //! every corpus profile and thousands of pseudo-random filters, the same
 //! program instruction for instruction, or the same refusal.
 
-use std::path::{Path, PathBuf};
-
 use nodeproof::profile::bpfgen::{generate, GenError};
 use nodeproof::profile::compile::{
     compile_with_libseccomp, syscall_name, CompileError, SockFilter,
@@ -11,28 +9,9 @@ use nodeproof::profile::compile::{
 use nodeproof::profile::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 use nodeproof::profile::lint::{filter_spec, LintOptions, Runtime};
 
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("NODEPROOF_CORPUS").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/seccomp-corpus"),
-        PathBuf::from,
-    )
-}
-
-fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            json_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "json")
-            && p.file_name().is_some_and(|n| n != "runc-results.json")
-        {
-            out.push(p);
-        }
-    }
-}
+#[path = "support/corpus.rs"]
+mod corpus;
+use corpus::{corpus_dir, json_files};
 
 fn show(p: &[SockFilter], i: usize) -> String {
     p.get(i).map_or_else(

@@ -262,6 +262,23 @@ pub fn syscall_name(nr: i32, arch: Arch) -> Option<String> {
     ScmpSyscall::from(nr).get_name_by_arch(scmp_arch(arch)).ok()
 }
 
+/// The number a rule is added with, or the rule runc skips.
+///
+/// runc resolves on its own native arch; a name unknown there is skipped.
+/// libseccomp then translates rule numbers from the *host* numbering to each
+/// filter arch, so this is the host number even when cross-compiling
+/// (libseccomp's name table is shared by all arches, so a name known on
+/// `native` is known on the host too).
+pub(crate) fn rule_number(rule: &Rule, native: Arch, host: Arch) -> Result<i32, SkippedRule> {
+    resolve_syscall(&rule.syscall, native)
+        .and_then(|_| resolve_syscall(&rule.syscall, host))
+        .ok_or_else(|| SkippedRule {
+            syscall: rule.syscall.clone(),
+            action: rule.action,
+            origin: rule.origin.clone(),
+        })
+}
+
 /// `__AUDIT_ARCH_LE`: the byte order bit of an audit arch.
 const LE_BIT: u32 = 0x4000_0000;
 
@@ -306,22 +323,10 @@ fn build(
 
     let mut skipped = Vec::new();
     for rule in &spec.rules {
-        // runc resolves on its own native arch; a name unknown there is
-        // skipped. libseccomp then translates rule numbers from the *host*
-        // numbering to each filter arch, so pass the host number even when
-        // cross-compiling (libseccomp's name table is shared by all arches,
-        // so a name known on `native` is known on the host too).
-        let nr = resolve_syscall(&rule.syscall, native)
-            .and_then(|_| resolve_syscall(&rule.syscall, host));
-        let Some(nr) = nr else {
-            skipped.push(SkippedRule {
-                syscall: rule.syscall.clone(),
-                action: rule.action,
-                origin: rule.origin.clone(),
-            });
-            continue;
-        };
-        add_rule(&mut ctx, rule, nr)?;
+        match rule_number(rule, native, host) {
+            Ok(nr) => add_rule(&mut ctx, rule, nr)?,
+            Err(skip) => skipped.push(skip),
+        }
     }
     Ok((
         ctx,

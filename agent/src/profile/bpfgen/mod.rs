@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::compile::{
-    resolve_syscall, syscall_name, CompileError, CompiledFilter, Errno, SkippedRule,
+    resolve_syscall, rule_number, syscall_name, CompileError, CompiledFilter, Errno,
 };
 use super::filter::{Action, Arch, CmpOp, FilterSpec, Rule};
 use db::{ApiArg, ApiRule, ArchDb, DbError, WordSize};
@@ -117,15 +117,12 @@ pub fn generate(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, GenEr
     let mut skipped = Vec::new();
     let default_ret = spec.default_action.to_ret();
     for rule in &spec.rules {
-        let nr = resolve_syscall(&rule.syscall, native)
-            .and_then(|_| resolve_syscall(&rule.syscall, host));
-        let Some(nr) = nr else {
-            skipped.push(SkippedRule {
-                syscall: rule.syscall.clone(),
-                action: rule.action,
-                origin: rule.origin.clone(),
-            });
-            continue;
+        let nr = match rule_number(rule, native, host) {
+            Ok(nr) => nr,
+            Err(skip) => {
+                skipped.push(skip);
+                continue;
+            }
         };
         add_rule(&mut dbs, rule, nr, host, default_ret).map_err(GenError::Refused)?;
     }
