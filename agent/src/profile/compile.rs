@@ -232,12 +232,13 @@ fn scmp_cond(c: &Cond) -> ScmpArgCompare {
 }
 
 /// Syscall number (or `None`) by name, per architecture.
-type NameCache = HashMap<Arch, HashMap<Box<str>, Option<i32>>>;
+type NameCache = HashMap<Arch, HashMap<Box<str>, Option<i32>, Fnv>, Fnv>;
+type Fnv = std::hash::BuildHasherDefault<super::fnv::Fnv>;
 
 thread_local! {
     /// libseccomp's name tables never change; lint asks for the same names
     /// over and over (every rule, every prediction), so remember the answers.
-    static RESOLVED: RefCell<NameCache> = RefCell::new(HashMap::new());
+    static RESOLVED: RefCell<NameCache> = RefCell::new(HashMap::default());
 }
 
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,

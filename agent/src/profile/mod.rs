@@ -9,6 +9,7 @@ pub mod compile;
 pub mod decode;
 pub mod diagnostic;
 pub mod filter;
+mod fnv;
 pub mod json;
 pub mod lint;
 pub mod model;

@@ -43,8 +43,12 @@ impl TemplateContext {
 
 /// `uname -r` as (major, minor).
 pub fn host_kernel() -> Option<(u32, u32)> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    parse_kernel(release.trim())
+    // The running kernel does not change under us; read it once, not per lint.
+    static KERNEL: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        parse_kernel(release.trim())
+    })
 }
 
 pub fn parse_kernel(s: &str) -> Option<(u32, u32)> {

@@ -4,10 +4,11 @@
 //! and copied return instructions where a jump exceeds 255.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use super::super::compile::SockFilter;
 use super::super::filter::{Arch, CmpOp};
+use super::super::fnv::Fnv;
 use super::db::{ArchDb, NodeId};
 
 const BPF_LD_W_ABS: u16 = 0x20;
@@ -127,48 +128,6 @@ pub(super) struct Fault;
 struct Entry {
     blk: BlkId,
     found: bool,
-}
-
-/// FNV-1a: block contents are small and trusted, SipHash is wasted here.
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    // whole words at a time: instructions hash as a few integers each
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x0100_0000_01b3);
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_u16(&mut self, v: u16) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-
-    fn write_isize(&mut self, v: isize) {
-        self.write_u64(v as u64);
-    }
 }
 
 type BlockTable = HashMap<Vec<Ins>, Hash, BuildHasherDefault<Fnv>>;
