@@ -174,6 +174,9 @@ fn run() -> Result<()> {
             if which.is_none_or(|w| w == "profile_lint") {
                 cargo(&["bench", "-p", "nodeproof-e2e", "--bench", "profile_lint"])?;
             }
+            if which.is_none_or(|w| w == "gpu_probe") {
+                cargo(&["bench", "-p", "nodeproof", "--bench", "gpu_probe"])?;
+            }
             if which.is_none_or(|w| w == "daemon_start") {
                 cargo(&["bench", "-p", "nodeproof", "--bench", "daemon_start"])?;
             }
