@@ -139,11 +139,7 @@ fn the_agent_folds_pod_references_into_one_condition() {
     eprintln!("FIGURE agent: profile file created → True: {t:?}");
 
     // The node's own files are still judged: a broken one turns it False too.
-    std::fs::write(
-        root.join("broken.json"),
-        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
-    )
-    .unwrap();
+    break_profile(&root);
     within("False from the files", DEADLINE, &agent, || {
         cond().is_some_and(|c| {
             c["status"] == "False" && c["message"].as_str().unwrap().contains("broken.json")
@@ -166,28 +162,42 @@ fn the_agent_folds_pod_references_into_one_condition() {
     assert!(agent.stop(), "{}", agent.log_text());
 }
 
+/// A file the linter refuses, in the node's seccomp root.
+fn break_profile(root: &Path) {
+    std::fs::write(
+        root.join("broken.json"),
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    )
+    .unwrap();
+}
+
+/// The agent reporting to the test server with `hysteresis` for
+/// `SeccompProfilesReady` and a resync every second, once it reported True.
+fn reporting_true(dir: &Path, hysteresis: &str) -> (TestApiServer, Agent) {
+    let (server, config) = setup(dir);
+    let config = format!(
+        "{config}[report.hysteresis.SeccompProfilesReady]\n{hysteresis}[daemon]\nprofile-resync-s = 1\n"
+    );
+    let mut agent = Agent::start(dir, &config);
+    agent.wait_ready(Duration::from_secs(30));
+    within("True", Duration::from_secs(10), &agent, || {
+        server
+            .condition("n1", "SeccompProfilesReady")
+            .is_some_and(|c| c["status"] == "True")
+    });
+    (server, agent)
+}
+
 /// The reporter's hysteresis counts check results: a profile that stays
 /// broken is re-judged by the next resync, and that second bad result (not
 /// a change) is what turns the condition False with `to-bad = 2`.
 #[test]
 fn a_condition_that_stays_bad_crosses_the_hysteresis() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, config) = setup(dir.path());
     let root = dir.path().join("seccomp");
-    let config = format!(
-        "{config}[report.hysteresis.SeccompProfilesReady]\nto-bad = 2\nto-good = 2\n[daemon]\nprofile-resync-s = 1\n"
-    );
-    let mut agent = Agent::start(dir.path(), &config);
-    agent.wait_ready(Duration::from_secs(30));
+    let (server, mut agent) = reporting_true(dir.path(), "to-bad = 2\nto-good = 2\n");
     let cond = || server.condition("n1", "SeccompProfilesReady");
-    within("True", Duration::from_secs(10), &agent, || {
-        cond().is_some_and(|c| c["status"] == "True")
-    });
-    std::fs::write(
-        root.join("broken.json"),
-        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
-    )
-    .unwrap();
+    break_profile(&root);
     let t = within("False after two bad results", DEADLINE, &agent, || {
         cond().is_some_and(|c| c["status"] == "False")
     });
@@ -205,21 +215,10 @@ fn a_condition_that_stays_bad_crosses_the_hysteresis() {
 #[test]
 fn a_reload_changes_the_reporters_hysteresis() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, config) = setup(dir.path());
     let root = dir.path().join("seccomp");
-    let hold = "[report.hysteresis.SeccompProfilesReady]\nto-bad = 1000\n";
-    let config = format!("{config}{hold}[daemon]\nprofile-resync-s = 1\n");
-    let mut agent = Agent::start(dir.path(), &config);
-    agent.wait_ready(Duration::from_secs(30));
+    let (server, mut agent) = reporting_true(dir.path(), "to-bad = 1000\n");
     let cond = || server.condition("n1", "SeccompProfilesReady");
-    within("True", Duration::from_secs(10), &agent, || {
-        cond().is_some_and(|c| c["status"] == "True")
-    });
-    std::fs::write(
-        root.join("broken.json"),
-        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
-    )
-    .unwrap();
+    break_profile(&root);
     // Several bad results (inotify, then a resync a second) are held back.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(cond().unwrap()["status"], "True", "{}", agent.log_text());

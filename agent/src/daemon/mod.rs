@@ -213,7 +213,7 @@ async fn serve(
         }
         for round in shared.take_rounds() {
             // Never waits: the reporter drains between its writes. Full
-            // means it is stuck; the checks go on (and say so once here).
+            // means it is stuck; the checks go on, and the loss is logged here.
             if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) = rounds_tx.try_send(round)
             {
                 tracing::warn!(
