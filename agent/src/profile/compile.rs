@@ -231,14 +231,15 @@ fn scmp_cond(c: &Cond) -> ScmpArgCompare {
     ScmpArgCompare::new(u32::from(c.index), op, c.value)
 }
 
-/// Syscall number (or `None`) by name, per architecture.
-type NameCache = HashMap<Arch, HashMap<Box<str>, Option<i32>, Fnv>, Fnv>;
+/// Syscall number (or `None`) by name, one map per architecture (indexed
+/// like [`Arch::ALL`]).
+type NameCache = [HashMap<Box<str>, Option<i32>, Fnv>; Arch::ALL.len()];
 type Fnv = std::hash::BuildHasherDefault<super::fnv::Fnv>;
 
 thread_local! {
     /// libseccomp's name tables never change; lint asks for the same names
     /// over and over (every rule, every prediction), so remember the answers.
-    static RESOLVED: RefCell<NameCache> = RefCell::new(HashMap::default());
+    static RESOLVED: RefCell<NameCache> = RefCell::new(Default::default());
 }
 
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,
@@ -246,7 +247,7 @@ thread_local! {
 pub fn resolve_syscall(name: &str, arch: Arch) -> Option<i32> {
     RESOLVED.with(|cache| {
         let mut cache = cache.borrow_mut();
-        let names = cache.entry(arch).or_default();
+        let names = &mut cache[arch as usize];
         if let Some(&nr) = names.get(name) {
             return nr;
         }

@@ -1,5 +1,6 @@
-//! FNV-1a for the compiler's hash maps: BPF blocks and syscall names are
-//! small and trusted, SipHash's flood resistance is wasted on them.
+//! FNV-1a over whole words for the compiler's hash maps: BPF blocks and
+//! syscall names are small and trusted, SipHash's flood resistance is wasted
+//! on them.
 
 use std::hash::Hasher;
 
@@ -13,13 +14,32 @@ impl Default for Fnv {
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
-        self.0
+        // Words enter FNV's multiply whole, so their high bytes only reach
+        // the high bits; fold them down (murmur3's finalizer) for the table's
+        // bucket bits.
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x
     }
 
+    // eight bytes at a time: a syscall name is one or two words
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
         }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(last));
+        }
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
     }
 
     // whole words at a time: instructions hash as a few integers each

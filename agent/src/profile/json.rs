@@ -403,6 +403,20 @@ impl Parser<'_> {
     fn parse_string(&mut self) -> Result<String, SyntaxError> {
         debug_assert_eq!(self.src.get(self.pos), Some(&b'"'));
         self.pos += 1;
+        // Most strings have no escape: take them in one copy.
+        let rest = &self.src[self.pos..];
+        if let Some(end) = rest
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        {
+            if rest[end] == b'"' {
+                self.pos += end + 1;
+                return Ok(match std::str::from_utf8(&rest[..end]) {
+                    Ok(s) => s.to_owned(),
+                    Err(_) => String::from_utf8_lossy(&rest[..end]).into_owned(),
+                });
+            }
+        }
         let mut out: Vec<u8> = Vec::new();
         loop {
             let Some(&c) = self.src.get(self.pos) else {
@@ -411,7 +425,8 @@ impl Parser<'_> {
             match c {
                 b'"' => {
                     self.pos += 1;
-                    return Ok(String::from_utf8_lossy(&out).into_owned());
+                    return Ok(String::from_utf8(out)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()));
                 }
                 b'\\' => {
                     self.pos += 1;

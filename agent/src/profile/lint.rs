@@ -3,6 +3,9 @@
 //! runtime checks. Pure apart from compiling with libseccomp and one
 //! `stat` of a notify listener socket.
 
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
 use serde::Serialize;
 
 use super::bpf::{self, SeccompData};
@@ -10,6 +13,7 @@ use super::compile::{self, CompiledFilter, BPF_MAXINSNS};
 use super::decode::{self, resolve_pointer};
 use super::diagnostic::{Code, Diagnostic, Severity};
 use super::filter::{Action, Arch, FilterSpec};
+use super::fnv::Fnv;
 use super::json::{self, LineIndex, Node};
 use super::model::{Seccomp, OCI_SECCOMP, TPL_SECCOMP};
 use super::patchbpf;
@@ -443,11 +447,11 @@ fn lint_conflicts(
     arch: Arch,
     report: &mut ProfileReport,
 ) {
-    let mut seen: Vec<(&str, Action, &str)> = Vec::new();
+    // Per syscall, the unconditional actions seen so far (first pointer of each).
+    let mut seen: HashMap<&str, Vec<(Action, &str)>, BuildHasherDefault<Fnv>> = HashMap::default();
     for rule in spec.rules.iter().filter(|r| r.conds.is_empty()) {
-        if let Some((_, first, first_ptr)) = seen
-            .iter()
-            .find(|(name, action, _)| *name == rule.syscall && *action != rule.action)
+        let actions = seen.entry(&rule.syscall).or_default();
+        if let Some(&(first, first_ptr)) = actions.iter().find(|(action, _)| *action != rule.action)
         {
             let winner = compile::resolve_syscall(&rule.syscall, arch)
                 .and_then(|nr| {
@@ -474,7 +478,9 @@ fn lint_conflicts(
             );
             continue;
         }
-        seen.push((&rule.syscall, rule.action, &rule.origin.pointer));
+        if !actions.iter().any(|(action, _)| *action == rule.action) {
+            actions.push((rule.action, &rule.origin.pointer));
+        }
     }
 }
 

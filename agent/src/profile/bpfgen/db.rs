@@ -3,8 +3,12 @@
 //! same pruning, ordering and reference counting, because the tree shape and
 //! the node counts (syscall priorities) decide the exported program.
 
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
 use super::super::compile::Errno;
 use super::super::filter::{Arch, CmpOp};
+use super::super::fnv::Fnv;
 
 pub(super) type NodeId = usize;
 
@@ -180,8 +184,12 @@ pub(super) struct ArchDb {
     pub arch: Arch,
     size: WordSize,
     pub nodes: Vec<Node>,
-    /// Sorted by syscall number as an unsigned value, as libseccomp keeps them.
+    /// In the order first added; libseccomp keeps them sorted by number as
+    /// an unsigned value, which the generator's ordering restores.
     pub syscalls: Vec<SysEntry>,
+    /// Syscall number → its entry in `syscalls` (a sorted insert per new
+    /// syscall moved the whole list).
+    index: HashMap<i32, usize, BuildHasherDefault<Fnv>>,
     /// The entry under construction by `rule_add` (`s_new`), not yet linked.
     scratch: Vec<SysEntry>,
     /// Set when a walk met a cycle or runaway recursion (see [`DbError::Loops`]).
@@ -196,6 +204,7 @@ impl ArchDb {
             size,
             nodes: Vec::new(),
             syscalls: Vec::new(),
+            index: HashMap::default(),
             scratch: Vec::new(),
             looped: false,
             depth: 0,
@@ -894,17 +903,14 @@ impl ArchDb {
     fn rule_add_inner(&mut self, rule: &ApiRule) -> Result<(), Errno> {
         self.rule_gen(rule);
         self.scratch[0].priority = PRI_MASK_CHAIN.wrapping_sub(self.scratch[0].node_cnt);
-        // libseccomp keeps `num` unsigned: pseudo syscalls sort last
-        let pos = self
-            .syscalls
-            .partition_point(|s| (s.num as u32) < (rule.syscall as u32));
+        let Some(&pos) = self.index.get(&rule.syscall) else {
+            let s_new = self.scratch.pop().expect("scratch entry");
+            self.index.insert(rule.syscall, self.syscalls.len());
+            self.syscalls.push(s_new);
+            return Ok(());
+        };
         let mut rm_flag = false;
         loop {
-            if pos == self.syscalls.len() || self.syscalls[pos].num != rule.syscall {
-                let s_new = self.scratch.pop().expect("scratch entry");
-                self.syscalls.insert(pos, s_new);
-                return Ok(());
-            }
             let (x_chains, n_chains) = (self.syscalls[pos].chains, self.scratch[0].chains);
             match (x_chains, n_chains) {
                 (None, _) => {

@@ -3,8 +3,9 @@
 //! deduplicated by content, pulled in behind their first jumper, long jumps
 //! and copied return instructions where a jump exceeds 255.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::super::compile::SockFilter;
 use super::super::filter::{Arch, CmpOp};
@@ -30,17 +31,33 @@ type BlkId = usize;
 type Hash = u32;
 
 /// A jump or `k` operand before it is resolved (`struct bpf_jump`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Ids are 32 bits wide so an instruction stays small: blocks are copied,
+/// compared and hashed by content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tgt {
     No,
     K(u32),
     Nxt(u32),
-    Db(NodeId),
-    Blk(BlkId),
+    Db(u32),
+    Blk(u32),
     Hsh(Hash),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+impl Tgt {
+    fn feed(self, h: &mut Fnv) {
+        let (tag, v) = match self {
+            Tgt::No => (0, 0),
+            Tgt::K(v) => (1, v),
+            Tgt::Nxt(v) => (2, v),
+            Tgt::Db(v) => (3, v),
+            Tgt::Blk(v) => (4, v),
+            Tgt::Hsh(v) => (5, v),
+        };
+        h.write_u64((tag << 32) | u64::from(v));
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Ins {
     op: u16,
     jt: Tgt,
@@ -78,9 +95,85 @@ fn acc_at(offset: i32) -> Acc {
     }
 }
 
+/// The most instructions a block holds: a tree node's load, mask and
+/// comparison after a load and mask are put in front of it (4); one spare.
+const BLK_MAX_INS: usize = 5;
+
+const INS_NONE: Ins = Ins {
+    op: 0,
+    jt: Tgt::No,
+    jf: Tgt::No,
+    k: Tgt::No,
+};
+
+/// A block's instructions, stored inline: a generation makes about two
+/// thousand blocks and a `Vec` each was a fifth of its time.
+#[derive(Debug, Clone, Copy)]
+struct InsList {
+    len: u8,
+    ins: [Ins; BLK_MAX_INS],
+}
+
+impl InsList {
+    const EMPTY: InsList = InsList {
+        len: 0,
+        ins: [INS_NONE; BLK_MAX_INS],
+    };
+
+    fn one(ins: Ins) -> InsList {
+        let mut l = InsList::EMPTY;
+        l.ins[0] = ins;
+        l.len = 1;
+        l
+    }
+
+    fn push(&mut self, ins: Ins) -> Result<(), Fault> {
+        let slot = self.ins.get_mut(usize::from(self.len)).ok_or(Fault)?;
+        *slot = ins;
+        self.len += 1;
+        Ok(())
+    }
+
+    fn insert_front(&mut self, ins: Ins) -> Result<(), Fault> {
+        let len = usize::from(self.len);
+        if len == BLK_MAX_INS {
+            return Err(Fault);
+        }
+        self.ins.copy_within(0..len, 1);
+        self.ins[0] = ins;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The content hash the block table is keyed by.
+    fn content_hash(&self) -> u64 {
+        let mut h = Fnv::default();
+        for ins in self.iter() {
+            h.write_u64(u64::from(ins.op));
+            ins.jt.feed(&mut h);
+            ins.jf.feed(&mut h);
+            ins.k.feed(&mut h);
+        }
+        h.finish()
+    }
+}
+
+impl std::ops::Deref for InsList {
+    type Target = [Ins];
+    fn deref(&self) -> &[Ins] {
+        &self.ins[..usize::from(self.len)]
+    }
+}
+
+impl std::ops::DerefMut for InsList {
+    fn deref_mut(&mut self) -> &mut [Ins] {
+        &mut self.ins[..usize::from(self.len)]
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Blk {
-    ins: Vec<Ins>,
+    ins: InsList,
     acc_start: Acc,
     acc_end: Acc,
     hash: Option<Hash>,
@@ -128,9 +221,26 @@ pub(super) struct Fault;
 struct Entry {
     blk: BlkId,
     found: bool,
+    /// The next entry whose content hash is the same (a collision chain).
+    same_hash: Option<Hash>,
 }
 
-type BlockTable = HashMap<Vec<Ins>, Hash, BuildHasherDefault<Fnv>>;
+/// Content hash → the first entry with it; equal content is then checked
+/// against the entry's block, so no key is ever copied.
+type BlockTable = HashMap<u64, Hash, BuildHasherDefault<Fnv>>;
+
+/// What one generation allocates, kept per thread: linting a directory or
+/// re-checking a node compiles filter after filter.
+#[derive(Default)]
+struct Buffers {
+    blks: Vec<Blk>,
+    table: BlockTable,
+    entries: Vec<Entry>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::default();
+}
 
 struct State<'a> {
     blks: Vec<Blk>,
@@ -150,19 +260,30 @@ pub(super) struct Collection<'a> {
 }
 
 pub(super) fn generate(col: &Collection<'_>) -> Result<Vec<SockFilter>, Fault> {
+    let mut bufs = BUFFERS.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    bufs.blks.clear();
+    bufs.table.clear();
+    bufs.entries.clear();
     let mut st = State {
-        blks: Vec::with_capacity(1024),
-        table: BlockTable::with_capacity_and_hasher(1024, Default::default()),
-        entries: Vec::with_capacity(1024),
+        blks: bufs.blks,
+        table: bufs.table,
+        entries: bufs.entries,
         def_hsh: 0,
         bad_arch_hsh: 0,
         db: None,
     };
-    st.build(col)
+    let prog = st.build(col);
+    let bufs = Buffers {
+        blks: st.blks,
+        table: st.table,
+        entries: st.entries,
+    };
+    BUFFERS.with(|b| *b.borrow_mut() = bufs);
+    prog
 }
 
 impl<'a> State<'a> {
-    fn alloc(&mut self, ins: Vec<Ins>) -> BlkId {
+    fn alloc(&mut self, ins: InsList) -> BlkId {
         self.blks.push(Blk {
             ins,
             acc_start: ACC_UNDEF,
@@ -186,16 +307,27 @@ impl<'a> State<'a> {
         if self.blks[b].hash.is_some() {
             return b;
         }
-        if let Some(&h) = self.table.get(&self.blks[b].ins[..]) {
-            self.blks[b].hash = Some(h);
-            if found {
-                return b;
+        let content = self.blks[b].ins.content_hash();
+        let first = self.table.get(&content).copied();
+        let mut it = first;
+        while let Some(h) = it {
+            let e = &self.entries[(h - 1) as usize];
+            if *self.blks[e.blk].ins == *self.blks[b].ins {
+                self.blks[b].hash = Some(h);
+                if found {
+                    return b;
+                }
+                return e.blk;
             }
-            return self.entries[(h - 1) as usize].blk;
+            it = e.same_hash;
         }
-        self.entries.push(Entry { blk: b, found });
+        self.entries.push(Entry {
+            blk: b,
+            found,
+            same_hash: first,
+        });
         let h = self.entries.len() as Hash;
-        self.table.insert(self.blks[b].ins.clone(), h);
+        self.table.insert(content, h);
         self.blks[b].hash = Some(h);
         b
     }
@@ -210,7 +342,7 @@ impl<'a> State<'a> {
     }
 
     fn action(&mut self, action: u32) -> BlkId {
-        self.alloc(vec![Ins::new(BPF_RET, Tgt::No, Tgt::No, action)])
+        self.alloc(InsList::one(Ins::new(BPF_RET, Tgt::No, Tgt::No, action)))
     }
 
     fn action_hsh(&mut self, action: u32) -> Hash {
@@ -221,8 +353,8 @@ impl<'a> State<'a> {
 
     /// `_gen_bpf_node`.
     fn node(&mut self, n: NodeId, acc: &mut Acc) -> Result<BlkId, Fault> {
-        let node = self.db.ok_or(Fault)?.nodes[n].clone();
-        let b = self.alloc(Vec::new());
+        let node = &self.db.ok_or(Fault)?.nodes[n];
+        let b = self.alloc(InsList::EMPTY);
         self.blks[b].acc_start = *acc;
         let act_t = node.act_t_flg.then(|| self.action_hsh(node.act_t));
         let act_f = node.act_f_flg.then(|| self.action_hsh(node.act_f));
@@ -231,14 +363,14 @@ impl<'a> State<'a> {
             *acc = acc_at(offset);
             self.blks[b]
                 .ins
-                .push(Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, node.arg_offset));
+                .push(Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, node.arg_offset))?;
             self.blks[b].acc_start = ACC_UNDEF;
         }
         if node.mask != acc.mask {
             acc.mask = node.mask;
             self.blks[b]
                 .ins
-                .push(Ins::new(BPF_AND, Tgt::No, Tgt::No, node.mask));
+                .push(Ins::new(BPF_AND, Tgt::No, Tgt::No, node.mask))?;
         }
         let op = match node.op {
             CmpOp::MaskedEq | CmpOp::Eq => BPF_JEQ,
@@ -247,16 +379,16 @@ impl<'a> State<'a> {
             CmpOp::Ne | CmpOp::Lt | CmpOp::Le => return Err(Fault),
         };
         let jt = match (node.nxt_t, act_t) {
-            (Some(t), _) => Tgt::Db(t),
+            (Some(t), _) => Tgt::Db(t as u32),
             (None, Some(h)) => Tgt::Hsh(h),
             (None, None) => Tgt::Nxt(0),
         };
         let jf = match (node.nxt_f, act_f) {
-            (Some(f), _) => Tgt::Db(f),
+            (Some(f), _) => Tgt::Db(f as u32),
             (None, Some(h)) => Tgt::Hsh(h),
             (None, None) => Tgt::Nxt(0),
         };
-        self.blks[b].ins.push(Ins::new(op, jt, jf, node.datum));
+        self.blks[b].ins.push(Ins::new(op, jt, jf, node.datum))?;
         self.blks[b].acc_end = *acc;
         Ok(b)
     }
@@ -273,13 +405,13 @@ impl<'a> State<'a> {
                 let resolved = match t {
                     Tgt::No | Tgt::Hsh(_) => continue,
                     Tgt::Blk(target) => {
-                        let nb = self.lvl_res(target, sys_action, nxt)?;
+                        let nb = self.lvl_res(target as BlkId, sys_action, nxt)?;
                         Tgt::Hsh(self.hash(nb))
                     }
                     Tgt::Db(node) => {
                         // the child starts with what this block leaves loaded
                         let mut acc = self.blks[b].acc_end;
-                        let nb = self.chain(sys_action, Some(node), nxt, &mut acc)?;
+                        let nb = self.chain(sys_action, Some(node as NodeId), nxt, &mut acc)?;
                         Tgt::Hsh(self.hash(nb))
                     }
                     Tgt::K(_) | Tgt::Nxt(_) => return Err(Fault),
@@ -339,8 +471,8 @@ impl<'a> State<'a> {
                 let mut bi = Some(head);
                 while let Some(b) = bi {
                     let next = self.blks[b].lvl_nxt;
-                    let fall = next.map_or(nxt, Tgt::Blk);
-                    for ins in &mut self.blks[b].ins {
+                    let fall = next.map_or(nxt, |n| Tgt::Blk(n as u32));
+                    for ins in self.blks[b].ins.iter_mut() {
                         for t in [&mut ins.jt, &mut ins.jf] {
                             match *t {
                                 Tgt::Nxt(0) => *t = fall,
@@ -358,7 +490,7 @@ impl<'a> State<'a> {
         while let Some(b) = bi {
             let prev = self.blks[b].lvl_prv;
             let next = self.blks[b].lvl_nxt;
-            let fall = next.map_or(nxt, Tgt::Blk);
+            let fall = next.map_or(nxt, |n| Tgt::Blk(n as u32));
             let r = self.lvl_res(b, sys_action, fall)?;
             if let Some(p) = prev {
                 self.blks[p].lvl_nxt = Some(r);
@@ -383,12 +515,12 @@ impl<'a> State<'a> {
         nxt_hash: Hash,
         acc_reset: bool,
     ) -> Result<BlkId, Fault> {
-        let b = self.alloc(Vec::new());
+        let b = self.alloc(InsList::EMPTY);
         let mut a_state;
         if acc_reset {
             self.blks[b]
                 .ins
-                .push(Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, OFFSET_NR as u32));
+                .push(Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, OFFSET_NR as u32))?;
             a_state = acc_at(OFFSET_NR);
             self.blks[b].acc_start = ACC_UNDEF;
         } else {
@@ -403,20 +535,29 @@ impl<'a> State<'a> {
             Tgt::Hsh(ch),
             Tgt::Hsh(nxt_hash),
             sys.num as u32,
-        ));
+        ))?;
         Ok(self.hsh_add(b, true))
     }
 
     /// `_gen_bpf_arch`: one architecture's (or x86_64+x32's) block list.
     fn arch(&mut self, db: &'a ArchDb, secondary: Option<&'a ArchDb>) -> Result<BlkId, Fault> {
         self.db = Some(db);
-        // stable sort by priority, highest first; the secondary's entries after
+        // libseccomp's list order: by priority, highest first; on a tie the
+        // primary's entries, then the secondary's, each by number as an
+        // unsigned value (pseudo syscalls last)
         let listed = |d: &'a ArchDb| (0..d.syscalls.len()).map(move |i| (d, i));
         let mut order: Vec<(&'a ArchDb, usize)> = listed(db).collect();
         if let Some(s) = secondary {
             order.extend(listed(s));
         }
-        order.sort_by(|a, b| b.0.syscalls[b.1].priority.cmp(&a.0.syscalls[a.1].priority));
+        order.sort_unstable_by_key(|&(d, i)| {
+            let sys = &d.syscalls[i];
+            (
+                std::cmp::Reverse(sys.priority),
+                !std::ptr::eq(d, db),
+                sys.num as u32,
+            )
+        });
         let x86_64_family = matches!(db.arch, Arch::X86_64 | Arch::X32);
         let acc_reset = !(x86_64_family && secondary.is_none());
 
@@ -446,7 +587,7 @@ impl<'a> State<'a> {
 
         let target = head.map_or(self.def_hsh, |h| self.hash(h));
         if x86_64_family && secondary.is_none() {
-            let mut ins = vec![Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, OFFSET_NR as u32)];
+            let mut ins = InsList::one(Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, OFFSET_NR as u32));
             if db.arch == Arch::X86_64 {
                 // x32 syscalls are a bad arch here, except -1 (a tracer's skip)
                 ins.push(Ins::new(
@@ -454,20 +595,20 @@ impl<'a> State<'a> {
                     Tgt::No,
                     Tgt::Hsh(target),
                     X32_SYSCALL_BIT,
-                ));
+                ))?;
                 ins.push(Ins::new(
                     BPF_JEQ,
                     Tgt::Hsh(target),
                     Tgt::Hsh(self.bad_arch_hsh),
                     u32::MAX,
-                ));
+                ))?;
             } else {
                 ins.push(Ins::new(
                     BPF_JGE,
                     Tgt::Hsh(target),
                     Tgt::Hsh(self.bad_arch_hsh),
                     X32_SYSCALL_BIT,
-                ));
+                ))?;
             }
             blk_cnt += 1;
             let b = self.alloc(ins);
@@ -480,12 +621,12 @@ impl<'a> State<'a> {
         }
 
         let target = head.map_or(self.def_hsh, |h| self.hash(h));
-        let b = self.alloc(vec![Ins::new(
+        let b = self.alloc(InsList::one(Ins::new(
             BPF_JEQ,
             Tgt::Hsh(target),
             Tgt::Nxt(blk_cnt),
             db.arch.audit_arch(),
-        )]);
+        )));
         self.blks[b].next = head;
         if let Some(h) = head {
             self.blks[h].prev = Some(b);
@@ -576,12 +717,12 @@ impl<'a> State<'a> {
         if order.gap(self, b, offset, t) <= JMP_MAX || order.copy_in_reach(self, b, offset, tgt) {
             return Ok(false);
         }
-        let n = self.alloc(vec![Ins {
+        let n = self.alloc(InsList::one(Ins {
             op: BPF_JA,
             jt: Tgt::No,
             jf: Tgt::No,
             k: Tgt::Hsh(tgt),
-        }]);
+        }));
         self.blks[n].hash = Some(tgt);
         self.insert_copy(order, b, n);
         Ok(true)
@@ -599,7 +740,12 @@ impl<'a> State<'a> {
         let default = self.hsh_add(default, false);
         self.def_hsh = self.hash(default);
 
-        let head = self.alloc(vec![Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, OFFSET_ARCH)]);
+        let head = self.alloc(InsList::one(Ins::new(
+            BPF_LD_W_ABS,
+            Tgt::No,
+            Tgt::No,
+            OFFSET_ARCH,
+        )));
         self.blks[head].acc_end = acc_at(OFFSET_ARCH as i32);
         let head = self.hsh_add(head, true);
         let mut tail = head;
@@ -679,14 +825,19 @@ impl<'a> State<'a> {
                     let start = self.blks[j].acc_start;
                     if start.offset != -1 && self.blks[b].acc_end != start {
                         if start.mask != MASK_MAX {
-                            self.blks[j]
-                                .ins
-                                .insert(0, Ins::new(BPF_AND, Tgt::No, Tgt::No, start.mask));
+                            self.blks[j].ins.insert_front(Ins::new(
+                                BPF_AND,
+                                Tgt::No,
+                                Tgt::No,
+                                start.mask,
+                            ))?;
                         }
-                        self.blks[j].ins.insert(
-                            0,
-                            Ins::new(BPF_LD_W_ABS, Tgt::No, Tgt::No, start.offset as u32),
-                        );
+                        self.blks[j].ins.insert_front(Ins::new(
+                            BPF_LD_W_ABS,
+                            Tgt::No,
+                            Tgt::No,
+                            start.offset as u32,
+                        ))?;
                         self.blks[j].acc_start = ACC_UNDEF;
                     }
                     self.insert_after(b, j);

@@ -14,11 +14,13 @@ mod gen;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 use super::compile::{
     resolve_syscall, rule_number, syscall_name, CompileError, CompiledFilter, Errno,
 };
 use super::filter::{Action, Arch, CmpOp, FilterSpec, Rule};
+use super::fnv::Fnv;
 use db::{ApiArg, ApiRule, ArchDb, DbError, WordSize};
 
 /// libseccomp's `MAX_ERRNO`: ERRNO data from here up is refused.
@@ -212,7 +214,8 @@ fn add_rule(
 
 thread_local! {
     /// libseccomp's tables never change: (host number, arch) → arch number.
-    static TRANSLATED: RefCell<HashMap<(i32, Arch), Option<i32>>> = RefCell::new(HashMap::new());
+    static TRANSLATED: RefCell<HashMap<(i32, Arch), Option<i32>, BuildHasherDefault<Fnv>>> =
+        RefCell::new(HashMap::default());
 }
 
 /// `arch_syscall_translate`: the host number to `arch`'s, through the name.
