@@ -269,7 +269,7 @@ fn random_spec(r: &mut Rng, names: &[String]) -> (FilterSpec, Arch) {
                 },
                 conds,
                 origin: RuleOrigin {
-                    pointer: format!("/syscalls/{i}"),
+                    pointer: format!("/syscalls/{i}").into(),
                     name_index: 0,
                 },
             }
@@ -382,7 +382,7 @@ fn long_jumps_compile_identically() {
                     vec![]
                 },
                 origin: RuleOrigin {
-                    pointer: format!("/syscalls/{i}"),
+                    pointer: format!("/syscalls/{i}").into(),
                     name_index: 0,
                 },
             })

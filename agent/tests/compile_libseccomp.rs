@@ -13,7 +13,7 @@ fn rule(i: usize, syscall: &str, action: Action, conds: Vec<Cond>) -> Rule {
         action,
         conds,
         origin: RuleOrigin {
-            pointer: format!("/syscalls/{i}"),
+            pointer: format!("/syscalls/{i}").into(),
             name_index: 0,
         },
     }

@@ -18,7 +18,7 @@ fn program(default_action: Action, rules: &[(&str, Action)]) -> Vec<SockFilter> 
                 action: *action,
                 conds: vec![],
                 origin: RuleOrigin {
-                    pointer: format!("/syscalls/{i}"),
+                    pointer: format!("/syscalls/{i}").into(),
                     name_index: 0,
                 },
             })

@@ -272,8 +272,15 @@ pub fn syscall_name(nr: i32, arch: Arch) -> Option<String> {
 /// (libseccomp's name table is shared by all arches, so a name known on
 /// `native` is known on the host too).
 pub(crate) fn rule_number(rule: &Rule, native: Arch, host: Arch) -> Result<i32, SkippedRule> {
-    resolve_syscall(&rule.syscall, native)
-        .and_then(|_| resolve_syscall(&rule.syscall, host))
+    let on_native = resolve_syscall(&rule.syscall, native);
+    on_native
+        .and_then(|nr| {
+            if native == host {
+                Some(nr)
+            } else {
+                resolve_syscall(&rule.syscall, host)
+            }
+        })
         .ok_or_else(|| SkippedRule {
             syscall: rule.syscall.clone(),
             action: rule.action,
@@ -354,7 +361,7 @@ fn add_rule(ctx: &mut ScmpFilterContext, rule: &Rule, nr: i32) -> Result<(), Com
     if let Some(c) = rule.conds.iter().find(|c| c.index > 5) {
         return Err(CompileError::BadArgIndex {
             syscall: rule.syscall.clone(),
-            pointer: rule.origin.pointer.clone(),
+            pointer: rule.origin.pointer.to_string(),
             index: c.index,
         });
     }
@@ -364,7 +371,7 @@ fn add_rule(ctx: &mut ScmpFilterContext, rule: &Rule, nr: i32) -> Result<(), Com
         .map_err(|e| CompileError::AddRule {
             syscall: rule.syscall.clone(),
             action: rule.action,
-            pointer: rule.origin.pointer.clone(),
+            pointer: rule.origin.pointer.to_string(),
             source: Errno::from_seccomp(&e),
         })
 }

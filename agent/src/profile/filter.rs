@@ -260,8 +260,9 @@ pub struct Cond {
 /// Where in the profile a rule came from, for diagnostics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleOrigin {
-    /// JSON pointer of the syscall entry, e.g. `/syscalls/3`.
-    pub pointer: String,
+    /// JSON pointer of the syscall entry, e.g. `/syscalls/3` (shared by
+    /// the rules of each name there).
+    pub pointer: std::sync::Arc<str>,
     /// Index into `names` of that entry.
     pub name_index: usize,
 }

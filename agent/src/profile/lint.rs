@@ -479,7 +479,7 @@ fn lint_conflicts(
             continue;
         }
         if !actions.iter().any(|(action, _)| *action == rule.action) {
-            actions.push((rule.action, &rule.origin.pointer));
+            actions.push((rule.action, &*rule.origin.pointer));
         }
     }
 }

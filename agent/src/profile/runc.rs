@@ -101,7 +101,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
         name: &'a str,
         name_index: usize,
         action: Action,
-        pointer: &'a str,
+        pointer: std::sync::Arc<str>,
         args: &'a [super::model::ArgCond],
     }
     let mut calls = Vec::new();
@@ -128,6 +128,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
                 "rule names no syscall, so runc adds nothing for it",
             ));
         }
+        let pointer: std::sync::Arc<str> = rule.pointer.as_str().into();
         for (name_index, name) in rule.names.iter().enumerate() {
             // runc converts the operators once per name, so a rule without names never checks them.
             for arg in &rule.args {
@@ -147,7 +148,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
                 name,
                 name_index,
                 action: act,
-                pointer: &rule.pointer,
+                pointer: pointer.clone(),
                 args: &rule.args,
             });
         }
@@ -179,12 +180,12 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     let uses_notify = calls.iter().any(|c| c.action == Action::Notify);
     let mut rules = Vec::new();
     for c in &calls {
-        let name_ptr = format!("{}/names/{}", c.pointer, c.name_index);
+        let name_ptr = || format!("{}/names/{}", c.pointer, c.name_index);
         if c.name.is_empty() {
             return fail_init(
                 Diagnostic::error(
                     Code::EmptySyscallName,
-                    name_ptr,
+                    name_ptr(),
                     "an empty syscall name makes runc init fail (\"empty string is not a valid syscall\")",
                 ),
                 notes,
@@ -194,7 +195,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             notes.push(
                 Diagnostic::warning(
                     Code::ShadowedRule,
-                    name_ptr,
+                    name_ptr(),
                     format!(
                         "`{}` has the default action {default_action}; runc skips this rule",
                         c.name
@@ -208,7 +209,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             notes.push(
                 Diagnostic::warning(
                     Code::UnknownSyscall,
-                    name_ptr,
+                    name_ptr(),
                     format!("libseccomp does not know the syscall `{}`; runc skips it silently", c.name),
                 )
                 .with_help("check the spelling; syscalls newer than libseccomp 2.5.4 cannot be filtered by this runc"),
@@ -240,7 +241,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             });
         }
         let origin = RuleOrigin {
-            pointer: c.pointer.to_string(),
+            pointer: c.pointer.clone(),
             name_index: c.name_index,
         };
         if per_index.iter().any(|&n| n > 1) {

@@ -204,7 +204,8 @@ impl ArchDb {
             size,
             nodes: Vec::new(),
             syscalls: Vec::new(),
-            index: HashMap::default(),
+            // a profile names a few hundred syscalls
+            index: HashMap::with_capacity_and_hasher(512, Default::default()),
             scratch: Vec::new(),
             looped: false,
             depth: 0,

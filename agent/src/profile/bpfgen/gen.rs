@@ -545,19 +545,22 @@ impl<'a> State<'a> {
         // libseccomp's list order: by priority, highest first; on a tie the
         // primary's entries, then the secondary's, each by number as an
         // unsigned value (pseudo syscalls last)
-        let listed = |d: &'a ArchDb| (0..d.syscalls.len()).map(move |i| (d, i));
-        let mut order: Vec<(&'a ArchDb, usize)> = listed(db).collect();
+        // the key packs (priority descending, secondary, number) in one integer
+        let keyed = |d: &'a ArchDb, secondary: bool| {
+            d.syscalls.iter().enumerate().map(move |(i, sys)| {
+                let key = (u128::from(!sys.priority) << 33)
+                    | (u128::from(secondary) << 32)
+                    | u128::from(sys.num as u32);
+                (key, d, i)
+            })
+        };
+        let mut keyed_order: Vec<(u128, &'a ArchDb, usize)> = keyed(db, false).collect();
         if let Some(s) = secondary {
-            order.extend(listed(s));
+            keyed_order.extend(keyed(s, true));
         }
-        order.sort_unstable_by_key(|&(d, i)| {
-            let sys = &d.syscalls[i];
-            (
-                std::cmp::Reverse(sys.priority),
-                !std::ptr::eq(d, db),
-                sys.num as u32,
-            )
-        });
+        keyed_order.sort_unstable_by_key(|e| e.0);
+        let order: Vec<(&'a ArchDb, usize)> =
+            keyed_order.into_iter().map(|(_, d, i)| (d, i)).collect();
         let x86_64_family = matches!(db.arch, Arch::X86_64 | Arch::X32);
         let acc_reset = !(x86_64_family && secondary.is_none());
 

@@ -154,14 +154,14 @@ fn add_rule(
     if let Some(c) = rule.conds.iter().find(|c| c.index > 5) {
         return Err(CompileError::BadArgIndex {
             syscall: rule.syscall.clone(),
-            pointer: rule.origin.pointer.clone(),
+            pointer: rule.origin.pointer.to_string(),
             index: c.index,
         });
     }
     let refuse = |errno: i32| CompileError::AddRule {
         syscall: rule.syscall.clone(),
         action: rule.action,
-        pointer: rule.origin.pointer.clone(),
+        pointer: rule.origin.pointer.to_string(),
         source: Errno(errno),
     };
     if rule.conds.len() > 6 || (-99..=-1).contains(&nr) || !action_valid(rule.action) {
@@ -205,7 +205,7 @@ fn add_rule(
             DbError::Refused(errno) => refuse(errno.0),
             DbError::Loops => CompileError::RuleAddLoops {
                 syscall: rule.syscall.clone(),
-                pointer: rule.origin.pointer.clone(),
+                pointer: rule.origin.pointer.to_string(),
             },
         })?;
     }
