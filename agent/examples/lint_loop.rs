@@ -50,6 +50,16 @@ fn main() {
         check_listener: true,
     };
     let n: usize = std::env::args().nth(2).map_or(3000, |s| s.parse().unwrap());
+    if std::env::args().nth(3).as_deref() == Some("polluted") {
+        let (_, spec) = nodeproof::profile::lint::profile_and_filter(&src, &opts).unwrap();
+        for _ in 0..300 {
+            nodeproof::profile::compile::compile_with_libseccomp(&spec, Arch::X86_64).unwrap();
+        }
+        stat("lint after libseccomp", n, || {
+            std::hint::black_box(lint_source("d.json", &src, &opts));
+        });
+        return;
+    }
     if std::env::args().nth(3).as_deref() == Some("pf") {
         for _ in 0..n {
             std::hint::black_box(nodeproof::profile::lint::profile_and_filter(&src, &opts));

@@ -6,7 +6,7 @@
 //! numbers for unsigned fields fail) and records, as diagnostics, every
 //! place where that differs from what the author wrote.
 
-use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use super::diagnostic::{Code, Diagnostic};
 use super::json::{pointer_token, Member, Node, Value};
@@ -124,6 +124,29 @@ impl DObj {
             _ => &[],
         }
     }
+
+    // Moving out, for the views built from a decoded value it no longer needs.
+
+    pub fn take_str(&mut self, i: usize) -> String {
+        match &mut self.values[i] {
+            DVal::Str(s) => std::mem::take(s),
+            _ => String::new(),
+        }
+    }
+
+    pub fn take_str_list(&mut self, i: usize) -> Vec<String> {
+        match &mut self.values[i] {
+            DVal::StrList(Some(v)) => std::mem::take(v),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn take_obj_list(&mut self, i: usize) -> Vec<DObj> {
+        match &mut self.values[i] {
+            DVal::ObjList(Some(v)) => std::mem::take(v),
+            _ => Vec::new(),
+        }
+    }
 }
 
 fn zero(ty: Ty) -> DVal {
@@ -163,7 +186,9 @@ pub struct Decoded {
 }
 
 /// Decode `node` into a zero value of `schema`, the way `json.Unmarshal` does.
-pub fn decode(node: &Node, schema: &'static Schema) -> Decoded {
+/// Strings are moved out of the tree (the tree keeps its shape, keys and
+/// spans for locating diagnostics).
+pub fn decode(node: &mut Node, schema: &'static Schema) -> Decoded {
     let mut d = Decoder {
         diagnostics: Vec::new(),
         type_error: None,
@@ -171,8 +196,8 @@ pub fn decode(node: &Node, schema: &'static Schema) -> Decoded {
         field_stack: Vec::new(),
     };
     let mut root = DObj::zero(schema);
-    match &node.value {
-        Value::Object(members) => d.object(members, schema, &mut root, ""),
+    match &mut node.value {
+        Value::Object(members) => d.object(members, schema, &mut root, &mut String::new()),
         Value::Null => {}
         other => {
             let msg = format!(
@@ -292,17 +317,25 @@ impl Decoder {
 
     fn object(
         &mut self,
-        members: &[Member],
+        members: &mut [Member],
         schema: &'static Schema,
         target: &mut DObj,
-        pointer: &str,
+        // This object's pointer; members are appended in place and removed
+        // again, so no pointer is formatted unless a diagnostic needs it.
+        path: &mut String,
     ) {
-        target.pointer = pointer.to_string();
-        let mut seen: HashMap<usize, &str> = HashMap::new();
-        for m in members {
-            let member_ptr = format!("{pointer}/{}", pointer_token(&m.key));
+        target.pointer.clone_from(path);
+        let base = path.len();
+        // The member each field was last set from (schemas have a dozen fields at most).
+        let mut seen: Vec<Option<usize>> = vec![None; schema.fields.len()];
+        for mi in 0..members.len() {
+            let m = &members[mi];
+            path.truncate(base);
+            path.push('/');
+            path.push_str(&pointer_token(&m.key));
+            let member_ptr = path.as_str();
             let Some(i) = match_field(schema, &m.key) else {
-                self.unknown_key(m, schema, members, &member_ptr);
+                self.unknown_key(m, schema, members, member_ptr);
                 continue;
             };
             let field = &schema.fields[i];
@@ -310,7 +343,7 @@ impl Decoder {
                 self.diagnostics.push(
                     Diagnostic::warning(
                         Code::FieldCase,
-                        &member_ptr,
+                        member_ptr,
                         format!(
                             "`{}` is read as `{}` only because Go matches keys case-insensitively",
                             m.key, field.name
@@ -320,11 +353,12 @@ impl Decoder {
                     .with_help(format!("spell it `{}`", field.name)),
                 );
             }
-            if let Some(prev) = seen.insert(i, &m.key) {
+            if let Some(prev) = seen[i].replace(mi) {
+                let prev = &members[prev].key;
                 self.diagnostics.push(
                     Diagnostic::warning(
                         Code::DuplicateField,
-                        &member_ptr,
+                        member_ptr,
                         format!(
                             "`{}` appears more than once (earlier as `{prev}`); the runtime keeps the last value{}",
                             m.key,
@@ -344,16 +378,23 @@ impl Decoder {
                 self.diagnostics.push(
                     Diagnostic::note(
                         Code::NullValue,
-                        &member_ptr,
+                        member_ptr,
                         format!("`{}` is null, which the runtime treats as absent", m.key),
                     )
                     .with_span(m.value.span),
                 );
             }
             self.field_stack.push(field.name);
-            self.field(&m.value, schema, field, &mut target.values[i], &member_ptr);
+            self.field(
+                &mut members[mi].value,
+                schema,
+                field,
+                &mut target.values[i],
+                path,
+            );
             self.field_stack.pop();
         }
+        path.truncate(base);
     }
 
     fn unknown_key(&mut self, m: &Member, schema: &Schema, members: &[Member], ptr: &str) {
@@ -407,18 +448,19 @@ impl Decoder {
 
     fn field(
         &mut self,
-        node: &Node,
+        node: &mut Node,
         schema: &'static Schema,
         field: &Field,
         target: &mut DVal,
-        ptr: &str,
+        path: &mut String,
     ) {
-        match (&node.value, field.ty) {
+        let ptr = path.as_str();
+        match (&mut node.value, field.ty) {
             (Value::Null, Ty::OptUint) => *target = DVal::OptUint(None),
             (Value::Null, Ty::StrList) => *target = DVal::StrList(None),
             (Value::Null, Ty::ObjList(_)) => *target = DVal::ObjList(None),
             (Value::Null, _) => {}
-            (Value::String(s), Ty::Str) => *target = DVal::Str(s.clone()),
+            (Value::String(s), Ty::Str) => *target = DVal::Str(std::mem::take(s)),
             (Value::Number(n), Ty::Uint) => match n.parse::<u64>() {
                 Ok(v) => *target = DVal::Uint(v),
                 Err(_) => self.field_type_error(ptr, format!("number {n}"), schema, field),
@@ -433,12 +475,12 @@ impl Decoder {
                     _ => Vec::new(),
                 };
                 let mut n = 0;
-                for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.iter_mut().enumerate() {
                     if n >= list.len() {
                         list.push(String::new());
                     }
-                    match &item.value {
-                        Value::String(s) => list[n] = s.clone(),
+                    match &mut item.value {
+                        Value::String(s) => list[n] = std::mem::take(s),
                         Value::Null => {}
                         other => {
                             let kind = other.kind_name().to_string();
@@ -447,7 +489,7 @@ impl Decoder {
                             } else {
                                 kind
                             };
-                            self.element_type_error(&format!("{ptr}/{i}"), found, schema, field);
+                            self.element_type_error(&format!("{path}/{i}"), found, schema, field);
                         }
                     }
                     n += 1;
@@ -457,7 +499,7 @@ impl Decoder {
             }
             (Value::Object(members), Ty::Obj(sub)) => {
                 if let DVal::Obj(obj) = target {
-                    self.object(members, sub, obj, ptr);
+                    self.object(members, sub, obj, path);
                 }
             }
             (Value::Array(items), Ty::ObjList(sub)) => {
@@ -466,15 +508,15 @@ impl Decoder {
                     _ => Vec::new(),
                 };
                 let mut n = 0;
-                for (i, item) in items.iter().enumerate() {
+                let base = path.len();
+                for (i, item) in items.iter_mut().enumerate() {
                     if n >= list.len() {
                         list.push(DObj::zero(sub));
                     }
-                    let item_ptr = format!("{ptr}/{i}");
-                    match &item.value {
-                        Value::Object(members) => {
-                            self.object(members, sub, &mut list[n], &item_ptr)
-                        }
+                    path.truncate(base);
+                    let _ = write!(path, "/{i}");
+                    match &mut item.value {
+                        Value::Object(members) => self.object(members, sub, &mut list[n], path),
                         // A null element of []T leaves the element as it was.
                         Value::Null => {}
                         other => {
@@ -485,6 +527,7 @@ impl Decoder {
                                 self.field_stack.join("."),
                                 sub.go_type
                             );
+                            let item_ptr = path.clone();
                             self.type_error(
                                 &item_ptr,
                                 msg,
@@ -498,6 +541,7 @@ impl Decoder {
                     }
                     n += 1;
                 }
+                path.truncate(base);
                 list.truncate(n);
                 *target = DVal::ObjList(Some(list));
             }

@@ -540,8 +540,12 @@ impl<'a> LineIndex<'a> {
 }
 
 /// Escape a key for a JSON pointer (RFC 6901).
-pub fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
+pub fn pointer_token(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.contains(['~', '/']) {
+        key.replace('~', "~0").replace('/', "~1").into()
+    } else {
+        key.into()
+    }
 }
 
 #[cfg(test)]

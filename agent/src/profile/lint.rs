@@ -135,7 +135,7 @@ pub fn lint_source(path: &str, src: &[u8], opts: &LintOptions) -> ProfileReport 
         instructions: None,
         architectures: Vec::new(),
     };
-    let root = match json::parse(src) {
+    let mut root = match json::parse(src) {
         Ok(root) => root,
         Err(e) => {
             let mut d = Diagnostic::error(Code::JsonSyntax, "", format!("invalid JSON: {e}"))
@@ -154,7 +154,7 @@ pub fn lint_source(path: &str, src: &[u8], opts: &LintOptions) -> ProfileReport 
             return finish(report, src, None);
         }
     };
-    let outcome = run_pipeline(&root, opts, &mut report);
+    let outcome = run_pipeline(&mut root, opts, &mut report);
     report.outcome = outcome;
     finish(report, src, Some(&root))
 }
@@ -178,25 +178,25 @@ fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> Profile
 
 /// The filter runc would build from `src`, if it builds one.
 pub fn filter_spec(src: &[u8], opts: &LintOptions) -> Option<FilterSpec> {
-    let root = json::parse(src).ok()?;
+    let mut root = json::parse(src).ok()?;
     let mut scratch =
         ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
-    prepare(&root, opts, &mut scratch)
+    prepare(&mut root, opts, &mut scratch)
         .ok()
         .map(|(spec, _)| spec)
 }
 
 /// The decoded profile and the filter runc would build from `src`, if it builds one.
 pub fn profile_and_filter(src: &[u8], opts: &LintOptions) -> Option<(Seccomp, FilterSpec)> {
-    let root = json::parse(src).ok()?;
+    let mut root = json::parse(src).ok()?;
     let mut scratch =
         ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
-    prepare(&root, opts, &mut scratch)
+    prepare(&mut root, opts, &mut scratch)
         .ok()
         .map(|(spec, profile)| (profile, spec))
 }
 
-fn run_pipeline(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> Outcome {
+fn run_pipeline(root: &mut Node, opts: &LintOptions, report: &mut ProfileReport) -> Outcome {
     match prepare(root, opts, report) {
         Ok((spec, profile)) => predict(&spec, &profile, opts, report),
         Err(outcome) => outcome,
@@ -205,7 +205,7 @@ fn run_pipeline(root: &Node, opts: &LintOptions, report: &mut ProfileReport) -> 
 
 /// Decode and translate: the filter spec, or the outcome that stops short of one.
 fn prepare(
-    root: &Node,
+    root: &mut Node,
     opts: &LintOptions,
     report: &mut ProfileReport,
 ) -> Result<(FilterSpec, Seccomp), Outcome> {
@@ -224,9 +224,9 @@ fn prepare(
         return Err(Outcome::Rejected);
     }
     let profile = match opts.runtime {
-        Runtime::Containerd => Seccomp::from_oci(&decoded.root),
+        Runtime::Containerd => Seccomp::from_oci(decoded.root),
         Runtime::Crio => {
-            match template::evaluate(&decoded.root, &TemplateContext::for_host(opts.arch)) {
+            match template::evaluate(decoded.root, &TemplateContext::for_host(opts.arch)) {
                 Ok(p) => p,
                 Err(d) => {
                     report.diagnostics.push(d);

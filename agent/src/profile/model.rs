@@ -280,36 +280,40 @@ pub struct ArgCond {
 }
 
 impl ArgCond {
-    pub fn from_decoded(o: &DObj) -> ArgCond {
+    pub fn from_decoded(mut o: DObj) -> ArgCond {
         ArgCond {
             index: o.uint(0),
             value: o.uint(1),
             value_two: o.uint(2),
-            op: o.str(3).to_string(),
-            pointer: o.pointer.clone(),
+            op: o.take_str(3),
+            pointer: o.pointer,
         }
     }
 }
 
 impl Seccomp {
-    /// View a value decoded with [`OCI_SECCOMP`].
-    pub fn from_oci(root: &DObj) -> Seccomp {
+    /// View a value decoded with [`OCI_SECCOMP`] (its strings move here).
+    pub fn from_oci(mut root: DObj) -> Seccomp {
         Seccomp {
-            default_action: root.str(0).to_string(),
+            default_action: root.take_str(0),
             default_errno_ret: root.opt_uint(1),
-            architectures: root.str_list(2).to_vec(),
-            flags: root.str_list(3).to_vec(),
-            listener_path: root.str(4).to_string(),
-            listener_metadata: root.str(5).to_string(),
+            architectures: root.take_str_list(2),
+            flags: root.take_str_list(3),
+            listener_path: root.take_str(4),
+            listener_metadata: root.take_str(5),
             syscalls: root
-                .obj_list(6)
-                .iter()
-                .map(|s| SyscallRule {
-                    names: s.str_list(0).to_vec(),
-                    action: s.str(1).to_string(),
+                .take_obj_list(6)
+                .into_iter()
+                .map(|mut s| SyscallRule {
+                    names: s.take_str_list(0),
+                    action: s.take_str(1),
                     errno_ret: s.opt_uint(2),
-                    args: s.obj_list(3).iter().map(ArgCond::from_decoded).collect(),
-                    pointer: s.pointer.clone(),
+                    args: s
+                        .take_obj_list(3)
+                        .into_iter()
+                        .map(ArgCond::from_decoded)
+                        .collect(),
+                    pointer: s.pointer,
                 })
                 .collect(),
         }

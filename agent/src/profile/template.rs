@@ -84,10 +84,9 @@ pub fn go_arch_name(arch: Arch) -> &'static str {
 /// Evaluate a value decoded with [`super::model::TPL_SECCOMP`].
 // A diagnostic is what callers report; it is built once per file, so its size does not matter.
 #[allow(clippy::result_large_err)]
-pub fn evaluate(root: &DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnostic> {
-    let architectures = root.str_list(5);
-    let arch_map = root.obj_list(6);
-    if !architectures.is_empty() && !arch_map.is_empty() {
+pub fn evaluate(mut root: DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnostic> {
+    let arch_map = root.take_obj_list(6);
+    if !root.str_list(5).is_empty() && !arch_map.is_empty() {
         return Err(Diagnostic::error(
             Code::TemplateConflict,
             "/archMap",
@@ -96,12 +95,12 @@ pub fn evaluate(root: &DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnosti
         .with_help("keep one of them"));
     }
     let mut out = Seccomp {
-        default_action: root.str(0).to_string(),
+        default_action: root.take_str(0),
         default_errno_ret: root.opt_uint(1),
-        architectures: architectures.to_vec(),
-        listener_path: root.str(3).to_string(),
-        listener_metadata: root.str(4).to_string(),
-        flags: root.str_list(8).to_vec(),
+        architectures: root.take_str_list(5),
+        listener_path: root.take_str(3),
+        listener_metadata: root.take_str(4),
+        flags: root.take_str_list(8),
         syscalls: Vec::new(),
     };
     if let Some(entry) = arch_map.iter().find(|a| a.str(0) == ctx.arch.scmp_name()) {
@@ -111,7 +110,7 @@ pub fn evaluate(root: &DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnosti
     let arch = go_arch_name(ctx.arch);
     let has_cap = |c: &String| ctx.capabilities.iter().any(|h| h == c);
     let kernel_at_least = |v: &str| parse_kernel(v).is_some_and(|want| ctx.kernel >= want);
-    for call in root.obj_list(7) {
+    for mut call in root.take_obj_list(7) {
         let includes = call.obj(5);
         let excludes = call.obj(6);
         if let Some(ex) = excludes {
@@ -140,19 +139,23 @@ pub fn evaluate(root: &DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnosti
             ));
         }
         let names = if name.is_empty() {
-            names.to_vec()
+            call.take_str_list(1)
         } else {
-            vec![name.to_string()]
+            vec![call.take_str(0)]
         };
         if names.is_empty() {
             continue;
         }
         out.syscalls.push(SyscallRule {
             names,
-            action: call.str(2).to_string(),
+            action: call.take_str(2),
             errno_ret: call.opt_uint(7),
-            args: call.obj_list(3).iter().map(ArgCond::from_decoded).collect(),
-            pointer: call.pointer.clone(),
+            args: call
+                .take_obj_list(3)
+                .into_iter()
+                .map(ArgCond::from_decoded)
+                .collect(),
+            pointer: call.pointer,
         });
     }
     Ok(out)

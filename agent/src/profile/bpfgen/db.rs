@@ -868,7 +868,8 @@ impl ArchDb {
             action: 0,
             node_cnt: 0,
         });
-        let mut prev: Vec<NodeId> = Vec::with_capacity(4);
+        // empty until a rule has conditions: most have none
+        let mut prev: Vec<NodeId> = Vec::new();
         let mut tf = false;
         for a in rule.args.iter().flatten() {
             match self.size {
