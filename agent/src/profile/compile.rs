@@ -245,18 +245,35 @@ thread_local! {
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,
 /// possibly a negative pseudo number; `None` when the name is unknown.
 pub fn resolve_syscall(name: &str, arch: Arch) -> Option<i32> {
+    RESOLVED.with(|cache| cached_number(&mut cache.borrow_mut()[arch as usize], name, arch))
+}
+
+/// The largest syscall number above 0 among `names` on `arch` (one cache
+/// borrow for the lot: runc's ENOSYS stub asks this for every name).
+pub fn max_syscall_number<'a>(names: impl IntoIterator<Item = &'a str>, arch: Arch) -> Option<i32> {
     RESOLVED.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        let names = &mut cache[arch as usize];
-        if let Some(&nr) = names.get(name) {
-            return nr;
-        }
-        let nr = ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
-            .ok()
-            .map(i32::from);
-        names.insert(name.into(), nr);
-        nr
+        let map = &mut cache.borrow_mut()[arch as usize];
+        names
+            .into_iter()
+            .filter_map(|name| cached_number(map, name, arch))
+            .filter(|&nr| nr > 0)
+            .max()
     })
+}
+
+fn cached_number(
+    names: &mut HashMap<Box<str>, Option<i32>, Fnv>,
+    name: &str,
+    arch: Arch,
+) -> Option<i32> {
+    if let Some(&nr) = names.get(name) {
+        return nr;
+    }
+    let nr = ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
+        .ok()
+        .map(i32::from);
+    names.insert(name.into(), nr);
+    nr
 }
 
 /// The name libseccomp knows for syscall `nr` on `arch`.

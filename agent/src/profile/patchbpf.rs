@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::bpf::op;
-use super::compile::{resolve_syscall, SockFilter};
+use super::compile::{max_syscall_number, SockFilter};
 use super::filter::Arch;
 use super::model::Seccomp;
 
@@ -53,13 +53,8 @@ pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
     }
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
     for arch in arches {
-        let largest = profile
-            .syscalls
-            .iter()
-            .flat_map(|r| r.names.iter())
-            .filter_map(|n| resolve_syscall(n, arch))
-            .filter(|&nr| nr > 0)
-            .max();
+        let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
+        let largest = max_syscall_number(names.map(String::as_str), arch);
         if let Some(nr) = largest {
             last.entry(arch.audit_arch())
                 .or_default()

@@ -545,22 +545,34 @@ impl<'a> State<'a> {
         // libseccomp's list order: by priority, highest first; on a tie the
         // primary's entries, then the secondary's, each by number as an
         // unsigned value (pseudo syscalls last)
-        // the key packs (priority descending, secondary, number) in one integer
-        let keyed = |d: &'a ArchDb, secondary: bool| {
-            d.syscalls.iter().enumerate().map(move |(i, sys)| {
-                let key = (u128::from(!sys.priority) << 33)
-                    | (u128::from(secondary) << 32)
-                    | u128::from(sys.num as u32);
-                (key, d, i)
-            })
-        };
-        let mut keyed_order: Vec<(u128, &'a ArchDb, usize)> = keyed(db, false).collect();
-        if let Some(s) = secondary {
-            keyed_order.extend(keyed(s, true));
+        // One word per entry, sorted as integers: priority (descending),
+        // secondary, number, then the entry's index to find it again.
+        const IDX_BITS: u32 = 15;
+        let count = db.syscalls.len() + secondary.map_or(0, |s| s.syscalls.len());
+        if count >= 1 << IDX_BITS {
+            return Err(Fault);
         }
-        keyed_order.sort_unstable_by_key(|e| e.0);
-        let order: Vec<(&'a ArchDb, usize)> =
-            keyed_order.into_iter().map(|(_, d, i)| (d, i)).collect();
+        let mut keys: Vec<u64> = Vec::with_capacity(count);
+        for (sec, d) in [(0u64, Some(db)), (1, secondary)] {
+            for (i, sys) in d.into_iter().flat_map(|d| d.syscalls.iter().enumerate()) {
+                // libseccomp's priorities fit 16 bits unless a tree has 65,536 nodes
+                let pri = u64::from(0xffff_u32.checked_sub(sys.priority).ok_or(Fault)?);
+                keys.push(
+                    (pri << 48) | (sec << 47) | (u64::from(sys.num as u32) << IDX_BITS) | i as u64,
+                );
+            }
+        }
+        keys.sort_unstable();
+        let order: Vec<(&'a ArchDb, usize)> = keys
+            .iter()
+            .map(|&k| {
+                let d = match (k >> 47) & 1 {
+                    0 => db,
+                    _ => secondary.unwrap_or(db),
+                };
+                (d, (k & ((1 << IDX_BITS) - 1)) as usize)
+            })
+            .collect();
         let x86_64_family = matches!(db.arch, Arch::X86_64 | Arch::X32);
         let acc_reset = !(x86_64_family && secondary.is_none());
 

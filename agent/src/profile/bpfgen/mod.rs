@@ -212,8 +212,16 @@ fn add_rule(
     Ok(())
 }
 
+/// Host syscall numbers below this are translated through a dense table.
+const DENSE_NR: i32 = 1024;
+const NOT_LOOKED_UP: i32 = i32::MIN;
+const UNKNOWN: i32 = i32::MIN + 1;
+
 thread_local! {
-    /// libseccomp's tables never change: (host number, arch) → arch number.
+    /// libseccomp's tables never change: (arch, host number) → arch number,
+    /// in a flat table for the usual numbers (this runs for every rule and
+    /// every extra arch) and a map for pseudo numbers.
+    static TRANSLATED_DENSE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     static TRANSLATED: RefCell<HashMap<(i32, Arch), Option<i32>, BuildHasherDefault<Fnv>>> =
         RefCell::new(HashMap::default());
 }
@@ -223,13 +231,29 @@ fn translate(nr: i32, host: Arch, arch: Arch) -> Result<i32, Errno> {
     if nr == -1 || arch == host {
         return Ok(nr);
     }
-    TRANSLATED
-        .with(|t| {
-            *t.borrow_mut().entry((nr, arch)).or_insert_with(|| {
-                syscall_name(nr, host).and_then(|name| resolve_syscall(&name, arch))
-            })
-        })
-        .ok_or(Errno(libc::EFAULT))
+    let lookup = || syscall_name(nr, host).and_then(|name| resolve_syscall(&name, arch));
+    let found = if (0..DENSE_NR).contains(&nr) {
+        let slot = arch as usize * DENSE_NR as usize + nr as usize;
+        let cached = TRANSLATED_DENSE.with(|t| {
+            let mut t = t.borrow_mut();
+            if t.is_empty() {
+                t.resize(Arch::ALL.len() * DENSE_NR as usize, NOT_LOOKED_UP);
+            }
+            t[slot]
+        });
+        match cached {
+            NOT_LOOKED_UP => {
+                let found = lookup();
+                TRANSLATED_DENSE.with(|t| t.borrow_mut()[slot] = found.unwrap_or(UNKNOWN));
+                found
+            }
+            UNKNOWN => None,
+            n => Some(n),
+        }
+    } else {
+        TRANSLATED.with(|t| *t.borrow_mut().entry((nr, arch)).or_insert_with(lookup))
+    };
+    found.ok_or(Errno(libc::EFAULT))
 }
 
 /// A multiplexed socket/ipc call on x86: its `socketcall`/`ipc` form (the
