@@ -69,18 +69,29 @@ pub struct DObj {
     pub values: Vec<DVal>,
     /// Pointer of the JSON object last decoded into this struct.
     pub pointer: String,
-    /// Keys present in the JSON object(s), as matched field indices.
-    pub present: Vec<bool>,
+    /// Keys present in the JSON object(s): bit `i` for field `i` (schemas
+    /// have fewer than 64 fields; a bitset saves an allocation per object).
+    present: u64,
 }
 
 impl DObj {
     pub fn zero(schema: &'static Schema) -> DObj {
+        debug_assert!(
+            schema.fields.len() < 64,
+            "{} outgrows `present`",
+            schema.go_name
+        );
         DObj {
             schema_name: schema.go_name,
             values: schema.fields.iter().map(|f| zero(f.ty)).collect(),
             pointer: String::new(),
-            present: vec![false; schema.fields.len()],
+            present: 0,
         }
+    }
+
+    /// Whether the JSON object(s) had a key for field `i`.
+    pub fn present(&self, i: usize) -> bool {
+        self.present & (1 << i) != 0
     }
 
     pub fn str(&self, i: usize) -> &str {
@@ -373,7 +384,7 @@ impl Decoder {
                     .with_help("remove the duplicate key"),
                 );
             }
-            target.present[i] = true;
+            target.present |= 1 << i;
             if matches!(m.value.value, Value::Null) {
                 self.diagnostics.push(
                     Diagnostic::note(
@@ -398,7 +409,7 @@ impl Decoder {
     }
 
     fn unknown_key(&mut self, m: &Member, schema: &Schema, members: &[Member], ptr: &str) {
-        if TEMPLATE_KEYS.contains(&m.key.as_str()) {
+        if TEMPLATE_KEYS.contains(&&*m.key) {
             self.template_keys_seen = true;
             // Template keys of a struct that knows them are matched above;
             // here the schema is the runtime's, which drops them.
@@ -581,7 +592,7 @@ fn template_key_dropped(m: &Member, ptr: &str) -> Option<Diagnostic> {
         Value::Null => false,
         _ => true,
     };
-    let d = match m.key.as_str() {
+    let d = match &*m.key {
         "includes" | "excludes" if non_empty => Diagnostic::error(
             Code::ConditionalRuleIgnored,
             ptr,

@@ -4,6 +4,7 @@
 //! containerd and runc use), so a document is valid here exactly when it is
 //! valid there. Iterative, so deep nesting cannot overflow the stack.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Go's scanner refuses documents nested deeper than this.
@@ -40,7 +41,8 @@ pub enum Value {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Member {
-    pub key: String,
+    /// Profile field names are shared static strings; other keys are owned.
+    pub key: Cow<'static, str>,
     pub key_span: Span,
     pub value: Node,
 }
@@ -128,6 +130,37 @@ pub fn parse(src: &[u8]) -> Result<Node, SyntaxError> {
     Ok(node)
 }
 
+/// The keys of both profile dialects.
+const KNOWN_KEYS: &[&str] = &[
+    "names",
+    "action",
+    "args",
+    "comment",
+    "includes",
+    "excludes",
+    "index",
+    "value",
+    "valueTwo",
+    "op",
+    "caps",
+    "arches",
+    "minKernel",
+    "errnoRet",
+    "errno",
+    "name",
+    "defaultAction",
+    "defaultErrnoRet",
+    "defaultErrno",
+    "architectures",
+    "archMap",
+    "architecture",
+    "subArchitectures",
+    "syscalls",
+    "flags",
+    "listenerPath",
+    "listenerMetadata",
+];
+
 enum Frame {
     Array {
         start: usize,
@@ -136,7 +169,7 @@ enum Frame {
     Object {
         start: usize,
         members: Vec<Member>,
-        key: Option<(String, Span)>,
+        key: Option<(Cow<'static, str>, Span)>,
     },
 }
 
@@ -292,13 +325,13 @@ impl Parser<'_> {
     }
 
     /// `"key" :` — leaves the position at the value.
-    fn parse_key(&mut self) -> Result<(String, Span), SyntaxError> {
+    fn parse_key(&mut self) -> Result<(Cow<'static, str>, Span), SyntaxError> {
         let b = self.peek()?;
         if b != b'"' {
             return Err(self.invalid(b, "looking for beginning of object key string"));
         }
         let start = self.pos;
-        let key = self.parse_string()?;
+        let key = self.parse_key_string()?;
         let span = Span {
             start,
             end: self.pos,
@@ -309,6 +342,21 @@ impl Parser<'_> {
         }
         self.pos += 1;
         Ok((key, span))
+    }
+
+    /// A key: the profile's field names (every object has a few) without an
+    /// allocation each.
+    fn parse_key_string(&mut self) -> Result<Cow<'static, str>, SyntaxError> {
+        let rest = &self.src[self.pos + 1..];
+        if let Some(end) = rest.iter().position(|&c| c == b'"' || c == b'\\') {
+            if rest[end] == b'"' {
+                if let Some(known) = KNOWN_KEYS.iter().find(|k| k.as_bytes() == &rest[..end]) {
+                    self.pos += end + 2;
+                    return Ok(Cow::Borrowed(known));
+                }
+            }
+        }
+        self.parse_string().map(Cow::Owned)
     }
 
     fn parse_scalar(&mut self) -> Result<Node, SyntaxError> {
@@ -504,12 +552,26 @@ pub struct LineIndex<'a> {
 
 impl<'a> LineIndex<'a> {
     pub fn new(src: &'a [u8]) -> Self {
-        let mut line_starts = vec![0];
+        // Eight bytes at a time: most words of a profile hold no newline.
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        const NEWLINES: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+        let mut line_starts = Vec::with_capacity(src.len() / 16 + 1);
+        line_starts.push(0);
+        let mut words = src.chunks_exact(8);
+        let mut at = 0;
+        for w in &mut words {
+            let x = u64::from_le_bytes(w.try_into().unwrap_or([0; 8])) ^ NEWLINES;
+            // a zero byte in x is a newline in w
+            if x.wrapping_sub(ONES) & !x & HIGH != 0 {
+                line_starts.extend((0..8).filter(|&j| w[j] == b'\n').map(|j| at + j + 1));
+            }
+            at += 8;
+        }
         line_starts.extend(
-            src.iter()
-                .enumerate()
-                .filter(|(_, &b)| b == b'\n')
-                .map(|(i, _)| i + 1),
+            (0..words.remainder().len())
+                .filter(|&j| words.remainder()[j] == b'\n')
+                .map(|j| at + j + 1),
         );
         LineIndex { src, line_starts }
     }
@@ -605,7 +667,7 @@ mod tests {
         let Value::Object(members) = node.value else {
             panic!("not an object")
         };
-        let keys: Vec<_> = members.iter().map(|m| m.key.as_str()).collect();
+        let keys: Vec<_> = members.iter().map(|m| &*m.key).collect();
         assert_eq!(keys, ["a", "A", "a"]);
         assert_eq!(members[1].value.value, Value::String("x\u{fffd}y".into()));
         assert_eq!(members[0].key_span, Span { start: 1, end: 4 });
@@ -636,5 +698,24 @@ mod tests {
         let e = parse(src).unwrap_err();
         assert_eq!(idx.line_col(e.offset), (2, 8));
         assert_eq!(idx.line_text(2), "  \"é\": x}");
+    }
+
+    #[test]
+    fn line_starts_match_a_byte_by_byte_scan() {
+        // newlines at every offset within a word, runs of them, and a tail
+        for len in 0..40 {
+            for step in 1..11 {
+                let src: Vec<u8> = (0..len)
+                    .map(|i| if i % step == step - 1 { b'\n' } else { b'a' })
+                    .collect();
+                let mut expected = vec![0];
+                expected.extend((0..len).filter(|&i| src[i] == b'\n').map(|i| i + 1));
+                assert_eq!(
+                    LineIndex::new(&src).line_starts,
+                    expected,
+                    "len {len} step {step}"
+                );
+            }
+        }
     }
 }

@@ -341,11 +341,11 @@ fn predict(
 fn has_template_keys(root: &decode::DObj) -> bool {
     // With the template schema the keys are fields, so look at what was present.
     root.schema_name == TPL_SECCOMP.go_name
-        && (root.present[6]
+        && (root.present(6)
             || root
                 .obj_list(7)
                 .iter()
-                .any(|s| s.present[0] || s.present[4] || s.present[5] || s.present[6]))
+                .any(|s| s.present(0) || s.present(4) || s.present(5) || s.present(6)))
 }
 
 fn compiled_arches(c: &CompiledFilter) -> Vec<String> {

@@ -104,7 +104,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
         pointer: std::sync::Arc<str>,
         args: &'a [super::model::ArgCond],
     }
-    let mut calls = Vec::new();
+    let mut calls = Vec::with_capacity(p.syscalls.iter().map(|r| r.names.len()).sum());
     for rule in &p.syscalls {
         let Some(act) = action(&rule.action, rule.errno_ret) else {
             return fail_config(
@@ -178,7 +178,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
         );
     }
     let uses_notify = calls.iter().any(|c| c.action == Action::Notify);
-    let mut rules = Vec::new();
+    let mut rules = Vec::with_capacity(calls.len());
     for c in &calls {
         let name_ptr = || format!("{}/names/{}", c.pointer, c.name_index);
         if c.name.is_empty() {

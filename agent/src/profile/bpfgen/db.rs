@@ -203,7 +203,7 @@ impl ArchDb {
             arch,
             size,
             nodes: Vec::new(),
-            syscalls: Vec::new(),
+            syscalls: Vec::with_capacity(512),
             // a profile names a few hundred syscalls
             index: HashMap::with_capacity_and_hasher(512, Default::default()),
             scratch: Vec::new(),

@@ -916,8 +916,8 @@ impl<'a> State<'a> {
 
         // emit: block starts, then every jump resolved from the end, where
         // the nearest following block with each hash is known
-        let mut list = Vec::new();
-        let mut start = Vec::new();
+        let mut list = Vec::with_capacity(self.blks.len());
+        let mut start = Vec::with_capacity(self.blks.len());
         let (mut bi, mut pos) = (Some(head), 0u32);
         while let Some(b) = bi {
             list.push(b);
