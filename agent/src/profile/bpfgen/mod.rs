@@ -217,13 +217,15 @@ const DENSE_NR: i32 = 1024;
 const NOT_LOOKED_UP: i32 = i32::MIN;
 const UNKNOWN: i32 = i32::MIN + 1;
 
+/// (host number, arch) → arch number, for numbers outside the dense table.
+type TranslatedMap = HashMap<(i32, Arch), Option<i32>, BuildHasherDefault<Fnv>>;
+
 thread_local! {
     /// libseccomp's tables never change: (arch, host number) → arch number,
     /// in a flat table for the usual numbers (this runs for every rule and
     /// every extra arch) and a map for pseudo numbers.
     static TRANSLATED_DENSE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
-    static TRANSLATED: RefCell<HashMap<(i32, Arch), Option<i32>, BuildHasherDefault<Fnv>>> =
-        RefCell::new(HashMap::default());
+    static TRANSLATED: RefCell<TranslatedMap> = RefCell::new(HashMap::default());
 }
 
 /// `arch_syscall_translate`: the host number to `arch`'s, through the name.
