@@ -95,9 +95,11 @@ fn acc_at(offset: i32) -> Acc {
     }
 }
 
-/// The most instructions a block holds: a tree node's load, mask and
-/// comparison after a load and mask are put in front of it (4); one spare.
-const BLK_MAX_INS: usize = 5;
+/// The most instructions a block holds: a tree node's mask and comparison
+/// with a load and a mask put in front of it when pulled in (a node that
+/// loads its own word starts with nothing loaded, so it gets none). A block
+/// that would need more is a fault: libseccomp then compiles the filter.
+const BLK_MAX_INS: usize = 4;
 
 const INS_NONE: Ins = Ins {
     op: 0,
