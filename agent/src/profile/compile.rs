@@ -231,49 +231,74 @@ fn scmp_cond(c: &Cond) -> ScmpArgCompare {
     ScmpArgCompare::new(u32::from(c.index), op, c.value)
 }
 
-/// Syscall number (or `None`) by name, one map per architecture (indexed
-/// like [`Arch::ALL`]).
-type NameCache = [HashMap<Box<str>, Option<i32>, Fnv>; Arch::ALL.len()];
+/// Per syscall name, its number on each architecture (indexed like
+/// [`Arch::ALL`]), looked up in libseccomp the first time it is asked for.
+type NumberRow = [i32; Arch::ALL.len()];
+const NOT_LOOKED_UP: i32 = i32::MIN;
+const UNKNOWN: i32 = i32::MIN + 1;
+
+/// Names index their rows, so a hit is one hash lookup.
+#[derive(Default)]
+struct NameCache {
+    index: HashMap<Box<str>, usize, Fnv>,
+    rows: Vec<NumberRow>,
+}
 type Fnv = std::hash::BuildHasherDefault<super::fnv::Fnv>;
 
 thread_local! {
     /// libseccomp's name tables never change; lint asks for the same names
-    /// over and over (every rule, every prediction), so remember the answers.
+    /// over and over (every rule, every prediction, every arch of runc's
+    /// ENOSYS stub), so remember the answers, all arches of a name together.
     static RESOLVED: RefCell<NameCache> = RefCell::new(Default::default());
 }
 
 /// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,
 /// possibly a negative pseudo number; `None` when the name is unknown.
 pub fn resolve_syscall(name: &str, arch: Arch) -> Option<i32> {
-    RESOLVED.with(|cache| cached_number(&mut cache.borrow_mut()[arch as usize], name, arch))
+    RESOLVED.with(|cache| number_on(row(&mut cache.borrow_mut(), name), name, arch))
 }
 
-/// The largest syscall number above 0 among `names` on `arch` (one cache
-/// borrow for the lot: runc's ENOSYS stub asks this for every name).
-pub fn max_syscall_number<'a>(names: impl IntoIterator<Item = &'a str>, arch: Arch) -> Option<i32> {
+/// For each of `arches`, the largest syscall number above 0 among `names`
+/// (runc's ENOSYS stub asks this of every name: one lookup per name).
+pub fn max_syscall_numbers<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    arches: &[Arch],
+) -> Vec<Option<i32>> {
+    let mut max = vec![None; arches.len()];
     RESOLVED.with(|cache| {
-        let map = &mut cache.borrow_mut()[arch as usize];
-        names
-            .into_iter()
-            .filter_map(|name| cached_number(map, name, arch))
-            .filter(|&nr| nr > 0)
-            .max()
-    })
+        let mut cache = cache.borrow_mut();
+        for name in names {
+            let row = row(&mut cache, name);
+            for (m, &arch) in max.iter_mut().zip(arches) {
+                if let Some(nr) = number_on(row, name, arch).filter(|&nr| nr > 0) {
+                    *m = Some(m.map_or(nr, |v: i32| v.max(nr)));
+                }
+            }
+        }
+    });
+    max
 }
 
-fn cached_number(
-    names: &mut HashMap<Box<str>, Option<i32>, Fnv>,
-    name: &str,
-    arch: Arch,
-) -> Option<i32> {
-    if let Some(&nr) = names.get(name) {
-        return nr;
+fn row<'c>(cache: &'c mut NameCache, name: &str) -> &'c mut NumberRow {
+    let i = match cache.index.get(name) {
+        Some(&i) => i,
+        None => {
+            cache.rows.push([NOT_LOOKED_UP; Arch::ALL.len()]);
+            cache.index.insert(name.into(), cache.rows.len() - 1);
+            cache.rows.len() - 1
+        }
+    };
+    &mut cache.rows[i]
+}
+
+fn number_on(row: &mut NumberRow, name: &str, arch: Arch) -> Option<i32> {
+    let slot = &mut row[arch as usize];
+    if *slot == NOT_LOOKED_UP {
+        *slot = ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
+            .ok()
+            .map_or(UNKNOWN, i32::from);
     }
-    let nr = ScmpSyscall::from_name_by_arch(name, scmp_arch(arch))
-        .ok()
-        .map(i32::from);
-    names.insert(name.into(), nr);
-    nr
+    (*slot != UNKNOWN).then_some(*slot)
 }
 
 /// The name libseccomp knows for syscall `nr` on `arch`.

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::bpf::op;
-use super::compile::{max_syscall_number, SockFilter};
+use super::compile::{max_syscall_numbers, SockFilter};
 use super::filter::Arch;
 use super::model::Seccomp;
 
@@ -52,9 +52,9 @@ pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
         arches.push(native);
     }
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
-    for arch in arches {
-        let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
-        let largest = max_syscall_number(names.map(String::as_str), arch);
+    let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
+    let largest = max_syscall_numbers(names.map(String::as_str), &arches);
+    for (arch, largest) in arches.into_iter().zip(largest) {
         if let Some(nr) = largest {
             last.entry(arch.audit_arch())
                 .or_default()
