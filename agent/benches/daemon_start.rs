@@ -7,17 +7,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/agent.rs"]
+mod agent_support;
+use agent_support::free_port;
+
 const RUNS: usize = 15;
 const READY_TARGET_MS: u64 = 200;
 const RSS_TARGET_KIB: u64 = 20 * 1024;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn vm_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

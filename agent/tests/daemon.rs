@@ -9,18 +9,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn get(port: u16, path: &str) -> (u16, String) {
-    let (head, body) = get_with_head(port, path);
-    (head[9..12].parse().unwrap(), body)
-}
+#[path = "support/agent.rs"]
+mod agent_support;
+use agent_support::{free_port, get};
 
 /// The status line and headers, and the body.
 fn get_with_head(port: u16, path: &str) -> (String, String) {
