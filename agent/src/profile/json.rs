@@ -130,8 +130,8 @@ pub fn parse(src: &[u8]) -> Result<Node, SyntaxError> {
     Ok(node)
 }
 
-/// The keys of both profile dialects.
-const KNOWN_KEYS: &[&str] = &[
+/// The keys of both profile dialects (a test in `model` holds this to the schemas).
+pub(crate) const KNOWN_KEYS: &[&str] = &[
     "names",
     "action",
     "args",

@@ -324,3 +324,32 @@ impl Seccomp {
         self.default_action.is_empty() && self.syscalls.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::decode::{Ty, TEMPLATE_KEYS};
+    use crate::profile::json::KNOWN_KEYS;
+
+    fn field_names(schema: &'static Schema, out: &mut Vec<&'static str>) {
+        for f in schema.fields {
+            out.push(f.name);
+            if let Ty::Obj(sub) | Ty::ObjList(sub) = f.ty {
+                field_names(sub, out);
+            }
+        }
+    }
+
+    #[test]
+    fn the_parser_shares_every_schema_key() {
+        let mut names = TEMPLATE_KEYS.to_vec();
+        field_names(&OCI_SECCOMP, &mut names);
+        field_names(&TPL_SECCOMP, &mut names);
+        for name in names {
+            assert!(
+                KNOWN_KEYS.contains(&name),
+                "`{name}` missing from json::KNOWN_KEYS"
+            );
+        }
+    }
+}
