@@ -447,12 +447,14 @@ fn lint_conflicts(
     arch: Arch,
     report: &mut ProfileReport,
 ) {
-    // Per syscall, the unconditional actions seen so far (first pointer of each).
-    let mut seen: HashMap<&str, Vec<(Action, &str)>, BuildHasherDefault<Fnv>> = HashMap::default();
+    // Per syscall, the first unconditional action and where it is; a rule
+    // that disagrees is reported, not recorded, so there is only ever one.
+    let mut first_seen: HashMap<&str, (Action, &str), BuildHasherDefault<Fnv>> = HashMap::default();
     for rule in spec.rules.iter().filter(|r| r.conds.is_empty()) {
-        let actions = seen.entry(&rule.syscall).or_default();
-        if let Some(&(first, first_ptr)) = actions.iter().find(|(action, _)| *action != rule.action)
-        {
+        let &mut (first, first_ptr) = first_seen
+            .entry(&rule.syscall)
+            .or_insert((rule.action, &rule.origin.pointer));
+        if first != rule.action {
             let winner = compile::resolve_syscall(&rule.syscall, arch)
                 .and_then(|nr| {
                     bpf::run(
@@ -476,10 +478,6 @@ fn lint_conflicts(
                 )
                 .with_help("keep one rule per syscall; template conditions (includes/excludes) are not applied by this runtime"),
             );
-            continue;
-        }
-        if !actions.iter().any(|(action, _)| *action == rule.action) {
-            actions.push((rule.action, &*rule.origin.pointer));
         }
     }
 }
