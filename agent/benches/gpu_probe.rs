@@ -7,8 +7,8 @@ mod fake_nvml_support;
 
 use std::time::{Duration, Instant};
 
-use nodeproof::gpu::nvml::NvmlProbe;
-use nodeproof::gpu::{self, GpuConfig, GpuProbe, PolicyState};
+use nodeproof_gpu::nvml::NvmlProbe;
+use nodeproof_gpu::{self as gpu, GpuConfig, GpuProbe, PolicyState};
 
 fn status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -4,13 +4,15 @@
 //!
 //! `cargo run --release -p nodeproof --example lint_stages -- PROFILE [containerd|crio] [N]`
 
+use nodeproof_bpfgen::Native;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use nodeproof::profile::filter::Arch;
-use nodeproof::profile::lint::{lint_source, profile_and_filter, LintOptions, Runtime};
-use nodeproof::profile::{bpfgen, json, patchbpf};
+use nodeproof_bpfgen as bpfgen;
+use nodeproof_seccomp::filter::Arch;
+use nodeproof_seccomp::lint::{lint_source, profile_and_filter, LintOptions, Runtime};
+use nodeproof_seccomp::{json, patchbpf};
 
 /// The system allocator, counting calls and bytes.
 struct Counting;
@@ -85,5 +87,7 @@ fn main() {
     stage("runc's ENOSYS stub", n, || {
         drop(patchbpf::enosys_stub(&profile, Arch::X86_64))
     });
-    stage("whole lint", n, || drop(lint_source(&path, &src, &opts)));
+    stage("whole lint", n, || {
+        drop(lint_source(&path, &src, &opts, &Native))
+    });
 }

@@ -1,8 +1,8 @@
-//! Drives `nodeproof::trace::run` by hand until the CLI wires it up:
+//! Drives `nodeproof_trace::run` by hand until the CLI wires it up:
 //! `cargo run --example trace -- [--duration SECS] [--comm NAME] [--pid N] [--json] [--strategy S]`
 //! Ctrl-C prints the summary.
 
-use nodeproof::trace::{self, OutputFormat, TraceOptions};
+use nodeproof_trace::{self as trace, OutputFormat, TraceOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `cargo run --release --example trace_storm -- [SECS] [WORKERS]`
 
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
-use nodeproof::trace::{
+use nodeproof_trace::{
     self, Action, CgroupResolver, EventSource, NoPodLookup, OutputFormat, TraceOptions, Tracer,
     TracerConfig,
 };
@@ -74,7 +74,7 @@ fn main() {
         ..TraceOptions::default()
     };
     let mut sink = std::io::sink();
-    let summary = trace::run_with(
+    let summary = nodeproof_trace::run_with(
         &mut tracer,
         &opts,
         &mut sink,

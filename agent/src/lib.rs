@@ -1,13 +1,12 @@
-//! nodeproof: a node agent that finds seccomp, eBPF and GPU gray failures
-//! before pods hit them. The binary (`main.rs`) only parses arguments and
-//! picks implementations; everything else lives here.
+//! nodeproof, the agent: configuration composed from each crate's section,
+//! the checks assembled once (`checks`), the daemon, the pods check and the
+//! tools that combine several crates (`advise`, `sandbox`, `preflight`).
+//! The binary (`main.rs`) only parses arguments and picks implementations.
 
+pub mod advise;
+pub mod checks;
 pub mod config;
 pub mod daemon;
-pub mod finding;
-pub mod gpu;
 pub mod pods;
 pub mod preflight;
-pub mod profile;
-pub mod report;
-pub mod trace;
+pub mod sandbox;

@@ -12,16 +12,21 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use nodeproof::config::Config;
-use nodeproof::finding::{Condition, Finding, Status};
-use nodeproof::gpu;
-use nodeproof::profile::compile::SockFilter;
-use nodeproof::profile::diagnostic::render_text;
-use nodeproof::profile::filter::Arch;
-use nodeproof::profile::filter::FilterSpec;
-use nodeproof::profile::lint::{LintOptions, ProfileReport, Runtime};
-use nodeproof::profile::model::Seccomp;
-use nodeproof::profile::{compile, lint, node, patchbpf, sandbox, scan};
-use nodeproof::trace;
+use nodeproof_findings::{Condition, Finding, Status};
+use nodeproof_gpu as gpu;
+
+use nodeproof::checks::profiles;
+use nodeproof::sandbox;
+use nodeproof_bpfgen::{libseccomp, Native};
+use nodeproof_seccomp::cbpf::SockFilter;
+use nodeproof_seccomp::compiler::Compiler;
+use nodeproof_seccomp::diagnostic::render_text;
+use nodeproof_seccomp::filter::Arch;
+use nodeproof_seccomp::filter::FilterSpec;
+use nodeproof_seccomp::lint::{LintOptions, ProfileReport, Runtime};
+use nodeproof_seccomp::model::Seccomp;
+use nodeproof_seccomp::{lint, patchbpf, scan};
+use nodeproof_trace as trace;
 
 #[derive(Parser)]
 #[command(
@@ -349,9 +354,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let opts = lint_options(&mode, &config);
                 let paths = if paths.is_empty() { vec![root] } else { paths };
                 let files = scan::collect(&paths);
-                let reports = node::lint_files(files, &opts);
+                let reports = profiles::lint_files(files, &opts);
                 print_reports(&reports, output)?;
-                Ok(exit(reports.iter().all(|r| node::passes(r, strict))))
+                Ok(exit(reports.iter().all(|r| profiles::passes(r, strict))))
             }
             ProfileCommand::Compile { path, mode, format } => {
                 compile_cmd(&path, &lint_options(&mode, &config), format)
@@ -488,7 +493,7 @@ fn advise_target(
 }
 
 fn advise_cmd(args: &AdviseArgs, config: &Config, root: &Path) -> Result<ExitCode> {
-    use nodeproof::profile::advise;
+    use nodeproof::advise;
     let target = advise_target(args, config, root)?;
     let Some(profile) = target.profile.clone() else {
         bail!("no profile to patch (give --profile or --pod)");
@@ -592,7 +597,7 @@ fn seccomp_root(flag: Option<&Path>, config: &Config) -> PathBuf {
 }
 
 fn detect_runtime(config: &Config) -> Runtime {
-    node::detect_runtime(&config.seccomp)
+    profiles::detect_runtime(&config.seccomp)
 }
 
 fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
@@ -631,8 +636,8 @@ fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
                 let src = std::fs::read(&r.path).unwrap_or_default();
                 render_text(&r.path, &src, &r.diagnostics, &mut text);
                 write!(out, "{text}")?;
-                let errors = r.count(nodeproof::profile::diagnostic::Severity::Error);
-                let warnings = r.count(nodeproof::profile::diagnostic::Severity::Warning);
+                let errors = r.count(nodeproof_seccomp::diagnostic::Severity::Error);
+                let warnings = r.count(nodeproof_seccomp::diagnostic::Severity::Warning);
                 writeln!(
                     out,
                     "{}: outcome {} ({} errors, {} warnings{})\n",
@@ -655,10 +660,10 @@ fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> R
         no_new_privileges: config.seccomp.no_new_privileges,
         ..LintOptions::default()
     };
-    let reports = node::lint_root(root, &opts);
-    let findings = node::findings(&reports);
+    let reports = profiles::lint_root(root, &opts);
+    let findings = profiles::findings(&reports);
     let mut findings = findings;
-    let mut conditions = vec![node::condition(root, &reports)];
+    let mut conditions = vec![profiles::condition(root, &reports)];
     let (finding, condition) = tracing_check();
     findings.push(finding);
     conditions.push(condition);
@@ -689,14 +694,14 @@ fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
 
 /// After the checks ran (they never wait on the API server): write their conditions.
 fn report_conditions(conditions: &[Condition], args: &ReportArgs, config: &Config) -> Result<()> {
-    let mut opts = nodeproof::report::OnceOptions::from(&config.report);
+    let mut opts = nodeproof_kube::OnceOptions::from(&config.report);
     if args.kubeconfig.is_some() {
         opts.kubeconfig = args.kubeconfig.clone();
     }
     if args.node_name.is_some() {
         opts.node_name = args.node_name.clone();
     }
-    let done = nodeproof::report::report_once(conditions, &opts)
+    let done = nodeproof_kube::report_once(conditions, &opts)
         .context("could not report to the API server")?;
     eprintln!(
         "reported node {} with {}: {} status writes, {} event writes",
@@ -759,7 +764,7 @@ fn load_spec(path: &Path, opts: &LintOptions) -> Result<(Seccomp, FilterSpec)> {
     let bytes = file
         .contents
         .map_err(|d| anyhow::anyhow!("{}", d.message))?;
-    let report = lint::lint_source(&path.to_string_lossy(), &bytes, opts);
+    let report = lint::lint_source(&path.to_string_lossy(), &bytes, opts, &Native);
     match lint::profile_and_filter(&bytes, opts) {
         Some(found) => Ok(found),
         None => {
@@ -781,8 +786,9 @@ fn loaded_program(
     spec: &FilterSpec,
     arch: Arch,
 ) -> Result<(usize, Vec<SockFilter>)> {
-    let compiled =
-        compile::compile(spec, arch).context("libseccomp could not compile the filter")?;
+    let compiled = Native
+        .compile(spec, arch)
+        .context("libseccomp could not compile the filter")?;
     let mut program = patchbpf::enosys_stub(profile, arch);
     let stub = program.len();
     program.extend(compiled.program);
@@ -794,7 +800,7 @@ fn compile_cmd(path: &Path, opts: &LintOptions, format: CompileFormat) -> Result
     let mut out = std::io::stdout().lock();
     match format {
         CompileFormat::Pfc => {
-            let text = compile::export_pfc(&spec, opts.arch)
+            let text = libseccomp::export_pfc(&spec, opts.arch)
                 .context("libseccomp could not export the filter")?;
             write!(out, "{text}")?;
         }
@@ -815,7 +821,7 @@ fn compile_cmd(path: &Path, opts: &LintOptions, format: CompileFormat) -> Result
                 out,
                 "# {} instructions (kernel limit {})",
                 program.len(),
-                compile::BPF_MAXINSNS
+                nodeproof_seccomp::cbpf::BPF_MAXINSNS
             )?;
         }
     }

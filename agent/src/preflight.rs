@@ -14,9 +14,9 @@ use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::finding::{Finding, Status};
-use crate::profile::lint::{LintOptions, ProfileReport};
-use crate::profile::node;
+use crate::checks::profiles;
+use nodeproof_findings::{Finding, Status};
+use nodeproof_seccomp::lint::{LintOptions, ProfileReport};
 
 /// Where kubelet.service and its drop-ins may live, in systemd's order.
 pub const UNIT_DIRS: [&str; 4] = [
@@ -349,7 +349,7 @@ pub fn referenced_findings(
                     "ProfileMissing",
                     format!("{} names it, but it does not exist", manifest.display()),
                 ),
-                Some(r) if !node::passes(r, false) => (
+                Some(r) if !profiles::passes(r, false) => (
                     "ProfileFails",
                     format!(
                         "{} names it; outcome {}",
@@ -374,11 +374,11 @@ pub fn referenced_findings(
 pub fn run(
     seccomp_root: &Path,
     lint: &LintOptions,
-    gpu: crate::gpu::GpuReport,
+    gpu: nodeproof_gpu::GpuReport,
     layout: &Layout,
 ) -> Vec<Finding> {
-    let reports = node::lint_root(seccomp_root, lint);
-    let mut findings = node::findings(&reports);
+    let reports = profiles::lint_root(seccomp_root, lint);
+    let mut findings = profiles::findings(&reports);
     findings.extend(referenced_findings(
         &static_pod_profiles(&layout.manifests),
         seccomp_root,

@@ -1,8 +1,9 @@
 //! `advise` round trip on every corpus profile that lints ok: the patch for a
 //! set of denials must keep the outcome `ok` and let every denied syscall run.
 
-use nodeproof::profile::advise::{advise, Denied};
-use nodeproof::profile::lint::{lint_source, LintOptions, Outcome};
+use nodeproof::advise::{advise, Denied};
+use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome};
 
 #[path = "support/corpus.rs"]
 mod corpus;
@@ -46,7 +47,7 @@ fn corpus_round_trip() {
         for f in &files {
             let src = std::fs::read(f).unwrap();
             let name = f.to_string_lossy();
-            if lint_source(&name, &src, &opts).outcome != Outcome::Ok {
+            if lint_source(&name, &src, &opts, &Native).outcome != Outcome::Ok {
                 continue;
             }
             checked += 1;

@@ -8,9 +8,11 @@
 
 use std::ffi::CString;
 
-use nodeproof::profile::bpf::{run, SeccompData};
-use nodeproof::profile::compile::{compile, resolve_syscall, SockFilter};
-use nodeproof::profile::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use nodeproof_bpfgen::compile;
+use nodeproof_seccomp::cbpf::SockFilter;
+use nodeproof_seccomp::cbpf::{run, SeccompData};
+use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use nodeproof_seccomp::syscalls::resolve_syscall;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -349,7 +351,7 @@ fn kernel_load(program: &[SockFilter]) -> Result<(), i32> {
 
 #[test]
 fn validate_agrees_with_kernel_loader() {
-    use nodeproof::profile::bpf::{op, validate};
+    use nodeproof_seccomp::cbpf::{op, validate};
     let ins = |code, jt, jf, k| SockFilter { code, jt, jf, k };
     let allow = 0x7fff_0000;
     let ret_allow = ins(op::RET_K, 0, 0, allow);

@@ -2,12 +2,13 @@
 //! every corpus profile and thousands of pseudo-random filters, the same
 //! program instruction for instruction, or the same refusal.
 
-use nodeproof::profile::bpfgen::{generate, GenError};
-use nodeproof::profile::compile::{
-    compile_with_libseccomp, syscall_name, CompileError, SockFilter,
-};
-use nodeproof::profile::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
-use nodeproof::profile::lint::{filter_spec, LintOptions, Runtime};
+use nodeproof_bpfgen::libseccomp::compile as compile_with_libseccomp;
+use nodeproof_bpfgen::{generate, GenError};
+use nodeproof_seccomp::cbpf::SockFilter;
+use nodeproof_seccomp::compiler::CompileError;
+use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use nodeproof_seccomp::lint::{filter_spec, LintOptions, Runtime};
+use nodeproof_seccomp::syscalls::syscall_name;
 
 #[path = "support/corpus.rs"]
 mod corpus;

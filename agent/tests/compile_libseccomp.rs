@@ -1,11 +1,12 @@
 //! `profile::compile` against the real libseccomp, checked with the BPF interpreter.
 
-use nodeproof::profile::bpf::{run, validate, SeccompData};
-use nodeproof::profile::compile::{
-    compile, export_pfc, resolve_syscall, syscall_name, CompileError, Errno, SkippedRule,
-    BPF_MAXINSNS,
-};
-use nodeproof::profile::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use nodeproof_bpfgen::compile;
+use nodeproof_bpfgen::libseccomp::export_pfc;
+use nodeproof_seccomp::cbpf::BPF_MAXINSNS;
+use nodeproof_seccomp::cbpf::{run, validate, SeccompData};
+use nodeproof_seccomp::compiler::{CompileError, Errno, SkippedRule};
+use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use nodeproof_seccomp::syscalls::{resolve_syscall, syscall_name};
 
 fn rule(i: usize, syscall: &str, action: Action, conds: Vec<Cond>) -> Rule {
     Rule {
@@ -29,7 +30,7 @@ fn spec(default_action: Action, arches: Vec<Arch>, rules: Vec<Rule>) -> FilterSp
 }
 
 fn eval(
-    prog: &[nodeproof::profile::compile::SockFilter],
+    prog: &[nodeproof_seccomp::cbpf::SockFilter],
     arch: Arch,
     nr: i32,
     args: [u64; 6],

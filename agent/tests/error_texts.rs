@@ -1,9 +1,9 @@
 //! Error messages users read, pinned: a change here is a change in what an SRE sees.
 
-use nodeproof::profile::bpf::BpfError;
-use nodeproof::profile::compile::{CompileError, Errno};
-use nodeproof::profile::filter::{Action, Arch};
-use nodeproof::profile::sandbox::SandboxError;
+use nodeproof::sandbox::SandboxError;
+use nodeproof_seccomp::cbpf::BpfError;
+use nodeproof_seccomp::compiler::{CompileError, Errno};
+use nodeproof_seccomp::filter::{Action, Arch};
 
 #[test]
 fn compile_errors() {

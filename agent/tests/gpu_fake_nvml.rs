@@ -7,9 +7,9 @@ mod fake_nvml_support;
 use std::time::{Duration, Instant};
 
 use fake_nvml_support::Scenario;
-use nodeproof::gpu::nvml::NvmlProbe;
-use nodeproof::gpu::policy::XidClass;
-use nodeproof::gpu::{self, GpuConfig, GpuHealth, GpuProbe, GpuReport, PolicyState};
+use nodeproof_gpu::nvml::NvmlProbe;
+use nodeproof_gpu::policy::XidClass;
+use nodeproof_gpu::{self as gpu, GpuConfig, GpuHealth, GpuProbe, GpuReport, PolicyState};
 
 fn config(s: &Scenario) -> GpuConfig {
     GpuConfig {
@@ -248,14 +248,14 @@ fn a_hung_call_that_returns_recovers() {
     let mut probe = NvmlProbe::new(s.library(), Duration::from_millis(200));
     let snap = probe.snapshot();
     assert!(
-        matches!(&snap.driver, nodeproof::gpu::probe::DriverState::NotAnswering { call, .. } if call == "nvmlDeviceGetCount_v2"),
+        matches!(&snap.driver, nodeproof_gpu::probe::DriverState::NotAnswering { call, .. } if call == "nvmlDeviceGetCount_v2"),
         "{:?}",
         snap.driver
     );
     s.set("");
     std::thread::sleep(Duration::from_millis(700));
     let snap = probe.snapshot();
-    assert_eq!(snap.driver, nodeproof::gpu::probe::DriverState::Ready);
+    assert_eq!(snap.driver, nodeproof_gpu::probe::DriverState::Ready);
     assert_eq!(snap.gpus.len(), 8);
 }
 

@@ -13,11 +13,11 @@ use serde_json::{json, Value};
 use nodeproof::pods::denials::DenialAggregator;
 use nodeproof::pods::verdict::NodeContext;
 use nodeproof::pods::watch::{self, DenialFeed, PodsState, WatchOptions};
-use nodeproof::profile::lint::LintOptions;
-use nodeproof::report::conditions::{Hysteresis, Policy};
-use nodeproof::report::driver::{LoopConfig, ReportLoop};
-use nodeproof::report::{client, credentials};
-use nodeproof::trace::{Action, SummaryRow};
+use nodeproof_kube::conditions::{Hysteresis, Policy};
+use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use nodeproof_kube::{client, credentials};
+use nodeproof_seccomp::lint::LintOptions;
+use nodeproof_trace::{Action, SummaryRow};
 use support::apiserver::{Identity, TestApiServer};
 
 const DEADLINE: Duration = Duration::from_secs(5);

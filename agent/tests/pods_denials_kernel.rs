@@ -13,14 +13,16 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 
+use nodeproof::advise;
 use nodeproof::pods::denials::{DenialAggregator, PodIndex};
 use nodeproof::pods::watch::record_denials;
-use nodeproof::profile::advise;
-use nodeproof::profile::lint::{LintOptions, Outcome};
-use nodeproof::report::conditions::{Hysteresis, Policy};
-use nodeproof::report::driver::{LoopConfig, ReportLoop};
-use nodeproof::report::{client, credentials};
-use nodeproof::trace::{self, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig};
+use nodeproof_kube::conditions::{Hysteresis, Policy};
+use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use nodeproof_kube::{client, credentials};
+use nodeproof_seccomp::lint::{LintOptions, Outcome};
+use nodeproof_trace::{
+    self as trace, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig,
+};
 use support::apiserver::{Identity, TestApiServer};
 use support::cgroup::{deny_mkdir_in, traceable_kubepods};
 

@@ -1,9 +1,10 @@
 //! Table-driven tests of the decoder rules and of what each bad input turns
 //! into: outcome and diagnostic codes, through the whole lint pipeline.
 
-use nodeproof::profile::diagnostic::{Code, Severity};
-use nodeproof::profile::filter::{Action, Arch, CmpOp};
-use nodeproof::profile::lint::{filter_spec, lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::diagnostic::{Code, Severity};
+use nodeproof_seccomp::filter::{Action, Arch, CmpOp};
+use nodeproof_seccomp::lint::{filter_spec, lint_source, LintOptions, Outcome, Runtime};
 
 fn opts() -> LintOptions {
     LintOptions {
@@ -15,7 +16,7 @@ fn opts() -> LintOptions {
 }
 
 fn codes(src: &str) -> (Outcome, Vec<(Severity, Code)>) {
-    let r = lint_source("t.json", src.as_bytes(), &opts());
+    let r = lint_source("t.json", src.as_bytes(), &opts(), &Native);
     let mut c: Vec<_> = r.diagnostics.iter().map(|d| (d.severity, d.code)).collect();
     c.sort_by_key(|(s, code)| (*s, code.as_str()));
     (r.outcome, c)
@@ -184,7 +185,7 @@ fn decoder_rules() {
 #[test]
 fn diagnostics_carry_pointer_line_and_column() {
     let src = "{\n  \"defaultAction\": \"SCMP_ACT_ALLOW\",\n  \"syscalls\": [\n    {\"names\": [\"mkdir\"], \"action\": 7}\n  ]\n}\n";
-    let r = lint_source("p.json", src.as_bytes(), &opts());
+    let r = lint_source("p.json", src.as_bytes(), &opts(), &Native);
     let d = r
         .diagnostics
         .iter()
@@ -242,7 +243,7 @@ fn other_node_architectures() {
     .unwrap();
     let on = |arch| {
         let opts = LintOptions { arch, ..opts() };
-        lint_source("p.json", &default, &opts)
+        lint_source("p.json", &default, &opts, &Native)
     };
     // Calls that do not exist on arm64 (arch_prctl, open, ...) are not held against the profile.
     let arm = on(Arch::Aarch64);

@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 use tempfile::TempDir;
 
-use nodeproof::finding::Condition;
-use nodeproof::report::client::{KubeReporter, ReportError};
-use nodeproof::report::conditions::{rfc3339, Hysteresis, Policy};
-use nodeproof::report::driver::{self, LoopConfig, ReportLoop};
-use nodeproof::report::events::{EventType, ObjectRef};
-use nodeproof::report::marks::MarkPolicy;
-use nodeproof::report::{credentials, run_once};
+use nodeproof_findings::Condition;
+use nodeproof_kube::client::{KubeReporter, ReportError};
+use nodeproof_kube::conditions::{rfc3339, Hysteresis, Policy};
+use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
+use nodeproof_kube::events::{EventType, ObjectRef};
+use nodeproof_kube::marks::MarkPolicy;
+use nodeproof_kube::{credentials, run_once};
 use support::apiserver::{Fault, Identity, TestApiServer};
 
 fn t0() -> SystemTime {
@@ -71,7 +71,7 @@ impl Cluster {
     async fn reporter(&self, node: &str) -> KubeReporter {
         let kubeconfig = self.server.kubeconfig(self.dir.path(), "node-n1");
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-        let client = nodeproof::report::client::connect(&source)
+        let client = nodeproof_kube::client::connect(&source)
             .await
             .unwrap()
             .unwrap();
@@ -81,7 +81,7 @@ impl Cluster {
     async fn client(&self, token: &str) -> kube::Client {
         let kubeconfig = self.server.kubeconfig(self.dir.path(), token);
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-        nodeproof::report::client::connect(&source)
+        nodeproof_kube::client::connect(&source)
             .await
             .unwrap()
             .unwrap()

@@ -7,10 +7,10 @@ use http::{Method, Request, Response};
 use kube::client::Body;
 use serde_json::{json, Value};
 
-use nodeproof::finding::Condition;
-use nodeproof::report::client::{KubeReporter, ReportError, Reporter};
-use nodeproof::report::conditions::{Policy, Tracker};
-use nodeproof::report::events::{EventType, ObjectRef, Recorder, RecorderConfig};
+use nodeproof_findings::Condition;
+use nodeproof_kube::client::{KubeReporter, ReportError, Reporter};
+use nodeproof_kube::conditions::{Policy, Tracker};
+use nodeproof_kube::events::{EventType, ObjectRef, Recorder, RecorderConfig};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 

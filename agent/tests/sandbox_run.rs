@@ -2,9 +2,11 @@
 
 use std::ffi::OsString;
 
-use nodeproof::profile::compile::{compile, Errno, SockFilter};
-use nodeproof::profile::filter::{Action, Arch, FilterSpec, Rule, RuleOrigin};
-use nodeproof::profile::sandbox::{run_under_filter, DeniedSyscall, SandboxError, SandboxReport};
+use nodeproof::sandbox::{run_under_filter, DeniedSyscall, SandboxError, SandboxReport};
+use nodeproof_bpfgen::compile;
+use nodeproof_seccomp::cbpf::SockFilter;
+use nodeproof_seccomp::compiler::Errno;
+use nodeproof_seccomp::filter::{Action, Arch, FilterSpec, Rule, RuleOrigin};
 
 fn program(default_action: Action, rules: &[(&str, Action)]) -> Vec<SockFilter> {
     let spec = FilterSpec {
@@ -43,7 +45,7 @@ fn mkdir_target() -> (tempfile::TempDir, String) {
 }
 
 fn mkdir_nr() -> i32 {
-    nodeproof::profile::compile::resolve_syscall("mkdir", Arch::native()).unwrap()
+    nodeproof_seccomp::syscalls::resolve_syscall("mkdir", Arch::native()).unwrap()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! without root or setpriv it says why it skips.
 
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
-use nodeproof::trace::{bpf, loader};
+use nodeproof_trace::{bpf, loader};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

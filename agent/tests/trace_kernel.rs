@@ -7,7 +7,7 @@
 mod cgroup;
 use cgroup::CgroupDir;
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
-use nodeproof::trace::{
+use nodeproof_trace::{
     self, loader, Action, CgroupResolver, EventSource, NoPodLookup, OutputFormat, Strategy,
     TraceError, TraceOptions, Tracer, TracerConfig,
 };
@@ -137,7 +137,7 @@ fn probing_picks_the_first_strategy_that_loads_and_records_refusals() {
         assert_eq!(refused[0], Strategy::Fexit);
         assert!(!refused.contains(&t.strategy()));
     }
-    let r = trace::Readiness::of(Ok(&t));
+    let r = nodeproof_trace::Readiness::of(Ok(&t));
     assert!(r.ready);
     assert!(r.message.contains(t.strategy().as_str()), "{}", r.message);
 }
@@ -529,7 +529,7 @@ fn run_json_summary_is_exact_and_attributed() {
         ..TraceOptions::default()
     };
     let mut out = Vec::new();
-    let summary = trace::run_with(
+    let summary = nodeproof_trace::run_with(
         &mut tracer,
         &opts,
         &mut out,
@@ -653,7 +653,10 @@ fn without_btf_btf_strategies_refuse_as_kernel_unsupported() {
         };
         assert_eq!(attempts.len(), 1);
         assert_eq!(attempts[0].reason, loader::FailureReason::KernelUnsupported);
-        assert_eq!(trace::Readiness::failed(&err).reason, "KernelUnsupported");
+        assert_eq!(
+            nodeproof_trace::Readiness::failed(&err).reason,
+            "KernelUnsupported"
+        );
     }
 }
 

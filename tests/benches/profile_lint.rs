@@ -7,13 +7,15 @@
 //!
 //! Run: `cargo xtask bench` (or `cargo bench -p nodeproof-e2e --bench profile_lint`).
 
+use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::compiler::Compiler;
 use std::time::{Duration, Instant};
 
-use nodeproof::profile::compile;
-use nodeproof::profile::filter::Arch;
-use nodeproof::profile::lint::{lint_source, LintOptions, Outcome, Runtime};
-use nodeproof::profile::node;
+use nodeproof::checks::profiles;
+use nodeproof_bpfgen::libseccomp;
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_seccomp::filter::Arch;
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -53,34 +55,39 @@ fn main() {
 
     // Warm up libseccomp's tables.
     for _ in 0..20 {
-        lint_source("default.json", &default, &opts(Runtime::Crio));
+        lint_source("default.json", &default, &opts(Runtime::Crio), &Native);
     }
-    let crio = lint_source("default.json", &default, &opts(Runtime::Crio));
+    let crio = lint_source("default.json", &default, &opts(Runtime::Crio), &Native);
     assert_eq!(crio.outcome, Outcome::Ok);
     assert_eq!(crio.architectures.len(), 3, "{:?}", crio.architectures);
     let t_crio = time(300, || {
-        lint_source("default.json", &default, &opts(Runtime::Crio));
+        lint_source("default.json", &default, &opts(Runtime::Crio), &Native);
     });
     // The compile step alone, both ways, for the same filter.
-    let (_, spec) = nodeproof::profile::lint::profile_and_filter(&default, &opts(Runtime::Crio))
+    let (_, spec) = nodeproof_seccomp::lint::profile_and_filter(&default, &opts(Runtime::Crio))
         .expect("a filter");
     let t_native_compile = time(300, || {
-        nodeproof::profile::bpfgen::generate(&spec, Arch::X86_64).expect("native path");
+        nodeproof_bpfgen::generate(&spec, Arch::X86_64).expect("native path");
     });
     let t_libseccomp = time(300, || {
-        compile::compile_with_libseccomp(&spec, Arch::X86_64).expect("compiles");
+        libseccomp::compile(&spec, Arch::X86_64).expect("compiles");
     });
     let (_, spec_native) =
-        nodeproof::profile::lint::profile_and_filter(&default, &opts(Runtime::Containerd))
+        nodeproof_seccomp::lint::profile_and_filter(&default, &opts(Runtime::Containerd))
             .expect("a filter");
     let t_native_compile1 = time(300, || {
-        nodeproof::profile::bpfgen::generate(&spec_native, Arch::X86_64).expect("native path");
+        nodeproof_bpfgen::generate(&spec_native, Arch::X86_64).expect("native path");
     });
     let t_libseccomp1 = time(300, || {
-        compile::compile_with_libseccomp(&spec_native, Arch::X86_64).expect("compiles");
+        libseccomp::compile(&spec_native, Arch::X86_64).expect("compiles");
     });
     let t_containerd = time(300, || {
-        lint_source("default.json", &default, &opts(Runtime::Containerd));
+        lint_source(
+            "default.json",
+            &default,
+            &opts(Runtime::Containerd),
+            &Native,
+        );
     });
 
     // 1,000 profiles: the corpus, copied round-robin.
@@ -103,13 +110,13 @@ fn main() {
         .unwrap();
     }
     let t_dir = time(5, || {
-        let reports = node::lint_root(dir.path(), &opts(Runtime::Containerd));
+        let reports = profiles::lint_root(dir.path(), &opts(Runtime::Containerd));
         assert_eq!(reports.len(), 1000);
     });
     // The compile step of those 1,000 profiles, both ways (one thread).
     let specs: Vec<_> = (0..1000)
         .filter_map(|i| {
-            nodeproof::profile::lint::filter_spec(
+            nodeproof_seccomp::lint::filter_spec(
                 &sources[i % sources.len()],
                 &opts(Runtime::Containerd),
             )
@@ -117,12 +124,12 @@ fn main() {
         .collect();
     let t_dir_native = time(3, || {
         for s in &specs {
-            let _ = compile::compile(s, Arch::X86_64);
+            let _ = Native.compile(s, Arch::X86_64);
         }
     });
     let t_dir_libseccomp = time(3, || {
         for s in &specs {
-            let _ = compile::compile_with_libseccomp(s, Arch::X86_64);
+            let _ = libseccomp::compile(s, Arch::X86_64);
         }
     });
 

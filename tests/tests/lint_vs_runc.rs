@@ -2,9 +2,10 @@
 //! corpus profile (against the recorded results, and live) and for a set of
 //! broken variants of our own, in both noNewPrivileges modes.
 
-use nodeproof::profile::filter::Arch;
-use nodeproof::profile::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_bpfgen::Native;
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_seccomp::filter::Arch;
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
 use serde_json::Value;
 
 fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
@@ -14,7 +15,7 @@ fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
         arch: Arch::native(),
         check_listener: true,
     };
-    let r = lint_source("p.json", bytes, &opts);
+    let r = lint_source("p.json", bytes, &opts, &Native);
     let first = r.diagnostics.first().map_or_else(String::new, |d| {
         format!("{}[{}]: {}", d.severity, d.code, d.message)
     });

@@ -1,13 +1,13 @@
-//! Checks `nodeproof::profile::runc_init::RUNC_1_1_5` against real runc: denying
+//! Checks `nodeproof_seccomp::runc_init::RUNC_1_1_5` against real runc: denying
 //! one syscall name must break (or not break) the start exactly as recorded, in
 //! each noNewPrivileges mode and for EPERM and ENOSYS. Names whose outcome the
 //! table marks flaky are reported, not asserted.
 
 use std::collections::BTreeSet;
 
-use nodeproof::profile::runc_init::{InitSyscall, RUNC_1_1_5};
 use nodeproof_e2e::learn::{deny_one_profile, ENOSYS};
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_seccomp::runc_init::{InitSyscall, RUNC_1_1_5};
 
 /// Expected verdict of denying `name` alone in a mode, from the table.
 fn expected(name: &str, nnp: bool, enosys: bool) -> Verdict {

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nodeproof::trace::{
+use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_trace::{
     self, loader, Action, CgroupResolver, NoPodLookup, OutputFormat, Strategy, TraceError,
     TraceOptions, Tracer, TracerConfig,
 };
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use serde_json::Value;
 
 const PROFILE: &str = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ERRNO"}]}"#;
@@ -27,7 +27,7 @@ fn skip_reason() -> Option<String> {
     if let Err(r) = runc::available() {
         return Some(r);
     }
-    if trace::bpf::is_stub() {
+    if nodeproof_trace::bpf::is_stub() {
         return Some("nodeproof was built without clang: no eBPF programs".into());
     }
     let missing = loader::missing_capabilities(loader::effective_capabilities());
@@ -65,7 +65,7 @@ fn trace_one_container(
         ..TracerConfig::default()
     })
     .unwrap_or_else(|e: TraceError| panic!("{strategy:?} must load here: {e}"));
-    let used = trace::EventSource::strategy(&tracer);
+    let used = nodeproof_trace::EventSource::strategy(&tracer);
     let stop = Arc::new(AtomicBool::new(false));
     let container = {
         let (oracle, stop, path) = (oracle.clone(), stop.clone(), cgroups_path.to_string());
@@ -78,7 +78,7 @@ fn trace_one_container(
         })
     };
     let mut out = Vec::new();
-    trace::run_with(
+    nodeproof_trace::run_with(
         &mut tracer,
         &TraceOptions {
             format: OutputFormat::Json,

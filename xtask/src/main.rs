@@ -182,7 +182,13 @@ fn run() -> Result<()> {
             }
             if which.is_none_or(|w| w == "trace_overhead") {
                 prepare_kernel();
-                cargo(&["bench", "-p", "nodeproof", "--bench", "trace_overhead"])?;
+                cargo(&[
+                    "bench",
+                    "-p",
+                    "nodeproof-trace",
+                    "--bench",
+                    "trace_overhead",
+                ])?;
             }
             Ok(())
         }

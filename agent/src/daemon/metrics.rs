@@ -15,7 +15,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::state::{MetricsSnapshot, Shared, CHECKS};
-use crate::trace::Strategy;
+use nodeproof_trace::Strategy;
 
 /// What prometheus-client's text encoder writes (it ends with `# EOF`).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -247,10 +247,10 @@ mod tests {
 
     use super::*;
     use crate::daemon::state::CheckState;
-    use crate::finding::Condition;
-    use crate::gpu::policy::XidClass;
-    use crate::gpu::{GpuHealth, GpuMetrics};
     use crate::pods::denials::PodDenialTotal;
+    use nodeproof_findings::Condition;
+    use nodeproof_gpu::policy::XidClass;
+    use nodeproof_gpu::{GpuHealth, GpuMetrics};
 
     /// A pod name no API server would accept, to see the escaping.
     const ODD: &str = "we\"ird\\pod\nname";

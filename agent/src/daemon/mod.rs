@@ -34,7 +34,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch as channel, Notify};
 
 use crate::config::{Config, ConfigError};
-use crate::finding::Condition;
+use nodeproof_findings::Condition;
 use notify::{Notifier, NotifyError};
 use state::Shared;
 

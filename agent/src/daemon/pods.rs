@@ -19,8 +19,8 @@ use crate::config::Config;
 use crate::pods::denials::DenialAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::watch::{self, DenialFeed, PodsState, Round, WatchOptions};
-use crate::report::events::PodEvent;
-use crate::trace::SummaryRow;
+use nodeproof_kube::events::PodEvent;
+use nodeproof_trace::SummaryRow;
 
 /// How often the pods are judged without an API change or a profile lint.
 const RECHECK: Duration = Duration::from_secs(10);

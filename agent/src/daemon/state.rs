@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::finding::Condition;
-use crate::gpu::GpuMetrics;
 use crate::pods::denials::PodDenialTotal;
 use crate::pods::verdict::combine;
+use nodeproof_findings::Condition;
+use nodeproof_gpu::GpuMetrics;
 
 /// The subsystems, by the name `/healthz/<check>` and `NODEPROOF_CHECK=` use.
 pub const CHECKS: [&str; 5] = ["profiles", "pods", "tracing", "gpu", "reporter"];
@@ -39,7 +39,7 @@ pub struct Metrics {
     /// while no denials are fed to it (no API credentials).
     pub pod_denials: Option<Vec<PodDenialTotal>>,
     pub ebpf_dropped: u64,
-    pub ebpf_strategy: Option<crate::trace::Strategy>,
+    pub ebpf_strategy: Option<nodeproof_trace::Strategy>,
     pub reporter_errors: u64,
     pub task_restarts: BTreeMap<&'static str, u64>,
     pub reloads: u64,

@@ -16,18 +16,19 @@ use tokio::sync::{mpsc, watch as channel, Notify};
 use tokio::task::JoinHandle;
 
 use super::state::{CheckState, Shared};
-use crate::config::{Config, ReportConfig};
-use crate::finding::{Condition, Status};
-use crate::gpu;
-use crate::profile::lint::{LintOptions, ProfileReport};
-use crate::profile::node;
-use crate::report::client::{self, KubeReporter};
-use crate::report::conditions::Policy;
-use crate::report::credentials;
-use crate::report::driver::{self, LoopConfig, ReportLoop};
-use crate::report::events::PodEvent;
-use crate::report::marks::MarkPolicy;
-use crate::trace::{self, EventSource};
+use crate::checks::profiles;
+use crate::config::Config;
+use nodeproof_findings::{Condition, Status};
+use nodeproof_gpu as gpu;
+use nodeproof_kube::client::{self, KubeReporter};
+use nodeproof_kube::conditions::Policy;
+use nodeproof_kube::config::ReportConfig;
+use nodeproof_kube::credentials;
+use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
+use nodeproof_kube::events::PodEvent;
+use nodeproof_kube::marks::MarkPolicy;
+use nodeproof_seccomp::lint::{LintOptions, ProfileReport};
+use nodeproof_trace::{self as trace, EventSource};
 
 /// What every subsystem gets.
 #[derive(Clone)]
@@ -112,7 +113,7 @@ pub async fn supervise<F, Fut>(
 
 pub(super) fn lint_options(config: &Config) -> LintOptions {
     LintOptions {
-        runtime: node::detect_runtime(&config.seccomp),
+        runtime: profiles::detect_runtime(&config.seccomp),
         no_new_privileges: config.seccomp.no_new_privileges,
         ..LintOptions::default()
     }
@@ -144,7 +145,8 @@ async fn profiles(mut ctx: Context) {
         let opts = lint_options(&config);
         let lint_root = root.clone();
         let reports =
-            match tokio::task::spawn_blocking(move || node::lint_root(&lint_root, &opts)).await {
+            match tokio::task::spawn_blocking(move || profiles::lint_root(&lint_root, &opts)).await
+            {
                 Ok(r) => r,
                 // The supervisor counts it and starts the task again.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -175,7 +177,7 @@ fn publish_profiles(
     for r in reports {
         let outcome = r.outcome.as_str();
         *by_outcome.entry(outcome).or_insert(0u64) += 1;
-        let ok = node::passes(r, false);
+        let ok = profiles::passes(r, false);
         failing += usize::from(!ok);
         // Logged on change only: a resync of an unchanged root is silent.
         if verdicts.insert(r.path.clone(), outcome) != Some(outcome) {
@@ -203,7 +205,7 @@ fn publish_profiles(
     shared.set_check(
         "profiles",
         CheckState {
-            conditions: vec![node::condition(root, reports)],
+            conditions: vec![profiles::condition(root, reports)],
             summary,
             progress: Some(Instant::now()),
             period: Duration::from_secs(config.daemon.profile_resync_s),

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
-use super::refs::{pod_refs, PodRefs};
-use crate::report::events::ObjectRef;
-use crate::trace::names::errno_name;
-use crate::trace::{Action, PodLookup, PodRef, SummaryRow};
+use nodeproof_kube::events::ObjectRef;
+use nodeproof_kube::refs::{pod_refs, PodRefs};
+use nodeproof_trace::names::errno_name;
+use nodeproof_trace::{Action, PodLookup, PodRef, SummaryRow};
 
 pub const EVENT_REASON: &str = "SeccompDenied";
 
@@ -294,9 +294,12 @@ fn outcome(action: Action, errno: i32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::refs::tests::pod;
     use super::*;
     use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(v).expect("pod JSON")
+    }
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 

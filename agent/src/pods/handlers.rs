@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use toml::Value;
 
-use crate::profile::lint::Runtime;
+use nodeproof_seccomp::lint::Runtime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandlersError {

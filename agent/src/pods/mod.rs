@@ -5,8 +5,7 @@
 pub mod denials;
 pub mod handlers;
 pub mod node;
-pub mod refs;
-pub mod taints;
+
 pub mod target;
 pub mod verdict;
 pub mod watch;

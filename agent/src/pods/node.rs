@@ -15,16 +15,16 @@ use super::denials::DenialAggregator;
 use super::handlers;
 use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
-use crate::finding::Condition;
-use crate::profile::lint::LintOptions;
-use crate::profile::node::CONDITION;
-use crate::report::client::{self, KubeReporter, ReportError};
-use crate::report::conditions::{Hysteresis, Policy};
-use crate::report::credentials;
-use crate::report::driver::{LoopConfig, ReportLoop};
-use crate::trace::names::SyscallNames;
-use crate::trace::summary::aggregate;
-use crate::trace::{
+use crate::checks::profiles::CONDITION;
+use nodeproof_findings::Condition;
+use nodeproof_kube::client::{self, KubeReporter, ReportError};
+use nodeproof_kube::conditions::{Hysteresis, Policy};
+use nodeproof_kube::credentials;
+use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use nodeproof_seccomp::lint::LintOptions;
+use nodeproof_trace::names::SyscallNames;
+use nodeproof_trace::summary::aggregate;
+use nodeproof_trace::{
     CgroupResolver, EventSource, Filter, NoPodLookup, SummaryRow, Tracer, TracerConfig,
 };
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::denials::container_ids;
-use super::refs::{pod_refs, ContainerRef, PodRefs, Profile};
 use super::verdict::profile_path;
+use nodeproof_kube::refs::{pod_refs, ContainerRef, PodRefs, Profile};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
@@ -178,9 +178,12 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use super::super::refs::tests::pod;
     use super::*;
     use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(v).expect("pod JSON")
+    }
 
     const VLLM_ID: &str = "aaaa1111bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";
     const SIDE_ID: &str = "aaaa9999bbbb2222cccc3333dddd4444eeee5555ffff6666aaaa7777bbbb8888";

@@ -6,19 +6,20 @@
 //! (path, noNewPrivileges, contents), so a thousand pods sharing one profile
 //! lint it once per mode.
 
+use nodeproof_bpfgen::Native;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-use super::refs::{PodRefs, Profile};
-use super::taints::{self, Toleration};
-use crate::finding::Condition;
-use crate::profile::lint::{lint_source, LintOptions, ProfileReport};
-use crate::profile::node::{passes, CONDITION};
-use crate::profile::scan;
-use crate::report::marks::Taint;
+use crate::checks::profiles::{passes, CONDITION};
+use nodeproof_findings::Condition;
+use nodeproof_kube::marks::Taint;
+use nodeproof_kube::refs::{PodRefs, Profile};
+use nodeproof_kube::taints::{self, Toleration};
+use nodeproof_seccomp::lint::{lint_source, LintOptions, ProfileReport};
+use nodeproof_seccomp::scan;
 
 /// Why a pod's reference is unusable on this node (the condition's reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -255,7 +256,7 @@ impl Judge {
                 no_new_privileges: nnp,
                 ..node.lint.clone()
             };
-            let report = lint_source(&path.to_string_lossy(), &bytes, &opts);
+            let report = lint_source(&path.to_string_lossy(), &bytes, &opts, &Native);
             self.cache.insert(key.clone(), (bytes, report));
         }
         let report = &self.cache[&key].1;
@@ -399,9 +400,13 @@ pub fn combine(node_files: Condition, pods: Condition) -> Condition {
 
 #[cfg(test)]
 mod tests {
-    use super::super::refs::{pod_refs, tests::pod};
     use super::*;
+    use nodeproof_kube::refs::pod_refs;
     use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(v).expect("pod JSON")
+    }
 
     /// A profile that lints ok: the runtime default shipped in `profiles/`.
     fn good() -> Vec<u8> {

@@ -23,11 +23,11 @@ use tokio::sync::{mpsc, Notify};
 
 use super::denials::{DenialAggregator, PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
-use crate::finding::Condition;
-use crate::report::client::Reporter;
-use crate::report::driver::ReportLoop;
-use crate::report::events::{EventType, ObjectRef, PodEvent};
-use crate::trace::SummaryRow;
+use nodeproof_findings::Condition;
+use nodeproof_kube::client::Reporter;
+use nodeproof_kube::driver::ReportLoop;
+use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
+use nodeproof_trace::SummaryRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PodsWatchError {
@@ -635,7 +635,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::lint::LintOptions;
+    use nodeproof_seccomp::lint::LintOptions;
 
     #[test]
     fn retries_back_off_to_half_a_minute() {

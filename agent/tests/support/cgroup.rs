@@ -63,7 +63,7 @@ impl Drop for CgroupDir {
 /// trace (root or CAP_BPF + CAP_PERFMON) and create cgroups; else `None`,
 /// having said why the test skips.
 pub fn traceable_kubepods(uid: &str, container_id: &str) -> Option<CgroupDir> {
-    use nodeproof::trace::loader;
+    use nodeproof_trace::loader;
     let missing = loader::missing_capabilities(loader::effective_capabilities());
     if !missing.is_empty() {
         eprintln!("SKIP: needs {} (or root)", missing.join(" + "));

@@ -1,0 +1,598 @@
+//! `nodeproof advise`: the smallest change to a profile that allows the
+//! denials a trace observed, as an RFC 6902 JSON Patch plus the patched
+//! profile. Pure: the caller reads the files; nothing is ever written.
+//!
+//! The change, per denied syscall:
+//! - a rule without conditions that names it with a denying action loses the
+//!   name (`remove`): two unconditional rules with different actions for one
+//!   syscall are a conflict whatever libseccomp makes of it, and the allow
+//!   must be the one that counts;
+//! - it is added to the first `SCMP_ACT_ALLOW` rule without conditions
+//!   (`args`, `includes`, `excludes`, `errnoRet`), else one new allow rule is
+//!   appended for all of them.
+//!
+//! The result is checked, not trusted: the patched profile is compiled and
+//! each syscall run through the BPF interpreter (with runc's ENOSYS stub), and
+//! the patched profile is linted again.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::cbpf::{self, SeccompData};
+use nodeproof_seccomp::compiler::Compiler;
+use nodeproof_seccomp::filter::Action;
+use nodeproof_seccomp::lint::{self, LintOptions, Outcome};
+use nodeproof_seccomp::patchbpf;
+use nodeproof_seccomp::syscalls::resolve_syscall;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdviseError {
+    #[error("{path}: not a JSON profile")]
+    ProfileJson {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: the profile is not a JSON object")]
+    ProfileShape { path: String },
+    #[error("{path}:{line}: not a trace JSON line")]
+    TraceLine {
+        path: String,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: `syscalls` is neither an array nor null")]
+    SyscallsShape { path: String },
+}
+
+/// One denied syscall as a trace saw it (summed over processes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Denied {
+    pub syscall: String,
+    pub count: u64,
+    /// `errno`, `kill`, `trap`, `notify-error`, as `trace` prints them.
+    pub action: String,
+    pub errno: i32,
+}
+
+/// Which rows of a trace to keep.
+#[derive(Debug, Clone, Default)]
+pub struct TraceFilter {
+    /// `namespace/name`, matched against the row's resolved pod.
+    pub pod: Option<String>,
+    /// The pod's UID (when read from the API server): matches rows of a
+    /// trace that resolved no pod names (a live one), by their cgroup's UID.
+    pub pod_uid: Option<String>,
+    /// Container id prefix (a trace row carries the id, not the name).
+    pub container_id: Option<String>,
+}
+
+/// Reads a saved `trace -o json`: the final `{"summary":[...]}` line when
+/// present (exact counts), else the sample lines (a run cut short).
+pub fn denials_from_trace(
+    path: &str,
+    text: &str,
+    filter: &TraceFilter,
+) -> Result<Vec<Denied>, AdviseError> {
+    let mut summary = None;
+    let mut samples = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|source| AdviseError::TraceLine {
+            path: path.into(),
+            line: i + 1,
+            source,
+        })?;
+        match v.get("summary").and_then(Value::as_array) {
+            Some(rows) => summary = Some(rows.clone()),
+            None => samples.push(v),
+        }
+    }
+    let (rows, from_summary) = match summary {
+        Some(rows) => (rows, true),
+        None => (samples, false),
+    };
+    let mut out: Vec<Denied> = Vec::new();
+    for r in &rows {
+        if !keep(r, filter) {
+            continue;
+        }
+        let syscall = r["syscall"].as_str().unwrap_or("unknown").to_string();
+        let action = r["action"].as_str().unwrap_or("errno").to_string();
+        let errno = r["errno"].as_i64().unwrap_or(0) as i32;
+        let count = if from_summary {
+            r["count"].as_u64().unwrap_or(1)
+        } else {
+            1
+        };
+        match out
+            .iter_mut()
+            .find(|d| d.syscall == syscall && d.action == action && d.errno == errno)
+        {
+            Some(d) => d.count += count,
+            None => out.push(Denied {
+                syscall,
+                count,
+                action,
+                errno,
+            }),
+        }
+    }
+    Ok(out)
+}
+
+fn keep(row: &Value, f: &TraceFilter) -> bool {
+    let by_uid = f
+        .pod_uid
+        .as_deref()
+        .is_some_and(|uid| row["pod_uid"].as_str() == Some(uid));
+    let pod_ok = by_uid
+        || f.pod.as_deref().is_none_or(|want| {
+            let p = &row["pod"];
+            match (p["namespace"].as_str(), p["name"].as_str()) {
+                (Some(ns), Some(n)) => format!("{ns}/{n}") == want,
+                _ => false,
+            }
+        });
+    let container_ok = f.container_id.as_deref().is_none_or(|want| {
+        row["container_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with(want))
+    });
+    pod_ok && container_ok
+}
+
+/// Syscalls that widen what a container can do to the node, not just to itself.
+pub const DANGEROUS: &[(&str, &str)] = &[
+    ("mount", "mounts can hide or expose host paths"),
+    ("umount2", "unmounts can expose what a mount hid"),
+    ("move_mount", "new mount API: same as mount"),
+    ("fsmount", "new mount API: same as mount"),
+    ("fsopen", "new mount API: same as mount"),
+    ("fsconfig", "new mount API: same as mount"),
+    ("open_tree", "new mount API: same as mount"),
+    ("pivot_root", "changes the root the runtime set up"),
+    ("chroot", "a classic step in container escapes"),
+    (
+        "ptrace",
+        "lets the container read and rewrite other processes",
+    ),
+    ("process_vm_readv", "reads other processes' memory"),
+    ("process_vm_writev", "writes other processes' memory"),
+    ("bpf", "loads programs into the kernel"),
+    (
+        "perf_event_open",
+        "kernel profiling; a frequent exploit primitive",
+    ),
+    ("kexec_load", "replaces the running kernel"),
+    ("kexec_file_load", "replaces the running kernel"),
+    ("init_module", "loads kernel modules"),
+    ("finit_module", "loads kernel modules"),
+    ("delete_module", "unloads kernel modules"),
+    (
+        "unshare",
+        "new namespaces: the start of most user-namespace exploits",
+    ),
+    ("setns", "joins other namespaces"),
+    ("keyctl", "the kernel keyring is not namespaced"),
+    ("add_key", "the kernel keyring is not namespaced"),
+    ("request_key", "the kernel keyring is not namespaced"),
+    (
+        "open_by_handle_at",
+        "escapes bind mounts (the shocker exploit)",
+    ),
+    ("userfaultfd", "a frequent exploit primitive"),
+    (
+        "io_uring_setup",
+        "bypasses seccomp for the operations it submits",
+    ),
+    ("reboot", "reboots the node"),
+    ("swapon", "node-wide swap"),
+    ("swapoff", "node-wide swap"),
+    ("settimeofday", "the clock is not namespaced"),
+    ("clock_settime", "the clock is not namespaced"),
+    ("syslog", "reads the kernel log"),
+    ("iopl", "raw I/O port access"),
+    ("ioperm", "raw I/O port access"),
+    ("acct", "node-wide process accounting"),
+    ("quotactl", "node-wide quotas"),
+];
+
+/// What `advise` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct Advice {
+    /// RFC 6902 operations, to apply in order.
+    pub patch: Vec<Value>,
+    pub patched: Value,
+    /// Syscalls the patch allows, sorted.
+    pub allowed: Vec<String>,
+    pub warnings: Vec<String>,
+    /// The patched profile's lint outcome (`ok` is the point).
+    pub outcome: Outcome,
+    /// Syscalls the patched filter still does not let run (should be none).
+    pub still_denied: Vec<String>,
+}
+
+fn conditionless_allow(rule: &Value) -> bool {
+    let empty = |k: &str| match rule.get(k) {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(Value::Object(o)) => o.values().all(|v| match v {
+            Value::Array(a) => a.is_empty(),
+            Value::Null => true,
+            Value::String(s) => s.is_empty(),
+            Value::Number(n) => n.as_u64() == Some(0),
+            _ => false,
+        }),
+        _ => false,
+    };
+    rule.get("action").and_then(Value::as_str) == Some("SCMP_ACT_ALLOW")
+        && rule.get("names").is_some_and(Value::is_array)
+        && ["args", "includes", "excludes"].iter().all(|k| empty(k))
+        && rule.get("errnoRet").is_none_or(Value::is_null)
+}
+
+fn names_of(rule: &Value) -> Vec<&str> {
+    let mut out: Vec<&str> = rule
+        .get("names")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    // The pre-`names` spelling runc still reads.
+    if let Some(n) = rule.get("name").and_then(Value::as_str) {
+        out.push(n);
+    }
+    out
+}
+
+/// Computes the patch for `denied` against the profile `src`.
+pub fn advise(
+    path: &str,
+    src: &[u8],
+    denied: &[Denied],
+    opts: &LintOptions,
+) -> Result<Advice, AdviseError> {
+    let profile: Value =
+        serde_json::from_slice(src).map_err(|source| AdviseError::ProfileJson {
+            path: path.into(),
+            source,
+        })?;
+    if !profile.is_object() {
+        return Err(AdviseError::ProfileShape { path: path.into() });
+    }
+    let wanted: BTreeSet<String> = denied
+        .iter()
+        .map(|d| d.syscall.clone())
+        .filter(|s| s != "unknown" && !s.is_empty())
+        .collect();
+    let rules: Vec<Value> = match profile.get("syscalls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(_) => return Err(AdviseError::SyscallsShape { path: path.into() }),
+    };
+    let mut patch = Vec::new();
+    let mut warnings = Vec::new();
+    for d in denied.iter().filter(|d| d.syscall == "unknown") {
+        warnings.push(format!(
+            "{} denial(s) of an unknown syscall ({}) cannot be advised: the tracer could not read its number",
+            d.count, d.action
+        ));
+    }
+    // Removals first, highest index first, so earlier indices stay valid.
+    let mut removals = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        let action = rule.get("action").and_then(Value::as_str).unwrap_or("");
+        if action == "SCMP_ACT_ALLOW" || !unconditional(rule) {
+            continue;
+        }
+        if let Some(names) = rule.get("names").and_then(Value::as_array) {
+            for (j, n) in names.iter().enumerate() {
+                if n.as_str().is_some_and(|n| wanted.contains(n)) {
+                    removals.push((i, j));
+                }
+            }
+        }
+    }
+    for (i, j) in removals.iter().rev() {
+        patch.push(json!({"op": "remove", "path": format!("/syscalls/{i}/names/{j}")}));
+    }
+    let already: BTreeSet<&str> = rules
+        .iter()
+        .filter(|r| conditionless_allow(r))
+        .flat_map(names_of)
+        .collect();
+    let to_add: Vec<&String> = wanted
+        .iter()
+        .filter(|s| !already.contains(s.as_str()))
+        .collect();
+    if !to_add.is_empty() {
+        match rules.iter().position(conditionless_allow) {
+            Some(i) => {
+                for s in &to_add {
+                    patch.push(
+                        json!({"op": "add", "path": format!("/syscalls/{i}/names/-"), "value": s}),
+                    );
+                }
+            }
+            None => {
+                let rule = json!({"names": to_add, "action": "SCMP_ACT_ALLOW"});
+                if profile.get("syscalls").is_none_or(Value::is_null) {
+                    patch.push(json!({"op": "add", "path": "/syscalls", "value": [rule]}));
+                } else {
+                    patch.push(json!({"op": "add", "path": "/syscalls/-", "value": rule}));
+                }
+            }
+        }
+    }
+    for s in &wanted {
+        if let Some((_, why)) = DANGEROUS.iter().find(|(n, _)| n == s) {
+            warnings.push(format!("allowing {s} is dangerous: {why}"));
+        }
+    }
+    let mut patched = profile.clone();
+    apply(&mut patched, &patch);
+    let bytes = serde_json::to_vec_pretty(&patched).expect("a Value serializes");
+    let outcome = lint::lint_source(path, &bytes, opts, &Native).outcome;
+    let still_denied = still_denied(&bytes, &wanted, opts);
+    Ok(Advice {
+        patch,
+        patched,
+        allowed: wanted.into_iter().collect(),
+        warnings,
+        outcome,
+        still_denied,
+    })
+}
+
+/// A rule whose action applies to every call of its syscalls.
+fn unconditional(rule: &Value) -> bool {
+    let mut probe = rule.clone();
+    if let Some(o) = probe.as_object_mut() {
+        o.insert("action".into(), json!("SCMP_ACT_ALLOW"));
+        o.remove("errnoRet");
+    }
+    conditionless_allow(&probe)
+}
+
+/// The syscalls in `names` that the filter built from `src` does not let run
+/// (with zero arguments; every rule the patch touches is unconditional).
+fn still_denied(src: &[u8], names: &BTreeSet<String>, opts: &LintOptions) -> Vec<String> {
+    let Some((profile, spec)) = lint::profile_and_filter(src, opts) else {
+        return names.iter().cloned().collect();
+    };
+    let Ok(compiled) = Native.compile(&spec, opts.arch) else {
+        return names.iter().cloned().collect();
+    };
+    let mut program = patchbpf::enosys_stub(&profile, opts.arch);
+    program.extend(compiled.program);
+    names
+        .iter()
+        .filter(|n| {
+            let Some(nr) = resolve_syscall(n, opts.arch) else {
+                return false;
+            };
+            let data = SeccompData::new(nr, opts.arch.audit_arch(), [0; 6]);
+            !cbpf::run(&program, &data)
+                .ok()
+                .and_then(Action::from_ret)
+                .is_some_and(Action::lets_syscall_run)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Applies the `add`/`remove` operations this module produces.
+fn apply(doc: &mut Value, patch: &[Value]) {
+    for op in patch {
+        let path = op["path"].as_str().unwrap_or("");
+        let mut parts: Vec<&str> = path.split('/').skip(1).collect();
+        let Some(last) = parts.pop() else { continue };
+        let mut target = &mut *doc;
+        for p in parts {
+            target = match target {
+                Value::Array(a) => &mut a[p.parse::<usize>().unwrap_or(0)],
+                Value::Object(o) => o.entry(p.to_string()).or_insert(Value::Null),
+                _ => break,
+            };
+        }
+        match (op["op"].as_str(), target) {
+            (Some("add"), Value::Array(a)) if last == "-" => a.push(op["value"].clone()),
+            (Some("add"), Value::Object(o)) => {
+                o.insert(last.to_string(), op["value"].clone());
+            }
+            (Some("remove"), Value::Array(a)) => {
+                if let Ok(i) = last.parse::<usize>() {
+                    a.remove(i);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The text `advise` prints: warnings, the patch, the patched profile.
+pub fn render(a: &Advice) -> String {
+    let mut s = String::new();
+    for w in &a.warnings {
+        s.push_str(&format!("warning: {w}\n"));
+    }
+    if a.patch.is_empty() {
+        s.push_str("# nothing to change: the profile already allows every denied syscall\n");
+    }
+    s.push_str(&format!(
+        "# JSON Patch (RFC 6902) allowing {}\n{}\n# patched profile (lint outcome: {})\n{}\n",
+        a.allowed.join(", "),
+        serde_json::to_string_pretty(&a.patch).expect("serializes"),
+        a.outcome.as_str(),
+        serde_json::to_string_pretty(&a.patched).expect("serializes"),
+    ));
+    if !a.still_denied.is_empty() {
+        s.push_str(&format!(
+            "warning: the patched filter still denies {}\n",
+            a.still_denied.join(", ")
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> LintOptions {
+        LintOptions {
+            check_listener: false,
+            ..LintOptions::default()
+        }
+    }
+
+    fn denied(names: &[&str]) -> Vec<Denied> {
+        names
+            .iter()
+            .map(|n| Denied {
+                syscall: n.to_string(),
+                count: 3,
+                action: "errno".into(),
+                errno: 1,
+            })
+            .collect()
+    }
+
+    fn default_profile() -> Vec<u8> {
+        std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../profiles/runtime-default-x86_64.json"
+        ))
+        .expect("default profile")
+    }
+
+    #[test]
+    fn default_profile_gets_names_added_to_its_allow_rule() {
+        let src = default_profile();
+        assert_eq!(
+            lint::lint_source("d", &src, &opts(), &Native).outcome,
+            Outcome::Ok
+        );
+        let a = advise("d", &src, &denied(&["mount", "ptrace", "bpf"]), &opts()).unwrap();
+        assert_eq!(a.outcome, Outcome::Ok, "{}", render(&a));
+        assert!(a.still_denied.is_empty(), "{:?}", a.still_denied);
+        assert!(a
+            .patch
+            .iter()
+            .all(|op| op["op"] == "add" || op["op"] == "remove"));
+        for s in ["mount", "ptrace", "bpf"] {
+            assert!(
+                a.warnings
+                    .iter()
+                    .any(|w| w.starts_with(&format!("allowing {s} is dangerous"))),
+                "{:?}",
+                a.warnings
+            );
+        }
+    }
+
+    #[test]
+    fn the_patched_profile_keeps_the_authors_key_order() {
+        // "syscalls" before "defaultAction", "action" before "names": a
+        // reviewer diffs the printed profile against the file.
+        let src = br#"{"syscalls":[{"action":"SCMP_ACT_ALLOW","names":["read"]}],"defaultAction":"SCMP_ACT_ERRNO"}"#;
+        let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
+        let printed = serde_json::to_string(&a.patched).unwrap();
+        assert!(
+            printed.starts_with(r#"{"syscalls":[{"action":"SCMP_ACT_ALLOW","names":["#),
+            "{printed}"
+        );
+        assert!(
+            printed.ends_with(r#""defaultAction":"SCMP_ACT_ERRNO"}"#),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn explicit_deny_rule_loses_the_name() {
+        let src = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
+            {"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
+        let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
+        assert_eq!(
+            a.patch,
+            vec![
+                json!({"op":"remove","path":"/syscalls/0/names/0"}),
+                json!({"op":"add","path":"/syscalls/-","value":{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}}),
+            ]
+        );
+        assert_eq!(a.patched["syscalls"][0]["names"], json!(["rmdir"]));
+        assert!(a.still_denied.is_empty());
+        assert_eq!(a.outcome, Outcome::Ok);
+    }
+
+    #[test]
+    fn no_syscalls_key_adds_one_and_conditions_are_not_reused() {
+        let base = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write","close","exit_group","exit","futex","rt_sigreturn","brk","mmap","munmap","execve","arch_prctl","set_tid_address","getppid","fstat","newfstatat","openat","capget","capset","prctl","setgroups","setgid","setuid","getdents64","fcntl","chdir","nanosleep","clock_nanosleep","rt_sigaction","rt_sigprocmask","sigaltstack","getpid","gettid","tgkill","epoll_pwait","sched_yield","access","faccessat2","dup3","pipe2","mprotect","close_range"],"action":"SCMP_ACT_ALLOW"},
+            {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"}]}]}"#;
+        let a = advise(
+            "p",
+            base.as_bytes(),
+            &denied(&["personality", "mkdir"]),
+            &opts(),
+        )
+        .unwrap();
+        // The conditional personality rule is not reused; the plain allow rule gets both.
+        assert_eq!(
+            a.patch,
+            vec![
+                json!({"op":"add","path":"/syscalls/0/names/-","value":"mkdir"}),
+                json!({"op":"add","path":"/syscalls/0/names/-","value":"personality"}),
+            ]
+        );
+        assert!(a.still_denied.is_empty(), "{:?}", a.still_denied);
+        let none = advise(
+            "p",
+            br#"{"defaultAction":"SCMP_ACT_ALLOW"}"#,
+            &denied(&["mkdir"]),
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(none.patch[0]["path"], "/syscalls");
+    }
+
+    #[test]
+    fn already_allowed_needs_no_change() {
+        let a = advise("d", &default_profile(), &denied(&["read"]), &opts()).unwrap();
+        assert!(a.patch.is_empty());
+        assert!(render(&a).contains("nothing to change"));
+    }
+
+    #[test]
+    fn trace_file_summary_wins_over_samples_and_filters_by_pod() {
+        let text = r#"{"time":"t","pid":1,"comm":"a","syscall":"mkdir","nr":83,"action":"errno","errno":1,"pod":{"namespace":"ml","name":"vllm-0"}}
+{"summary":[{"pid":1,"comm":"a","syscall":"mkdir","nr":83,"arch":"x86_64","action":"errno","errno":1,"count":12,"cgroup_id":5,"container_id":"abcdef0123456","pod_uid":"u1","pod":{"namespace":"ml","name":"vllm-0"}},{"pid":2,"comm":"b","syscall":"mount","nr":165,"arch":"x86_64","action":"errno","errno":1,"count":2,"cgroup_id":6,"container_id":null,"pod_uid":null}],"dropped":0,"lost_counts":0,"samples":1,"strategy":"tp_btf"}"#;
+        let all = denials_from_trace("t", text, &TraceFilter::default()).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].count, 12);
+        let pod = TraceFilter {
+            pod: Some("ml/vllm-0".into()),
+            container_id: Some("abcdef".into()),
+            pod_uid: None,
+        };
+        let one = denials_from_trace("t", text, &pod).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!((one[0].syscall.as_str(), one[0].count), ("mkdir", 12));
+        // A live trace resolves no names: the pod's UID (read from the API server) selects.
+        let unnamed = text.replace(r#","pod":{"namespace":"ml","name":"vllm-0"}"#, "");
+        assert!(denials_from_trace("t", &unnamed, &pod).unwrap().is_empty());
+        let by_uid = TraceFilter {
+            pod_uid: Some("u1".into()),
+            ..pod.clone()
+        };
+        let one = denials_from_trace("t", &unnamed, &by_uid).unwrap();
+        assert_eq!((one[0].syscall.as_str(), one[0].count), ("mkdir", 12));
+        let err = denials_from_trace("t", "{\n", &pod).unwrap_err();
+        assert_eq!(err.to_string(), "t:1: not a trace JSON line");
+    }
+}

@@ -1,0 +1,238 @@
+//! One cycle's GPU picture as findings, conditions, JSON and metric values:
+//! what `nodeproof gpu` prints is what `check` and the daemon report.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::pci::{PciError, PciGpu};
+use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
+use super::probe::Snapshot;
+use nodeproof_findings::{Condition, Finding, Status};
+
+#[derive(Debug, Serialize)]
+pub struct GpuReport {
+    pub pci: Vec<PciGpu>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_error: Option<String>,
+    pub snapshot: Option<Snapshot>,
+    pub evaluation: Evaluation,
+}
+
+/// One cycle's metric values, for the daemon to encode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuMetrics {
+    /// `nodeproof_gpu_driver_ready`; `None` on a node without NVIDIA devices
+    /// (no sample: nothing to be ready).
+    pub driver_ready: Option<bool>,
+    /// `nodeproof_gpu_health`: per GPU, `all` then each policy check.
+    pub health: Vec<GpuHealth>,
+    /// `nodeproof_gpu_xid_errors_total`: cumulative XID events by (gpu index, class).
+    pub xid_totals: BTreeMap<(u32, XidClass), u64>,
+}
+
+/// One GPU's verdict on one check (`all`: every check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuHealth {
+    pub gpu: u32,
+    /// Empty when NVML did not give it.
+    pub uuid: String,
+    pub check: &'static str,
+    pub ok: bool,
+}
+
+impl GpuReport {
+    pub fn new(
+        pci: Result<Vec<PciGpu>, PciError>,
+        snapshot: Option<Snapshot>,
+        evaluation: Evaluation,
+    ) -> GpuReport {
+        let (pci, pci_error) = match pci {
+            Ok(list) => (list, None),
+            // The source chain (the io error) belongs in the text a user reads.
+            Err(e) => (
+                Vec::new(),
+                Some(format!(
+                    "{e}: {}",
+                    std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())
+                )),
+            ),
+        };
+        GpuReport {
+            pci,
+            pci_error,
+            snapshot,
+            evaluation,
+        }
+    }
+
+    /// Nothing to check on this node (exit 0 with status NoGPU).
+    pub fn no_gpu(&self) -> bool {
+        self.evaluation.no_gpu
+    }
+
+    /// Both conditions True.
+    pub fn healthy(&self) -> bool {
+        self.evaluation.driver_ready.status == "True"
+            && self.evaluation.gpu_healthy.status == "True"
+    }
+
+    pub fn conditions(&self) -> Vec<Condition> {
+        vec![
+            condition("GPUDriverReady", &self.evaluation.driver_ready),
+            condition("GPUHealthy", &self.evaluation.gpu_healthy),
+        ]
+    }
+
+    /// One finding for the driver and one per GPU.
+    pub fn findings(&self) -> Vec<Finding> {
+        let e = &self.evaluation;
+        let status = |v: &Verdict| match v.status {
+            "True" => Status::Ok,
+            _ if e.no_gpu => Status::Ok,
+            _ => Status::Failed,
+        };
+        let mut out = vec![Finding {
+            check: "gpu-driver",
+            subject: "NVML".into(),
+            status: status(&e.driver_ready),
+            reason: e.driver_ready.reason.clone(),
+            message: e.driver_ready.message.clone(),
+        }];
+        for g in &e.gpus {
+            let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
+            out.push(Finding {
+                check: "gpu-health",
+                subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
+                    .trim_end()
+                    .to_string(),
+                status: if failed.is_empty() {
+                    Status::Ok
+                } else {
+                    Status::Failed
+                },
+                reason: failed
+                    .first()
+                    .map_or_else(|| "Healthy".to_string(), |c| c.reason.clone()),
+                message: if failed.is_empty() {
+                    "all checks pass".into()
+                } else {
+                    failed
+                        .iter()
+                        .map(|c| c.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+            });
+        }
+        out
+    }
+
+    /// The values behind the GPU metrics (the daemon's `/metrics` encodes
+    /// them): per-GPU health by check, XID counters by class, driver
+    /// readiness. The articles' alert ("GPU health below 95% for 2 minutes")
+    /// becomes `100 * avg by (node) (nodeproof_gpu_health{check="all"}) < 95`.
+    pub fn metrics(&self, state: &PolicyState) -> GpuMetrics {
+        let e = &self.evaluation;
+        let mut health = Vec::new();
+        for g in &e.gpus {
+            let uuid = g.uuid.clone().unwrap_or_default();
+            health.push(GpuHealth {
+                gpu: g.index,
+                uuid: uuid.clone(),
+                check: "all",
+                ok: g.healthy,
+            });
+            health.extend(g.checks.iter().map(|c| GpuHealth {
+                gpu: g.index,
+                uuid: uuid.clone(),
+                check: c.check,
+                ok: c.ok,
+            }));
+        }
+        GpuMetrics {
+            driver_ready: (!e.no_gpu).then(|| e.driver_ready.status == "True"),
+            health,
+            xid_totals: state.xid_totals.clone(),
+        }
+    }
+
+    /// The human picture `nodeproof gpu` prints.
+    pub fn text(&self) -> String {
+        let mut t = String::new();
+        if let Some(err) = &self.pci_error {
+            let _ = writeln!(t, "PCI: {err}");
+        } else {
+            let _ = writeln!(t, "PCI: {} NVIDIA display devices", self.pci.len());
+            for p in &self.pci {
+                let _ = writeln!(
+                    t,
+                    "  {} class 0x{:06x} driver {}",
+                    p.bus_id,
+                    p.class,
+                    p.driver.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        if let Some(s) = &self.snapshot {
+            if let Some(sys) = &s.system {
+                let _ = writeln!(
+                    t,
+                    "NVML: driver {} CUDA {} NVML {} devices {} ({} ms)",
+                    sys.driver_version.as_deref().unwrap_or("?"),
+                    sys.cuda_driver_version.as_deref().unwrap_or("?"),
+                    sys.nvml_version.as_deref().unwrap_or("?"),
+                    sys.device_count,
+                    s.elapsed.as_millis()
+                );
+            }
+            for g in &s.gpus {
+                let _ =
+                    writeln!(
+                    t,
+                    "  GPU {} {} {} {} persistence {} ECC DBE vol/agg {}/{} temp {} C power {} W{}",
+                    g.index,
+                    g.uuid.as_deref().unwrap_or("?"),
+                    g.name.as_deref().unwrap_or("?"),
+                    g.pci_bus_id.as_deref().unwrap_or("?"),
+                    g.persistence_mode.map_or("?", |p| if p { "on" } else { "off" }),
+                    opt(g.ecc_uncorrected_volatile),
+                    opt(g.ecc_uncorrected_aggregate),
+                    opt(g.temperature_c),
+                    g.power_mw.map_or("?".to_string(), |p| format!("{:.0}", f64::from(p) / 1000.0)),
+                    if g.lost { " LOST" } else { "" }
+                );
+            }
+            for x in &s.xids {
+                let _ = writeln!(
+                    t,
+                    "  XID {} on GPU {}",
+                    x.xid,
+                    x.gpu.map_or("?".into(), |g| g.to_string())
+                );
+            }
+            for n in &s.notes {
+                let _ = writeln!(t, "  note: {n}");
+            }
+        }
+        let _ = writeln!(t);
+        for c in self.conditions() {
+            let _ = writeln!(t, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message);
+        }
+        t
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "?".into(), |v| v.to_string())
+}
+
+fn condition(kind: &'static str, v: &Verdict) -> Condition {
+    Condition {
+        kind,
+        status: v.status,
+        reason: v.reason.clone(),
+        message: v.message.clone(),
+    }
+}

@@ -1,0 +1,414 @@
+//! The reporting loop: folds check results into the desired state and
+//! brings the API server to it when it can. Time is an argument (`now`) and
+//! the loop returns when it next wants to run, so the caller owns the clock:
+//! the CLI and daemon sleep on the real one, tests jump a simulated one
+//! across a five-minute outage.
+//!
+//! Outages: only the latest desired state is kept (the tracker and the
+//! event recorder), never a queue of writes; failures back off exponentially
+//! with jitter, a 429's Retry-After is honoured, a 409 re-reads the Node.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::client::{ReportError, Reporter};
+use super::conditions::{Policy, Tracker, Transition};
+use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
+use super::marks::{self, MarkPolicy, Taint};
+use nodeproof_findings::Condition;
+
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    pub policy: Policy,
+    pub events: RecorderConfig,
+    /// Opt-in labels and taints (both off by default).
+    pub marks: MarkPolicy,
+    /// First retry delay after a failure; doubles up to `backoff_cap`.
+    pub backoff_base: Duration,
+    /// Longest retry delay before jitter (+0..25%). 20 s keeps convergence
+    /// after an outage under 30 s.
+    pub backoff_cap: Duration,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            policy: Policy::default(),
+            events: RecorderConfig::default(),
+            marks: MarkPolicy::default(),
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Exponential backoff with jitter, from a small deterministic PRNG (seeded
+/// per process) so tests can pin it.
+#[derive(Debug, Clone)]
+struct Backoff {
+    base: Duration,
+    cap: Duration,
+    attempt: u32,
+    state: u64,
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let exp = self
+            .base
+            .saturating_mul(1u32 << self.attempt.min(16))
+            .min(self.cap);
+        self.attempt += 1;
+        // xorshift64: spreads retries of many nodes after a control-plane outage.
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let jitter = (self.state % 1000) as f64 / 4000.0; // 0..25%
+        exp.mul_f64(1.0 + jitter)
+    }
+
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// Requests the loop made (successful ones) and failures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub node_reads: u64,
+    pub status_writes: u64,
+    pub event_writes: u64,
+    pub label_writes: u64,
+    pub taint_writes: u64,
+    pub failures: u64,
+}
+
+/// Labels and taints that differ from the Node's.
+struct MarksDue {
+    labels: Option<BTreeMap<String, String>>,
+    taints: Option<Vec<Taint>>,
+}
+
+pub struct ReportLoop<R> {
+    reporter: R,
+    tracker: Tracker,
+    recorder: Recorder,
+    node_uid: Option<String>,
+    marks: MarkPolicy,
+    /// Our labels and taints as last read or written.
+    labels_on_node: BTreeMap<String, String>,
+    taints_on_node: Vec<Taint>,
+    backoff: Backoff,
+    not_before: Option<SystemTime>,
+    stats: Stats,
+}
+
+impl<R: Reporter> ReportLoop<R> {
+    pub fn new(reporter: R, config: LoopConfig, seed: u64) -> Self {
+        ReportLoop {
+            reporter,
+            tracker: Tracker::new(config.policy),
+            recorder: Recorder::new(config.events),
+            node_uid: None,
+            marks: config.marks,
+            labels_on_node: BTreeMap::new(),
+            taints_on_node: Vec::new(),
+            backoff: Backoff {
+                base: config.backoff_base,
+                cap: config.backoff_cap,
+                attempt: 0,
+                state: seed | 1,
+            },
+            not_before: None,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn reporter(&self) -> &R {
+        &self.reporter
+    }
+
+    /// Applies a reloaded policy (heartbeat, hysteresis) without losing state.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.tracker.set_policy(policy);
+    }
+
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Fold one round of check results in. Never touches the network: checks
+    /// never wait for the API server.
+    pub fn observe(&mut self, now: SystemTime, conditions: &[Condition]) {
+        let transitions = self.tracker.observe(now, conditions);
+        self.on_transitions(transitions);
+    }
+
+    /// A finding about a pod (another check attaches it): an Event on the Pod.
+    pub fn pod_event(
+        &mut self,
+        now: SystemTime,
+        pod: ObjectRef,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.recorder.record(now, pod, event_type, reason, message);
+    }
+
+    fn on_transitions(&mut self, transitions: Vec<Transition>) {
+        let node = self.reporter.node().to_string();
+        for t in transitions {
+            let from = t.from.as_deref().unwrap_or("none");
+            // The journal entry: written even if the API server never comes back.
+            if t.to == "True" {
+                tracing::info!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, message = %t.message, "condition transition");
+            } else {
+                tracing::warn!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, message = %t.message, "condition transition");
+            }
+            // A condition first seen healthy is not news; anything else is.
+            let event_type = match (t.from.as_deref(), t.to.as_str()) {
+                (None, "True") => continue,
+                (_, "True") => EventType::Normal,
+                _ => EventType::Warning,
+            };
+            let message = format!("{} is {}: {}", t.kind, t.to, t.message);
+            self.recorder.record(
+                t.at,
+                ObjectRef::node(&node, self.node_uid.clone()),
+                event_type,
+                &t.reason,
+                &message,
+            );
+        }
+    }
+
+    /// True when the API server has everything the loop wants it to have.
+    pub fn settled(&self, now: SystemTime) -> bool {
+        self.tracker.is_resumed()
+            && self.tracker.due(now).is_none()
+            && self.recorder.next_due().is_none()
+            && self.marks_due().is_none()
+    }
+
+    /// Labels and taints that differ from the Node's (None: nothing to do).
+    fn marks_due(&self) -> Option<MarksDue> {
+        let labels = marks::labels(&self.marks, self.tracker.conditions());
+        let labels = (labels != self.labels_on_node).then_some(labels);
+        // Without taint kinds nothing is tainted, and nothing is untainted
+        // either: that needs the taint credential, which is then absent.
+        let taints = if self.marks.taint_kinds.is_empty() {
+            None
+        } else {
+            let mut wanted = marks::taints(&self.marks, self.tracker.conditions());
+            wanted.sort();
+            (wanted != self.taints_on_node).then_some(wanted)
+        };
+        (labels.is_some() || taints.is_some()).then_some(MarksDue { labels, taints })
+    }
+
+    /// When the loop next has something to do (None: nothing until new results).
+    pub fn next_wake(&self, now: SystemTime) -> Option<SystemTime> {
+        if let Some(t) = self.not_before.filter(|t| *t > now) {
+            return Some(t);
+        }
+        if !self.tracker.is_resumed()
+            || self.tracker.due(now).is_some()
+            || self.marks_due().is_some()
+        {
+            return Some(now);
+        }
+        [self.tracker.next_heartbeat(), self.recorder.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Do what is due at `now`. On failure the loop has already scheduled
+    /// its retry (see `next_wake`); the error is returned for the caller to
+    /// log or, if fatal, to stop on.
+    pub async fn flush(&mut self, now: SystemTime) -> Result<(), ReportError> {
+        if self.not_before.is_some_and(|t| now < t) {
+            return Ok(());
+        }
+        match self.try_flush(now).await {
+            Ok(()) => {
+                self.backoff.reset();
+                self.not_before = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.failures += 1;
+                let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
+                self.not_before = Some(now + delay);
+                Err(e)
+            }
+        }
+    }
+
+    async fn read_node(&mut self) -> Result<super::client::NodeState, ReportError> {
+        let state = self.reporter.read_node().await?;
+        self.stats.node_reads += 1;
+        self.node_uid = state.uid.clone();
+        self.labels_on_node = state.labels.clone();
+        self.taints_on_node = state.taints.clone();
+        self.taints_on_node.sort();
+        Ok(state)
+    }
+
+    async fn try_flush(&mut self, now: SystemTime) -> Result<(), ReportError> {
+        if !self.tracker.is_resumed() {
+            let state = self.read_node().await?;
+            let transitions = self.tracker.resume(state.conditions);
+            self.on_transitions(transitions);
+        }
+        if let Some(update) = self.tracker.due(now) {
+            let result = match self.reporter.patch_status(&update).await {
+                Err(ReportError::Conflict { .. }) => {
+                    // Our patch carries no resourceVersion, so a 409 means the
+                    // object changed under us in a way the server could not
+                    // merge: re-read (the Node may have been re-created) and
+                    // retry once. Our own types stay ours.
+                    self.read_node().await?;
+                    self.reporter.patch_status(&update).await
+                }
+                r => r,
+            };
+            result?;
+            self.tracker.written(&update);
+            self.stats.status_writes += 1;
+        }
+        if let Some(MarksDue { labels, taints }) = self.marks_due() {
+            if let Some(labels) = labels {
+                let body = marks::label_patch(&self.labels_on_node, &labels);
+                self.reporter.patch_labels(&body).await?;
+                self.labels_on_node = labels;
+                self.stats.label_writes += 1;
+            }
+            if let Some(taints) = taints {
+                self.reporter.set_taints(&taints).await?;
+                self.taints_on_node = taints;
+                self.stats.taint_writes += 1;
+            }
+        }
+        let mut writes = self.recorder.due(now).into_iter();
+        while let Some(write) = writes.next() {
+            match self.reporter.write_event(&write).await {
+                // A create answered 409 already exists (an earlier response was lost).
+                Ok(()) | Err(ReportError::Conflict { .. }) => {
+                    self.recorder.written(&write);
+                    self.stats.event_writes += 1;
+                }
+                Err(ReportError::EventGone { .. }) => self.recorder.lost(&write, now),
+                Err(e) => {
+                    for unsent in std::iter::once(write).chain(writes) {
+                        self.recorder.failed(&unsent);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The daemon's reporter: every check round arrives on `rounds` (each one
+/// counts towards hysteresis, even when equal to the one before), the API
+/// server is brought up to date on the real clock; the checks never wait on
+/// it (their sender uses `try_send`). Events about pods (the pods watcher's)
+/// arrive on `pod_events` and go out with the node's; a reloaded policy on
+/// `policy`. `on_error` sees each failed flush (the loop is moved into the
+/// task, so this is how the daemon counts them while it runs). Returns the
+/// loop when the rounds' sender is dropped.
+pub async fn run<R: Reporter>(
+    mut lp: ReportLoop<R>,
+    mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
+    mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+    mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
+    mut on_error: impl FnMut(&ReportError),
+) -> ReportLoop<R> {
+    loop {
+        let now = SystemTime::now();
+        if let Err(e) = lp.flush(now).await {
+            on_error(&e);
+            // Handled here (retried on the loop's schedule), so logged here.
+            if e.is_fatal() {
+                tracing::error!(error = %e, "reporting failed; retrying with backoff");
+            } else {
+                tracing::warn!(error = %e, "reporting failed; retrying");
+            }
+        }
+        let wait = lp
+            .next_wake(now)
+            .map(|t| t.duration_since(SystemTime::now()).unwrap_or_default())
+            .unwrap_or(Duration::from_secs(3600));
+        tokio::select! {
+            round = rounds.recv() => {
+                let Some(round) = round else {
+                    return lp;
+                };
+                lp.observe(SystemTime::now(), &round);
+            }
+            Some(e) = next_pod_event(&mut pod_events) => {
+                lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
+            }
+            Some(p) = next_policy(&mut policy) => {
+                tracing::info!(heartbeat_s = p.heartbeat.as_secs(), "reporter policy reloaded");
+                lp.set_policy(p);
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// The next reloaded policy; pending forever without a source (or once it
+/// ended), so the loop never spins on a closed channel.
+async fn next_policy(policy: &mut Option<tokio::sync::watch::Receiver<Policy>>) -> Option<Policy> {
+    match policy {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(rx.borrow_and_update().clone()),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next pod event; pending forever without a source (or once it ended).
+async fn next_pod_event(
+    events: &mut Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+) -> Option<PodEvent> {
+    match events {
+        Some(rx) => match rx.recv().await {
+            Some(e) => Some(e),
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        let mut b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(20),
+            attempt: 0,
+            state: 42,
+        };
+        let delays: Vec<_> = (0..10).map(|_| b.next()).collect();
+        assert!(delays[0] >= Duration::from_secs(1) && delays[0] < Duration::from_millis(1250));
+        assert!(delays[3] >= Duration::from_secs(8));
+        for d in &delays {
+            assert!(*d <= Duration::from_secs(25), "{d:?}");
+        }
+        b.reset();
+        assert!(b.next() < Duration::from_millis(1250));
+    }
+}

@@ -1,0 +1,228 @@
+//! Diagnostics: what nodeproof says about a profile, each with a stable
+//! code, a severity, a JSON pointer and (once resolved against the source)
+//! a line and column.
+
+use serde::Serialize;
+use std::fmt;
+
+use crate::json::{LineIndex, Span};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+    Note,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Note => "note",
+        })
+    }
+}
+
+macro_rules! codes {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Stable diagnostic codes. The string form is part of the JSON output
+        /// and of CI pipelines' allow-lists: never rename one.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    // Reading and decoding (what Go's encoding/json does with the bytes).
+    IoError => "io-error",
+    TooLarge => "too-large",
+    JsonSyntax => "json-syntax",
+    JsonType => "json-type",
+    UnknownField => "unknown-field",
+    MisspelledField => "misspelled-field",
+    FieldCase => "field-case",
+    DuplicateField => "duplicate-field",
+    NullValue => "null-value",
+    TemplateFieldIgnored => "template-field-ignored",
+    ConditionalRuleIgnored => "conditional-rule-ignored",
+    LegacyNameField => "legacy-name-field",
+    // What the runtime does with the decoded profile.
+    SeccompDisabled => "seccomp-disabled",
+    FlagsUnsupported => "flags-unsupported",
+    UnknownArch => "unknown-arch",
+    UnknownAction => "unknown-action",
+    UnknownOperator => "unknown-operator",
+    TemplateConflict => "template-conflict",
+    EmptySyscallName => "empty-syscall-name",
+    ArgIndexOutOfRange => "arg-index-out-of-range",
+    NotifyNotAllowed => "notify-not-allowed",
+    ListenerPathMissing => "listener-path-missing",
+    ListenerUnreachable => "listener-unreachable",
+    UnknownSyscall => "unknown-syscall",
+    CompileFailed => "compile-failed",
+    FilterTooLarge => "filter-too-large",
+    RuntimeSyscallDenied => "runtime-syscall-denied",
+    EntrypointSyscallDenied => "entrypoint-syscall-denied",
+    CrossArchModel => "cross-arch-model",
+    // Lints beyond acceptance.
+    AllowByDefault => "allow-by-default",
+    ShadowedRule => "shadowed-rule",
+    ConflictingActions => "conflicting-actions",
+    ErrnoIgnored => "errno-ignored",
+    ErrnoOutOfRange => "errno-out-of-range",
+    ConditionsSplit => "conditions-split",
+    ValueTwoIgnored => "value-two-ignored",
+    EmptyNames => "empty-names",
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One finding about a profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub severity: Severity,
+    pub message: String,
+    /// RFC 6901 pointer into the document ("" = the whole document).
+    pub pointer: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub help: Option<String>,
+    /// Byte span, when the pointer resolves to a place in the file.
+    #[serde(skip)]
+    pub span: Option<Span>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+}
+
+impl Diagnostic {
+    pub fn new(
+        code: Code,
+        severity: Severity,
+        pointer: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Diagnostic {
+            code,
+            severity,
+            message: message.into(),
+            pointer: pointer.into(),
+            help: None,
+            span: None,
+            line: None,
+            column: None,
+        }
+    }
+
+    pub fn error(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(code, Severity::Error, pointer, message)
+    }
+
+    pub fn warning(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(code, Severity::Warning, pointer, message)
+    }
+
+    pub fn note(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(code, Severity::Note, pointer, message)
+    }
+
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn with_span(mut self, span: Span) -> Self {
+        self.span = Some(span);
+        self
+    }
+
+    /// Fill line and column from the span.
+    pub fn locate(&mut self, index: &LineIndex<'_>) {
+        if let Some(span) = self.span {
+            let (line, column) = index.line_col(span.start);
+            self.line = Some(line);
+            self.column = Some(column);
+        }
+    }
+}
+
+/// Render diagnostics like rustc: `error[code]: message`, ` --> file:line:col`,
+/// the source line with a caret, and `= help:`.
+pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut String) {
+    use std::fmt::Write;
+    let index = LineIndex::new(src);
+    for d in diagnostics {
+        let _ = writeln!(out, "{}[{}]: {}", d.severity, d.code, d.message);
+        match (d.line, d.column) {
+            (Some(line), Some(col)) => {
+                let _ = writeln!(out, "  --> {path}:{line}:{col}");
+                // Tabs become 4 spaces so the caret lines up in any terminal.
+                let raw = index.line_text(line);
+                let text = raw.replace('\t', "    ");
+                let prefix: String = raw.chars().take(col - 1).collect();
+                let shown_col = prefix
+                    .chars()
+                    .map(|c| if c == '\t' { 4 } else { 1 })
+                    .sum::<usize>()
+                    + 1;
+                let gutter = line.to_string().len();
+                let _ = writeln!(out, "{:gutter$} |", "");
+                let _ = writeln!(out, "{line} | {text}");
+                let width = d
+                    .span
+                    .map(|s| {
+                        let (end_line, end_col) = index.line_col(s.end);
+                        if end_line == line && end_col > col {
+                            end_col - col
+                        } else {
+                            1
+                        }
+                    })
+                    .unwrap_or(1)
+                    .min(80);
+                let _ = writeln!(
+                    out,
+                    "{:gutter$} | {}{}",
+                    "",
+                    " ".repeat(shown_col - 1),
+                    "^".repeat(width)
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "  --> {path}");
+            }
+        }
+        if !d.pointer.is_empty() {
+            let _ = writeln!(out, "   = at: {}", d.pointer);
+        }
+        if let Some(help) = &d.help {
+            let _ = writeln!(out, "   = help: {help}");
+        }
+        out.push('\n');
+    }
+}

@@ -1,0 +1,21 @@
+//! Seccomp profiles as the runtime reads them: parse → decode (a mirror of
+//! the runtime's Go decoder) → translate (what runc builds) → compile
+//! (through a [`compiler::Compiler`], see `nodeproof-bpfgen`) → predict
+//! (what happens when a container starts with it). Pure apart from
+//! libseccomp's name tables and the capped file reads of [`scan`].
+
+pub mod cbpf;
+pub mod compiler;
+pub mod decode;
+pub mod diagnostic;
+pub mod filter;
+pub mod fnv;
+pub mod json;
+pub mod lint;
+pub mod model;
+pub mod patchbpf;
+pub mod runc;
+pub mod runc_init;
+pub mod scan;
+pub mod syscalls;
+pub mod template;

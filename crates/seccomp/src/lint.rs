@@ -1,0 +1,609 @@
+//! The whole pipeline for one profile: parse → decode → (template) →
+//! translate → compile → predict, plus the lints that go beyond what the
+//! runtime checks. Pure apart from compiling with libseccomp and one
+//! `stat` of a notify listener socket.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use serde::Serialize;
+
+use crate::cbpf::{self, SeccompData, BPF_MAXINSNS};
+use crate::compiler::{CompileError, CompiledFilter, Compiler};
+use crate::decode::{self, resolve_pointer};
+use crate::diagnostic::{Code, Diagnostic, Severity};
+use crate::filter::{Action, Arch, FilterSpec};
+use crate::fnv::Fnv;
+use crate::json::{self, LineIndex, Node};
+use crate::model::{Seccomp, OCI_SECCOMP, TPL_SECCOMP};
+use crate::patchbpf;
+use crate::runc::{self, Stage, Translation};
+use crate::runc_init::{self, InitSyscall, Phase};
+use crate::syscalls::resolve_syscall;
+use crate::template::{self, TemplateContext};
+
+/// The container runtime whose decoder reads the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// containerd hands the file to runc as an OCI `LinuxSeccomp`.
+    Containerd,
+    /// CRI-O evaluates the Docker/containers-common template first.
+    Crio,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Dialect {
+    #[serde(rename = "oci")]
+    Oci,
+    #[serde(rename = "docker-template")]
+    DockerTemplate,
+}
+
+/// What the runtime reaches with the profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Outcome {
+    #[serde(rename = "ok")]
+    Ok,
+    /// The runtime refuses the profile before any container process exists.
+    #[serde(rename = "rejected")]
+    Rejected,
+    /// The filter loads (or is being loaded) but the container cannot start.
+    #[serde(rename = "start-failed")]
+    StartFailed,
+    /// The file could not be read, so nothing can be predicted.
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Rejected => "rejected",
+            Outcome::StartFailed => "start-failed",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LintOptions {
+    pub runtime: Runtime,
+    /// The container's `noNewPrivileges` (containerd: false unless the pod sets
+    /// `allowPrivilegeEscalation: false`).
+    pub no_new_privileges: bool,
+    /// The node's architecture (the filter's native one).
+    pub arch: Arch,
+    /// Whether to check that a notify listener socket exists on this host.
+    pub check_listener: bool,
+}
+
+impl Default for LintOptions {
+    fn default() -> Self {
+        LintOptions {
+            runtime: Runtime::Containerd,
+            no_new_privileges: false,
+            arch: Arch::native(),
+            check_listener: true,
+        }
+    }
+}
+
+/// Everything nodeproof says about one profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfileReport {
+    pub path: String,
+    pub dialect: Dialect,
+    pub outcome: Outcome,
+    pub diagnostics: Vec<Diagnostic>,
+    /// BPF instructions of the compiled filter (the kernel's limit is 4096).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<usize>,
+    /// Architectures the filter covers, native first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub architectures: Vec<String>,
+}
+
+impl ProfileReport {
+    pub fn count(&self, severity: Severity) -> usize {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == severity)
+            .count()
+    }
+
+    /// A report for a file that could not be read at all.
+    pub fn unreadable(path: String, diagnostic: Diagnostic) -> ProfileReport {
+        ProfileReport {
+            path,
+            dialect: Dialect::Oci,
+            outcome: Outcome::Unknown,
+            diagnostics: vec![diagnostic],
+            instructions: None,
+            architectures: Vec::new(),
+        }
+    }
+}
+
+/// Lint one profile's bytes, compiling with `compiler`.
+pub fn lint_source(
+    path: &str,
+    src: &[u8],
+    opts: &LintOptions,
+    compiler: &dyn Compiler,
+) -> ProfileReport {
+    let mut report = ProfileReport {
+        path: path.to_string(),
+        dialect: Dialect::Oci,
+        outcome: Outcome::Ok,
+        diagnostics: Vec::new(),
+        instructions: None,
+        architectures: Vec::new(),
+    };
+    let mut root = match json::parse(src) {
+        Ok(root) => root,
+        Err(e) => {
+            let mut d = Diagnostic::error(Code::JsonSyntax, "", format!("invalid JSON: {e}"))
+                .with_span(json::Span {
+                    start: e.offset,
+                    end: e.offset + 1,
+                })
+                .with_help("the runtime refuses a profile that is not valid JSON");
+            if src.starts_with(b"\xef\xbb\xbf") {
+                d = d.with_help(
+                    "remove the UTF-8 byte order mark: Go's JSON decoder does not accept it",
+                );
+            }
+            report.diagnostics.push(d);
+            report.outcome = Outcome::Rejected;
+            return finish(report, src, None);
+        }
+    };
+    let outcome = run_pipeline(&mut root, opts, compiler, &mut report);
+    report.outcome = outcome;
+    finish(report, src, Some(&root))
+}
+
+fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> ProfileReport {
+    let index = LineIndex::new(src);
+    for d in &mut report.diagnostics {
+        if d.span.is_none() {
+            d.span = root.and_then(|root| resolve_pointer(root, &d.pointer));
+        }
+        // Whole-document findings point at the start, so every diagnostic has a position.
+        d.span.get_or_insert(json::Span { start: 0, end: 0 });
+        d.locate(&index);
+    }
+    // Errors first, then by position, so the first line is the cause.
+    report
+        .diagnostics
+        .sort_by_key(|d| (d.severity, d.span.map_or(usize::MAX, |s| s.start)));
+    report
+}
+
+/// The filter runc would build from `src`, if it builds one.
+pub fn filter_spec(src: &[u8], opts: &LintOptions) -> Option<FilterSpec> {
+    let mut root = json::parse(src).ok()?;
+    let mut scratch =
+        ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
+    prepare(&mut root, opts, &mut scratch)
+        .ok()
+        .map(|(spec, _)| spec)
+}
+
+/// The decoded profile and the filter runc would build from `src`, if it builds one.
+pub fn profile_and_filter(src: &[u8], opts: &LintOptions) -> Option<(Seccomp, FilterSpec)> {
+    let mut root = json::parse(src).ok()?;
+    let mut scratch =
+        ProfileReport::unreadable(String::new(), Diagnostic::note(Code::IoError, "", ""));
+    prepare(&mut root, opts, &mut scratch)
+        .ok()
+        .map(|(spec, profile)| (profile, spec))
+}
+
+fn run_pipeline(
+    root: &mut Node,
+    opts: &LintOptions,
+    compiler: &dyn Compiler,
+    report: &mut ProfileReport,
+) -> Outcome {
+    match prepare(root, opts, report) {
+        Ok((spec, profile)) => predict(&spec, &profile, opts, compiler, report),
+        Err(outcome) => outcome,
+    }
+}
+
+/// Decode and translate: the filter spec, or the outcome that stops short of one.
+fn prepare(
+    root: &mut Node,
+    opts: &LintOptions,
+    report: &mut ProfileReport,
+) -> Result<(FilterSpec, Seccomp), Outcome> {
+    let schema = match opts.runtime {
+        Runtime::Containerd => &OCI_SECCOMP,
+        Runtime::Crio => &TPL_SECCOMP,
+    };
+    let decoded = decode::decode(root, schema);
+    report.dialect = if decoded.template_keys_seen || has_template_keys(&decoded.root) {
+        Dialect::DockerTemplate
+    } else {
+        Dialect::Oci
+    };
+    report.diagnostics.extend(decoded.diagnostics);
+    if decoded.type_error.is_some() {
+        return Err(Outcome::Rejected);
+    }
+    let profile = match opts.runtime {
+        Runtime::Containerd => Seccomp::from_oci(decoded.root),
+        Runtime::Crio => {
+            match template::evaluate(decoded.root, &TemplateContext::for_host(opts.arch)) {
+                Ok(p) => p,
+                Err(d) => {
+                    report.diagnostics.push(d);
+                    return Err(Outcome::Rejected);
+                }
+            }
+        }
+    };
+    let resolves = |name: &str| resolve_syscall(name, opts.arch).is_some();
+    let (translation, notes) = runc::translate(&profile, &resolves);
+    report.diagnostics.extend(notes);
+    match translation {
+        Translation::Disabled => {
+            report.diagnostics.push(
+                Diagnostic::error(
+                    Code::SeccompDisabled,
+                    "",
+                    "the profile has no `defaultAction` and no rules, so the runtime runs the container without any seccomp filter",
+                )
+                .with_help("set defaultAction (e.g. SCMP_ACT_ERRNO) and list the allowed syscalls; use the RuntimeDefault profile type if unconfined was not meant"),
+            );
+            Err(Outcome::Ok)
+        }
+        Translation::Fails(stage, d) => {
+            report.diagnostics.push(d);
+            Err(match stage {
+                Stage::Config => Outcome::Rejected,
+                Stage::Init => Outcome::StartFailed,
+            })
+        }
+        Translation::Filter(spec) => {
+            lint_profile(&profile, report);
+            Ok((spec, profile))
+        }
+    }
+}
+
+/// Compile and predict what happens when the container starts.
+fn predict(
+    spec: &FilterSpec,
+    profile: &Seccomp,
+    opts: &LintOptions,
+    compiler: &dyn Compiler,
+    report: &mut ProfileReport,
+) -> Outcome {
+    let mut compiled = match compiler.compile(spec, opts.arch) {
+        Ok(c) => c,
+        Err(e) => {
+            let message = match e {
+                // Not a refusal: libseccomp never returns, and neither does runc init.
+                CompileError::RuleAddLoops { .. } => {
+                    format!("the container never starts: {e}")
+                }
+                _ => format!("libseccomp refuses the filter, so runc init fails: {e}"),
+            };
+            report
+                .diagnostics
+                .push(Diagnostic::error(Code::CompileFailed, "", message));
+            return Outcome::StartFailed;
+        }
+    };
+    // What the kernel gets: runc's -ENOSYS stub, then libseccomp's program.
+    let mut program = patchbpf::enosys_stub(profile, opts.arch);
+    program.append(&mut compiled.program);
+    compiled.program = program;
+    report.instructions = Some(compiled.program.len());
+    report.architectures = compiled_arches(&compiled);
+    lint_conflicts(spec, &compiled, opts.arch, report);
+    let mut outcome = Outcome::Ok;
+    if compiled.program.len() > BPF_MAXINSNS {
+        report.diagnostics.push(
+            Diagnostic::error(
+                Code::FilterTooLarge,
+                "",
+                format!(
+                    "the compiled filter has {} BPF instructions; the kernel refuses more than {BPF_MAXINSNS}, so runc init fails",
+                    compiled.program.len()
+                ),
+            )
+            .with_help("merge rules with the same action, or drop architectures the node does not run"),
+        );
+        outcome = Outcome::StartFailed;
+    }
+    if opts.arch != Arch::X86_64 {
+        report.diagnostics.push(Diagnostic::note(
+            Code::CrossArchModel,
+            "",
+            format!(
+                "what runc init needs after the filter is loaded was learned on x86_64; for {} nodeproof checks the same calls where they exist there",
+                opts.arch
+            ),
+        ));
+    }
+    if predict_runtime_needs(spec, &compiled, opts, report) {
+        outcome = Outcome::StartFailed;
+    }
+    if let Some(path) = &spec.listener_path {
+        if opts.check_listener && !is_socket(path) {
+            report.diagnostics.push(
+                Diagnostic::error(
+                    Code::ListenerUnreachable,
+                    "/listenerPath",
+                    format!("no seccomp agent socket at `{path}` on this host; runc cannot hand over the notify fd and the container fails to start"),
+                )
+                .with_help("start the seccomp agent before pods that use this profile, or drop SCMP_ACT_NOTIFY"),
+            );
+            outcome = Outcome::StartFailed;
+        }
+    }
+    outcome
+}
+
+fn has_template_keys(root: &decode::DObj) -> bool {
+    // With the template schema the keys are fields, so look at what was present.
+    root.schema_name == TPL_SECCOMP.go_name
+        && (root.present(6)
+            || root
+                .obj_list(7)
+                .iter()
+                .any(|s| s.present(0) || s.present(4) || s.present(5) || s.present(6)))
+}
+
+fn compiled_arches(c: &CompiledFilter) -> Vec<String> {
+    let mut v = vec![c.native.scmp_name().to_string()];
+    v.extend(
+        c.arches
+            .iter()
+            .filter(|a| **a != c.native)
+            .map(|a| a.scmp_name().to_string()),
+    );
+    v
+}
+
+fn is_socket(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Lints on the decoded profile that the runtime does not check.
+fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
+    if matches!(p.default_action.as_str(), "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG") {
+        report.diagnostics.push(
+            Diagnostic::warning(
+                Code::AllowByDefault,
+                "/defaultAction",
+                format!("`{}` lets every syscall the rules do not name through; a deny list misses new syscalls", p.default_action),
+            )
+            .with_help("prefer an allow list: defaultAction SCMP_ACT_ERRNO with the needed syscalls allowed"),
+        );
+    }
+    let errno_like = |a: &str| matches!(a, "SCMP_ACT_ERRNO" | "SCMP_ACT_TRACE");
+    let mut check_errno = |errno: Option<u64>, action: &str, pointer: String| {
+        let Some(e) = errno else { return };
+        if !errno_like(action) {
+            report.diagnostics.push(
+                Diagnostic::warning(
+                    Code::ErrnoIgnored,
+                    pointer,
+                    format!("an errno is set but the action is {action}, which ignores it"),
+                )
+                .with_help("remove it, or use SCMP_ACT_ERRNO"),
+            );
+            return;
+        }
+        let (msg, help) = if e == 0 {
+            (
+                "errno 0 makes the denied syscall return 0 (success) without running".to_string(),
+                "use a real errno such as 1 (EPERM) or 38 (ENOSYS)",
+            )
+        } else if e & 0xffff >= 4095 {
+            (
+                format!("errno {e} is refused by libseccomp (it must be below 4095), so runc init fails"),
+                "use an errno between 1 and 4094",
+            )
+        } else if e > 0xffff {
+            (
+                format!("errno {e} does not fit: runc keeps the low 16 bits, so the syscall fails with errno {}", e & 0xffff),
+                "use an errno between 1 and 4094",
+            )
+        } else {
+            return;
+        };
+        report
+            .diagnostics
+            .push(Diagnostic::error(Code::ErrnoOutOfRange, pointer, msg).with_help(help));
+    };
+    check_errno(
+        p.default_errno_ret,
+        &p.default_action,
+        "/defaultErrnoRet".into(),
+    );
+    for rule in &p.syscalls {
+        check_errno(
+            rule.errno_ret,
+            &rule.action,
+            format!("{}/errnoRet", rule.pointer),
+        );
+    }
+    for rule in &p.syscalls {
+        for arg in &rule.args {
+            if arg.value_two != 0 && arg.op != "SCMP_CMP_MASKED_EQ" {
+                report.diagnostics.push(Diagnostic::warning(
+                    Code::ValueTwoIgnored,
+                    format!("{}/valueTwo", arg.pointer),
+                    format!(
+                        "`valueTwo` is only used by SCMP_CMP_MASKED_EQ; {} ignores it",
+                        arg.op
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// The same syscall with different unconditional actions: name which one wins.
+fn lint_conflicts(
+    spec: &FilterSpec,
+    compiled: &CompiledFilter,
+    arch: Arch,
+    report: &mut ProfileReport,
+) {
+    // Per syscall, the first unconditional action and where it is; a rule
+    // that disagrees is reported, not recorded, so there is only ever one.
+    let mut first_seen: HashMap<&str, (Action, &str), BuildHasherDefault<Fnv>> = HashMap::default();
+    for rule in spec.rules.iter().filter(|r| r.conds.is_empty()) {
+        let &mut (first, first_ptr) = first_seen
+            .entry(&rule.syscall)
+            .or_insert((rule.action, &rule.origin.pointer));
+        if first != rule.action {
+            let winner = resolve_syscall(&rule.syscall, arch)
+                .and_then(|nr| {
+                    cbpf::run(
+                        &compiled.program,
+                        &SeccompData::new(nr, arch.audit_arch(), [0; 6]),
+                    )
+                    .ok()
+                })
+                .and_then(Action::from_ret);
+            let verdict = winner.map_or(String::new(), |w| {
+                format!("; the compiled filter applies {w}")
+            });
+            report.diagnostics.push(
+                Diagnostic::warning(
+                    Code::ConflictingActions,
+                    format!("{}/names/{}", rule.origin.pointer, rule.origin.name_index),
+                    format!(
+                        "`{}` is given {} here and {first} at {first_ptr}{verdict}",
+                        rule.syscall, rule.action
+                    ),
+                )
+                .with_help("keep one rule per syscall; template conditions (includes/excludes) are not applied by this runtime"),
+            );
+        }
+    }
+}
+
+/// Evaluate the filter against what runc init and a minimal entrypoint do
+/// after the filter is loaded. Returns whether the container cannot start.
+fn predict_runtime_needs(
+    spec: &FilterSpec,
+    compiled: &CompiledFilter,
+    opts: &LintOptions,
+    report: &mut ProfileReport,
+) -> bool {
+    // One diagnostic per syscall name, though the table lists some names with several argument sets.
+    let mut reported: Vec<&str> = Vec::new();
+    for need in runc_init::RUNC_1_1_5
+        .iter()
+        .filter(|n| n.in_mode(opts.no_new_privileges))
+    {
+        if reported.contains(&need.name) {
+            continue;
+        }
+        let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
+            continue;
+        };
+        let fallbacks = if denial_is_fatal(action, need) {
+            None
+        } else {
+            // Denied alone it is harmless only while the caller's fallback is allowed.
+            let Some((_, alternatives)) =
+                runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name)
+            else {
+                continue;
+            };
+            let all_denied = !action.lets_syscall_run()
+                && alternatives.iter().all(|alt| {
+                    filter_action(compiled, opts.arch, alt, [0; 6])
+                        .is_some_and(|a| !a.lets_syscall_run())
+                });
+            if !all_denied {
+                continue;
+            }
+            Some(*alternatives)
+        };
+        reported.push(need.name);
+        report
+            .diagnostics
+            .push(runtime_denial(spec, need, action, opts, fallbacks));
+    }
+    !reported.is_empty()
+}
+
+/// The action the compiled filter takes for `name(args)` on `arch`.
+fn filter_action(
+    compiled: &CompiledFilter,
+    arch: Arch,
+    name: &str,
+    args: [u64; 6],
+) -> Option<Action> {
+    // Negative numbers are libseccomp's pseudo-syscalls: the call does not exist on this arch.
+    let nr = resolve_syscall(name, arch).filter(|&nr| nr >= 0)?;
+    let data = SeccompData::new(nr, arch.audit_arch(), args);
+    cbpf::run(&compiled.program, &data)
+        .ok()
+        .and_then(Action::from_ret)
+}
+
+fn denial_is_fatal(action: Action, need: &InitSyscall) -> bool {
+    match action {
+        Action::Allow | Action::Log | Action::Notify => false,
+        // No tracer: the kernel fails a TRACE syscall with ENOSYS.
+        Action::Trace(_) | Action::Errno(38) => need.fatal_enosys,
+        Action::Errno(_) => need.fatal_eperm,
+        Action::KillThread | Action::KillProcess | Action::Trap => true,
+    }
+}
+
+fn runtime_denial(
+    spec: &FilterSpec,
+    need: &InitSyscall,
+    action: Action,
+    opts: &LintOptions,
+    fallbacks: Option<&[&str]>,
+) -> Diagnostic {
+    let pointer = spec
+        .rules
+        .iter()
+        .find(|r| r.syscall == need.name && r.action == action)
+        .map_or_else(
+            || "/defaultAction".to_string(),
+            |r| format!("{}/names/{}", r.origin.pointer, r.origin.name_index),
+        );
+    let (code, who) = match need.phase {
+        Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),
+        Phase::Entrypoint => (
+            Code::EntrypointSyscallDenied,
+            "the container's first process",
+        ),
+    };
+    let mode = if opts.no_new_privileges {
+        "noNewPrivileges=true"
+    } else {
+        "noNewPrivileges=false"
+    };
+    Diagnostic::error(
+        code,
+        pointer,
+        format!(
+            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}, so the container fails to start",
+            need.name,
+            fallbacks.map_or(String::new(), |alts| format!(" and denies its fallback `{}` too", alts.join("`, `"))),
+        ),
+    )
+    .with_help(match need.observed_failure(opts.no_new_privileges, matches!(action, Action::Errno(38) | Action::Trace(_))) {
+        Some(seen) => format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
+        None => format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
+    })
+}

@@ -1,0 +1,220 @@
+//! runc's `-ENOSYS` stub (libcontainer/seccomp/patchbpf), prepended to the
+//! program libseccomp exports: on each architecture the filter covers, a
+//! syscall numbered above the largest one the profile names fails with
+//! ENOSYS instead of taking the default action, so programs fall back from
+//! syscalls newer than the profile. It changes what the loaded filter does
+//! and how long it is, so predictions run on stub + program, like the kernel.
+
+use std::collections::BTreeMap;
+
+use crate::cbpf::{op, SockFilter};
+use crate::filter::Arch;
+use crate::model::Seccomp;
+use crate::syscalls::max_syscall_numbers;
+
+const ENOSYS: u32 = 38;
+const RET_ERRNO_ENOSYS: u32 = 0x0005_0000 | ENOSYS;
+const X32_BIT: u32 = 1 << 30;
+const OFFSET_ARCH: u32 = 4;
+const OFFSET_NR: u32 = 0;
+const JGT: u16 = op::JGT_K;
+const JEQ: u16 = op::JEQ_K;
+const JSET: u16 = op::JSET_K;
+
+fn ins(code: u16, k: u32, jt: u8, jf: u8) -> SockFilter {
+    SockFilter { code, jt, jf, k }
+}
+
+fn ja(skip: u32) -> SockFilter {
+    ins(op::JA, skip, 0, 0)
+}
+
+/// The stub runc 1.1.5 prepends, or nothing when it adds none (permissive
+/// default action, defaultErrnoRet already ENOSYS, or no syscall named).
+pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
+    if profile.default_errno_ret == Some(u64::from(ENOSYS)) {
+        return Vec::new();
+    }
+    if matches!(
+        profile.default_action.as_str(),
+        "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" | "SCMP_ACT_TRACE"
+    ) {
+        return Vec::new();
+    }
+    // Largest syscall number named, per audit arch and per libseccomp arch
+    // (x86_64 and x32 share one audit arch).
+    let mut arches: Vec<Arch> = profile
+        .architectures
+        .iter()
+        .filter_map(|a| Arch::from_scmp_name(a))
+        .collect();
+    if !arches.contains(&native) {
+        arches.push(native);
+    }
+    let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
+    let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
+    let largest = max_syscall_numbers(names.map(String::as_str), &arches);
+    for (arch, largest) in arches.into_iter().zip(largest) {
+        if let Some(nr) = largest {
+            last.entry(arch.audit_arch())
+                .or_default()
+                .insert(arch, nr as u32);
+        }
+    }
+    if last.is_empty() {
+        return Vec::new();
+    }
+    generate(&last)
+}
+
+fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
+    // Built back to front, like runc, because jumps count from the end.
+    let mut tail = vec![ja(1), ins(op::RET_K, RET_ERRNO_ENOSYS, 0, 0)];
+    let mut jump_table: BTreeMap<u32, u32> = BTreeMap::new();
+    let x86_64_audit = Arch::X86_64.audit_arch();
+    for (&audit, maxes) in last {
+        let base_enosys = (tail.len() - 1) as u32;
+        let base_filter = base_enosys + 1;
+        let mut section = vec![ins(op::LD_W_ABS, OFFSET_NR, 0, 0)];
+        if maxes.len() == 1 {
+            let (&arch, &nr) = maxes.iter().next().expect("one entry");
+            let mut sec_tail = if base_enosys < 255 {
+                vec![ins(JGT, nr, (base_enosys + 1) as u8, 0), ja(base_filter)]
+            } else {
+                // jle nr,1 ; ret ENOSYS ; ja filter
+                vec![
+                    ins(JGT, nr, 0, 1),
+                    ins(op::RET_K, RET_ERRNO_ENOSYS, 0, 0),
+                    ja(base_filter),
+                ]
+            };
+            if audit == x86_64_audit {
+                let skip = (sec_tail.len() - 1) as u8;
+                let prefix = if arch == Arch::X32 {
+                    ins(JSET, X32_BIT, 0, skip)
+                } else {
+                    ins(JSET, X32_BIT, skip, 0)
+                };
+                sec_tail.insert(0, prefix);
+            }
+            section.extend(sec_tail);
+        } else {
+            let x86 = maxes.get(&Arch::X86_64).copied().unwrap_or(0);
+            let x32 = maxes.get(&Arch::X32).copied().unwrap_or(0);
+            if base_enosys < 254 {
+                section.extend([
+                    ins(JSET, X32_BIT, 1, 0),
+                    ins(JGT, x86, (base_enosys + 2) as u8, 1),
+                    ins(JGT, x32, (base_enosys + 1) as u8, 0),
+                    ja(base_filter),
+                ]);
+            } else {
+                section.extend([
+                    ins(JSET, X32_BIT, 1, 0),
+                    ins(JGT, x86, 1, 2),
+                    ins(JGT, x32, 0, 1),
+                    ins(op::RET_K, RET_ERRNO_ENOSYS, 0, 0),
+                    ja(base_filter),
+                ]);
+            }
+        }
+        section.extend(tail);
+        tail = section;
+        jump_table.insert(audit, tail.len() as u32);
+    }
+    let mut program = vec![ja(tail.len() as u32)];
+    program.extend(tail);
+    for (&audit, &from_end) in &jump_table {
+        let jump = program.len() as u32 - from_end;
+        if jump <= 255 {
+            program.insert(0, ins(JEQ, audit, jump as u8, 0));
+        } else {
+            program.splice(0..0, [ins(JEQ, audit, 0, 1), ja(jump)]);
+        }
+    }
+    program.insert(0, ins(op::LD_W_ABS, OFFSET_ARCH, 0, 0));
+    program
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cbpf::{run, SeccompData};
+    use crate::model::SyscallRule;
+
+    fn profile(default: &str, errno: Option<u64>, arches: &[&str], names: &[&str]) -> Seccomp {
+        Seccomp {
+            default_action: default.into(),
+            default_errno_ret: errno,
+            architectures: arches.iter().map(|s| s.to_string()).collect(),
+            syscalls: vec![SyscallRule {
+                names: names.iter().map(|s| s.to_string()).collect(),
+                action: "SCMP_ACT_ALLOW".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// The stub followed by a filter that returns ALLOW for everything.
+    fn verdict(stub: &[SockFilter], arch: Arch, nr: u32) -> u32 {
+        let mut prog = stub.to_vec();
+        prog.push(ins(op::RET_K, 0x7fff_0000, 0, 0));
+        run(
+            &prog,
+            &SeccompData::new(nr as i32, arch.audit_arch(), [0; 6]),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn syscalls_above_the_largest_named_get_enosys() {
+        // read=0, mkdir=83 on x86_64; mkdir=39, read=3 on i386.
+        let p = profile(
+            "SCMP_ACT_ERRNO",
+            None,
+            &["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+            &["read", "mkdir"],
+        );
+        let stub = enosys_stub(&p, Arch::X86_64);
+        assert_eq!(verdict(&stub, Arch::X86_64, 83), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X86_64, 84), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X86_64, 435), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X86, 39), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X86, 40), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X32, X32_BIT | 83), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X32, X32_BIT | 600), RET_ERRNO_ENOSYS);
+        // Unknown arches fall through to the filter.
+        assert_eq!(verdict(&stub, Arch::Aarch64, 9999), 0x7fff_0000);
+    }
+
+    #[test]
+    fn no_stub_when_runc_adds_none() {
+        assert!(enosys_stub(
+            &profile("SCMP_ACT_ALLOW", None, &[], &["mkdir"]),
+            Arch::X86_64
+        )
+        .is_empty());
+        assert!(enosys_stub(
+            &profile("SCMP_ACT_LOG", None, &[], &["mkdir"]),
+            Arch::X86_64
+        )
+        .is_empty());
+        assert!(enosys_stub(
+            &profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"]),
+            Arch::X86_64
+        )
+        .is_empty());
+        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &[]), Arch::X86_64).is_empty());
+        assert!(enosys_stub(
+            &profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"]),
+            Arch::X86_64
+        )
+        .is_empty());
+        assert!(!enosys_stub(
+            &profile("SCMP_ACT_KILL", None, &[], &["mkdir"]),
+            Arch::X86_64
+        )
+        .is_empty());
+    }
+}

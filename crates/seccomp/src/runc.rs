@@ -1,0 +1,511 @@
+//! What runc 1.1.5 does with a decoded profile: `specconv.SetupSeccomp`
+//! (errors here refuse the config before any container process exists) and
+//! `seccomp.InitSeccomp`/`matchCall` (errors here happen inside runc init,
+//! so the container fails to start). The result is the [`FilterSpec`] runc
+//! hands to libseccomp, rule by rule, in runc's order.
+
+use crate::diagnostic::{Code, Diagnostic};
+use crate::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
+use crate::model::Seccomp;
+
+/// runc's `syscallMaxArguments`.
+const MAX_ARGS: u64 = 6;
+const EPERM: u16 = 1;
+
+/// Where in runc a profile fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Spec conversion: runc refuses the config; no container process starts.
+    Config,
+    /// runc init: the container is being started and fails.
+    Init,
+}
+
+#[derive(Debug)]
+pub enum Translation {
+    /// No default action and no rules: runc installs no filter.
+    Disabled,
+    /// The filter runc builds, and diagnostics about how it got there.
+    Filter(FilterSpec),
+    /// runc fails at `stage`; the diagnostic says why.
+    Fails(Stage, Diagnostic),
+}
+
+/// runc's action table (`libcontainer/seccomp/config.go`) and `getAction`.
+pub fn action(name: &str, errno_ret: Option<u64>) -> Option<Action> {
+    // runc passes int16(*errnoRet) to libseccomp, which keeps the low 16 bits.
+    let errno = errno_ret.map_or(EPERM, |e| (e & 0xffff) as u16);
+    Some(match name {
+        "SCMP_ACT_KILL" | "SCMP_ACT_KILL_THREAD" => Action::KillThread,
+        "SCMP_ACT_KILL_PROCESS" => Action::KillProcess,
+        "SCMP_ACT_TRAP" => Action::Trap,
+        "SCMP_ACT_ERRNO" => Action::Errno(errno),
+        "SCMP_ACT_TRACE" => Action::Trace(errno),
+        "SCMP_ACT_ALLOW" => Action::Allow,
+        "SCMP_ACT_LOG" => Action::Log,
+        "SCMP_ACT_NOTIFY" => Action::Notify,
+        _ => return None,
+    })
+}
+
+const ACTION_HELP: &str = "use one of SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_KILL, SCMP_ACT_TRAP, SCMP_ACT_TRACE, SCMP_ACT_LOG, SCMP_ACT_NOTIFY (case matters)";
+
+/// Translate like runc. `resolves(name)` says whether libseccomp knows the
+/// syscall name on the native architecture (runc silently skips the rest).
+pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, Vec<Diagnostic>) {
+    let mut notes = Vec::new();
+    if p.disables_seccomp() {
+        return (Translation::Disabled, notes);
+    }
+    // ---- specconv.SetupSeccomp ----
+    if !p.flags.is_empty() {
+        return fail_config(
+            Diagnostic::error(
+                Code::FlagsUnsupported,
+                "/flags",
+                "runc 1.1 refuses any seccomp `flags` (\"seccomp flags are not yet supported by runc\")",
+            )
+            .with_help("remove `flags`; runc 1.2 and later accept them"),
+            notes,
+        );
+    }
+    let mut arches = Vec::new();
+    for (i, a) in p.architectures.iter().enumerate() {
+        match Arch::from_scmp_name(a) {
+            Some(arch) => arches.push(arch),
+            None => {
+                return fail_config(
+                    Diagnostic::error(
+                        Code::UnknownArch,
+                        format!("/architectures/{i}"),
+                        format!("`{a}` is not an architecture runc knows (\"string {a} is not a valid arch for seccomp\")"),
+                    )
+                    .with_help("use SCMP_ARCH_* names such as SCMP_ARCH_X86_64, SCMP_ARCH_X86, SCMP_ARCH_AARCH64"),
+                    notes,
+                )
+            }
+        }
+    }
+    let Some(default_action) = action(&p.default_action, p.default_errno_ret) else {
+        let msg = if p.default_action.is_empty() {
+            "`defaultAction` is missing but rules are present; runc refuses the profile".to_string()
+        } else {
+            format!("`{}` is not a seccomp action runc knows", p.default_action)
+        };
+        return fail_config(
+            Diagnostic::error(Code::UnknownAction, "/defaultAction", msg).with_help(ACTION_HELP),
+            notes,
+        );
+    };
+    struct Call<'a> {
+        name: &'a str,
+        name_index: usize,
+        action: Action,
+        pointer: std::sync::Arc<str>,
+        args: &'a [crate::model::ArgCond],
+    }
+    let mut calls = Vec::with_capacity(p.syscalls.iter().map(|r| r.names.len()).sum());
+    for rule in &p.syscalls {
+        let Some(act) = action(&rule.action, rule.errno_ret) else {
+            return fail_config(
+                Diagnostic::error(
+                    Code::UnknownAction,
+                    format!("{}/action", rule.pointer),
+                    if rule.action.is_empty() {
+                        "rule has no `action`; runc refuses the profile".to_string()
+                    } else {
+                        format!("`{}` is not a seccomp action runc knows", rule.action)
+                    },
+                )
+                .with_help(ACTION_HELP),
+                notes,
+            );
+        };
+        if rule.names.is_empty() {
+            notes.push(Diagnostic::warning(
+                Code::EmptyNames,
+                rule.pointer.clone(),
+                "rule names no syscall, so runc adds nothing for it",
+            ));
+        }
+        let pointer: std::sync::Arc<str> = rule.pointer.as_str().into();
+        for (name_index, name) in rule.names.iter().enumerate() {
+            // runc converts the operators once per name, so a rule without names never checks them.
+            for arg in &rule.args {
+                if CmpOp::from_scmp_name(&arg.op).is_none() {
+                    return fail_config(
+                        Diagnostic::error(
+                            Code::UnknownOperator,
+                            format!("{}/op", arg.pointer),
+                            format!("`{}` is not a comparison operator runc knows", arg.op),
+                        )
+                        .with_help("use SCMP_CMP_EQ, SCMP_CMP_NE, SCMP_CMP_LT, SCMP_CMP_LE, SCMP_CMP_GT, SCMP_CMP_GE or SCMP_CMP_MASKED_EQ"),
+                        notes,
+                    );
+                }
+            }
+            calls.push(Call {
+                name,
+                name_index,
+                action: act,
+                pointer: pointer.clone(),
+                args: &rule.args,
+            });
+        }
+    }
+    // ---- runc init: InitSeccomp / matchCall ----
+    if default_action == Action::Notify {
+        return fail_init(
+            Diagnostic::error(
+                Code::NotifyNotAllowed,
+                "/defaultAction",
+                "runc refuses SCMP_ACT_NOTIFY as the default action (it would need to notify its own write)",
+            ),
+            notes,
+        );
+    }
+    if let Some(c) = calls
+        .iter()
+        .find(|c| c.action == Action::Notify && c.name == "write")
+    {
+        return fail_init(
+            Diagnostic::error(
+                Code::NotifyNotAllowed,
+                format!("{}/names/{}", c.pointer, c.name_index),
+                "runc refuses SCMP_ACT_NOTIFY for `write`: it must write the listener fd to its parent",
+            ),
+            notes,
+        );
+    }
+    let uses_notify = calls.iter().any(|c| c.action == Action::Notify);
+    let mut rules = Vec::with_capacity(calls.len());
+    for c in &calls {
+        let name_ptr = || format!("{}/names/{}", c.pointer, c.name_index);
+        if c.name.is_empty() {
+            return fail_init(
+                Diagnostic::error(
+                    Code::EmptySyscallName,
+                    name_ptr(),
+                    "an empty syscall name makes runc init fail (\"empty string is not a valid syscall\")",
+                ),
+                notes,
+            );
+        }
+        if c.action == default_action {
+            notes.push(
+                Diagnostic::warning(
+                    Code::ShadowedRule,
+                    name_ptr(),
+                    format!(
+                        "`{}` has the default action {default_action}; runc skips this rule",
+                        c.name
+                    ),
+                )
+                .with_help("remove it, or give it a different action"),
+            );
+            continue;
+        }
+        if !resolves(c.name) {
+            notes.push(
+                Diagnostic::warning(
+                    Code::UnknownSyscall,
+                    name_ptr(),
+                    format!("libseccomp does not know the syscall `{}`; runc skips it silently", c.name),
+                )
+                .with_help("check the spelling; syscalls newer than libseccomp 2.5.4 cannot be filtered by this runc"),
+            );
+            continue;
+        }
+        let mut conds = Vec::new();
+        let mut per_index = [0u32; MAX_ARGS as usize];
+        for arg in c.args {
+            if arg.index >= MAX_ARGS {
+                return fail_init(
+                    Diagnostic::error(
+                        Code::ArgIndexOutOfRange,
+                        format!("{}/index", arg.pointer),
+                        format!(
+                            "argument index {} is out of range: syscalls have 6 arguments (0-5); runc init fails",
+                            arg.index
+                        ),
+                    ),
+                    notes,
+                );
+            }
+            per_index[arg.index as usize] += 1;
+            conds.push(Cond {
+                index: arg.index as u8,
+                op: CmpOp::from_scmp_name(&arg.op).unwrap_or(CmpOp::Eq),
+                value: arg.value,
+                value_two: arg.value_two,
+            });
+        }
+        let origin = RuleOrigin {
+            pointer: c.pointer.clone(),
+            name_index: c.name_index,
+        };
+        if per_index.iter().any(|&n| n > 1) {
+            // runc's fallback: one rule per condition, so the conditions are ORed, not ANDed.
+            notes.push(
+                Diagnostic::error(
+                    Code::ConditionsSplit,
+                    format!("{}/args", c.pointer),
+                    format!(
+                        "`{}` has several conditions on the same argument; runc adds each as its own rule, so they are ORed, not ANDed",
+                        c.name
+                    ),
+                )
+                .with_help("libseccomp cannot AND two comparisons of one argument; split the range into separate rules with one condition each, or use SCMP_CMP_MASKED_EQ"),
+            );
+            for cond in conds {
+                rules.push(Rule {
+                    syscall: c.name.to_string(),
+                    action: c.action,
+                    conds: vec![cond],
+                    origin: origin.clone(),
+                });
+            }
+        } else {
+            rules.push(Rule {
+                syscall: c.name.to_string(),
+                action: c.action,
+                conds,
+                origin,
+            });
+        }
+    }
+    if uses_notify && p.listener_path.is_empty() {
+        return fail_init(
+            Diagnostic::error(
+                Code::ListenerPathMissing,
+                "/listenerPath",
+                "the profile uses SCMP_ACT_NOTIFY but sets no `listenerPath`; runc fails to start the container",
+            )
+            .with_help("set listenerPath to the seccomp agent's unix socket"),
+            notes,
+        );
+    }
+    let spec = FilterSpec {
+        default_action,
+        arches,
+        rules,
+        listener_path: uses_notify.then(|| p.listener_path.clone()),
+    };
+    (Translation::Filter(spec), notes)
+}
+
+fn fail_config(d: Diagnostic, notes: Vec<Diagnostic>) -> (Translation, Vec<Diagnostic>) {
+    (Translation::Fails(Stage::Config, d), notes)
+}
+
+fn fail_init(d: Diagnostic, notes: Vec<Diagnostic>) -> (Translation, Vec<Diagnostic>) {
+    (Translation::Fails(Stage::Init, d), notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ArgCond, SyscallRule};
+
+    fn rule(names: &[&str], action: &str) -> SyscallRule {
+        SyscallRule {
+            names: names.iter().map(|s| s.to_string()).collect(),
+            action: action.to_string(),
+            pointer: "/syscalls/0".into(),
+            ..Default::default()
+        }
+    }
+
+    fn known(name: &str) -> bool {
+        !name.starts_with("no_such")
+    }
+
+    fn run(p: &Seccomp) -> (Translation, Vec<Diagnostic>) {
+        translate(p, &known)
+    }
+
+    #[test]
+    fn actions_follow_runc() {
+        assert_eq!(action("SCMP_ACT_KILL", None), Some(Action::KillThread));
+        assert_eq!(action("SCMP_ACT_ERRNO", None), Some(Action::Errno(1)));
+        assert_eq!(action("SCMP_ACT_ERRNO", Some(38)), Some(Action::Errno(38)));
+        assert_eq!(
+            action("SCMP_ACT_ERRNO", Some(65537)),
+            Some(Action::Errno(1))
+        );
+        assert_eq!(action("SCMP_ACT_TRACE", None), Some(Action::Trace(1)));
+        assert_eq!(action("scmp_act_allow", None), None);
+    }
+
+    #[test]
+    fn table_of_failures() {
+        let base = Seccomp {
+            default_action: "SCMP_ACT_ERRNO".into(),
+            ..Default::default()
+        };
+        type Case = (
+            &'static str,
+            fn(&mut Seccomp),
+            Option<(Stage, Code, &'static str)>,
+        );
+        let cases: Vec<Case> = vec![
+            ("ok", |_| {}, None),
+            (
+                "flags",
+                |p| p.flags = vec!["SECCOMP_FILTER_FLAG_LOG".into()],
+                Some((Stage::Config, Code::FlagsUnsupported, "/flags")),
+            ),
+            (
+                "arch",
+                |p| p.architectures = vec!["x86_64".into()],
+                Some((Stage::Config, Code::UnknownArch, "/architectures/0")),
+            ),
+            (
+                "default",
+                |p| p.default_action = "SCMP_ACT_NOPE".into(),
+                Some((Stage::Config, Code::UnknownAction, "/defaultAction")),
+            ),
+            (
+                "no default",
+                |p| {
+                    p.default_action.clear();
+                    p.syscalls = vec![rule(&["mkdir"], "SCMP_ACT_ALLOW")];
+                },
+                Some((Stage::Config, Code::UnknownAction, "/defaultAction")),
+            ),
+            (
+                "rule action",
+                |p| p.syscalls = vec![rule(&[], "allow")],
+                Some((Stage::Config, Code::UnknownAction, "/syscalls/0/action")),
+            ),
+            (
+                "op",
+                |p| {
+                    let mut r = rule(&["mkdir"], "SCMP_ACT_ALLOW");
+                    r.args = vec![ArgCond {
+                        op: "EQ".into(),
+                        pointer: "/syscalls/0/args/0".into(),
+                        ..Default::default()
+                    }];
+                    p.syscalls = vec![r];
+                },
+                Some((
+                    Stage::Config,
+                    Code::UnknownOperator,
+                    "/syscalls/0/args/0/op",
+                )),
+            ),
+            (
+                "op without names is never checked",
+                |p| {
+                    let mut r = rule(&[], "SCMP_ACT_ALLOW");
+                    r.args = vec![ArgCond {
+                        op: "EQ".into(),
+                        ..Default::default()
+                    }];
+                    p.syscalls = vec![r];
+                },
+                None,
+            ),
+            (
+                "empty name",
+                |p| p.syscalls = vec![rule(&[""], "SCMP_ACT_ALLOW")],
+                Some((Stage::Init, Code::EmptySyscallName, "/syscalls/0/names/0")),
+            ),
+            (
+                "index",
+                |p| {
+                    let mut r = rule(&["mkdir"], "SCMP_ACT_ALLOW");
+                    r.args = vec![ArgCond {
+                        index: 6,
+                        op: "SCMP_CMP_EQ".into(),
+                        pointer: "/syscalls/0/args/0".into(),
+                        ..Default::default()
+                    }];
+                    p.syscalls = vec![r];
+                },
+                Some((
+                    Stage::Init,
+                    Code::ArgIndexOutOfRange,
+                    "/syscalls/0/args/0/index",
+                )),
+            ),
+            (
+                "notify default",
+                |p| p.default_action = "SCMP_ACT_NOTIFY".into(),
+                Some((Stage::Init, Code::NotifyNotAllowed, "/defaultAction")),
+            ),
+            (
+                "notify write",
+                |p| {
+                    p.listener_path = "/run/agent.sock".into();
+                    p.syscalls = vec![rule(&["read", "write"], "SCMP_ACT_NOTIFY")];
+                },
+                Some((Stage::Init, Code::NotifyNotAllowed, "/syscalls/0/names/1")),
+            ),
+            (
+                "notify without listener",
+                |p| p.syscalls = vec![rule(&["mkdir"], "SCMP_ACT_NOTIFY")],
+                Some((Stage::Init, Code::ListenerPathMissing, "/listenerPath")),
+            ),
+        ];
+        for (what, edit, want) in cases {
+            let mut p = base.clone();
+            edit(&mut p);
+            let (t, _) = run(&p);
+            match (t, want) {
+                (Translation::Filter(_), None) => {}
+                (Translation::Fails(stage, d), Some((ws, wc, wp))) => {
+                    assert_eq!(
+                        (stage, d.code, d.pointer.as_str()),
+                        (ws, wc, wp),
+                        "case {what}"
+                    );
+                }
+                (t, w) => panic!("case {what}: got {t:?}, want {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn disabled_shadowed_unknown_and_split() {
+        assert!(matches!(run(&Seccomp::default()).0, Translation::Disabled));
+        let mut range = rule(&["personality", "no_such_call", "getpid"], "SCMP_ACT_ALLOW");
+        range.args = vec![
+            ArgCond {
+                index: 0,
+                op: "SCMP_CMP_GE".into(),
+                value: 1,
+                ..Default::default()
+            },
+            ArgCond {
+                index: 0,
+                op: "SCMP_CMP_LE".into(),
+                value: 5,
+                ..Default::default()
+            },
+        ];
+        let p = Seccomp {
+            default_action: "SCMP_ACT_ERRNO".into(),
+            syscalls: vec![range, rule(&["mkdir"], "SCMP_ACT_ERRNO")],
+            ..Default::default()
+        };
+        let (t, notes) = run(&p);
+        let Translation::Filter(spec) = t else {
+            panic!("{t:?}")
+        };
+        let codes: Vec<_> = notes.iter().map(|d| d.code).collect();
+        assert_eq!(
+            codes,
+            [
+                Code::ConditionsSplit,
+                Code::UnknownSyscall,
+                Code::ConditionsSplit,
+                Code::ShadowedRule
+            ]
+        );
+        // personality and getpid, each split into two one-condition rules.
+        assert_eq!(spec.rules.len(), 4);
+        assert!(spec.rules.iter().all(|r| r.conds.len() == 1));
+    }
+}

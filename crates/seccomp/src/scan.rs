@@ -1,0 +1,289 @@
+//! Finding and reading profile files without ever blocking or reading
+//! without bound: FIFOs, sockets and devices are reported and never
+//! opened, symlinks are resolved with loop detection and checked against
+//! the root, files are read up to a size cap.
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::diagnostic::{Code, Diagnostic};
+
+/// No real profile comes near this (Docker's default is ~20 KiB); it bounds
+/// memory for a huge or endless file.
+pub const MAX_PROFILE_BYTES: u64 = 4 << 20;
+
+/// Directory levels followed below a root (kubelet profiles sit a few levels down).
+const MAX_DIR_DEPTH: usize = 16;
+
+/// A profile to lint: its path and bytes, or why it cannot be read.
+#[derive(Debug)]
+pub struct ProfileFile {
+    pub path: PathBuf,
+    pub contents: Result<Vec<u8>, Diagnostic>,
+}
+
+impl ProfileFile {
+    pub fn display_path(&self) -> String {
+        self.path.to_string_lossy().into_owned()
+    }
+}
+
+/// Collect profiles from command-line paths: files are taken as given,
+/// directories are walked for `*.json`.
+pub fn collect(paths: &[PathBuf]) -> Vec<ProfileFile> {
+    let mut out = Vec::new();
+    for p in paths {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => walk(p, p, 0, &mut out),
+            Ok(_) => out.push(read_entry(p, None)),
+            Err(e) => out.push(ProfileFile {
+                path: p.clone(),
+                contents: Err(io_diag(p, "cannot access", &e)),
+            }),
+        }
+    }
+    out
+}
+
+fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<ProfileFile>) {
+    let entries = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            out.push(ProfileFile {
+                path: dir.to_path_buf(),
+                contents: Err(io_diag(dir, "cannot list directory", &e)),
+            });
+            return;
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if depth + 1 < MAX_DIR_DEPTH {
+                walk(root, &path, depth + 1, out);
+            }
+            continue;
+        }
+        if path.extension() != Some(OsStr::new("json")) {
+            continue;
+        }
+        out.push(read_entry(&path, Some(root)));
+    }
+}
+
+/// Read one entry. `root` is set when the entry was found by walking a
+/// directory, so a symlink leaving it is reported.
+pub fn read_entry(path: &Path, root: Option<&Path>) -> ProfileFile {
+    let contents = read_checked(path, root);
+    ProfileFile {
+        path: path.to_path_buf(),
+        contents,
+    }
+}
+
+// A diagnostic is what callers report; it is built once per file, so its size does not matter.
+#[allow(clippy::result_large_err)]
+fn read_checked(path: &Path, root: Option<&Path>) -> Result<Vec<u8>, Diagnostic> {
+    let lmeta = fs::symlink_metadata(path).map_err(|e| io_diag(path, "cannot access", &e))?;
+    if lmeta.file_type().is_symlink() {
+        let target = fs::canonicalize(path).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Diagnostic::error(
+                    Code::IoError,
+                    "",
+                    format!("{} is a symlink loop", path.display()),
+                )
+                .with_help("the runtime cannot open it either; point the link at a real file")
+            } else {
+                io_diag(path, "symlink cannot be resolved", &e)
+            }
+        })?;
+        if let Some(root) = root.and_then(|r| fs::canonicalize(r).ok()) {
+            if !target.starts_with(&root) {
+                return Err(Diagnostic::error(
+                    Code::IoError,
+                    "",
+                    format!(
+                        "{} points outside the seccomp root, to {}; not read",
+                        path.display(),
+                        target.display()
+                    ),
+                )
+                .with_help("keep profiles inside the kubelet seccomp root; a link elsewhere lets another owner change what pods load"));
+            }
+        }
+    }
+    let meta = fs::metadata(path).map_err(|e| io_diag(path, "cannot access", &e))?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_block_device() || ft.is_char_device() {
+            "a device"
+        } else if ft.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(Diagnostic::error(
+            Code::IoError,
+            "",
+            format!("{} is {kind}, not a profile file; not read", path.display()),
+        ));
+    }
+    if meta.len() > MAX_PROFILE_BYTES {
+        return Err(too_large(path, meta.len()));
+    }
+    // O_NONBLOCK: if the file was swapped for a FIFO after the stat, the open must not hang.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| io_diag(path, "cannot open", &e))?;
+    let opened = file
+        .metadata()
+        .map_err(|e| io_diag(path, "cannot stat", &e))?;
+    if !opened.file_type().is_file() {
+        return Err(Diagnostic::error(
+            Code::IoError,
+            "",
+            format!(
+                "{} changed into a non-regular file while being read",
+                path.display()
+            ),
+        ));
+    }
+    read_capped(file, path)
+}
+
+// A diagnostic is what callers report; it is built once per file, so its size does not matter.
+#[allow(clippy::result_large_err)]
+fn read_capped(file: File, path: &Path) -> Result<Vec<u8>, Diagnostic> {
+    let mut buf = Vec::new();
+    file.take(MAX_PROFILE_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| io_diag(path, "cannot read", &e))?;
+    if buf.len() as u64 > MAX_PROFILE_BYTES {
+        return Err(too_large(path, buf.len() as u64));
+    }
+    Ok(buf)
+}
+
+fn too_large(path: &Path, len: u64) -> Diagnostic {
+    Diagnostic::error(
+        Code::TooLarge,
+        "",
+        format!(
+            "{} is {len} bytes, over nodeproof's {} MiB limit for a profile; not read",
+            path.display(),
+            MAX_PROFILE_BYTES >> 20
+        ),
+    )
+    .with_help("a real seccomp profile is tens of kilobytes; check that this is the intended file")
+}
+
+fn io_diag(path: &Path, what: &str, e: &io::Error) -> Diagnostic {
+    let help = match e.kind() {
+        io::ErrorKind::PermissionDenied => Some(
+            "nodeproof needs read access to the seccomp root (the systemd unit grants it with ReadOnlyPaths=)",
+        ),
+        io::ErrorKind::NotFound => Some("pods that reference this profile fail with CreateContainerError"),
+        _ => None,
+    };
+    let d = Diagnostic::error(Code::IoError, "", format!("{what} {}: {e}", path.display()));
+    match help {
+        Some(h) => d.with_help(h),
+        None => d,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn odd_entries_are_reported_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::write(root.join("ok.json"), b"{}").unwrap();
+        fs::write(root.join("notes.txt"), b"ignored").unwrap();
+        let fifo = root.join("fifo.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("sock.json")).unwrap();
+        symlink(root.join("loop-b.json"), root.join("loop-a.json")).unwrap();
+        symlink(root.join("loop-a.json"), root.join("loop-b.json")).unwrap();
+        let outside = tempfile::NamedTempFile::new().unwrap();
+        symlink(outside.path(), root.join("escape.json")).unwrap();
+        symlink(root.join("ok.json"), root.join("inside.json")).unwrap();
+        let big = File::create(root.join("big.json")).unwrap();
+        big.set_len(1 << 30).unwrap();
+        let nested = root.join("profiles");
+        fs::create_dir(&nested).unwrap();
+        fs::write(nested.join("vllm.json"), b"{}").unwrap();
+
+        let found = collect(&[root.to_path_buf()]);
+        let summary: Vec<(String, String)> = found
+            .iter()
+            .map(|f| {
+                let name = f
+                    .path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                let what = match &f.contents {
+                    Ok(b) => format!("ok {}", b.len()),
+                    Err(d) => d.message.replace(&root.display().to_string(), "ROOT"),
+                };
+                (name, what)
+            })
+            .collect();
+        let want = [
+            ("big.json", "ROOT/big.json is 1073741824 bytes, over nodeproof's 4 MiB limit for a profile; not read"),
+            ("escape.json", "ROOT/escape.json points outside the seccomp root"),
+            ("fifo.json", "ROOT/fifo.json is a FIFO, not a profile file; not read"),
+            ("inside.json", "ok 2"),
+            ("loop-a.json", "ROOT/loop-a.json is a symlink loop"),
+            ("loop-b.json", "ROOT/loop-b.json is a symlink loop"),
+            ("ok.json", "ok 2"),
+            ("profiles/vllm.json", "ok 2"),
+            ("sock.json", "ROOT/sock.json is a socket, not a profile file; not read"),
+        ];
+        assert_eq!(summary.len(), want.len(), "{summary:#?}");
+        for ((name, what), (wname, wwhat)) in summary.iter().zip(want) {
+            assert_eq!(name, wname);
+            assert!(what.starts_with(wwhat), "{name}: {what}");
+        }
+    }
+
+    #[test]
+    fn non_utf8_names_and_unreadable_files() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join(OsStr::from_bytes(b"caf\xe9.json"));
+        fs::write(&odd, b"{}").unwrap();
+        let found = collect(&[dir.path().to_path_buf()]);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].display_path().ends_with("caf\u{fffd}.json"));
+        assert!(found[0].contents.is_ok());
+
+        let missing = collect(&[dir.path().join("nope.json")]);
+        assert!(missing[0]
+            .contents
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("cannot access"));
+    }
+}

@@ -1,0 +1,162 @@
+//! The Docker / containers-common template dialect, evaluated the way
+//! CRI-O does (containers/common `setupSeccomp`): `archMap` picks the
+//! native architecture's entry, `includes`/`excludes` filter rules by
+//! architecture, capabilities and kernel version, `name` becomes `names`.
+
+use crate::decode::DObj;
+use crate::diagnostic::{Code, Diagnostic};
+use crate::filter::Arch;
+use crate::model::{ArgCond, Seccomp, SyscallRule};
+
+/// What the template is evaluated against.
+#[derive(Debug, Clone)]
+pub struct TemplateContext {
+    pub arch: Arch,
+    /// Bounding capabilities of the container, `CAP_*` spelling.
+    pub capabilities: Vec<String>,
+    /// Kernel version (major, minor).
+    pub kernel: (u32, u32),
+}
+
+/// CRI-O's default capabilities (crio.conf `default_capabilities`).
+pub const CRIO_DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_KILL",
+];
+
+impl TemplateContext {
+    pub fn for_host(arch: Arch) -> TemplateContext {
+        TemplateContext {
+            arch,
+            capabilities: CRIO_DEFAULT_CAPS.iter().map(|c| c.to_string()).collect(),
+            kernel: host_kernel().unwrap_or((0, 0)),
+        }
+    }
+}
+
+/// `uname -r` as (major, minor).
+pub fn host_kernel() -> Option<(u32, u32)> {
+    // The running kernel does not change under us; read it once, not per lint.
+    static KERNEL: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        parse_kernel(release.trim())
+    })
+}
+
+pub fn parse_kernel(s: &str) -> Option<(u32, u32)> {
+    let mut it = s.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
+/// Go's `runtime.GOARCH` names used in `includes.arches`/`excludes.arches`.
+pub fn go_arch_name(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86 => "386",
+        Arch::X86_64 => "amd64",
+        Arch::X32 => "x32",
+        Arch::Arm => "arm",
+        Arch::Aarch64 => "arm64",
+        Arch::Mips => "mips",
+        Arch::Mips64 => "mips64",
+        Arch::Mips64N32 => "mips64n32",
+        Arch::Mipsel => "mipsle",
+        Arch::Mipsel64 => "mips64le",
+        Arch::Mipsel64N32 => "mips64len32",
+        Arch::Ppc => "ppc",
+        Arch::Ppc64 => "ppc64",
+        Arch::Ppc64Le => "ppc64le",
+        Arch::Riscv64 => "riscv64",
+        Arch::S390 => "s390",
+        Arch::S390X => "s390x",
+    }
+}
+
+/// Evaluate a value decoded with [`crate::model::TPL_SECCOMP`].
+// A diagnostic is what callers report; it is built once per file, so its size does not matter.
+#[allow(clippy::result_large_err)]
+pub fn evaluate(mut root: DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnostic> {
+    let arch_map = root.take_obj_list(6);
+    if !root.str_list(5).is_empty() && !arch_map.is_empty() {
+        return Err(Diagnostic::error(
+            Code::TemplateConflict,
+            "/archMap",
+            "both `architectures` and `archMap` are set; CRI-O refuses such a profile",
+        )
+        .with_help("keep one of them"));
+    }
+    let mut out = Seccomp {
+        default_action: root.take_str(0),
+        default_errno_ret: root.opt_uint(1),
+        architectures: root.take_str_list(5),
+        listener_path: root.take_str(3),
+        listener_metadata: root.take_str(4),
+        flags: root.take_str_list(8),
+        syscalls: Vec::new(),
+    };
+    if let Some(entry) = arch_map.iter().find(|a| a.str(0) == ctx.arch.scmp_name()) {
+        out.architectures.push(entry.str(0).to_string());
+        out.architectures.extend(entry.str_list(1).iter().cloned());
+    }
+    let arch = go_arch_name(ctx.arch);
+    let has_cap = |c: &String| ctx.capabilities.iter().any(|h| h == c);
+    let kernel_at_least = |v: &str| parse_kernel(v).is_some_and(|want| ctx.kernel >= want);
+    for mut call in root.take_obj_list(7) {
+        let includes = call.obj(5);
+        let excludes = call.obj(6);
+        if let Some(ex) = excludes {
+            if ex.str_list(1).iter().any(|a| a == arch)
+                || ex.str_list(0).iter().any(has_cap)
+                || (!ex.str(2).is_empty() && kernel_at_least(ex.str(2)))
+            {
+                continue;
+            }
+        }
+        if let Some(inc) = includes {
+            if (!inc.str_list(1).is_empty() && !inc.str_list(1).iter().any(|a| a == arch))
+                || !inc.str_list(0).iter().all(has_cap)
+                || (!inc.str(2).is_empty() && !kernel_at_least(inc.str(2)))
+            {
+                continue;
+            }
+        }
+        let name = call.str(0);
+        let names = call.str_list(1);
+        if !name.is_empty() && !names.is_empty() {
+            return Err(Diagnostic::error(
+                Code::TemplateConflict,
+                format!("{}/name", call.pointer),
+                "both `name` and `names` are set in one rule; CRI-O refuses such a profile",
+            ));
+        }
+        let names = if name.is_empty() {
+            call.take_str_list(1)
+        } else {
+            vec![call.take_str(0)]
+        };
+        if names.is_empty() {
+            continue;
+        }
+        out.syscalls.push(SyscallRule {
+            names,
+            action: call.take_str(2),
+            errno_ret: call.opt_uint(7),
+            args: call
+                .take_obj_list(3)
+                .into_iter()
+                .map(ArgCond::from_decoded)
+                .collect(),
+            pointer: call.pointer,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,524 @@
+//! `nodeproof trace`: every seccomp denial on the node, seen from eBPF, with
+//! exact in-kernel counts and pod attribution, without audit or profile changes.
+//!
+//! Layout: `loader` is the only code that touches the kernel (behind
+//! [`EventSource`]); `event` decodes the records; `attribution` maps cgroups
+//! to containers and pods; `summary` aggregates and renders; `names` turns
+//! numbers into syscall and errno names. The C programs live in `agent-ebpf/`.
+
+pub mod attribution;
+pub mod bpf;
+pub mod event;
+pub mod loader;
+pub mod names;
+pub mod summary;
+
+pub use attribution::{Attribution, CgroupResolver, NoPodLookup, PodLookup, PodRef};
+pub use event::{Action, CountKey, Denial};
+pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
+pub use summary::{Filter, SummaryRow, TraceSummary};
+
+use serde::Serialize;
+use std::fmt;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How denials are detected; probed in [`Strategy::ALL`] order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Strategy {
+    /// `fexit/__secure_computing`: only confined tasks pay.
+    #[serde(rename = "fexit")]
+    Fexit,
+    /// `tp_btf/sys_enter` + `tp_btf/sys_exit` pairing with task storage.
+    #[serde(rename = "tp_btf")]
+    TpBtf,
+    /// Classic `raw_syscalls` tracepoints, tid-keyed hash.
+    #[serde(rename = "tracepoint")]
+    Tracepoint,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::Fexit, Strategy::TpBtf, Strategy::Tracepoint];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fexit => "fexit",
+            Self::TpBtf => "tp_btf",
+            Self::Tracepoint => "tracepoint",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = TraceError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fexit" => Ok(Self::Fexit),
+            "tp_btf" => Ok(Self::TpBtf),
+            "tracepoint" | "raw_tp" => Ok(Self::Tracepoint),
+            other => Err(TraceError::UnknownStrategy {
+                name: other.to_string(),
+            }),
+        }
+    }
+}
+
+/// Output format of `nodeproof trace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// What the CLI passes to [`run`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceOptions {
+    /// Stop after this long; `None` runs until `stop` is set (SIGINT).
+    pub duration: Option<Duration>,
+    pub comm: Option<String>,
+    pub pid: Option<u32>,
+    pub format: OutputFormat,
+    /// Force a strategy instead of probing.
+    pub strategy: Option<Strategy>,
+    /// Kernel BTF from this file (see [`TracerConfig::btf_path`]).
+    pub btf_path: Option<std::path::PathBuf>,
+}
+
+/// The programs' own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub samples: u64,
+    pub dropped_ratelimit: u64,
+    pub dropped_ringbuf: u64,
+    /// Denials that found the count map full: counts are exact while this is 0.
+    pub lost_counts: u64,
+    /// Confined sys_exits of tasks never seen entering (filter installs, a
+    /// child's first return, syscalls in flight at attach): not judged.
+    pub unjudged_first_exits: u64,
+    pub state_failures: u64,
+    /// USER_NOTIF calls the supervisor answered with a value (emulated): not denials.
+    pub notify_emulated: u64,
+}
+
+impl Stats {
+    pub fn dropped(&self) -> u64 {
+        self.dropped_ratelimit + self.dropped_ringbuf
+    }
+}
+
+/// The edge between the kernel and the rest: samples, exact counts, stats.
+pub trait EventSource {
+    fn strategy(&self) -> Strategy;
+    /// Hands every available sample to `sink`, waiting up to `timeout` when none is.
+    fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(Denial)) -> Result<(), TraceError>;
+    /// The exact in-kernel counts so far.
+    fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError>;
+    fn stats(&self) -> Result<Stats, TraceError>;
+}
+
+/// Errors of the trace module.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("this nodeproof was built without clang: no eBPF programs embedded")]
+    NotBuilt,
+    #[error(
+        "no seccomp tracing strategy loads{}: {}",
+        caps_hint(missing_caps),
+        attempts_line(attempts)
+    )]
+    NoStrategy {
+        /// Capabilities the process lacks (empty when it has them).
+        missing_caps: Vec<&'static str>,
+        attempts: Vec<ProbeAttempt>,
+    },
+    #[error("unknown strategy {name:?} (fexit, tp_btf, tracepoint)")]
+    UnknownStrategy { name: String },
+    #[error("eBPF object has no map {name}")]
+    MissingMap { name: &'static str },
+    #[error("eBPF map {name}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("polling the sample ring buffer")]
+    Poll {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("decoding a kernel record")]
+    Decode {
+        #[source]
+        source: event::DecodeError,
+    },
+    #[error("writing trace output")]
+    Write {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn caps_hint(missing: &[&str]) -> String {
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (missing {}: grant CAP_BPF and CAP_PERFMON, or run as root)",
+            missing.join(" and ")
+        )
+    }
+}
+
+fn attempts_line(attempts: &[ProbeAttempt]) -> String {
+    attempts
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The `SeccompTracingReady` node condition for a start attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Readiness {
+    pub fn of(result: Result<&Tracer, &TraceError>) -> Self {
+        match result {
+            Ok(t) => {
+                let mut r = Self::loaded(t.strategy(), t.attempts());
+                if let Some(off) = t.btf_free_offset() {
+                    r.message.push_str(&format!(
+                        "; no BTF: task_struct.seccomp.mode probed at offset {off}, arch, mount namespace, notify-error and a KILL's syscall unknown"
+                    ));
+                }
+                r
+            }
+            Err(e) => Self::failed(e),
+        }
+    }
+
+    pub fn loaded(strategy: Strategy, refused: &[ProbeAttempt]) -> Self {
+        let mut message = format!("seccomp denials traced with strategy {strategy}");
+        if !refused.is_empty() {
+            message.push_str(&format!(" (refused: {})", attempts_line(refused)));
+        }
+        Self {
+            ready: true,
+            reason: "StrategyLoaded",
+            message,
+        }
+    }
+
+    pub fn failed(e: &TraceError) -> Self {
+        let reason = match e {
+            TraceError::NotBuilt => FailureReason::ProgramsNotBuilt.as_str(),
+            TraceError::NoStrategy {
+                missing_caps,
+                attempts,
+            } => {
+                if !missing_caps.is_empty() {
+                    FailureReason::BpfPermissionDenied.as_str()
+                } else {
+                    // The reason of the last (most widely supported) strategy tried.
+                    attempts
+                        .last()
+                        .map_or(FailureReason::LoadFailed, |a| a.reason)
+                        .as_str()
+                }
+            }
+            _ => FailureReason::LoadFailed.as_str(),
+        };
+        Self {
+            ready: false,
+            reason,
+            message: e.to_string(),
+        }
+    }
+
+    /// The tracer as a finding of `nodeproof check`.
+    pub fn finding(&self) -> nodeproof_findings::Finding {
+        nodeproof_findings::Finding {
+            check: "seccomp-tracing",
+            subject: "eBPF".into(),
+            status: if self.ready {
+                nodeproof_findings::Status::Ok
+            } else {
+                nodeproof_findings::Status::Failed
+            },
+            reason: self.reason.to_string(),
+            message: self.message.clone(),
+        }
+    }
+
+    /// The `SeccompTracingReady` node condition.
+    pub fn condition(&self) -> nodeproof_findings::Condition {
+        nodeproof_findings::Condition {
+            kind: "SeccompTracingReady",
+            status: if self.ready { "True" } else { "False" },
+            reason: self.reason.to_string(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// `nodeproof trace`: loads, streams samples to `out` until the duration ends
+/// or `stop` is set, then writes the summary of exact counts.
+pub fn run(
+    opts: &TraceOptions,
+    out: &mut dyn Write,
+    stop: &AtomicBool,
+) -> Result<TraceSummary, TraceError> {
+    let mut tracer = Tracer::start(&TracerConfig {
+        strategy: opts.strategy,
+        sample_pid: opts.pid,
+        btf_path: opts.btf_path.clone(),
+        ..TracerConfig::default()
+    })?;
+    run_with(
+        &mut tracer,
+        opts,
+        out,
+        stop,
+        &mut CgroupResolver::host(),
+        &NoPodLookup,
+    )
+}
+
+/// [`run`] over any event source; tests drive it with a fake.
+pub fn run_with(
+    source: &mut dyn EventSource,
+    opts: &TraceOptions,
+    out: &mut dyn Write,
+    stop: &AtomicBool,
+    resolver: &mut CgroupResolver,
+    pods: &dyn PodLookup,
+) -> Result<TraceSummary, TraceError> {
+    let filter = Filter {
+        pid: opts.pid,
+        comm: opts.comm.clone(),
+    };
+    let mut names = names::SyscallNames::default();
+    let clock_offset = realtime_minus_monotonic_ns();
+    let deadline = opts.duration.map(|d| Instant::now() + d);
+    let mut write_err = None;
+    let mut on_sample = |d: Denial| {
+        if write_err.is_some() || !filter.matches(d.pid, &d.comm) {
+            return;
+        }
+        let a = resolver.attribute(d.cgroup_id, d.pid, pods);
+        let wall = (d.ts_ns as i128 + clock_offset).max(0) as u64;
+        let syscall = names.get(d.arch, d.nr).to_string();
+        let line = match opts.format {
+            OutputFormat::Json => summary::sample_json(&d, &syscall, &a, wall),
+            OutputFormat::Text => summary::sample_text(&d, &syscall, &a, wall),
+        };
+        if let Err(e) = writeln!(out, "{line}") {
+            write_err = Some(e);
+        }
+    };
+    loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let wait = deadline.map_or(Duration::from_millis(100), |d| {
+            (d - now).min(Duration::from_millis(100))
+        });
+        source.poll(wait, &mut on_sample)?;
+    }
+    // What is already in the ring buffer belongs to the run.
+    source.poll(Duration::ZERO, &mut on_sample)?;
+    if let Some(source) = write_err {
+        return Err(TraceError::Write { source });
+    }
+    let stats = source.stats()?;
+    let rows = summary::aggregate(source.counts()?, &filter, &mut names, &mut |cg, pid| {
+        resolver.attribute(cg, pid, pods)
+    });
+    let s = summary::summarize(rows, &stats, source.strategy());
+    let text = match opts.format {
+        OutputFormat::Json => format!("{}\n", summary::summary_json(&s)),
+        OutputFormat::Text => summary::summary_text(&s),
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|source| TraceError::Write { source })?;
+    Ok(s)
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC, to put wall times on bpf_ktime_get_ns samples.
+fn realtime_minus_monotonic_ns() -> i128 {
+    fn now(clock: libc::clockid_t) -> i128 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid clock id and pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+    }
+    now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use event::AUDIT_ARCH_X86_64;
+
+    /// A scripted source: samples in batches, then fixed counts.
+    struct Fake {
+        batches: Vec<Vec<Denial>>,
+        counts: Vec<(CountKey, u64)>,
+        stats: Stats,
+    }
+
+    impl EventSource for Fake {
+        fn strategy(&self) -> Strategy {
+            Strategy::TpBtf
+        }
+        fn poll(
+            &mut self,
+            _timeout: Duration,
+            sink: &mut dyn FnMut(Denial),
+        ) -> Result<(), TraceError> {
+            if let Some(b) = self.batches.pop() {
+                b.into_iter().for_each(sink);
+            }
+            Ok(())
+        }
+        fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError> {
+            Ok(self.counts.clone())
+        }
+        fn stats(&self) -> Result<Stats, TraceError> {
+            Ok(self.stats)
+        }
+    }
+
+    fn denial(pid: u32, comm: &str) -> Denial {
+        Denial {
+            ts_ns: 1,
+            cgroup_id: 0,
+            pid,
+            tid: pid,
+            mnt_ns: 1,
+            nr: 83,
+            arch: AUDIT_ARCH_X86_64,
+            errno: 1,
+            action: Action::Errno,
+            comm: comm.into(),
+        }
+    }
+
+    #[test]
+    fn run_with_streams_filters_and_summarizes() {
+        let key = |pid, comm: &str| CountKey {
+            cgroup_id: 0,
+            pid,
+            nr: 83,
+            errno: 1,
+            action: Action::Errno,
+            arch: AUDIT_ARCH_X86_64,
+            comm: comm.into(),
+        };
+        let mut fake = Fake {
+            batches: vec![vec![denial(5, "a"), denial(6, "b")], vec![denial(5, "a")]],
+            counts: vec![(key(5, "a"), 1000), (key(6, "b"), 4)],
+            stats: Stats {
+                samples: 3,
+                dropped_ratelimit: 997,
+                ..Stats::default()
+            },
+        };
+        let opts = TraceOptions {
+            duration: Some(Duration::from_millis(30)),
+            comm: Some("a".into()),
+            format: OutputFormat::Json,
+            ..TraceOptions::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut resolver = CgroupResolver::new(dir.path(), dir.path());
+        let mut out = Vec::new();
+        let s = run_with(
+            &mut fake,
+            &opts,
+            &mut out,
+            &AtomicBool::new(false),
+            &mut resolver,
+            &NoPodLookup,
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        let last: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+        assert_eq!(last["summary"][0]["count"], 1000);
+        assert_eq!(last["summary"].as_array().unwrap().len(), 1);
+        assert_eq!(last["dropped"], 997);
+        assert_eq!(last["strategy"], "tp_btf");
+        assert_eq!(s.count(5, 83, 1, Action::Errno), 1000);
+    }
+
+    #[test]
+    fn stop_flag_ends_a_run_without_duration() {
+        let mut fake = Fake {
+            batches: vec![],
+            counts: vec![],
+            stats: Stats::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut out = Vec::new();
+        let s = run_with(
+            &mut fake,
+            &TraceOptions::default(),
+            &mut out,
+            &AtomicBool::new(true),
+            &mut CgroupResolver::new(dir.path(), dir.path()),
+            &NoPodLookup,
+        )
+        .unwrap();
+        assert!(s.summary.is_empty());
+        assert!(String::from_utf8(out).unwrap().contains("strategy tp_btf"));
+    }
+
+    #[test]
+    fn readiness_and_strategy_names() {
+        let e = TraceError::NoStrategy {
+            missing_caps: vec!["CAP_BPF"],
+            attempts: vec![ProbeAttempt {
+                strategy: Strategy::Fexit,
+                reason: FailureReason::BpfPermissionDenied,
+                detail: "loading np_fexit_seccomp: EPERM".into(),
+            }],
+        };
+        let r = Readiness::failed(&e);
+        assert!(!r.ready);
+        assert_eq!(r.reason, "BPFPermissionDenied");
+        assert!(r.message.contains("CAP_BPF"), "{}", r.message);
+        assert!(r.message.contains("or run as root"));
+        let e = TraceError::NoStrategy {
+            missing_caps: vec![],
+            attempts: vec![ProbeAttempt {
+                strategy: Strategy::Tracepoint,
+                reason: FailureReason::KernelUnsupported,
+                detail: "x".into(),
+            }],
+        };
+        assert_eq!(Readiness::failed(&e).reason, "KernelUnsupported");
+        let ok = Readiness::loaded(Strategy::TpBtf, &[]);
+        assert!(ok.ready && ok.message.contains("tp_btf"));
+        assert_eq!("raw_tp".parse::<Strategy>().unwrap(), Strategy::Tracepoint);
+        assert!("x".parse::<Strategy>().is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! Aggregation of the in-kernel counts into summary rows, and the text/JSON
+//! renderings of samples and summaries. Pure: the attribution comes in as a
+//! closure so tests need no cgroupfs.
+
+use super::attribution::Attribution;
+use super::event::{Action, CountKey, Denial};
+use super::names::{arch_name, errno_name, SyscallNames};
+use super::{Stats, Strategy};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// `--pid` / `--comm` filters (pid is the process id, tgid in kernel terms).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+}
+
+impl Filter {
+    pub fn matches(&self, pid: u32, comm: &str) -> bool {
+        self.pid.is_none_or(|p| p == pid) && self.comm.as_deref().is_none_or(|c| c == comm)
+    }
+}
+
+/// One line of the final summary: exact count for (pid, comm, syscall, action, errno, cgroup).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SummaryRow {
+    pub pid: u32,
+    pub comm: String,
+    pub syscall: String,
+    pub nr: i32,
+    pub arch: &'static str,
+    pub action: Action,
+    pub errno: i32,
+    pub count: u64,
+    pub cgroup_id: u64,
+    /// The cgroup path the id resolved to (relative to the hierarchy root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<super::attribution::PodRef>,
+}
+
+/// The result of a trace run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceSummary {
+    pub summary: Vec<SummaryRow>,
+    /// Samples not delivered (rate limit + full ring buffer); counts are unaffected.
+    pub dropped: u64,
+    /// Denials that found no slot in the count map: the only way counts can be inexact.
+    pub lost_counts: u64,
+    pub samples: u64,
+    pub strategy: Strategy,
+}
+
+impl TraceSummary {
+    /// The exact count for one (pid, syscall nr, errno, action), summed over comm and cgroup.
+    pub fn count(&self, pid: u32, nr: i32, errno: i32, action: Action) -> u64 {
+        self.summary
+            .iter()
+            .filter(|r| r.pid == pid && r.nr == nr && r.errno == errno && r.action == action)
+            .map(|r| r.count)
+            .sum()
+    }
+}
+
+/// Builds the summary rows from the in-kernel counts, filtered and attributed.
+pub fn aggregate(
+    counts: impl IntoIterator<Item = (CountKey, u64)>,
+    filter: &Filter,
+    names: &mut SyscallNames,
+    attribute: &mut dyn FnMut(u64, u32) -> Attribution,
+) -> Vec<SummaryRow> {
+    // Keys are unique per map, but sum anyway: a fake source or a re-read may repeat them.
+    let mut merged: BTreeMap<CountKey, u64> = BTreeMap::new();
+    for (k, n) in counts {
+        if n > 0 && filter.matches(k.pid, &k.comm) {
+            *merged.entry(k).or_default() += n;
+        }
+    }
+    let mut rows: Vec<SummaryRow> = merged
+        .into_iter()
+        .map(|(k, count)| {
+            let a = attribute(k.cgroup_id, k.pid);
+            SummaryRow {
+                pid: k.pid,
+                syscall: names.get(k.arch, k.nr).to_string(),
+                comm: k.comm,
+                nr: k.nr,
+                arch: arch_name(k.arch),
+                action: k.action,
+                errno: k.errno,
+                count,
+                cgroup_id: k.cgroup_id,
+                cgroup: a.cgroup,
+                container_id: a.container_id,
+                pod_uid: a.pod_uid,
+                pod: a.pod,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.nr.cmp(&b.nr))
+    });
+    rows
+}
+
+/// Builds the run's summary.
+pub fn summarize(rows: Vec<SummaryRow>, stats: &Stats, strategy: Strategy) -> TraceSummary {
+    TraceSummary {
+        summary: rows,
+        dropped: stats.dropped(),
+        lost_counts: stats.lost_counts,
+        samples: stats.samples,
+        strategy,
+    }
+}
+
+#[derive(Serialize)]
+struct SampleJson<'a> {
+    time: String,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    syscall: &'a str,
+    nr: i32,
+    arch: &'static str,
+    action: Action,
+    errno: i32,
+    cgroup_id: u64,
+    mnt_ns: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<&'a str>,
+    container_id: Option<&'a str>,
+    pod_uid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod: Option<&'a super::attribution::PodRef>,
+}
+
+/// One JSON line for a sample. `wall_ns` is the sample's time on CLOCK_REALTIME.
+pub fn sample_json(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> String {
+    let j = SampleJson {
+        time: rfc3339(wall_ns),
+        pid: d.pid,
+        tid: d.tid,
+        comm: &d.comm,
+        syscall,
+        nr: d.nr,
+        arch: arch_name(d.arch),
+        action: d.action,
+        errno: d.errno,
+        cgroup_id: d.cgroup_id,
+        mnt_ns: d.mnt_ns,
+        cgroup: a.cgroup.as_deref(),
+        container_id: a.container_id.as_deref(),
+        pod_uid: a.pod_uid.as_deref(),
+        pod: a.pod.as_ref(),
+    };
+    serde_json::to_string(&j).expect("sample serializes")
+}
+
+/// One readable line for a sample.
+pub fn sample_text(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> String {
+    let mut s = format!(
+        "{} {}[{}/{}] {}({}) denied: {}",
+        rfc3339(wall_ns),
+        d.comm,
+        d.pid,
+        d.tid,
+        syscall,
+        d.nr,
+        outcome(d.action, d.errno)
+    );
+    if let Some(p) = &a.pod {
+        s.push_str(&format!(" pod={}/{}", p.namespace, p.name));
+    } else if let Some(uid) = &a.pod_uid {
+        s.push_str(&format!(" pod_uid={uid}"));
+    }
+    if let Some(id) = &a.container_id {
+        s.push_str(&format!(" container={}", &id[..id.len().min(12)]));
+    } else if let Some(cg) = &a.cgroup {
+        s.push_str(&format!(" cgroup={cg}"));
+    }
+    s
+}
+
+fn outcome(action: Action, errno: i32) -> String {
+    match action {
+        Action::Errno | Action::NotifyError => match errno_name(errno) {
+            Some(name) => format!("{action} {name} ({errno})"),
+            None => format!("{action} {errno}"),
+        },
+        Action::Kill => "kill (SIGSYS)".to_string(),
+        Action::Trap => format!("trap (SIGSYS, data {errno})"),
+    }
+}
+
+/// The final JSON line.
+pub fn summary_json(s: &TraceSummary) -> String {
+    serde_json::to_string(s).expect("summary serializes")
+}
+
+/// The final text table.
+pub fn summary_text(s: &TraceSummary) -> String {
+    let mut out = format!(
+        "{:>8} {:<16} {:<20} {:<14} {:>10}  {}\n",
+        "PID", "COMM", "SYSCALL", "ACTION", "COUNT", "CONTAINER/POD"
+    );
+    for r in &s.summary {
+        let what = outcome(r.action, r.errno);
+        let where_ = match (&r.container_id, &r.pod_uid) {
+            (Some(c), Some(p)) => format!("{} pod={p}", &c[..c.len().min(12)]),
+            (Some(c), None) => c[..c.len().min(12)].to_string(),
+            (None, Some(p)) => format!("pod={p}"),
+            (None, None) => "-".to_string(),
+        };
+        out.push_str(&format!(
+            "{:>8} {:<16} {:<20} {:<14} {:>10}  {}\n",
+            r.pid,
+            r.comm,
+            format!("{}({})", r.syscall, r.nr),
+            what,
+            r.count,
+            where_
+        ));
+    }
+    out.push_str(&format!(
+        "strategy {}; {} samples, {} dropped; counts exact{}\n",
+        s.strategy,
+        s.samples,
+        s.dropped,
+        if s.lost_counts > 0 {
+            format!(" except {} lost (count map full)", s.lost_counts)
+        } else {
+            String::new()
+        }
+    ));
+    out
+}
+
+/// RFC 3339 UTC with milliseconds, from nanoseconds since the epoch.
+pub fn rfc3339(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let ms = (ns % 1_000_000_000) / 1_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::AUDIT_ARCH_X86_64;
+
+    fn key(pid: u32, comm: &str, nr: i32, errno: i32, action: Action) -> CountKey {
+        CountKey {
+            cgroup_id: 9,
+            pid,
+            nr,
+            errno,
+            action,
+            arch: AUDIT_ARCH_X86_64,
+            comm: comm.to_string(),
+        }
+    }
+
+    fn attr(_cg: u64, pid: u32) -> Attribution {
+        if pid == 10 {
+            Attribution {
+                cgroup: Some("/kubepods/podx/abc".into()),
+                container_id: Some("0123456789abcdef".into()),
+                pod_uid: Some("u-1".into()),
+                qos: None,
+                pod: None,
+            }
+        } else {
+            Attribution::default()
+        }
+    }
+
+    #[test]
+    fn aggregates_filters_and_sorts() {
+        let counts = vec![
+            (key(10, "app", 83, 1, Action::Errno), 5),
+            (key(10, "app", 83, 1, Action::Errno), 2),
+            (key(10, "app", 84, 13, Action::Errno), 9),
+            (key(11, "other", 83, 1, Action::Errno), 1),
+            (key(12, "zero", 83, 1, Action::Errno), 0),
+        ];
+        let mut names = SyscallNames::default();
+        let rows = aggregate(counts.clone(), &Filter::default(), &mut names, &mut attr);
+        assert_eq!(rows.len(), 3);
+        assert_eq!((rows[0].syscall.as_str(), rows[0].count), ("rmdir", 9));
+        assert_eq!((rows[1].syscall.as_str(), rows[1].count), ("mkdir", 7));
+        assert_eq!(rows[1].container_id.as_deref(), Some("0123456789abcdef"));
+        assert_eq!(rows[2].pod_uid, None);
+
+        let only = Filter {
+            pid: None,
+            comm: Some("other".into()),
+        };
+        let rows = aggregate(counts.clone(), &only, &mut names, &mut attr);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].pid, 11);
+        let by_pid = Filter {
+            pid: Some(10),
+            comm: None,
+        };
+        let s = summarize(
+            aggregate(counts, &by_pid, &mut names, &mut attr),
+            &Stats {
+                dropped_ratelimit: 3,
+                dropped_ringbuf: 1,
+                ..Stats::default()
+            },
+            Strategy::TpBtf,
+        );
+        assert_eq!(s.count(10, 83, 1, Action::Errno), 7);
+        assert_eq!(s.dropped, 4);
+    }
+
+    #[test]
+    fn summary_json_shape() {
+        let mut names = SyscallNames::default();
+        let rows = aggregate(
+            vec![(key(10, "app", 83, 1, Action::Errno), 3)],
+            &Filter::default(),
+            &mut names,
+            &mut attr,
+        );
+        let s = summarize(rows, &Stats::default(), Strategy::TpBtf);
+        let v: serde_json::Value = serde_json::from_str(&summary_json(&s)).unwrap();
+        assert_eq!(v["strategy"], "tp_btf");
+        assert_eq!(v["dropped"], 0);
+        let r = &v["summary"][0];
+        assert_eq!(r["pid"], 10);
+        assert_eq!(r["comm"], "app");
+        assert_eq!(r["syscall"], "mkdir");
+        assert_eq!(r["nr"], 83);
+        assert_eq!(r["action"], "errno");
+        assert_eq!(r["errno"], 1);
+        assert_eq!(r["count"], 3);
+        assert_eq!(r["container_id"], "0123456789abcdef");
+        assert_eq!(r["pod_uid"], "u-1");
+        assert!(summary_text(&s).contains("mkdir(83)"));
+    }
+
+    #[test]
+    fn sample_renderings() {
+        let d = Denial {
+            ts_ns: 0,
+            cgroup_id: 9,
+            pid: 10,
+            tid: 12,
+            mnt_ns: 4,
+            nr: 83,
+            arch: AUDIT_ARCH_X86_64,
+            errno: 1,
+            action: Action::Errno,
+            comm: "app".into(),
+        };
+        let a = attr(9, 10);
+        let t = sample_text(&d, "mkdir", &a, 1_700_000_000_123_000_000);
+        assert_eq!(
+            t,
+            "2023-11-14T22:13:20.123Z app[10/12] mkdir(83) denied: errno EPERM (1) pod_uid=u-1 container=0123456789ab"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&sample_json(&d, "mkdir", &a, 1_700_000_000_123_000_000)).unwrap();
+        assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v["tid"], 12);
+        assert_eq!(v["action"], "errno");
+        let k = Denial {
+            action: Action::Kill,
+            ..d
+        };
+        assert!(sample_text(&k, "mkdir", &Attribution::default(), 0).contains("kill (SIGSYS)"));
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+    }
+}
