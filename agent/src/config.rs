@@ -286,6 +286,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeproof_findings::ConditionType;
     use nodeproof_kube::conditions::Hysteresis;
     use std::time::Duration;
 
@@ -332,20 +333,23 @@ mod tests {
             }
         );
         assert_eq!(
-            p.per_kind["GPUHealthy"],
+            p.per_kind[&ConditionType::GPUHealthy],
             Hysteresis {
                 to_bad: 3,
                 to_good: 5
             }
         );
-        assert_eq!(p.per_kind["SeccompProfilesReady"], Hysteresis::IMMEDIATE);
+        assert_eq!(
+            p.per_kind[&ConditionType::SeccompProfilesReady],
+            Hysteresis::IMMEDIATE
+        );
         let c = Config::parse(
             "[report.hysteresis.SeccompProfilesReady]\nto-bad = 2\n",
             Path::new("c.toml"),
         )
         .unwrap();
         assert_eq!(
-            c.report.policy().per_kind["SeccompProfilesReady"],
+            c.report.policy().per_kind[&ConditionType::SeccompProfilesReady],
             Hysteresis {
                 to_bad: 2,
                 to_good: 3

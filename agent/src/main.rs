@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 use nodeproof::config::Config;
-use nodeproof_findings::{Condition, Finding, Status};
+use nodeproof_findings::{Condition, ConditionStatus, Finding, Status};
 use nodeproof_gpu as gpu;
 
 use nodeproof::checks::profiles;
@@ -438,7 +438,7 @@ fn pods_cmd(
             );
         }
     }
-    Ok(exit(r.condition.status == "True"))
+    Ok(exit(r.condition.status == ConditionStatus::True))
 }
 
 /// What `--pod`/`--container`/`--profile` point at. The pod is read only
@@ -677,7 +677,9 @@ fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> R
     if report.report {
         report_conditions(&conditions, report, config)?;
     }
-    Ok(exit(conditions.iter().all(|c| c.status == "True")))
+    Ok(exit(
+        conditions.iter().all(|c| c.status == ConditionStatus::True),
+    ))
 }
 
 fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {

@@ -15,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::checks::profiles;
-use nodeproof_findings::{Finding, Status};
+use nodeproof_findings::{Check, Finding, Status};
 use nodeproof_seccomp::lint::{LintOptions, ProfileReport};
 
 /// Where kubelet.service and its drop-ins may live, in systemd's order.
@@ -298,7 +298,7 @@ pub fn rootless_findings(id: &Identity, layout: &Layout, seccomp_root: &Path) ->
                 Err(m) => (Status::Failed, "AccessDenied", m),
             };
             Finding {
-                check: "kubelet-access",
+                check: Check::KubeletAccess,
                 subject: path.display().to_string(),
                 status,
                 reason: reason.into(),
@@ -360,7 +360,7 @@ pub fn referenced_findings(
                 _ => return None,
             };
             Some(Finding {
-                check: "static-pod-profile",
+                check: Check::StaticPodProfile,
                 subject: shown,
                 status: Status::Failed,
                 reason: reason.into(),
@@ -391,7 +391,7 @@ pub fn run(
         match identity(&user) {
             Some(id) => findings.extend(rootless_findings(&id, layout, seccomp_root)),
             None => findings.push(Finding {
-                check: "kubelet-access",
+                check: Check::KubeletAccess,
                 subject: user.clone(),
                 status: Status::Failed,
                 reason: "UnknownUser".into(),

@@ -4,6 +4,7 @@
 
 mod fake_nvml_support;
 
+use nodeproof_findings::ConditionStatus;
 use std::time::{Duration, Instant};
 
 use fake_nvml_support::Scenario;
@@ -48,8 +49,14 @@ impl Node {
 fn conds(r: &GpuReport) -> [(String, String); 2] {
     let e = &r.evaluation;
     [
-        (e.driver_ready.status.into(), e.driver_ready.reason.clone()),
-        (e.gpu_healthy.status.into(), e.gpu_healthy.reason.clone()),
+        (
+            e.driver_ready.status.to_string(),
+            e.driver_ready.reason.clone(),
+        ),
+        (
+            e.gpu_healthy.status.to_string(),
+            e.gpu_healthy.reason.clone(),
+        ),
     ]
 }
 
@@ -153,7 +160,7 @@ fn xid_79_then_recovery_with_hysteresis() {
     s.set("xid 1 2 79\n");
     for (t, clean) in [(700, 1), (760, 2)] {
         let r = node.cycle(t);
-        assert_eq!(r.evaluation.gpu_healthy.status, "False");
+        assert_eq!(r.evaluation.gpu_healthy.status, ConditionStatus::False);
         assert!(
             r.evaluation
                 .gpu_healthy

@@ -5,6 +5,7 @@
 
 mod support;
 
+use nodeproof_findings::ConditionStatus;
 use std::time::{Duration, Instant};
 
 use kube::api::{ListParams, WatchParams};
@@ -653,7 +654,7 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
     let (r, _) = next(&mut rounds).await;
     assert_eq!(
         (r.condition.status, r.condition.reason.as_str()),
-        ("False", "RuntimeClassMismatch"),
+        (ConditionStatus::False, "RuntimeClassMismatch"),
         "{:?}",
         r.condition
     );
@@ -664,7 +665,12 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
     server.merge_node("n1", json!({"metadata": {"labels": {"gpu": "true"}}}));
     let (r, t) = next(&mut rounds).await;
     eprintln!("FIGURE node labelled → judged again, True: {t:?}");
-    assert_eq!(r.condition.status, "True", "{:?}", r.condition);
+    assert_eq!(
+        r.condition.status,
+        ConditionStatus::True,
+        "{:?}",
+        r.condition
+    );
     assert!(r.events.is_empty());
 
     // Tainted with a NoExecute taint the class does not tolerate.
@@ -676,7 +682,7 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
     eprintln!("FIGURE node tainted → judged again, RuntimeClassMismatch: {t:?}");
     assert_eq!(
         (r.condition.status, r.condition.reason.as_str()),
-        ("False", "RuntimeClassMismatch")
+        (ConditionStatus::False, "RuntimeClassMismatch")
     );
     assert_eq!(r.events.len(), 1, "{:?}", r.events);
     assert!(
@@ -726,7 +732,8 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
     server.merge_node("n1", json!({"spec": {"taints": null}}));
     let (r, _) = next(&mut rounds).await;
     assert_eq!(
-        r.condition.status, "True",
+        r.condition.status,
+        ConditionStatus::True,
         "the round after the heartbeats: {:?}",
         r.condition
     );

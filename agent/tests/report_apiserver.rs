@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 use tempfile::TempDir;
 
-use nodeproof_findings::Condition;
+use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::client::{KubeReporter, ReportError};
 use nodeproof_kube::conditions::{rfc3339, Hysteresis, Policy};
 use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
@@ -30,8 +30,12 @@ fn min(m: u64) -> Duration {
 
 fn seccomp(ok: bool, message: &str) -> Condition {
     Condition {
-        kind: "SeccompProfilesReady",
-        status: if ok { "True" } else { "False" },
+        kind: ConditionType::SeccompProfilesReady,
+        status: if ok {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
         reason: if ok {
             "ProfilesLoad"
         } else {
@@ -270,8 +274,8 @@ async fn disabled_condition_types_are_removed() {
     {
         let mut lp = c.report_loop(Policy::default()).await;
         let gpu = Condition {
-            kind: "GPUHealthy",
-            status: "True",
+            kind: ConditionType::GPUHealthy,
+            status: ConditionStatus::True,
             reason: "Healthy".into(),
             message: "2 GPUs".into(),
         };
@@ -280,7 +284,7 @@ async fn disabled_condition_types_are_removed() {
     }
     assert!(c.server.condition("n1", "GPUHealthy").is_some());
     let mut policy = Policy::default();
-    policy.enabled.remove("GPUHealthy");
+    policy.enabled.remove(&ConditionType::GPUHealthy);
     let mut lp = c.report_loop(policy).await;
     lp.observe(t0() + min(1), &[seccomp(true, "ok")]);
     lp.flush(t0() + min(1)).await.unwrap();
@@ -510,8 +514,12 @@ async fn run_once_writes_and_exits() {
 
 fn gpu(ok: bool) -> Condition {
     Condition {
-        kind: "GPUHealthy",
-        status: if ok { "True" } else { "False" },
+        kind: ConditionType::GPUHealthy,
+        status: if ok {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
         reason: if ok { "Healthy" } else { "XidError" }.into(),
         message: if ok {
             "2 GPUs usable"

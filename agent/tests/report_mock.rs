@@ -7,7 +7,7 @@ use http::{Method, Request, Response};
 use kube::client::Body;
 use serde_json::{json, Value};
 
-use nodeproof_findings::Condition;
+use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::client::{KubeReporter, ReportError, Reporter};
 use nodeproof_kube::conditions::{Policy, Tracker};
 use nodeproof_kube::events::{EventType, ObjectRef, Recorder, RecorderConfig};
@@ -75,8 +75,8 @@ async fn status_is_a_strategic_merge_patch_with_field_manager() {
     tracker.observe(
         t(0),
         &[Condition {
-            kind: "SeccompProfilesReady",
-            status: "True",
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
             reason: "ProfilesLoad".into(),
             message: "3 profiles load".into(),
         }],

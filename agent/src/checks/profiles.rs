@@ -4,12 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use nodeproof_bpfgen::Native;
-use nodeproof_findings::{Condition, Finding, Status};
+use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport};
 use nodeproof_seccomp::scan::{self, ProfileFile};
-
-pub const CONDITION: &str = "SeccompProfilesReady";
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
 pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileReport> {
@@ -88,7 +86,7 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
                 _ => format!("outcome {}: {}", r.outcome.as_str(), first_line(r)),
             };
             Finding {
-                check: "seccomp-profile",
+                check: Check::SeccompProfile,
                 subject: r.path.clone(),
                 status,
                 reason: reason(r).to_string(),
@@ -102,16 +100,16 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
     let failing: Vec<&ProfileReport> = reports.iter().filter(|r| !passes(r, false)).collect();
     if reports.is_empty() {
         return Condition {
-            kind: CONDITION,
-            status: "True",
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
             reason: "NoProfiles".into(),
             message: format!("no profiles under {}", root.display()),
         };
     }
     match failing.first() {
         None => Condition {
-            kind: CONDITION,
-            status: "True",
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
             reason: "ProfilesValid".into(),
             message: format!(
                 "{} profiles under {} predicted ok",
@@ -126,8 +124,8 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
                 .map(|r| format!("{} ({})", r.path, r.outcome.as_str()))
                 .collect();
             Condition {
-                kind: CONDITION,
-                status: "False",
+                kind: ConditionType::SeccompProfilesReady,
+                status: ConditionStatus::False,
                 reason: reason(first).to_string(),
                 message: format!(
                     "{} of {} profiles fail: {}{}; first cause: {}",

@@ -4,6 +4,7 @@
 //! collector reads them at each scrape and encodes const metrics; nothing
 //! here counts.
 
+use nodeproof_findings::ConditionStatus;
 use std::fmt;
 use std::sync::Arc;
 
@@ -64,9 +65,14 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
         "nodeproof_condition",
         "Node conditions nodeproof owns, by status (1 for the current one).",
         s.conditions.iter().flat_map(|c| {
-            ["True", "False", "Unknown"].map(|status| {
+            [
+                ConditionStatus::True,
+                ConditionStatus::False,
+                ConditionStatus::Unknown,
+            ]
+            .map(|status| {
                 (
-                    [("condition", c.kind), ("status", status)],
+                    [("condition", c.kind.as_str()), ("status", status.as_str())],
                     u64::from(c.status == status),
                 )
             })
@@ -243,6 +249,8 @@ fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> f
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use nodeproof_findings::ConditionType;
     use std::time::{Duration, Instant};
 
     use super::*;
@@ -376,8 +384,8 @@ mod tests {
             "profiles",
             CheckState {
                 conditions: vec![Condition {
-                    kind: "SeccompProfilesReady",
-                    status: "False",
+                    kind: ConditionType::SeccompProfilesReady,
+                    status: ConditionStatus::False,
                     reason: "ProfileRejected".into(),
                     message: "m".into(),
                 }],

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::pods::denials::PodDenialTotal;
 use crate::pods::verdict::combine;
-use nodeproof_findings::Condition;
+use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_gpu::GpuMetrics;
 
 /// The subsystems, by the name `/healthz/<check>` and `NODEPROOF_CHECK=` use.
@@ -97,7 +97,7 @@ impl Shared {
     pub fn set_check(&self, name: &'static str, state: CheckState) {
         let mut i = self.lock();
         i.first_rounds.entry(name).or_insert_with(Instant::now);
-        let kinds: Vec<&'static str> = state.conditions.iter().map(|c| c.kind).collect();
+        let kinds: Vec<ConditionType> = state.conditions.iter().map(|c| c.kind).collect();
         let completed = state.progress.is_some() && !kinds.is_empty();
         i.checks.insert(name, state);
         if completed {
@@ -288,11 +288,12 @@ fn merged(checks: &BTreeMap<&'static str, CheckState>) -> Vec<Condition> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeproof_findings::ConditionStatus;
 
-    fn cond(kind: &'static str, status: &'static str) -> Condition {
+    fn cond(kind: &str, status: &str) -> Condition {
         Condition {
-            kind,
-            status,
+            kind: ConditionType::parse(kind).expect("an owned type"),
+            status: ConditionStatus::parse(status),
             reason: "R".into(),
             message: "m".into(),
         }
@@ -357,14 +358,14 @@ mod tests {
         let merged: Vec<_> = s
             .conditions()
             .into_iter()
-            .filter(|c| c.kind == "SeccompProfilesReady")
+            .filter(|c| c.kind == ConditionType::SeccompProfilesReady)
             .collect();
         assert_eq!(merged.len(), 1, "{merged:?}");
         assert_eq!(
             s.metrics_snapshot()
                 .conditions
                 .iter()
-                .filter(|c| c.kind == "SeccompProfilesReady")
+                .filter(|c| c.kind == ConditionType::SeccompProfilesReady)
                 .collect::<Vec<_>>(),
             merged.iter().collect::<Vec<_>>()
         );
@@ -436,7 +437,7 @@ mod tests {
         let rounds = s.take_rounds();
         assert_eq!(rounds.len(), 2, "{rounds:?}");
         assert_eq!(rounds[1].len(), 1);
-        assert_eq!(rounds[1][0].status, "False");
+        assert_eq!(rounds[1][0].status, ConditionStatus::False);
         assert_eq!(rounds[1][0].reason, "ProfileMissing");
 
         // A stuck main loop costs the oldest rounds, not unbounded memory.

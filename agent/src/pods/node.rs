@@ -15,8 +15,8 @@ use super::denials::DenialAggregator;
 use super::handlers;
 use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
-use crate::checks::profiles::CONDITION;
-use nodeproof_findings::Condition;
+
+use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_kube::client::{self, KubeReporter, ReportError};
 use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::credentials;
@@ -212,7 +212,7 @@ pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsR
                 // would only delay the 5 s the issue asks for (the next judgement
                 // may be a recheck 10 s away).
                 policy: Policy {
-                    per_kind: [(CONDITION.to_string(), Hysteresis::IMMEDIATE)].into(),
+                    per_kind: [(ConditionType::SeccompProfilesReady, Hysteresis::IMMEDIATE)].into(),
                     ..Policy::default()
                 },
                 ..LoopConfig::default()

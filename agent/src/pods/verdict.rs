@@ -13,8 +13,8 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-use crate::checks::profiles::{passes, CONDITION};
-use nodeproof_findings::Condition;
+use crate::checks::profiles::passes;
+use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::marks::Taint;
 use nodeproof_kube::refs::{PodRefs, Profile};
 use nodeproof_kube::taints::{self, Toleration};
@@ -354,8 +354,8 @@ fn runtime_class_problem(
 pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
     let Some(first) = findings.first() else {
         return Condition {
-            kind: CONDITION,
-            status: "True",
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
             reason: "PodProfilesReady".into(),
             message: format!("seccomp references of {pods} pods on this node are usable"),
         };
@@ -366,8 +366,8 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
         .collect();
     let named: Vec<String> = findings.iter().take(3).map(PodFinding::describe).collect();
     Condition {
-        kind: CONDITION,
-        status: "False",
+        kind: ConditionType::SeccompProfilesReady,
+        status: ConditionStatus::False,
         reason: first.reason.as_str().into(),
         message: format!(
             "{} of {pods} pods reference unusable seccomp profiles: {}{}",
@@ -382,8 +382,8 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
 /// a pod that cannot start is the more urgent, more concrete cause, so its
 /// reason leads; the files' problem, if any, is still named.
 pub fn combine(node_files: Condition, pods: Condition) -> Condition {
-    if pods.status == "False" {
-        if node_files.status == "True" {
+    if pods.status == ConditionStatus::False {
+        if node_files.status == ConditionStatus::True {
             return pods;
         }
         return Condition {
@@ -391,7 +391,7 @@ pub fn combine(node_files: Condition, pods: Condition) -> Condition {
             ..pods
         };
     }
-    if node_files.status == "True" && node_files.reason == "NoProfiles" {
+    if node_files.status == ConditionStatus::True && node_files.reason == "NoProfiles" {
         pods
     } else {
         node_files
@@ -654,7 +654,10 @@ mod tests {
         let refs = vllm(localhost("profiles/vllm-strict.json"), None);
         let f = judge.judge_pod(&refs, &HashMap::new(), &ctx);
         let c = condition(&f, 1);
-        assert_eq!((c.status, c.reason.as_str()), ("False", "ProfileMissing"));
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (ConditionStatus::False, "ProfileMissing")
+        );
         assert!(
             c.message.starts_with("1 of 1 pods reference unusable seccomp profiles: ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
             "{}",
@@ -668,7 +671,10 @@ mod tests {
         std::fs::write(dir.path().join("profiles/vllm-strict.json"), good()).unwrap();
         let f = judge.judge_pod(&refs, &HashMap::new(), &ctx);
         let c = condition(&f, 1);
-        assert_eq!((c.status, c.reason.as_str()), ("True", "PodProfilesReady"));
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (ConditionStatus::True, "PodProfilesReady")
+        );
     }
 
     #[test]
@@ -696,13 +702,13 @@ mod tests {
     #[test]
     fn combine_prefers_pod_problems() {
         let ok = |reason: &str| Condition {
-            kind: CONDITION,
-            status: "True",
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
             reason: reason.into(),
             message: String::new(),
         };
         let bad = Condition {
-            status: "False",
+            status: ConditionStatus::False,
             reason: "ProfileMissing".into(),
             ..ok("")
         };
@@ -719,7 +725,7 @@ mod tests {
             "PodProfilesReady"
         );
         let files_bad = Condition {
-            status: "False",
+            status: ConditionStatus::False,
             reason: "ProfileRejected".into(),
             message: "1 of 2 profiles fail".into(),
             ..ok("")
@@ -735,7 +741,7 @@ mod tests {
         let both = combine(files_bad, pods_bad);
         assert_eq!(
             (both.status, both.reason.as_str()),
-            ("False", "ProfileMissing")
+            (ConditionStatus::False, "ProfileMissing")
         );
         assert_eq!(
             both.message,

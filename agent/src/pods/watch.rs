@@ -635,6 +635,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeproof_findings::ConditionStatus;
     use nodeproof_seccomp::lint::LintOptions;
 
     #[test]
@@ -670,12 +671,15 @@ mod tests {
         st.apply(Change::Classes(vec![rc.clone()]));
         assert!(st.synced());
         let e = st.evaluate();
-        assert_eq!(e.condition.status, "True");
+        assert_eq!(e.condition.status, ConditionStatus::True);
         let t0 = Instant::now();
         st.apply(Change::ClassGone(rc.clone()));
         // Missing for less than the grace: maybe its watch event is just late.
         let e = st.evaluate_at(t0);
-        assert_eq!((e.condition.status, e.new.len()), ("True", 0));
+        assert_eq!(
+            (e.condition.status, e.new.len()),
+            (ConditionStatus::True, 0)
+        );
         assert_eq!(st.next_due(t0), Some(CLASS_GRACE));
         let e = st.evaluate_at(t0 + CLASS_GRACE);
         assert_eq!(e.new.len(), 1);
@@ -683,11 +687,14 @@ mod tests {
         assert_eq!(e.new[0].message, "RuntimeClass gvisor does not exist");
         // Still broken: the condition stays False, but it is not news.
         let e = st.evaluate_at(t0 + CLASS_GRACE * 2);
-        assert_eq!((e.condition.status, e.new.len()), ("False", 0));
+        assert_eq!(
+            (e.condition.status, e.new.len()),
+            (ConditionStatus::False, 0)
+        );
         // Back within the grace: never reported.
         st.apply(Change::Class(rc));
         let e = st.evaluate_at(t0 + CLASS_GRACE * 3);
-        assert_eq!(e.condition.status, "True");
+        assert_eq!(e.condition.status, ConditionStatus::True);
         assert_eq!(st.next_due(t0 + CLASS_GRACE * 3), None);
     }
 

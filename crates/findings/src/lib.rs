@@ -1,8 +1,11 @@
-//! The one result type every check produces, and the node conditions
-//! derived from them. What `nodeproof check` prints is what the daemon
-//! reports, so what a user sees by hand is what the cluster sees.
+//! The vocabulary every check speaks: a [`Finding`] per checked subject and
+//! the node [`Condition`]s derived from them, with typed condition types,
+//! statuses and check names. What `nodeproof check` prints is what the
+//! daemon reports, so what a user sees by hand is what the cluster sees.
 
-use serde::Serialize;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 /// How bad a finding is for the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -13,11 +16,47 @@ pub enum Status {
     Failed,
 }
 
+/// Which check produced a finding (the CHECK column of `nodeproof check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Check {
+    /// One profile under the kubelet seccomp root.
+    SeccompProfile,
+    /// Whether the eBPF tracer loads.
+    SeccompTracing,
+    /// The NVIDIA driver as NVML and the PCI bus see it.
+    GpuDriver,
+    /// One GPU's health.
+    GpuHealth,
+    /// Whether a rootless kubelet can read what it needs (preflight).
+    KubeletAccess,
+    /// A static pod's seccomp profile (preflight).
+    StaticPodProfile,
+}
+
+impl Check {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::SeccompProfile => "seccomp-profile",
+            Check::SeccompTracing => "seccomp-tracing",
+            Check::GpuDriver => "gpu-driver",
+            Check::GpuHealth => "gpu-health",
+            Check::KubeletAccess => "kubelet-access",
+            Check::StaticPodProfile => "static-pod-profile",
+        }
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One checked subject: a profile, a GPU, the tracer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// Which check produced it, e.g. `seccomp-profile`.
-    pub check: &'static str,
+    pub check: Check,
     /// What was checked, e.g. a profile path.
     pub subject: String,
     pub status: Status,
@@ -31,16 +70,36 @@ pub struct Finding {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
     #[serde(rename = "type")]
-    pub kind: &'static str,
-    /// "True", "False" or "Unknown", as the API spells them.
-    pub status: &'static str,
+    pub kind: ConditionType,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
 }
 
+impl Condition {
+    pub fn new(
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Condition {
+        Condition {
+            kind,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Whether the condition says the node is fine.
+    pub fn is_true(&self) -> bool {
+        self.status == ConditionStatus::True
+    }
+}
+
 /// The node condition types nodeproof owns: the only ones it ever writes
 /// or removes on a Node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ConditionType {
     SeccompProfilesReady,
     SeccompTracingReady,
@@ -72,8 +131,81 @@ impl ConditionType {
     }
 }
 
-impl std::fmt::Display for ConditionType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+impl fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A condition's status, as the API spells it (`core/v1 ConditionStatus`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub enum ConditionStatus {
+    True,
+    False,
+    #[default]
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+
+    /// The status an API object carries; anything but the three the API
+    /// defines reads as Unknown, which is what it tells a reader.
+    pub fn parse(s: &str) -> ConditionStatus {
+        match s {
+            "True" => ConditionStatus::True,
+            "False" => ConditionStatus::False,
+            _ => ConditionStatus::Unknown,
+        }
+    }
+
+    /// `True` when `good`, else `False`.
+    pub fn from_bool(good: bool) -> ConditionStatus {
+        if good {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
+impl fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_serialize_as_the_api_spells_them() {
+        for t in ConditionType::ALL {
+            assert_eq!(ConditionType::parse(t.as_str()), Some(t));
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+        assert_eq!(ConditionType::parse("Ready"), None);
+        for s in [
+            ConditionStatus::True,
+            ConditionStatus::False,
+            ConditionStatus::Unknown,
+        ] {
+            assert_eq!(ConditionStatus::parse(s.as_str()), s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        assert_eq!(ConditionStatus::parse("true"), ConditionStatus::Unknown);
+        assert_eq!(
+            serde_json::to_value(Check::StaticPodProfile).unwrap(),
+            "static-pod-profile"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! evaluation. Pure: a snapshot, the PCI list and the time in, verdicts out;
 //! the hysteresis state is plain data the caller keeps between cycles.
 
+use nodeproof_findings::ConditionStatus;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
@@ -202,7 +203,7 @@ pub struct Evaluation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     /// "True", "False" or "Unknown".
-    pub status: &'static str,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
 }
@@ -226,7 +227,7 @@ pub struct CheckVerdict {
     pub clean_intervals: Option<u32>,
 }
 
-fn verdict(status: &'static str, reason: &str, message: impl Into<String>) -> Verdict {
+fn verdict(status: ConditionStatus, reason: &str, message: impl Into<String>) -> Verdict {
     Verdict {
         status,
         reason: reason.into(),
@@ -245,8 +246,16 @@ pub fn evaluate(
     now: u64,
 ) -> Evaluation {
     let no_gpu = || Evaluation {
-        driver_ready: verdict("Unknown", "NoGPU", "no NVIDIA PCI device on this node"),
-        gpu_healthy: verdict("Unknown", "NoGPU", "no NVIDIA PCI device on this node"),
+        driver_ready: verdict(
+            ConditionStatus::Unknown,
+            "NoGPU",
+            "no NVIDIA PCI device on this node",
+        ),
+        gpu_healthy: verdict(
+            ConditionStatus::Unknown,
+            "NoGPU",
+            "no NVIDIA PCI device on this node",
+        ),
         gpus: Vec::new(),
         no_gpu: true,
     };
@@ -258,7 +267,7 @@ pub fn evaluate(
         // The GPUs' held state is kept: a driver that comes back finds it.
         return Evaluation {
             gpu_healthy: verdict(
-                "Unknown",
+                ConditionStatus::Unknown,
                 "DriverNotReady",
                 format!(
                     "GPU health is unknown while the driver is not ready: {}",
@@ -304,12 +313,12 @@ pub fn evaluate(
         .collect();
     let gpu_healthy = match gpus.iter().flat_map(|g| &g.checks).find(|c| !c.ok) {
         None => verdict(
-            "True",
+            ConditionStatus::True,
             "GPUsHealthy",
             format!("{} of {} GPUs healthy", gpus.len(), gpus.len()),
         ),
         Some(first) => verdict(
-            "False",
+            ConditionStatus::False,
             &first.reason,
             format!(
                 "{} of {} GPUs unhealthy: {}",
@@ -342,17 +351,17 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
     };
     match &snapshot.driver {
         DriverState::LibraryMissing { detail } => verdict(
-            "False",
+            ConditionStatus::False,
             "NVMLLibraryMissing",
             format!("{pci_text} but the NVML library cannot be loaded: {detail}"),
         ),
         DriverState::InitFailed { call, error } => verdict(
-            "False",
+            ConditionStatus::False,
             "NVMLInitFailed",
             format!("{pci_text} but {call} failed: {error}"),
         ),
         DriverState::NotAnswering { call, waited_ms } => verdict(
-            "False",
+            ConditionStatus::False,
             "DriverNotAnswering",
             format!("{pci_text} but {call} did not return within {waited_ms} ms"),
         ),
@@ -367,7 +376,7 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
             );
             let Ok(list) = pci else {
                 return verdict(
-                    "True",
+                    ConditionStatus::True,
                     "DriverReady",
                     format!("NVML answers for {seen} GPUs ({versions}); {pci_text}"),
                 );
@@ -399,7 +408,7 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
                     })
                     .collect();
                 verdict(
-                    "False",
+                    ConditionStatus::False,
                     "GPUsMissingFromNVML",
                     format!(
                         "NVML sees {seen} of {} NVIDIA PCI devices; not seen: {}",
@@ -409,7 +418,7 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
                 )
             } else {
                 verdict(
-                    "True",
+                    ConditionStatus::True,
                     "DriverReady",
                     format!(
                         "NVML answers for {seen} of {} NVIDIA PCI devices in {} ms ({versions})",
@@ -647,39 +656,57 @@ mod tests {
     #[test]
     fn default_policy_table() {
         type Edit = fn(&mut GpuInfo);
-        let cases: &[(&str, Edit, &[u64], &str, &str)] = &[
-            ("clean", |_| {}, &[], "True", "GPUsHealthy"),
-            ("lost", |g| g.lost = true, &[], "False", "GPULost"),
-            ("xid 79", |_| {}, &[79], "False", "FatalXid"),
-            ("xid 48", |_| {}, &[48], "False", "FatalXid"),
+        let cases: &[(&str, Edit, &[u64], ConditionStatus, &str)] = &[
+            ("clean", |_| {}, &[], ConditionStatus::True, "GPUsHealthy"),
+            (
+                "lost",
+                |g| g.lost = true,
+                &[],
+                ConditionStatus::False,
+                "GPULost",
+            ),
+            ("xid 79", |_| {}, &[79], ConditionStatus::False, "FatalXid"),
+            ("xid 48", |_| {}, &[48], ConditionStatus::False, "FatalXid"),
             (
                 "app xids",
                 |_| {},
                 &[13, 31, 43, 45, 68, 109],
-                "True",
+                ConditionStatus::True,
                 "GPUsHealthy",
             ),
-            ("2 other", |_| {}, &[32, 32], "True", "GPUsHealthy"),
-            ("3 other", |_| {}, &[32, 32, 32], "False", "XidRateExceeded"),
+            (
+                "2 other",
+                |_| {},
+                &[32, 32],
+                ConditionStatus::True,
+                "GPUsHealthy",
+            ),
+            (
+                "3 other",
+                |_| {},
+                &[32, 32, 32],
+                ConditionStatus::False,
+                "XidRateExceeded",
+            ),
             (
                 "dbe",
                 |g| g.ecc_uncorrected_volatile = Some(1),
                 &[],
-                "False",
+                ConditionStatus::False,
                 "UncorrectableECC",
             ),
             (
                 "old dbe",
                 |g| g.ecc_uncorrected_aggregate = Some(50),
                 &[],
-                "True",
+                ConditionStatus::True,
                 "GPUsHealthy",
             ),
             (
                 "pages",
                 |g| g.retired_pages_pending = Some(true),
                 &[],
-                "False",
+                ConditionStatus::False,
                 "RetiredPagesPending",
             ),
             (
@@ -693,7 +720,7 @@ mod tests {
                     })
                 },
                 &[],
-                "False",
+                ConditionStatus::False,
                 "RowRemapPending",
             ),
             (
@@ -707,7 +734,7 @@ mod tests {
                     })
                 },
                 &[],
-                "False",
+                ConditionStatus::False,
                 "RowRemapFailed",
             ),
         ];
@@ -744,7 +771,7 @@ mod tests {
                 Some(&snapshot(vec![gpu(0)], &[(0, 32)])),
                 t,
             );
-            assert_eq!(e.gpu_healthy.status, "True");
+            assert_eq!(e.gpu_healthy.status, ConditionStatus::True);
         }
         // The third within 3600 s of the other two trips; one at 5000 s sees only the 2000 s one.
         let e = evaluate(
@@ -764,7 +791,7 @@ mod tests {
                 Some(&snapshot(vec![gpu(0)], &[(0, 32)])),
                 t,
             );
-            assert_eq!(e.gpu_healthy.status, "True", "t={t}");
+            assert_eq!(e.gpu_healthy.status, ConditionStatus::True, "t={t}");
         }
     }
 
@@ -785,13 +812,13 @@ mod tests {
             .gpu_healthy
             .status
         };
-        assert_eq!(run(&mut state, &lost, 0), "False");
-        assert_eq!(run(&mut state, &gpu(0), 60), "False");
-        assert_eq!(run(&mut state, &gpu(0), 120), "False");
-        assert_eq!(run(&mut state, &lost, 180), "False");
-        assert_eq!(run(&mut state, &gpu(0), 240), "False");
-        assert_eq!(run(&mut state, &gpu(0), 300), "False");
-        assert_eq!(run(&mut state, &gpu(0), 360), "True");
+        assert_eq!(run(&mut state, &lost, 0), ConditionStatus::False);
+        assert_eq!(run(&mut state, &gpu(0), 60), ConditionStatus::False);
+        assert_eq!(run(&mut state, &gpu(0), 120), ConditionStatus::False);
+        assert_eq!(run(&mut state, &lost, 180), ConditionStatus::False);
+        assert_eq!(run(&mut state, &gpu(0), 240), ConditionStatus::False);
+        assert_eq!(run(&mut state, &gpu(0), 300), ConditionStatus::False);
+        assert_eq!(run(&mut state, &gpu(0), 360), ConditionStatus::True);
     }
 
     #[test]
@@ -828,11 +855,11 @@ mod tests {
             );
             assert_eq!(
                 (e.driver_ready.status, e.driver_ready.reason.as_str()),
-                ("False", reason)
+                (ConditionStatus::False, reason)
             );
             assert_eq!(
                 (e.gpu_healthy.status, e.gpu_healthy.reason.as_str()),
-                ("Unknown", "DriverNotReady")
+                (ConditionStatus::Unknown, "DriverNotReady")
             );
         }
         let e = evaluate(

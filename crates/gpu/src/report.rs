@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::pci::{PciError, PciGpu};
 use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
 use super::probe::Snapshot;
-use nodeproof_findings::{Condition, Finding, Status};
+use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 
 #[derive(Debug, Serialize)]
 pub struct GpuReport {
@@ -74,14 +74,14 @@ impl GpuReport {
 
     /// Both conditions True.
     pub fn healthy(&self) -> bool {
-        self.evaluation.driver_ready.status == "True"
-            && self.evaluation.gpu_healthy.status == "True"
+        self.evaluation.driver_ready.status == ConditionStatus::True
+            && self.evaluation.gpu_healthy.status == ConditionStatus::True
     }
 
     pub fn conditions(&self) -> Vec<Condition> {
         vec![
-            condition("GPUDriverReady", &self.evaluation.driver_ready),
-            condition("GPUHealthy", &self.evaluation.gpu_healthy),
+            condition(ConditionType::GPUDriverReady, &self.evaluation.driver_ready),
+            condition(ConditionType::GPUHealthy, &self.evaluation.gpu_healthy),
         ]
     }
 
@@ -89,12 +89,12 @@ impl GpuReport {
     pub fn findings(&self) -> Vec<Finding> {
         let e = &self.evaluation;
         let status = |v: &Verdict| match v.status {
-            "True" => Status::Ok,
+            ConditionStatus::True => Status::Ok,
             _ if e.no_gpu => Status::Ok,
             _ => Status::Failed,
         };
         let mut out = vec![Finding {
-            check: "gpu-driver",
+            check: Check::GpuDriver,
             subject: "NVML".into(),
             status: status(&e.driver_ready),
             reason: e.driver_ready.reason.clone(),
@@ -103,7 +103,7 @@ impl GpuReport {
         for g in &e.gpus {
             let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
             out.push(Finding {
-                check: "gpu-health",
+                check: Check::GpuHealth,
                 subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
                     .trim_end()
                     .to_string(),
@@ -152,7 +152,7 @@ impl GpuReport {
             }));
         }
         GpuMetrics {
-            driver_ready: (!e.no_gpu).then(|| e.driver_ready.status == "True"),
+            driver_ready: (!e.no_gpu).then(|| e.driver_ready.status == ConditionStatus::True),
             health,
             xid_totals: state.xid_totals.clone(),
         }
@@ -228,7 +228,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "?".into(), |v| v.to_string())
 }
 
-fn condition(kind: &'static str, v: &Verdict) -> Condition {
+fn condition(kind: ConditionType, v: &Verdict) -> Condition {
     Condition {
         kind,
         status: v.status,

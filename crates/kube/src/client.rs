@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
-use super::conditions::{is_owned, NodeCondition, StatusUpdate};
+use nodeproof_findings::{ConditionStatus, ConditionType};
+
+use super::conditions::{NodeCondition, StatusUpdate};
 use super::credentials::Source;
 use super::events::EventWrite;
 use super::marks::{self, Taint};
@@ -347,15 +349,15 @@ pub fn node_state(node: &Node) -> NodeState {
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
         .flatten()
-        .filter(|c| is_owned(&c.type_))
-        .map(|c| {
+        .filter_map(|c| Some((ConditionType::parse(&c.type_)?, c)))
+        .map(|(kind, c)| {
             let time = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
                 t.as_ref()
                     .map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0))
             };
             NodeCondition {
-                kind: c.type_.clone(),
-                status: c.status.clone(),
+                kind,
+                status: ConditionStatus::parse(&c.status),
                 reason: c.reason.clone().unwrap_or_default(),
                 message: c.message.clone().unwrap_or_default(),
                 last_transition: time(&c.last_transition_time),
@@ -488,5 +490,35 @@ impl Reporter for LogReporter {
         let body = serde_json::json!({ "nodeproofTaints": list });
         self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), &body);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_state_keeps_only_own_condition_types_and_reads_status_as_the_api_spells_it() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "uid": "u1"},
+            "status": {"conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "GPUHealthy", "status": "False", "reason": "FatalXid", "message": "xid 79",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z", "lastHeartbeatTime": "2026-01-01T00:05:00Z"},
+                {"type": "SeccompTracingReady", "status": "Maybe"}
+            ]}
+        }))
+        .unwrap();
+        let s = node_state(&node);
+        assert_eq!(s.uid.as_deref(), Some("u1"));
+        let got: Vec<_> = s.conditions.iter().map(|c| (c.kind, c.status)).collect();
+        assert_eq!(
+            got,
+            [
+                (ConditionType::GPUHealthy, ConditionStatus::False),
+                (ConditionType::SeccompTracingReady, ConditionStatus::Unknown)
+            ]
+        );
+        assert_eq!(s.conditions[0].reason, "FatalXid");
     }
 }

@@ -12,28 +12,14 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-use nodeproof_findings::Condition;
-
-/// Every condition type nodeproof has ever written. Only these are touched;
-/// one of them that the current configuration no longer produces is removed.
-pub const OWNED_TYPES: [&str; 4] = [
-    "SeccompProfilesReady",
-    "SeccompTracingReady",
-    "GPUDriverReady",
-    "GPUHealthy",
-];
-
-/// Whether `kind` is a condition type nodeproof owns.
-pub fn is_owned(kind: &str) -> bool {
-    OWNED_TYPES.contains(&kind)
-}
+use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 
 /// A condition as it is (or should be) on the Node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCondition {
-    pub kind: String,
-    /// "True", "False" or "Unknown".
-    pub status: String,
+    /// Only nodeproof's own types: others' conditions are never read into one.
+    pub kind: ConditionType,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
     pub last_transition: SystemTime,
@@ -42,7 +28,7 @@ pub struct NodeCondition {
 
 impl NodeCondition {
     fn is_good(&self) -> bool {
-        self.status == "True"
+        self.status == ConditionStatus::True
     }
 }
 
@@ -82,10 +68,10 @@ pub struct Policy {
     pub heartbeat: Duration,
     pub hysteresis: Hysteresis,
     /// Per condition type overrides of `hysteresis`.
-    pub per_kind: BTreeMap<String, Hysteresis>,
+    pub per_kind: BTreeMap<ConditionType, Hysteresis>,
     /// The condition types the current configuration produces. Owned types
     /// found on the Node outside this set are removed.
-    pub enabled: BTreeSet<String>,
+    pub enabled: BTreeSet<ConditionType>,
 }
 
 impl Default for Policy {
@@ -94,24 +80,24 @@ impl Default for Policy {
             heartbeat: Duration::from_secs(300),
             hysteresis: Hysteresis::default(),
             per_kind: BTreeMap::new(),
-            enabled: OWNED_TYPES.iter().map(|s| s.to_string()).collect(),
+            enabled: ConditionType::ALL.into_iter().collect(),
         }
     }
 }
 
 impl Policy {
-    fn hysteresis_for(&self, kind: &str) -> Hysteresis {
-        self.per_kind.get(kind).copied().unwrap_or(self.hysteresis)
+    fn hysteresis_for(&self, kind: ConditionType) -> Hysteresis {
+        self.per_kind.get(&kind).copied().unwrap_or(self.hysteresis)
     }
 }
 
 /// A status change of one condition; each becomes a Node event and a journal entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition {
-    pub kind: String,
+    pub kind: ConditionType,
     /// None for the first time nodeproof sets this condition on this Node.
-    pub from: Option<String>,
-    pub to: String,
+    pub from: Option<ConditionStatus>,
+    pub to: ConditionStatus,
     pub reason: String,
     pub message: String,
     pub at: SystemTime,
@@ -121,7 +107,7 @@ pub struct Transition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusUpdate {
     pub conditions: Vec<NodeCondition>,
-    pub remove: Vec<String>,
+    pub remove: Vec<ConditionType>,
     pub at: SystemTime,
     generation: u64,
 }
@@ -182,8 +168,8 @@ const PRE_RESUME_ROUNDS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct Tracker {
     policy: Policy,
-    entries: BTreeMap<String, Entry>,
-    stale: BTreeSet<String>,
+    entries: BTreeMap<ConditionType, Entry>,
+    stale: BTreeSet<ConditionType>,
     resumed: bool,
     before_resume: VecDeque<(SystemTime, Vec<Condition>)>,
     dirty: bool,
@@ -231,11 +217,11 @@ impl Tracker {
         let mut heartbeats = Vec::new();
         self.entries.clear();
         self.stale.clear();
-        for c in on_node.into_iter().filter(|c| is_owned(&c.kind)) {
+        for c in on_node {
             if self.policy.enabled.contains(&c.kind) {
                 heartbeats.push(c.last_heartbeat);
                 self.entries.insert(
-                    c.kind.clone(),
+                    c.kind,
                     Entry {
                         published: c,
                         streak: 0,
@@ -268,19 +254,19 @@ impl Tracker {
         }
         let mut transitions = Vec::new();
         for obs in observed {
-            if !is_owned(obs.kind) || !self.policy.enabled.contains(obs.kind) {
+            if !self.policy.enabled.contains(&obs.kind) {
                 continue;
             }
             let hysteresis = self.policy.hysteresis_for(obs.kind);
-            let good = obs.status == "True";
-            let Some(entry) = self.entries.get_mut(obs.kind) else {
+            let good = obs.status == ConditionStatus::True;
+            let Some(entry) = self.entries.get_mut(&obs.kind) else {
                 // Nothing to smooth against: the first result is the state.
                 self.entries.insert(
-                    obs.kind.to_string(),
+                    obs.kind,
                     Entry {
                         published: NodeCondition {
-                            kind: obs.kind.to_string(),
-                            status: obs.status.to_string(),
+                            kind: obs.kind,
+                            status: obs.status,
                             reason: obs.reason.clone(),
                             message: obs.message.clone(),
                             last_transition: now,
@@ -299,8 +285,8 @@ impl Tracker {
                 entry.streak = 0;
                 if published.status != obs.status {
                     // False <-> Unknown: same health, but a real status change.
-                    transitions.push(transition(Some(&published.status), obs, now));
-                    published.status = obs.status.to_string();
+                    transitions.push(transition(Some(published.status), obs, now));
+                    published.status = obs.status;
                     published.last_transition = now;
                 } else if published.reason == obs.reason && published.message == obs.message {
                     continue;
@@ -318,8 +304,8 @@ impl Tracker {
                     continue;
                 }
                 entry.streak = 0;
-                transitions.push(transition(Some(&published.status), obs, now));
-                published.status = obs.status.to_string();
+                transitions.push(transition(Some(published.status), obs, now));
+                published.status = obs.status;
                 published.reason = obs.reason.clone();
                 published.message = obs.message.clone();
                 published.last_transition = now;
@@ -352,7 +338,7 @@ impl Tracker {
                     ..e.published.clone()
                 })
                 .collect(),
-            remove: self.stale.iter().cloned().collect(),
+            remove: self.stale.iter().copied().collect(),
             at: now,
             generation: self.generation,
         })
@@ -388,11 +374,11 @@ impl Tracker {
     }
 }
 
-fn transition(from: Option<&str>, obs: &Condition, at: SystemTime) -> Transition {
+fn transition(from: Option<ConditionStatus>, obs: &Condition, at: SystemTime) -> Transition {
     Transition {
-        kind: obs.kind.to_string(),
-        from: from.map(str::to_string),
-        to: obs.status.to_string(),
+        kind: obs.kind,
+        from,
+        to: obs.status,
         reason: obs.reason.clone(),
         message: obs.message.clone(),
         at,
@@ -407,10 +393,10 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
     }
 
-    fn cond(kind: &'static str, ok: bool) -> Condition {
+    fn cond(kind: &str, ok: bool) -> Condition {
         Condition {
-            kind,
-            status: if ok { "True" } else { "False" },
+            kind: ConditionType::parse(kind).expect("an owned type"),
+            status: ConditionStatus::from_bool(ok),
             reason: if ok {
                 "ProfilesLoad"
             } else {
@@ -439,7 +425,7 @@ mod tests {
         assert_eq!(tx.len(), 1);
         assert_eq!(tx[0].from, None);
         let up = tr.due(t(0)).expect("first write");
-        assert_eq!(up.conditions[0].status, "False");
+        assert_eq!(up.conditions[0].status, ConditionStatus::False);
         assert_eq!(up.conditions[0].last_transition, t(0));
         tr.written(&up);
         assert!(tr.due(t(1)).is_none());
@@ -473,7 +459,7 @@ mod tests {
         assert!(tr.observe(t(110), &[cond("GPUHealthy", false)]).is_empty());
         let tx = tr.observe(t(120), &[cond("GPUHealthy", false)]);
         assert_eq!(tx.len(), 1);
-        assert_eq!(tx[0].to, "False");
+        assert_eq!(tx[0].to, ConditionStatus::False);
         let up = tr.due(t(120)).unwrap();
         assert_eq!(up.conditions[0].last_transition, t(120));
         tr.written(&up);
@@ -498,24 +484,14 @@ mod tests {
 
     #[test]
     fn restart_keeps_transition_time_and_has_no_gap() {
-        let on_node = vec![
-            NodeCondition {
-                kind: "GPUHealthy".into(),
-                status: "False".into(),
-                reason: "XidError".into(),
-                message: "xid 79".into(),
-                last_transition: t(0),
-                last_heartbeat: t(200),
-            },
-            NodeCondition {
-                kind: "MemoryPressure".into(),
-                status: "False".into(),
-                reason: "KubeletHasSufficientMemory".into(),
-                message: String::new(),
-                last_transition: t(0),
-                last_heartbeat: t(200),
-            },
-        ];
+        let on_node = vec![NodeCondition {
+            kind: ConditionType::GPUHealthy,
+            status: ConditionStatus::False,
+            reason: "XidError".into(),
+            message: "xid 79".into(),
+            last_transition: t(0),
+            last_heartbeat: t(200),
+        }];
         let mut tr = Tracker::new(Policy::default());
         // Checks ran before the Node could be read: nothing is written yet.
         tr.observe(t(290), &[cond("GPUHealthy", true)]);
@@ -526,7 +502,7 @@ mod tests {
         tr.observe(t(310), &[cond("GPUHealthy", true)]);
         let tx = tr.observe(t(320), &[cond("GPUHealthy", true)]);
         assert_eq!(tx.len(), 1);
-        assert_eq!(tx[0].from.as_deref(), Some("False"));
+        assert_eq!(tx[0].from, Some(ConditionStatus::False));
         let up = tr.due(t(320)).unwrap();
         assert_eq!(up.conditions.len(), 1, "others' conditions never written");
     }
@@ -535,8 +511,8 @@ mod tests {
     fn restart_with_same_status_keeps_everything() {
         let mut tr = Tracker::new(Policy::default());
         tr.resume(vec![NodeCondition {
-            kind: "SeccompProfilesReady".into(),
-            status: "True".into(),
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
             reason: "ProfilesLoad".into(),
             message: "all good".into(),
             last_transition: t(0),
@@ -553,11 +529,11 @@ mod tests {
     #[test]
     fn disabled_owned_types_are_removed_once() {
         let mut policy = Policy::default();
-        policy.enabled.remove("GPUHealthy");
+        policy.enabled.remove(&ConditionType::GPUHealthy);
         let mut tr = Tracker::new(policy);
         tr.resume(vec![NodeCondition {
-            kind: "GPUHealthy".into(),
-            status: "True".into(),
+            kind: ConditionType::GPUHealthy,
+            status: ConditionStatus::True,
             reason: "Healthy".into(),
             message: String::new(),
             last_transition: t(0),
@@ -565,7 +541,7 @@ mod tests {
         }]);
         tr.observe(t(10), &[cond("GPUHealthy", false)]);
         let up = tr.due(t(10)).expect("stale cleanup");
-        assert_eq!(up.remove, vec!["GPUHealthy".to_string()]);
+        assert_eq!(up.remove, vec![ConditionType::GPUHealthy]);
         assert_eq!(
             up.patch_body(),
             json!({"status":{"conditions":[{"type":"GPUHealthy","$patch":"delete"}]}})
@@ -585,7 +561,10 @@ mod tests {
         let up = tr.due(t(0)).unwrap();
         tr.observe(t(1), &[cond("GPUHealthy", false)]);
         tr.written(&up);
-        assert_eq!(tr.due(t(2)).unwrap().conditions[0].status, "False");
+        assert_eq!(
+            tr.due(t(2)).unwrap().conditions[0].status,
+            ConditionStatus::False
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use nodeproof_findings::ConditionType;
 use serde::Deserialize;
 
-use crate::conditions::{Hysteresis, Policy, OWNED_TYPES};
+use crate::conditions::{Hysteresis, Policy};
 
 /// Reporting to the API server (docs/reporting.md); flags override it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -54,10 +54,11 @@ impl ReportConfig {
             ("report.to-good".to_string(), self.to_good),
         ];
         for (kind, h) in &self.hysteresis {
-            if !OWNED_TYPES.contains(&kind.as_str()) {
+            if ConditionType::parse(kind).is_none() {
+                let owned: Vec<_> = ConditionType::ALL.map(ConditionType::as_str).into();
                 out.push(format!(
                     "report.hysteresis.{kind}: not a condition nodeproof reports (one of {})",
-                    OWNED_TYPES.join(", ")
+                    owned.join(", ")
                 ));
             }
             counts.push((format!("report.hysteresis.{kind}.to-bad"), h.to_bad));
@@ -86,13 +87,17 @@ impl ReportConfig {
         // Profiles and pod references are judged from files and API
         // objects, not noisy probes: smoothing would only hold back the
         // pod problem the issue wants said within 5 s. Configurable still.
-        policy.per_kind.insert(
-            ConditionType::SeccompProfilesReady.as_str().to_string(),
-            Hysteresis::IMMEDIATE,
-        );
-        for (kind, h) in &self.hysteresis {
+        policy
+            .per_kind
+            .insert(ConditionType::SeccompProfilesReady, Hysteresis::IMMEDIATE);
+        // Unknown kinds were refused by `problems`.
+        let owned = self
+            .hysteresis
+            .iter()
+            .filter_map(|(k, h)| Some((ConditionType::parse(k)?, h)));
+        for (kind, h) in owned {
             policy.per_kind.insert(
-                kind.clone(),
+                kind,
                 Hysteresis {
                     to_bad: h.to_bad.unwrap_or(base.to_bad),
                     to_good: h.to_good.unwrap_or(base.to_good),

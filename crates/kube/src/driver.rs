@@ -15,7 +15,7 @@ use super::client::{ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
-use nodeproof_findings::Condition;
+use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
@@ -163,17 +163,17 @@ impl<R: Reporter> ReportLoop<R> {
     fn on_transitions(&mut self, transitions: Vec<Transition>) {
         let node = self.reporter.node().to_string();
         for t in transitions {
-            let from = t.from.as_deref().unwrap_or("none");
+            let from = t.from.map_or("none", ConditionStatus::as_str);
             // The journal entry: written even if the API server never comes back.
-            if t.to == "True" {
+            if t.to == ConditionStatus::True {
                 tracing::info!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, message = %t.message, "condition transition");
             } else {
                 tracing::warn!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, message = %t.message, "condition transition");
             }
             // A condition first seen healthy is not news; anything else is.
-            let event_type = match (t.from.as_deref(), t.to.as_str()) {
-                (None, "True") => continue,
-                (_, "True") => EventType::Normal,
+            let event_type = match (t.from, t.to) {
+                (None, ConditionStatus::True) => continue,
+                (_, ConditionStatus::True) => EventType::Normal,
                 _ => EventType::Warning,
             };
             let message = format!("{} is {}: {}", t.kind, t.to, t.message);

@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
+use nodeproof_findings::{ConditionStatus, ConditionType};
+
 use super::conditions::NodeCondition;
 
 /// Every label and taint key nodeproof owns starts with this.
@@ -21,16 +23,15 @@ pub struct MarkPolicy {
     /// `nodeproof.dev/<condition>=true|false|unknown` for every own condition.
     pub labels: bool,
     /// Condition types whose False/Unknown status taints the Node NoSchedule.
-    pub taint_kinds: BTreeSet<String>,
+    pub taint_kinds: BTreeSet<ConditionType>,
 }
 
 impl MarkPolicy {
     /// The taints that make sense by default: a GPU that is registered but
     /// unusable should not get new GPU pods.
-    pub fn default_taint_kinds() -> BTreeSet<String> {
-        ["GPUHealthy", "GPUDriverReady"]
-            .iter()
-            .map(|s| s.to_string())
+    pub fn default_taint_kinds() -> BTreeSet<ConditionType> {
+        [ConditionType::GPUHealthy, ConditionType::GPUDriverReady]
+            .into_iter()
             .collect()
     }
 }
@@ -50,9 +51,9 @@ impl Taint {
 }
 
 /// `SeccompProfilesReady` -> `nodeproof.dev/seccomp-profiles-ready`.
-pub fn key_for(kind: &str) -> String {
+pub fn key_for(kind: ConditionType) -> String {
     let mut out = String::from(PREFIX);
-    let chars: Vec<char> = kind.chars().collect();
+    let chars: Vec<char> = kind.as_str().chars().collect();
     for (i, c) in chars.iter().enumerate() {
         let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
         let prev_lower = i > 0 && chars[i - 1].is_lowercase();
@@ -74,7 +75,7 @@ pub fn labels<'a>(
     }
     conditions
         .into_iter()
-        .map(|c| (key_for(&c.kind), c.status.to_lowercase()))
+        .map(|c| (key_for(c.kind), c.status.as_str().to_lowercase()))
         .collect()
 }
 
@@ -85,10 +86,10 @@ pub fn taints<'a>(
 ) -> Vec<Taint> {
     conditions
         .into_iter()
-        .filter(|c| policy.taint_kinds.contains(&c.kind) && c.status != "True")
+        .filter(|c| policy.taint_kinds.contains(&c.kind) && c.status != ConditionStatus::True)
         .map(|c| Taint {
-            key: key_for(&c.kind),
-            value: c.status.clone(),
+            key: key_for(c.kind),
+            value: c.status.to_string(),
             effect: "NoSchedule".into(),
         })
         .collect()
@@ -129,8 +130,8 @@ mod tests {
 
     fn cond(kind: &str, status: &str) -> NodeCondition {
         NodeCondition {
-            kind: kind.into(),
-            status: status.into(),
+            kind: ConditionType::parse(kind).expect("an owned type"),
+            status: ConditionStatus::parse(status),
             reason: "R".into(),
             message: String::new(),
             last_transition: SystemTime::UNIX_EPOCH,
@@ -141,11 +142,17 @@ mod tests {
     #[test]
     fn keys_are_kebab_case() {
         assert_eq!(
-            key_for("SeccompProfilesReady"),
+            key_for(ConditionType::SeccompProfilesReady),
             "nodeproof.dev/seccomp-profiles-ready"
         );
-        assert_eq!(key_for("GPUDriverReady"), "nodeproof.dev/gpu-driver-ready");
-        assert_eq!(key_for("GPUHealthy"), "nodeproof.dev/gpu-healthy");
+        assert_eq!(
+            key_for(ConditionType::GPUDriverReady),
+            "nodeproof.dev/gpu-driver-ready"
+        );
+        assert_eq!(
+            key_for(ConditionType::GPUHealthy),
+            "nodeproof.dev/gpu-healthy"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub use event::{Action, CountKey, Denial};
 pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
 pub use summary::{Filter, SummaryRow, TraceSummary};
 
+use nodeproof_findings::{Check, ConditionStatus, ConditionType};
 use serde::Serialize;
 use std::fmt;
 use std::io::Write;
@@ -250,7 +251,7 @@ impl Readiness {
     /// The tracer as a finding of `nodeproof check`.
     pub fn finding(&self) -> nodeproof_findings::Finding {
         nodeproof_findings::Finding {
-            check: "seccomp-tracing",
+            check: Check::SeccompTracing,
             subject: "eBPF".into(),
             status: if self.ready {
                 nodeproof_findings::Status::Ok
@@ -265,8 +266,8 @@ impl Readiness {
     /// The `SeccompTracingReady` node condition.
     pub fn condition(&self) -> nodeproof_findings::Condition {
         nodeproof_findings::Condition {
-            kind: "SeccompTracingReady",
-            status: if self.ready { "True" } else { "False" },
+            kind: ConditionType::SeccompTracingReady,
+            status: ConditionStatus::from_bool(self.ready),
             reason: self.reason.to_string(),
             message: self.message.clone(),
         }
