@@ -79,7 +79,7 @@ fn main() {
         &opts,
         &mut sink,
         &AtomicBool::new(false),
-        &mut CgroupResolver::host(),
+        CgroupResolver::host(),
         &NoPodLookup,
     )
     .unwrap();

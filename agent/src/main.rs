@@ -147,11 +147,12 @@ struct ReportArgs {
     /// Also write the node conditions and their events to the API server, then exit.
     #[arg(long)]
     report: bool,
-    /// Kubeconfig to report with (default: the kubelet's, then in-cluster, else log only).
-    #[arg(long, requires = "report")]
+    /// Kubeconfig to read this node's pods and report with (default: the kubelet's,
+    /// then in-cluster; none: the pods are not judged and a report is only logged).
+    #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// The Node's name (default: NODE_NAME, then the hostname).
-    #[arg(long, requires = "report")]
+    #[arg(long)]
     node_name: Option<String>,
 }
 
@@ -404,16 +405,9 @@ fn pods_cmd(
     output: Format,
 ) -> Result<ExitCode> {
     use nodeproof::pods::node as pods;
-    let opts = pods::PodsOptions {
-        kubeconfig: kubeconfig.or_else(|| config.report.kubeconfig.clone()),
-        node_name: node_name.or_else(|| config.report.node_name.clone()),
-        seccomp_root: root.to_path_buf(),
-        lint: LintOptions {
-            runtime: detect_runtime(config),
-            ..LintOptions::default()
-        },
-        etc: PathBuf::from("/etc"),
-    };
+    let mut opts = nodeproof::checks::pods::options(config, root);
+    opts.kubeconfig = kubeconfig.or(opts.kubeconfig);
+    opts.node_name = node_name.or(opts.node_name);
     if !once {
         stop_on_sigint_sigterm();
         pods::daemon(&opts, &STOP)?;
@@ -579,40 +573,26 @@ fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The configured root; from a source checkout with no kubelet root, the repo's `profiles/`.
+/// `--seccomp-root`, else the configured root.
 fn seccomp_root(flag: Option<&Path>, config: &Config) -> PathBuf {
-    if let Some(p) = flag {
-        return p.to_path_buf();
-    }
-    let configured = config.seccomp.root.clone();
-    if configured.exists() {
-        return configured;
-    }
-    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
-    if let Ok(checkout) = checkout.canonicalize() {
-        tracing::info!(root = %checkout.display(), "kubelet seccomp root absent; using the checkout's profiles/");
-        return checkout;
-    }
-    configured
+    flag.map_or_else(|| config.seccomp.root.clone(), Path::to_path_buf)
 }
 
-fn detect_runtime(config: &Config) -> Runtime {
-    profiles::detect_runtime(&config.seccomp)
-}
-
+/// The node's lint settings (`checks::profiles::lint_options`), with the flags on top.
 fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
-    LintOptions {
-        runtime: match mode.runtime {
-            Some(RuntimeArg::Containerd) => Runtime::Containerd,
-            Some(RuntimeArg::Crio) => Runtime::Crio,
-            None => detect_runtime(config),
-        },
-        no_new_privileges: mode
-            .no_new_privileges
-            .unwrap_or(config.seccomp.no_new_privileges),
-        arch: mode.arch.unwrap_or_else(Arch::native),
-        check_listener: true,
+    let mut opts = profiles::lint_options(&config.seccomp);
+    match mode.runtime {
+        Some(RuntimeArg::Containerd) => opts.runtime = Runtime::Containerd,
+        Some(RuntimeArg::Crio) => opts.runtime = Runtime::Crio,
+        None => {}
     }
+    if let Some(nnp) = mode.no_new_privileges {
+        opts.no_new_privileges = nnp;
+    }
+    if let Some(arch) = mode.arch {
+        opts.arch = arch;
+    }
+    opts
 }
 
 fn exit(ok: bool) -> ExitCode {
@@ -654,40 +634,26 @@ fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
     Ok(())
 }
 
+/// One round of exactly what `run` does (`checks::node_round`), printed;
+/// `--report` writes it as the agent would.
 fn check(root: &Path, config: &Config, output: Format, report: &ReportArgs) -> Result<ExitCode> {
-    let opts = LintOptions {
-        runtime: detect_runtime(config),
-        no_new_privileges: config.seccomp.no_new_privileges,
-        ..LintOptions::default()
-    };
-    let reports = profiles::lint_root(root, &opts);
-    let findings = profiles::findings(&reports);
-    let mut findings = findings;
-    let mut conditions = vec![profiles::condition(root, &reports)];
-    let (finding, condition) = tracing_check();
-    findings.push(finding);
-    conditions.push(condition);
-    let gpu = gpu_cycle(config);
-    findings.extend(gpu.findings());
-    // Absent, not Unknown, on nodes without NVIDIA devices: nothing to fail.
-    if !gpu.no_gpu() {
-        conditions.extend(gpu.conditions());
+    let mut config = config.clone();
+    if report.kubeconfig.is_some() {
+        config.report.kubeconfig = report.kubeconfig.clone();
     }
-    print_check(&findings, &conditions, output)?;
+    if report.node_name.is_some() {
+        config.report.node_name = report.node_name.clone();
+    }
+    let round = nodeproof::checks::node_round(root, &config);
+    print_check(&round.findings, &round.conditions, output)?;
     if report.report {
-        report_conditions(&conditions, report, config)?;
+        report_conditions(&round.conditions, &config)?;
     }
-    Ok(exit(
-        conditions.iter().all(|c| c.status == ConditionStatus::True),
-    ))
+    Ok(exit(round.conditions.iter().all(Condition::is_true)))
 }
 
 fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
-    let opts = LintOptions {
-        runtime: detect_runtime(config),
-        no_new_privileges: config.seccomp.no_new_privileges,
-        ..LintOptions::default()
-    };
+    let opts = profiles::lint_options(&config.seccomp);
     let layout = nodeproof::preflight::Layout::default();
     let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
     print_check(&findings, &[], output)?;
@@ -695,14 +661,8 @@ fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
 }
 
 /// After the checks ran (they never wait on the API server): write their conditions.
-fn report_conditions(conditions: &[Condition], args: &ReportArgs, config: &Config) -> Result<()> {
-    let mut opts = nodeproof_kube::OnceOptions::from(&config.report);
-    if args.kubeconfig.is_some() {
-        opts.kubeconfig = args.kubeconfig.clone();
-    }
-    if args.node_name.is_some() {
-        opts.node_name = args.node_name.clone();
-    }
+fn report_conditions(conditions: &[Condition], config: &Config) -> Result<()> {
+    let opts = nodeproof_kube::OnceOptions::from(&config.report);
     let done = nodeproof_kube::report_once(conditions, &opts)
         .context("could not report to the API server")?;
     eprintln!(
@@ -710,14 +670,6 @@ fn report_conditions(conditions: &[Condition], args: &ReportArgs, config: &Confi
         done.node, done.credentials, done.stats.status_writes, done.stats.event_writes
     );
     Ok(())
-}
-
-/// Whether the eBPF tracer loads here, and with which strategy (loaded, then detached).
-fn tracing_check() -> (Finding, Condition) {
-    let started = trace::Tracer::start(&trace::TracerConfig::default());
-    let readiness = trace::Readiness::of(started.as_ref());
-    drop(started);
-    (readiness.finding(), readiness.condition())
 }
 
 fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -> Result<()> {
@@ -843,11 +795,7 @@ fn test_cmd(path: &Path, opts: &LintOptions, command: &[OsString]) -> Result<Exi
 
 /// One GPU probe cycle with the configured NVML library and policy.
 fn gpu_cycle(config: &Config) -> gpu::GpuReport {
-    let mut probe = gpu::nvml::NvmlProbe::new(
-        &config.gpu.nvml_library,
-        Duration::from_millis(config.gpu.nvml_timeout_ms),
-    );
-    gpu::cycle(&config.gpu, &mut probe, &mut gpu::PolicyState::default())
+    nodeproof::checks::gpu::cycle_once(&config.gpu)
 }
 
 fn gpu_cmd(config: &Config, output: Format) -> Result<ExitCode> {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checks::profiles;
 use nodeproof_findings::{Check, Finding, Status};
-use nodeproof_seccomp::lint::{LintOptions, ProfileReport};
+use nodeproof_seccomp::lint::{LintOptions, ProfileReport, Runtime};
 
 /// Where kubelet.service and its drop-ins may live, in systemd's order.
 pub const UNIT_DIRS: [&str; 4] = [
@@ -41,10 +41,11 @@ impl Default for Layout {
             unit_dirs: UNIT_DIRS.iter().map(PathBuf::from).collect(),
             manifests: PathBuf::from("/etc/kubernetes/manifests"),
             kubelet_root: PathBuf::from("/var/lib/kubelet"),
-            runtime_sockets: vec![
-                PathBuf::from("/run/containerd/containerd.sock"),
-                PathBuf::from("/var/run/crio/crio.sock"),
-            ],
+            runtime_sockets: [Runtime::Containerd, Runtime::Crio]
+                .iter()
+                .flat_map(|r| r.sockets())
+                .map(PathBuf::from)
+                .collect(),
         }
     }
 }

@@ -72,7 +72,7 @@ fn real_denials_become_one_aggregated_pod_event() {
             &opts,
             &mut std::io::sink(),
             &stop,
-            &mut CgroupResolver::host(),
+            CgroupResolver::host(),
             &pods,
         )
     })

@@ -534,7 +534,7 @@ fn run_json_summary_is_exact_and_attributed() {
         &opts,
         &mut out,
         &stop,
-        &mut CgroupResolver::host(),
+        CgroupResolver::host(),
         &NoPodLookup,
     )
     .unwrap();

@@ -86,7 +86,7 @@ fn trace_one_container(
         },
         &mut out,
         &stop,
-        &mut CgroupResolver::host(),
+        CgroupResolver::host(),
         &NoPodLookup,
     )
     .expect("trace run");

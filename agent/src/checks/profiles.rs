@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 use nodeproof_bpfgen::Native;
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 use nodeproof_seccomp::diagnostic::Severity;
-use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport};
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::scan::{self, ProfileFile};
+
+use super::Round;
+use crate::config::SeccompConfig;
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
 pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileReport> {
@@ -51,13 +54,78 @@ pub fn passes(r: &ProfileReport, strict: bool) -> bool {
         && (!strict || r.count(Severity::Warning) == 0)
 }
 
+/// Why `SeccompProfilesReady` (the files' part) or a profile's finding is
+/// what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    NoProfiles,
+    ProfilesValid,
+    ProfileRejected,
+    ProfileStartFails,
+    ProfileUnreadable,
+    ProfileInvalid,
+    ProfileOk,
+}
+
+impl Reason {
+    const ALL: [Reason; 7] = [
+        Reason::NoProfiles,
+        Reason::ProfilesValid,
+        Reason::ProfileRejected,
+        Reason::ProfileStartFails,
+        Reason::ProfileUnreadable,
+        Reason::ProfileInvalid,
+        Reason::ProfileOk,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NoProfiles => "NoProfiles",
+            Reason::ProfilesValid => "ProfilesValid",
+            Reason::ProfileRejected => "ProfileRejected",
+            Reason::ProfileStartFails => "ProfileStartFails",
+            Reason::ProfileUnreadable => "ProfileUnreadable",
+            Reason::ProfileInvalid => "ProfileInvalid",
+            Reason::ProfileOk => "ProfileOk",
+        }
+    }
+
+    /// The reason a condition of this check carries, if it is one of this check's.
+    pub fn of(c: &Condition) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == c.reason)
+    }
+
+    fn of_report(r: &ProfileReport) -> Reason {
+        match r.outcome {
+            Outcome::Rejected => Reason::ProfileRejected,
+            Outcome::StartFailed => Reason::ProfileStartFails,
+            Outcome::Unknown => Reason::ProfileUnreadable,
+            Outcome::Ok if r.count(Severity::Error) > 0 => Reason::ProfileInvalid,
+            Outcome::Ok => Reason::ProfileOk,
+        }
+    }
+}
+
 fn reason(r: &ProfileReport) -> &'static str {
-    match r.outcome {
-        Outcome::Rejected => "ProfileRejected",
-        Outcome::StartFailed => "ProfileStartFails",
-        Outcome::Unknown => "ProfileUnreadable",
-        Outcome::Ok if r.count(Severity::Error) > 0 => "ProfileInvalid",
-        Outcome::Ok => "ProfileOk",
+    Reason::of_report(r).as_str()
+}
+
+/// How profiles are judged on this node: the runtime (configured or
+/// detected) and the noNewPrivileges mode of the `[seccomp]` section. The
+/// one place the checks build [`LintOptions`]; the CLI's flags override it.
+pub fn lint_options(config: &SeccompConfig) -> LintOptions {
+    LintOptions {
+        runtime: detect_runtime(config),
+        no_new_privileges: config.no_new_privileges,
+        ..LintOptions::default()
+    }
+}
+
+/// One round of the check: every profile's finding and the condition.
+pub fn round(root: &Path, reports: &[ProfileReport]) -> Round {
+    Round {
+        findings: findings(reports),
+        conditions: vec![condition(root, reports)],
     }
 }
 
@@ -102,7 +170,7 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
         return Condition {
             kind: ConditionType::SeccompProfilesReady,
             status: ConditionStatus::True,
-            reason: "NoProfiles".into(),
+            reason: Reason::NoProfiles.as_str().into(),
             message: format!("no profiles under {}", root.display()),
         };
     }
@@ -110,7 +178,7 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
         None => Condition {
             kind: ConditionType::SeccompProfilesReady,
             status: ConditionStatus::True,
-            reason: "ProfilesValid".into(),
+            reason: Reason::ProfilesValid.as_str().into(),
             message: format!(
                 "{} profiles under {} predicted ok",
                 reports.len(),
@@ -142,16 +210,13 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
 
 /// The runtime whose decoder reads profiles: configured, else detected from
 /// the runtime sockets on this node (CRI-O only when containerd is absent).
-pub fn detect_runtime(config: &crate::config::SeccompConfig) -> nodeproof_seccomp::lint::Runtime {
-    use nodeproof_seccomp::lint::Runtime;
+pub fn detect_runtime(config: &SeccompConfig) -> Runtime {
     match config.runtime.as_str() {
         "crio" => Runtime::Crio,
         "containerd" => Runtime::Containerd,
         _ => {
-            let crio = ["/run/crio/crio.sock", "/var/run/crio/crio.sock"]
-                .iter()
-                .any(|p| Path::new(p).exists());
-            let containerd = Path::new("/run/containerd/containerd.sock").exists();
+            let present = |r: Runtime| r.sockets().iter().any(|p| Path::new(p).exists());
+            let (crio, containerd) = (present(Runtime::Crio), present(Runtime::Containerd));
             if crio && !containerd {
                 Runtime::Crio
             } else {

@@ -3,6 +3,7 @@
 //! an HTTP framework: a minimal HTTP/1.1 responder (one request per
 //! connection, `Connection: close`) keeps the binary and the RSS small.
 
+use crate::checks::Subsystem;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,6 +120,7 @@ pub fn route(
         },
         _ => match path
             .strip_prefix("/healthz/")
+            .and_then(Subsystem::parse)
             .and_then(|c| shared.check_health(c, now))
         {
             Some(h) => health(h),

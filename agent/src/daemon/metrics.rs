@@ -4,6 +4,7 @@
 //! collector reads them at each scrape and encodes const metrics; nothing
 //! here counts.
 
+use crate::checks::Subsystem;
 use nodeproof_findings::ConditionStatus;
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::state::{MetricsSnapshot, Shared, CHECKS};
+use super::state::{MetricsSnapshot, Shared};
 use nodeproof_trace::Strategy;
 
 /// What prometheus-client's text encoder writes (it ends with `# EOF`).
@@ -185,10 +186,10 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
         enc,
         "nodeproof_task_restarts",
         "Subsystem tasks restarted after a panic.",
-        CHECKS.map(|task| {
+        Subsystem::ALL.map(|task| {
             (
-                [("task", task)],
-                m.task_restarts.get(task).copied().unwrap_or(0),
+                [("task", task.as_str())],
+                m.task_restarts.get(&task).copied().unwrap_or(0),
             )
         }),
     )?;
@@ -381,7 +382,7 @@ mod tests {
     fn shared() -> Arc<Shared> {
         let shared = Arc::new(Shared::default());
         shared.set_check(
-            "profiles",
+            Subsystem::Profiles,
             CheckState {
                 conditions: vec![Condition {
                     kind: ConditionType::SeccompProfilesReady,
@@ -435,7 +436,7 @@ mod tests {
                 xid_totals: [((0, XidClass::Fatal), 1), ((0, XidClass::Ignored), 4)].into(),
             });
             m.reporter_errors = 2;
-            m.task_restarts.insert("gpu", 1);
+            m.task_restarts.insert(Subsystem::Gpu, 1);
             m.reloads = 3;
         });
         let body = render(&registry(shared)).unwrap();
@@ -562,7 +563,7 @@ mod tests {
         );
         assert_eq!(value(&f, "nodeproof_reporter_errors", &[]), 2.0);
         // Every task has its series, restarted or not.
-        assert_eq!(f["nodeproof_task_restarts"].1.len(), CHECKS.len());
+        assert_eq!(f["nodeproof_task_restarts"].1.len(), Subsystem::ALL.len());
         assert_eq!(
             value(&f, "nodeproof_task_restarts", &[("task", "gpu")]),
             1.0

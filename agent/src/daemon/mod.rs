@@ -25,6 +25,7 @@ pub mod state;
 pub mod subsystems;
 pub mod watch;
 
+use crate::checks::Subsystem;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -67,7 +68,7 @@ pub struct Options {
 
 /// The checks READY=1 waits for (the reporter never holds it back: the API
 /// server may be down while the node is fine).
-const FIRST_CYCLE: [&str; 3] = ["profiles", "tracing", "gpu"];
+const FIRST_CYCLE: [Subsystem; 3] = [Subsystem::Profiles, Subsystem::Tracing, Subsystem::Gpu];
 
 /// Check rounds handed to the reporter and not yet read by it.
 const ROUNDS_IN_FLIGHT: usize = 256;

@@ -6,6 +6,7 @@
 //! denials resolved to them go to the reporter. Without credentials
 //! nothing here runs and the agent reports as before.
 
+use crate::checks::Subsystem;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use tokio::sync::{mpsc, watch as channel, Notify};
 use tokio::task::JoinHandle;
 
 use super::state::{CheckState, Shared};
-use super::subsystems::{lint_options, supervise, Context};
+use super::subsystems::{supervise, Context};
 use crate::config::Config;
 use crate::pods::denials::DenialAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
@@ -43,13 +44,8 @@ pub struct Feeds {
 /// The watcher's settings from the config (`--seccomp-root` wins over
 /// `seccomp.root`, as for the profile lint).
 fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
-    PodsOptions {
-        kubeconfig: config.report.kubeconfig.clone(),
-        node_name: config.report.node_name.clone(),
-        seccomp_root: seccomp_root.unwrap_or_else(|| config.seccomp.root.clone()),
-        lint: lint_options(config),
-        etc: PathBuf::from("/etc"),
-    }
+    let root = seccomp_root.unwrap_or_else(|| config.seccomp.root.clone());
+    crate::checks::pods::options(config, &root)
 }
 
 /// A watcher's settings and what they connected to.
@@ -83,7 +79,7 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
         }
     };
     ctx.shared.set_check(
-        "pods",
+        Subsystem::Pods,
         CheckState {
             conditions: Vec::new(),
             summary: "pods not listed yet".into(),
@@ -94,7 +90,7 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
     tracing::info!(nodeproof_check = "pods", k8s_node = %first.node, "watching the pods bound to this node");
     let c = ctx.clone();
     Some(tokio::spawn(supervise(
-        "pods",
+        Subsystem::Pods,
         ctx.shared.clone(),
         ctx.stop_flag.clone(),
         move || tokio::spawn(watch_pods(c.clone(), first.clone(), feeds.clone())),
@@ -241,7 +237,7 @@ fn publish(shared: &Shared, round: &Round) {
         )
     };
     shared.set_check(
-        "pods",
+        Subsystem::Pods,
         CheckState {
             conditions: vec![round.condition.clone()],
             summary,

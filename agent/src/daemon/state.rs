@@ -5,13 +5,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::checks::Subsystem;
 use crate::pods::denials::PodDenialTotal;
-use crate::pods::verdict::combine;
 use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_gpu::GpuMetrics;
-
-/// The subsystems, by the name `/healthz/<check>` and `NODEPROOF_CHECK=` use.
-pub const CHECKS: [&str; 5] = ["profiles", "pods", "tracing", "gpu", "reporter"];
 
 #[derive(Debug, Clone)]
 pub struct CheckState {
@@ -41,7 +38,7 @@ pub struct Metrics {
     pub ebpf_dropped: u64,
     pub ebpf_strategy: Option<nodeproof_trace::Strategy>,
     pub reporter_errors: u64,
-    pub task_restarts: BTreeMap<&'static str, u64>,
+    pub task_restarts: BTreeMap<Subsystem, u64>,
     pub reloads: u64,
     pub profile_revalidations: u64,
 }
@@ -52,13 +49,13 @@ const MAX_PENDING_ROUNDS: usize = 256;
 
 #[derive(Debug, Default)]
 struct Inner {
-    checks: BTreeMap<&'static str, CheckState>,
+    checks: BTreeMap<Subsystem, CheckState>,
     /// Every completed check round's conditions, oldest first, until the
     /// main loop hands them to the reporter: its hysteresis counts check
     /// results, so a result equal to the previous one still counts.
     pending_rounds: VecDeque<Vec<Condition>>,
     /// When each check first published: the start-up breakdown.
-    first_rounds: BTreeMap<&'static str, Instant>,
+    first_rounds: BTreeMap<Subsystem, Instant>,
     metrics: Metrics,
     main_progress: Option<Instant>,
     main_period: Duration,
@@ -94,7 +91,7 @@ impl Shared {
 
     /// Records a check's state; one with conditions and progress is a
     /// completed round, queued for the reporter (see [`Shared::take_rounds`]).
-    pub fn set_check(&self, name: &'static str, state: CheckState) {
+    pub fn set_check(&self, name: Subsystem, state: CheckState) {
         let mut i = self.lock();
         i.first_rounds.entry(name).or_insert_with(Instant::now);
         let kinds: Vec<ConditionType> = state.conditions.iter().map(|c| c.kind).collect();
@@ -120,10 +117,10 @@ impl Shared {
     }
 
     /// `profiles 12 ms, tracing 95 ms, ...`: how long after `start` each
-    /// check first published, in the order of [`CHECKS`].
+    /// check first published, in [`Subsystem::ALL`] order.
     pub fn first_rounds_since(&self, start: Instant) -> String {
         let i = self.lock();
-        CHECKS
+        Subsystem::ALL
             .iter()
             .filter_map(|c| {
                 let at = i.first_rounds.get(c)?;
@@ -136,8 +133,8 @@ impl Shared {
             .join(", ")
     }
 
-    pub fn check(&self, name: &str) -> Option<CheckState> {
-        self.lock().checks.get(name).cloned()
+    pub fn check(&self, name: Subsystem) -> Option<CheckState> {
+        self.lock().checks.get(&name).cloned()
     }
 
     pub fn metrics<T>(&self, f: impl FnOnce(&mut Metrics) -> T) -> T {
@@ -159,7 +156,7 @@ impl Shared {
     }
 
     /// Every check that has completed at least one round.
-    pub fn first_cycle_done(&self, expected: &[&str]) -> bool {
+    pub fn first_cycle_done(&self, expected: &[Subsystem]) -> bool {
         let i = self.lock();
         expected
             .iter()
@@ -172,10 +169,10 @@ impl Shared {
         merged(&self.lock().checks)
     }
 
-    /// The one-line `STATUS=`, in the order of [`CHECKS`].
+    /// The one-line `STATUS=`, in [`Subsystem::ALL`] order.
     pub fn status_line(&self) -> String {
         let i = self.lock();
-        CHECKS
+        Subsystem::ALL
             .iter()
             .filter_map(|c| i.checks.get(c))
             .map(|c| c.summary.as_str())
@@ -210,9 +207,9 @@ impl Shared {
     }
 
     /// `/healthz/<check>`: that subsystem went round within three of its periods.
-    pub fn check_health(&self, name: &str, now: Instant) -> Option<Health> {
+    pub fn check_health(&self, name: Subsystem, now: Instant) -> Option<Health> {
         let i = self.lock();
-        let c = i.checks.get(name)?;
+        let c = i.checks.get(&name)?;
         let conditions: String = c
             .conditions
             .iter()
@@ -268,21 +265,9 @@ impl Shared {
     }
 }
 
-/// Every check's conditions, with the pods' part of a condition combined
-/// into the check that owns the type (the profiles check).
-fn merged(checks: &BTreeMap<&'static str, CheckState>) -> Vec<Condition> {
-    let mut out: Vec<Condition> = checks
-        .iter()
-        .filter(|(name, _)| **name != "pods")
-        .flat_map(|(_, c)| c.conditions.iter().cloned())
-        .collect();
-    for pods in checks.get("pods").into_iter().flat_map(|c| &c.conditions) {
-        match out.iter_mut().find(|c| c.kind == pods.kind) {
-            Some(files) => *files = combine(files.clone(), pods.clone()),
-            None => out.push(pods.clone()),
-        }
-    }
-    out
+/// Every check's conditions, folded as `nodeproof check` folds them.
+fn merged(checks: &BTreeMap<Subsystem, CheckState>) -> Vec<Condition> {
+    crate::checks::node_conditions(checks.iter().map(|(s, c)| (*s, &c.conditions[..])))
 }
 
 #[cfg(test)]
@@ -308,7 +293,7 @@ mod tests {
         assert!(s.healthz(t0 + Duration::from_secs(2)).ok);
         assert!(!s.healthz(t0 + Duration::from_secs(4)).ok);
         s.set_check(
-            "tracing",
+            Subsystem::Tracing,
             CheckState {
                 conditions: vec![cond("SeccompTracingReady", "True")],
                 summary: "tracing tp_btf".into(),
@@ -317,7 +302,7 @@ mod tests {
             },
         );
         s.set_check(
-            "profiles",
+            Subsystem::Profiles,
             CheckState {
                 conditions: vec![cond("SeccompProfilesReady", "False")],
                 summary: "profiles 2 ok, 1 failing".into(),
@@ -326,15 +311,15 @@ mod tests {
             },
         );
         assert_eq!(s.status_line(), "profiles 2 ok, 1 failing, tracing tp_btf");
-        assert!(s.first_cycle_done(&["profiles", "tracing"]));
-        assert!(!s.first_cycle_done(&["profiles", "gpu"]));
-        assert!(s.check_health("tracing", t0).unwrap().ok);
+        assert!(s.first_cycle_done(&[Subsystem::Profiles, Subsystem::Tracing]));
+        assert!(!s.first_cycle_done(&[Subsystem::Profiles, Subsystem::Gpu]));
+        assert!(s.check_health(Subsystem::Tracing, t0).unwrap().ok);
         assert!(
-            !s.check_health("tracing", t0 + Duration::from_secs(5))
+            !s.check_health(Subsystem::Tracing, t0 + Duration::from_secs(5))
                 .unwrap()
                 .ok
         );
-        assert!(s.check_health("nope", t0).is_none());
+        assert!(s.check_health(Subsystem::Pods, t0).is_none());
         assert_eq!(
             s.metrics_snapshot().conditions,
             vec![
@@ -344,7 +329,7 @@ mod tests {
         );
         // The pods' part of the condition is folded into the files', not listed twice.
         s.set_check(
-            "pods",
+            Subsystem::Pods,
             CheckState {
                 conditions: vec![Condition {
                     reason: "ProfileMissing".into(),
@@ -392,18 +377,18 @@ mod tests {
             progress: Some(t0),
             period: Duration::from_secs(1),
         };
-        s.set_check("gpu", gpu("False"));
-        s.set_check("gpu", gpu("False"));
+        s.set_check(Subsystem::Gpu, gpu("False"));
+        s.set_check(Subsystem::Gpu, gpu("False"));
         // Not a round: no progress yet, or nothing to report.
         s.set_check(
-            "pods",
+            Subsystem::Pods,
             CheckState {
                 progress: None,
                 ..gpu("True")
             },
         );
         s.set_check(
-            "reporter",
+            Subsystem::Reporter,
             CheckState {
                 conditions: Vec::new(),
                 ..gpu("True")
@@ -418,14 +403,14 @@ mod tests {
 
         // A pods round re-observes the merged SeccompProfilesReady, only it.
         s.set_check(
-            "profiles",
+            Subsystem::Profiles,
             CheckState {
                 conditions: vec![cond("SeccompProfilesReady", "True")],
                 ..gpu("True")
             },
         );
         s.set_check(
-            "pods",
+            Subsystem::Pods,
             CheckState {
                 conditions: vec![Condition {
                     reason: "ProfileMissing".into(),
@@ -442,7 +427,7 @@ mod tests {
 
         // A stuck main loop costs the oldest rounds, not unbounded memory.
         for _ in 0..MAX_PENDING_ROUNDS + 10 {
-            s.set_check("gpu", gpu("True"));
+            s.set_check(Subsystem::Gpu, gpu("True"));
         }
         assert_eq!(s.take_rounds().len(), MAX_PENDING_ROUNDS);
     }

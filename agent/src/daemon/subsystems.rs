@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch as channel, Notify};
 use tokio::task::JoinHandle;
 
 use super::state::{CheckState, Shared};
-use crate::checks::profiles;
+use crate::checks::{self, profiles, Subsystem};
 use crate::config::Config;
 use nodeproof_findings::{Condition, Status};
 use nodeproof_gpu as gpu;
@@ -27,7 +27,7 @@ use nodeproof_kube::credentials;
 use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
 use nodeproof_kube::events::PodEvent;
 use nodeproof_kube::marks::MarkPolicy;
-use nodeproof_seccomp::lint::{LintOptions, ProfileReport};
+use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
 /// What every subsystem gets.
@@ -51,14 +51,14 @@ pub struct Context {
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
     let c = ctx.clone();
     let profiles = tokio::spawn(supervise(
-        "profiles",
+        Subsystem::Profiles,
         ctx.shared.clone(),
         ctx.stop_flag.clone(),
         move || tokio::spawn(profiles(c.clone())),
     ));
     let c = ctx.clone();
     let tracing_task = tokio::spawn(supervise(
-        "tracing",
+        Subsystem::Tracing,
         ctx.shared.clone(),
         ctx.stop_flag.clone(),
         move || {
@@ -68,7 +68,7 @@ pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
     ));
     let c = ctx.clone();
     let gpu_task = tokio::spawn(supervise(
-        "gpu",
+        Subsystem::Gpu,
         ctx.shared.clone(),
         ctx.stop_flag.clone(),
         move || {
@@ -83,7 +83,7 @@ pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
 /// logs it and starts it again (after a second, so a task that panics at
 /// once does not spin).
 pub async fn supervise<F, Fut>(
-    name: &'static str,
+    name: Subsystem,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     mut start: F,
@@ -100,7 +100,7 @@ pub async fn supervise<F, Fut>(
                     *n
                 });
                 tracing::error!(
-                    nodeproof_check = name,
+                    nodeproof_check = name.as_str(),
                     restarts,
                     "subsystem panicked; restarting it"
                 );
@@ -108,14 +108,6 @@ pub async fn supervise<F, Fut>(
             }
             _ => return,
         }
-    }
-}
-
-pub(super) fn lint_options(config: &Config) -> LintOptions {
-    LintOptions {
-        runtime: profiles::detect_runtime(&config.seccomp),
-        no_new_privileges: config.seccomp.no_new_privileges,
-        ..LintOptions::default()
     }
 }
 
@@ -142,7 +134,7 @@ async fn profiles(mut ctx: Context) {
                 ),
             }
         }
-        let opts = lint_options(&config);
+        let opts = profiles::lint_options(&config.seccomp);
         let lint_root = root.clone();
         let reports =
             match tokio::task::spawn_blocking(move || profiles::lint_root(&lint_root, &opts)).await
@@ -203,9 +195,9 @@ fn publish_profiles(
         m.profile_revalidations += 1;
     });
     shared.set_check(
-        "profiles",
+        Subsystem::Profiles,
         CheckState {
-            conditions: vec![profiles::condition(root, reports)],
+            conditions: profiles::round(root, reports).conditions,
             summary,
             progress: Some(Instant::now()),
             period: Duration::from_secs(config.daemon.profile_resync_s),
@@ -229,16 +221,16 @@ fn tracer(ctx: &Context) {
     unsafe { libc::malloc_trim(0) };
     let publish = |summary: String| {
         ctx.shared.set_check(
-            "tracing",
+            Subsystem::Tracing,
             CheckState {
-                conditions: vec![readiness.condition()],
+                conditions: checks::tracing::round(&readiness).conditions,
                 summary,
                 progress: Some(Instant::now()),
                 period: Duration::from_secs(1),
             },
         );
     };
-    let mut tracer = match started {
+    let tracer = match started {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(nodeproof_check = "tracing", reason = readiness.reason, error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
@@ -257,21 +249,23 @@ fn tracer(ctx: &Context) {
     ctx.shared.metrics(|m| m.ebpf_strategy = Some(strategy));
     publish(format!("tracing {strategy}"));
     ctx.round.notify_one();
-    let mut resolver = trace::CgroupResolver::host();
-    let mut names = trace::names::SyscallNames::default();
+    let mut pump = trace::Pump::new(
+        tracer,
+        trace::CgroupResolver::host(),
+        trace::Filter::default(),
+    );
     let mut last_counts = Instant::now();
     while !ctx.stop_flag.load(Ordering::Relaxed) {
-        let polled = tracer.poll(TRACE_POLL, &mut |d| {
-            let a = resolver.attribute(d.cgroup_id, d.pid, &trace::NoPodLookup);
-            let syscall = names.get(d.arch, d.nr).to_string();
+        let polled = pump.poll(TRACE_POLL, &trace::NoPodLookup, &mut |s| {
+            let (d, a) = (s.denial, s.attribution);
             tracing::warn!(
                 nodeproof_check = "tracing",
-                seccomp_syscall = %syscall,
+                seccomp_syscall = %s.syscall,
                 seccomp_action = d.action.as_str(),
                 errno = d.errno,
                 pid = d.pid,
                 comm = %d.comm,
-                k8s_pod = %pod_label(&a),
+                k8s_pod = %pod_label(a),
                 container_id = a.container_id.as_deref().unwrap_or(""),
                 "seccomp denied a syscall"
             );
@@ -282,11 +276,11 @@ fn tracer(ctx: &Context) {
         }
         if last_counts.elapsed() >= TRACE_COUNTS_EVERY {
             last_counts = Instant::now();
-            read_counts(&tracer, ctx, &mut resolver, &mut names);
+            read_counts(&mut pump, ctx);
         }
         publish(format!("tracing {strategy}"));
     }
-    drop(tracer);
+    drop(pump);
     tracing::info!(nodeproof_check = "tracing", "eBPF programs detached");
 }
 
@@ -298,24 +292,15 @@ fn pod_label(a: &trace::Attribution) -> String {
     }
 }
 
-fn read_counts(
-    tracer: &trace::Tracer,
-    ctx: &Context,
-    resolver: &mut trace::CgroupResolver,
-    names: &mut trace::names::SyscallNames,
-) {
-    let (counts, stats) = match (tracer.counts(), tracer.stats()) {
-        (Ok(c), Ok(s)) => (c, s),
-        (Err(e), _) | (_, Err(e)) => {
+fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
+    // Pod names are resolved by the pods watcher, against the pods it watches.
+    let (rows, stats) = match pump.rows(&trace::NoPodLookup) {
+        Ok(r) => r,
+        Err(e) => {
             tracing::warn!(nodeproof_check = "tracing", error = %super::error_chain(&e), "reading eBPF counters failed");
             return;
         }
     };
-    let rows =
-        trace::summary::aggregate(counts, &trace::Filter::default(), names, &mut |cg, pid| {
-            resolver.attribute(cg, pid, &trace::NoPodLookup)
-        });
-    // Pod names are resolved by the pods watcher, against the pods it watches.
     ctx.pod_rows.send_replace(rows.clone());
     let mut denials = std::collections::BTreeMap::new();
     for r in rows {
@@ -345,11 +330,7 @@ fn gpu_probe(ctx: &Context) {
             config.gpu.nvml_timeout_ms,
         );
         if probe.as_ref().map(|(k, _)| k) != Some(&key) {
-            let p = gpu::nvml::NvmlProbe::new(
-                &config.gpu.nvml_library,
-                Duration::from_millis(config.gpu.nvml_timeout_ms),
-            );
-            probe = Some((key, p));
+            probe = Some((key, checks::gpu::probe(&config.gpu)));
         }
         let Some((_, p)) = probe.as_mut() else { return };
         let report = gpu::cycle(&config.gpu, p, &mut state);
@@ -384,14 +365,9 @@ fn gpu_probe(ctx: &Context) {
         ctx.shared.metrics(|m| m.gpu = Some(report.metrics(&state)));
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
         ctx.shared.set_check(
-            "gpu",
+            Subsystem::Gpu,
             CheckState {
-                // Absent, not Unknown, on nodes without NVIDIA devices (as `check`).
-                conditions: if report.no_gpu() {
-                    Vec::new()
-                } else {
-                    report.conditions()
-                },
+                conditions: checks::gpu::round(&report).conditions,
                 summary,
                 progress: Some(Instant::now()),
                 period: interval,
@@ -435,7 +411,10 @@ pub async fn start_reporter(
             nodeproof_check = "reporter",
             "no node name (report.node-name, NODE_NAME, hostname); not reporting"
         );
-        shared.set_check("reporter", reporter_state("not reporting (no node name)"));
+        shared.set_check(
+            Subsystem::Reporter,
+            reporter_state("not reporting (no node name)"),
+        );
         return None;
     };
     let source = credentials::choose_here(config.report.kubeconfig.as_deref());
@@ -443,13 +422,16 @@ pub async fn start_reporter(
         Ok(Some(c)) => c,
         Ok(None) => {
             tracing::warn!(nodeproof_check = "reporter", k8s_node = %node, "no credentials; conditions are not reported");
-            shared.set_check("reporter", reporter_state("not reporting (no credentials)"));
+            shared.set_check(
+                Subsystem::Reporter,
+                reporter_state("not reporting (no credentials)"),
+            );
             return None;
         }
         Err(e) => {
             tracing::error!(nodeproof_check = "reporter", k8s_node = %node, error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
             shared.set_check(
-                "reporter",
+                Subsystem::Reporter,
                 reporter_state("not reporting (bad credentials)"),
             );
             return None;
@@ -482,7 +464,7 @@ pub async fn start_reporter(
         super::now_seed(),
     );
     tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %source.describe(), "reporting to the API server");
-    shared.set_check("reporter", reporter_state("reporting to API"));
+    shared.set_check(Subsystem::Reporter, reporter_state("reporting to API"));
     let counter = shared.clone();
     Some(Reporter {
         task: tokio::spawn(driver::run(
@@ -560,7 +542,7 @@ mod tests {
         let r = runs.clone();
         tokio::time::pause();
         supervise(
-            "gpu",
+            Subsystem::Gpu,
             shared.clone(),
             Arc::new(AtomicBool::new(false)),
             move || {
@@ -575,7 +557,7 @@ mod tests {
         .await;
         assert_eq!(runs.load(Ordering::SeqCst), 3);
         assert_eq!(
-            shared.metrics(|m| m.task_restarts.get("gpu").copied()),
+            shared.metrics(|m| m.task_restarts.get(&Subsystem::Gpu).copied()),
             Some(2)
         );
     }

@@ -22,10 +22,8 @@ use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::credentials;
 use nodeproof_kube::driver::{LoopConfig, ReportLoop};
 use nodeproof_seccomp::lint::LintOptions;
-use nodeproof_trace::names::SyscallNames;
-use nodeproof_trace::summary::aggregate;
 use nodeproof_trace::{
-    CgroupResolver, EventSource, Filter, NoPodLookup, SummaryRow, Tracer, TracerConfig,
+    CgroupResolver, Filter, NoPodLookup, Pump, SummaryRow, Tracer, TracerConfig,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -248,23 +246,19 @@ pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsR
 /// cgroups resolved (pod names are resolved later, against the watched pods).
 /// Without the privileges to trace, pods are still judged; only denials are missing.
 fn trace_rows(tx: tokio::sync::mpsc::Sender<Vec<SummaryRow>>, stop: &'static AtomicBool) {
-    let mut tracer = match Tracer::start(&TracerConfig::default()) {
+    let tracer = match Tracer::start(&TracerConfig::default()) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "no seccomp tracer: denials are not reported on pods");
             return;
         }
     };
-    let mut resolver = CgroupResolver::host();
-    let mut names = SyscallNames::default();
+    let mut pump = Pump::new(tracer, CgroupResolver::host(), Filter::default());
     let mut last = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         // A sample resolves its cgroup while the container still exists; the
         // counts are read later, when it may be gone.
-        let polled = tracer.poll(Duration::from_millis(500), &mut |d| {
-            resolver.attribute(d.cgroup_id, d.pid, &NoPodLookup);
-        });
-        if let Err(e) = polled {
+        if let Err(e) = pump.poll(Duration::from_millis(500), &NoPodLookup, &mut |_| {}) {
             tracing::warn!(error = %e, "seccomp tracer stopped");
             return;
         }
@@ -272,16 +266,13 @@ fn trace_rows(tx: tokio::sync::mpsc::Sender<Vec<SummaryRow>>, stop: &'static Ato
             continue;
         }
         last = Instant::now();
-        let counts = match tracer.counts() {
-            Ok(c) => c,
+        let rows = match pump.rows(&NoPodLookup) {
+            Ok((rows, _)) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "seccomp tracer counts unreadable");
                 return;
             }
         };
-        let rows = aggregate(counts, &Filter::default(), &mut names, &mut |cg, pid| {
-            resolver.attribute(cg, pid, &NoPodLookup)
-        });
         if tx.blocking_send(rows).is_err() {
             return;
         }

@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-use crate::checks::profiles::passes;
+use crate::checks::profiles::{self, passes};
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::marks::Taint;
 use nodeproof_kube::refs::{PodRefs, Profile};
@@ -391,7 +391,8 @@ pub fn combine(node_files: Condition, pods: Condition) -> Condition {
             ..pods
         };
     }
-    if node_files.status == ConditionStatus::True && node_files.reason == "NoProfiles" {
+    // Files that say nothing (there are none) give way to what the pods say.
+    if profiles::Reason::of(&node_files) == Some(profiles::Reason::NoProfiles) {
         pods
     } else {
         node_files

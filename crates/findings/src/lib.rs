@@ -32,6 +32,8 @@ pub enum Check {
     KubeletAccess,
     /// A static pod's seccomp profile (preflight).
     StaticPodProfile,
+    /// A seccomp reference of a pod bound to this node.
+    PodProfile,
 }
 
 impl Check {
@@ -43,6 +45,7 @@ impl Check {
             Check::GpuHealth => "gpu-health",
             Check::KubeletAccess => "kubelet-access",
             Check::StaticPodProfile => "static-pod-profile",
+            Check::PodProfile => "pod-profile",
         }
     }
 }

@@ -32,6 +32,17 @@ pub enum Runtime {
     Crio,
 }
 
+impl Runtime {
+    /// Where the runtime's CRI socket is on a node (the kubelet's
+    /// `--container-runtime-endpoint` defaults for each).
+    pub fn sockets(self) -> &'static [&'static str] {
+        match self {
+            Runtime::Containerd => &["/run/containerd/containerd.sock"],
+            Runtime::Crio => &["/run/crio/crio.sock", "/var/run/crio/crio.sock"],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Dialect {
     #[serde(rename = "oci")]

@@ -11,11 +11,13 @@ pub mod bpf;
 pub mod event;
 pub mod loader;
 pub mod names;
+pub mod pump;
 pub mod summary;
 
 pub use attribution::{Attribution, CgroupResolver, NoPodLookup, PodLookup, PodRef};
 pub use event::{Action, CountKey, Denial};
 pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
+pub use pump::{Pump, Sample};
 pub use summary::{Filter, SummaryRow, TraceSummary};
 
 use nodeproof_findings::{Check, ConditionStatus, ConditionType};
@@ -123,6 +125,22 @@ pub trait EventSource {
     /// The exact in-kernel counts so far.
     fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError>;
     fn stats(&self) -> Result<Stats, TraceError>;
+}
+
+/// A borrowed source is a source: [`run_with`] pumps one it does not own.
+impl<T: EventSource + ?Sized> EventSource for &mut T {
+    fn strategy(&self) -> Strategy {
+        (**self).strategy()
+    }
+    fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(Denial)) -> Result<(), TraceError> {
+        (**self).poll(timeout, sink)
+    }
+    fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError> {
+        (**self).counts()
+    }
+    fn stats(&self) -> Result<Stats, TraceError> {
+        (**self).stats()
+    }
 }
 
 /// Errors of the trace module.
@@ -292,7 +310,7 @@ pub fn run(
         opts,
         out,
         stop,
-        &mut CgroupResolver::host(),
+        CgroupResolver::host(),
         &NoPodLookup,
     )
 }
@@ -303,27 +321,25 @@ pub fn run_with(
     opts: &TraceOptions,
     out: &mut dyn Write,
     stop: &AtomicBool,
-    resolver: &mut CgroupResolver,
+    resolver: CgroupResolver,
     pods: &dyn PodLookup,
 ) -> Result<TraceSummary, TraceError> {
     let filter = Filter {
         pid: opts.pid,
         comm: opts.comm.clone(),
     };
-    let mut names = names::SyscallNames::default();
+    let mut pump = Pump::new(source, resolver, filter);
     let clock_offset = realtime_minus_monotonic_ns();
     let deadline = opts.duration.map(|d| Instant::now() + d);
     let mut write_err = None;
-    let mut on_sample = |d: Denial| {
-        if write_err.is_some() || !filter.matches(d.pid, &d.comm) {
+    let mut on_sample = |s: Sample<'_>| {
+        if write_err.is_some() {
             return;
         }
-        let a = resolver.attribute(d.cgroup_id, d.pid, pods);
-        let wall = (d.ts_ns as i128 + clock_offset).max(0) as u64;
-        let syscall = names.get(d.arch, d.nr).to_string();
+        let wall = (s.denial.ts_ns as i128 + clock_offset).max(0) as u64;
         let line = match opts.format {
-            OutputFormat::Json => summary::sample_json(&d, &syscall, &a, wall),
-            OutputFormat::Text => summary::sample_text(&d, &syscall, &a, wall),
+            OutputFormat::Json => summary::sample_json(s.denial, s.syscall, s.attribution, wall),
+            OutputFormat::Text => summary::sample_text(s.denial, s.syscall, s.attribution, wall),
         };
         if let Err(e) = writeln!(out, "{line}") {
             write_err = Some(e);
@@ -337,18 +353,15 @@ pub fn run_with(
         let wait = deadline.map_or(Duration::from_millis(100), |d| {
             (d - now).min(Duration::from_millis(100))
         });
-        source.poll(wait, &mut on_sample)?;
+        pump.poll(wait, pods, &mut on_sample)?;
     }
     // What is already in the ring buffer belongs to the run.
-    source.poll(Duration::ZERO, &mut on_sample)?;
+    pump.poll(Duration::ZERO, pods, &mut on_sample)?;
     if let Some(source) = write_err {
         return Err(TraceError::Write { source });
     }
-    let stats = source.stats()?;
-    let rows = summary::aggregate(source.counts()?, &filter, &mut names, &mut |cg, pid| {
-        resolver.attribute(cg, pid, pods)
-    });
-    let s = summary::summarize(rows, &stats, source.strategy());
+    let (rows, stats) = pump.rows(pods)?;
+    let s = summary::summarize(rows, &stats, pump.source().strategy());
     let text = match opts.format {
         OutputFormat::Json => format!("{}\n", summary::summary_json(&s)),
         OutputFormat::Text => summary::summary_text(&s),
@@ -449,14 +462,14 @@ mod tests {
             ..TraceOptions::default()
         };
         let dir = tempfile::tempdir().unwrap();
-        let mut resolver = CgroupResolver::new(dir.path(), dir.path());
+        let resolver = CgroupResolver::new(dir.path(), dir.path());
         let mut out = Vec::new();
         let s = run_with(
             &mut fake,
             &opts,
             &mut out,
             &AtomicBool::new(false),
-            &mut resolver,
+            resolver,
             &NoPodLookup,
         )
         .unwrap();
@@ -485,7 +498,7 @@ mod tests {
             &TraceOptions::default(),
             &mut out,
             &AtomicBool::new(true),
-            &mut CgroupResolver::new(dir.path(), dir.path()),
+            CgroupResolver::new(dir.path(), dir.path()),
             &NoPodLookup,
         )
         .unwrap();

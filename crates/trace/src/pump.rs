@@ -1,0 +1,85 @@
+//! The one loop between an [`EventSource`] and its readers: samples polled
+//! and attributed to their cgroup while it still exists, exact counts read
+//! into rows. `nodeproof trace`, the daemon's tracer and `nodeproof pods`
+//! all pump through this, so attribution and naming are done one way.
+
+use std::time::Duration;
+
+use crate::attribution::{Attribution, CgroupResolver, PodLookup};
+use crate::event::Denial;
+use crate::names::SyscallNames;
+use crate::summary::{self, Filter, SummaryRow};
+use crate::{EventSource, Stats, TraceError};
+
+/// A sample as the readers get it: the denial, its syscall's name and where it ran.
+pub struct Sample<'a> {
+    pub denial: &'a Denial,
+    pub syscall: &'a str,
+    pub attribution: &'a Attribution,
+}
+
+/// Polls `S` and keeps the per-source state (cgroup cache, syscall names).
+pub struct Pump<S> {
+    source: S,
+    resolver: CgroupResolver,
+    names: SyscallNames,
+    filter: Filter,
+}
+
+impl<S: EventSource> Pump<S> {
+    pub fn new(source: S, resolver: CgroupResolver, filter: Filter) -> Self {
+        Pump {
+            source,
+            resolver,
+            names: SyscallNames::default(),
+            filter,
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// Waits up to `wait` for samples and hands each one that passes the
+    /// filter to `on_sample`. The sample resolves its cgroup now: the
+    /// counts are read later, when a short-lived container may be gone.
+    pub fn poll(
+        &mut self,
+        wait: Duration,
+        pods: &dyn PodLookup,
+        on_sample: &mut dyn FnMut(Sample<'_>),
+    ) -> Result<(), TraceError> {
+        let Pump {
+            source,
+            resolver,
+            names,
+            filter,
+        } = self;
+        source.poll(wait, &mut |d| {
+            if !filter.matches(d.pid, &d.comm) {
+                return;
+            }
+            let attribution = resolver.attribute(d.cgroup_id, d.pid, pods);
+            let syscall = names.get(d.arch, d.nr);
+            on_sample(Sample {
+                denial: &d,
+                syscall,
+                attribution: &attribution,
+            });
+        })
+    }
+
+    /// The exact in-kernel counts so far as attributed rows, and the
+    /// programs' own counters.
+    pub fn rows(&mut self, pods: &dyn PodLookup) -> Result<(Vec<SummaryRow>, Stats), TraceError> {
+        let stats = self.source.stats()?;
+        let resolver = &mut self.resolver;
+        let rows = summary::aggregate(
+            self.source.counts()?,
+            &self.filter,
+            &mut self.names,
+            &mut |cg, pid| resolver.attribute(cg, pid, pods),
+        );
+        Ok((rows, stats))
+    }
+}
