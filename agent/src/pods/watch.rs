@@ -19,6 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::Api;
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, watcher, DefaultBackoff, Event};
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
@@ -569,8 +570,9 @@ async fn watch_kind<K>(
 /// The delays of [`forward`]'s retries are kube-runtime's `DefaultBackoff`,
 /// the parameters of client-go's reflector: 0.8 s doubling to 30 s, each
 /// stretched by up to as much again at random (so a fleet's nodes do not
-/// retry in step), starting over once two minutes pass without an error.
-/// It never runs out; were it to, this is the delay.
+/// retry in step), starting over once two minutes pass without an error
+/// (and here also once a list completes). It never runs out; were it to,
+/// this is the delay.
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A list is buffered until it is complete (`InitDone`) and handed on whole:
@@ -582,10 +584,11 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// kube-runtime's own `WatchStreamExt::default_backoff()` is not used: its
 /// `StreamBackoff` starts the delay over on every item that is not an error,
 /// and the watcher yields `Event::Init` before each list attempt, so against
-/// an API server that is down the delay never grew past the first 0.8–1.6 s
+/// an API server that is down the delay never grows past the first 0.8–1.6 s
 /// (a list every second per kind, for as long as the outage lasts). Here the
-/// backoff is never reset by an event; it resets itself after two quiet
-/// minutes (`DefaultBackoff`'s reset timer).
+/// delay starts over only when a list completes, as the hand-rolled loop
+/// before this one did, and after two quiet minutes (`DefaultBackoff`'s
+/// reset timer): a watch that keeps failing after a good list keeps growing.
 async fn forward<K, S, B>(
     stream: S,
     resource: &'static str,
@@ -594,7 +597,7 @@ async fn forward<K, S, B>(
     mut backoff: B,
 ) where
     S: Stream<Item = Result<Event<K>, watcher::Error>>,
-    B: Iterator<Item = Duration>,
+    B: Backoff,
 {
     let mut stream = std::pin::pin!(stream);
     let mut listed: Vec<K> = Vec::new();
@@ -608,7 +611,10 @@ async fn forward<K, S, B>(
                 listed.push(o);
                 continue;
             }
-            Ok(Event::InitDone) => (changes.reset)(std::mem::take(&mut listed)),
+            Ok(Event::InitDone) => {
+                backoff.reset();
+                (changes.reset)(std::mem::take(&mut listed))
+            }
             Ok(Event::Apply(o)) => (changes.upsert)(o),
             Ok(Event::Delete(o)) => (changes.gone)(o),
             Err(source) => {
@@ -682,6 +688,24 @@ mod tests {
         }
     }
 
+    /// A backoff that waits nothing and notes what it was asked.
+    #[derive(Default)]
+    struct Recorded(Arc<std::sync::Mutex<Vec<&'static str>>>);
+
+    impl Iterator for Recorded {
+        type Item = Duration;
+        fn next(&mut self) -> Option<Duration> {
+            self.0.lock().unwrap().push("wait");
+            Some(Duration::ZERO)
+        }
+    }
+
+    impl Backoff for Recorded {
+        fn reset(&mut self) {
+            self.0.lock().unwrap().push("reset");
+        }
+    }
+
     #[tokio::test]
     async fn a_list_is_handed_on_whole_and_each_error_waited_out() {
         let status = |code| {
@@ -715,13 +739,14 @@ mod tests {
             upsert: Change::Class,
             gone: Change::ClassGone,
         };
-        let mut delays = vec![Duration::ZERO; 2].into_iter();
+        let backoff = Recorded::default();
+        let asked = backoff.0.clone();
         forward(
             futures::stream::iter(events),
             "runtimeclasses",
             &tx,
             &changes,
-            delays.by_ref(),
+            backoff,
         )
         .await;
         drop(tx);
@@ -735,7 +760,12 @@ mod tests {
             ["listed a,b", "applied c", "deleted a", "listed b"],
             "{out:?}"
         );
-        assert_eq!(delays.len(), 0, "each of the two errors waited");
+        // Each error waited; the delay started over when a list completed, not on Init.
+        assert_eq!(
+            *asked.lock().unwrap(),
+            ["reset", "wait", "wait", "reset"],
+            "{asked:?}"
+        );
     }
 
     #[test]
