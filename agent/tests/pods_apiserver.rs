@@ -771,3 +771,102 @@ fn watched_nodes_from(server: &TestApiServer) -> Vec<u64> {
         })
         .collect()
 }
+
+fn plain_pod(name: &str, node: &str) -> Value {
+    pod(
+        name,
+        Some(node),
+        json!({}),
+        json!({"containers": [{"name": "c"}]}),
+    )
+}
+
+fn node_n1() -> TestApiServer {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server
+}
+
+/// What the watcher relies on, as kube-apiserver serves it: pages of one
+/// snapshot, a continue token that expires with compaction, a watch from a
+/// compacted version answered by a 410 ERROR event, bookmarks when asked.
+#[test]
+fn the_test_server_pages_and_expires_as_an_api_server_does() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::WatchEvent;
+
+    let server = node_n1();
+    for i in 0..5 {
+        server.put("pods", plain_pod(&format!("p-{i}"), "n1"));
+    }
+    server.put("pods", plain_pod("q", "n2"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+        let kube = client::connect(&source).await.unwrap().unwrap();
+        let pods: kube::Api<Pod> = kube::Api::all(kube);
+        let names = |l: &kube::core::ObjectList<Pod>| {
+            l.items
+                .iter()
+                .map(|p| p.metadata.name.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let lp = ListParams::default().fields("spec.nodeName=n1").limit(2);
+        let first = pods.list(&lp).await.unwrap();
+        assert_eq!(names(&first), ["p-0", "p-1"]);
+        let version = first.metadata.resource_version.clone().unwrap();
+        // Changes after the first page do not show in the later ones.
+        server.delete("pods", "ml/p-2");
+        server.put("pods", plain_pod("p-5", "n1"));
+        let token = first.metadata.continue_.clone().unwrap();
+        let second = pods.list(&lp.clone().continue_token(&token)).await.unwrap();
+        assert_eq!(names(&second), ["p-2", "p-3"]);
+        assert_eq!(second.metadata.resource_version.as_ref(), Some(&version));
+        let token = second.metadata.continue_.clone().unwrap();
+        let third = pods.list(&lp.clone().continue_token(&token)).await.unwrap();
+        assert_eq!(names(&third), ["p-4"]);
+        assert_eq!(third.metadata.continue_.as_deref().unwrap_or(""), "");
+        // Compacted: the old token and a watch from the old version are 410.
+        server.compact();
+        let err = pods
+            .list(&lp.clone().continue_token(&token))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 410),
+            "{err}"
+        );
+        let wp = WatchParams::default().fields("spec.nodeName=n1");
+        let mut old = pods.watch(&wp, &version).await.unwrap().boxed();
+        match old.next().await {
+            Some(Ok(WatchEvent::Error(s))) => {
+                assert_eq!(s.code, 410);
+                assert!(s.message.starts_with("too old resource version"), "{s:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A new list sees the changes; a watch from it ends with a bookmark.
+        let fresh = pods
+            .list(&ListParams::default().fields("spec.nodeName=n1"))
+            .await
+            .unwrap();
+        assert_eq!(names(&fresh), ["p-0", "p-1", "p-3", "p-4", "p-5"]);
+        let now = fresh.metadata.resource_version.unwrap();
+        let events: Vec<_> = pods.watch(&wp, &now).await.unwrap().collect().await;
+        match events.as_slice() {
+            [Ok(WatchEvent::Bookmark(b))] => assert_eq!(b.metadata.resource_version, now),
+            other => panic!("{other:?}"),
+        }
+        let events: Vec<_> = pods
+            .watch(&wp.clone().disable_bookmarks(), &now)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(events.is_empty(), "{events:?}");
+    });
+}
