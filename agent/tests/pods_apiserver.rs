@@ -1016,8 +1016,10 @@ async fn a_dropped_connection_is_retried_with_growing_delays() {
         tries.len()
     );
     // Each watch waits 0.8–1.6 s, then 1.6–3.2 s more (one may try once at
-    // once, when its stream just ended): at most 3 tries each in 4 s.
-    assert!((3..=9).contains(&tries.len()), "{tries:?}");
+    // once, when its stream just ended): at most 3 tries each in 4 s, one
+    // more for a request hyper retries on a fresh connection; a loop would
+    // be hundreds.
+    assert!((3..=12).contains(&tries.len()), "{tries:?}");
     server.clear_fault();
     server.put("pods", missing_profile_pod("later"));
     // The next try is at most 6.4 s after the last one.
