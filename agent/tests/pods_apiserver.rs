@@ -19,7 +19,7 @@ use nodeproof_kube::driver::{LoopConfig, ReportLoop};
 use nodeproof_kube::{client, credentials};
 use nodeproof_seccomp::lint::LintOptions;
 use nodeproof_trace::{Action, SummaryRow};
-use support::apiserver::{Identity, TestApiServer};
+use support::apiserver::{Fault, Identity, TestApiServer};
 
 const DEADLINE: Duration = Duration::from_secs(5);
 const CONTAINER_ID: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
@@ -777,4 +777,409 @@ fn watched_nodes_from(server: &TestApiServer) -> Vec<u64> {
                 .and_then(|v| v.parse().ok())
         })
         .collect()
+}
+
+/// A watcher's rounds for node n1 against `server`, as the agent runs it.
+struct Watching {
+    rounds: tokio::sync::mpsc::Receiver<watch::Round>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<PodsState>,
+    _dir: tempfile::TempDir,
+}
+
+impl Watching {
+    async fn start(server: &TestApiServer) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("seccomp");
+        std::fs::create_dir_all(root.join("profiles")).unwrap();
+        std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+        let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+        let kube = client::connect(&source).await.unwrap().unwrap();
+        let mut state = PodsState::new(NodeContext {
+            seccomp_root: root,
+            labels: Default::default(),
+            taints: Vec::new(),
+            handlers: Some(["runc".to_string()].into()),
+            lint: LintOptions {
+                check_listener: false,
+                ..LintOptions::default()
+            },
+        });
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let (round_tx, rounds) = tokio::sync::mpsc::channel(64);
+        // No recheck within a test: every round comes from a change.
+        let opts = WatchOptions {
+            recheck: Duration::from_secs(3600),
+            ..WatchOptions::default()
+        };
+        let task = tokio::spawn(async move {
+            watch::rounds(kube, &mut state, &opts, stop_rx, "n1", None, round_tx).await;
+            state
+        });
+        Watching {
+            rounds,
+            stop,
+            task,
+            _dir: dir,
+        }
+    }
+
+    /// Rounds until one that `f` accepts, within `limit`: that one, every
+    /// round before it, and how long it took.
+    async fn until(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        f: impl Fn(&watch::Round) -> bool,
+    ) -> (watch::Round, Vec<watch::Round>, Duration) {
+        let start = Instant::now();
+        let mut before = Vec::new();
+        loop {
+            let left = limit.saturating_sub(start.elapsed());
+            let r = tokio::time::timeout(left, self.rounds.recv())
+                .await
+                .unwrap_or_else(|_| panic!("not within {limit:?}: {what}; rounds: {before:?}"))
+                .expect("the watcher runs");
+            if f(&r) {
+                return (r, before, start.elapsed());
+            }
+            before.push(r);
+        }
+    }
+
+    async fn stop(self) -> PodsState {
+        self.stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+fn plain_pod(name: &str, node: &str) -> Value {
+    pod(
+        name,
+        Some(node),
+        json!({}),
+        json!({"containers": [{"name": "c"}]}),
+    )
+}
+
+fn missing_profile_pod(name: &str) -> Value {
+    pod(
+        name,
+        Some("n1"),
+        json!({}),
+        json!({"containers": [{"name": "c", "securityContext": localhost("profiles/missing.json")}]}),
+    )
+}
+
+fn node_n1() -> TestApiServer {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server
+}
+
+/// The pod list requests (pages), not watches.
+fn pod_lists(server: &TestApiServer) -> Vec<support::apiserver::Logged> {
+    server
+        .log()
+        .into_iter()
+        .filter(|l| l.path == "/api/v1/pods" && !l.query.contains("watch="))
+        .collect()
+}
+
+/// The resourceVersions the watcher's watches of `path` started from.
+fn watched_from(server: &TestApiServer, path: &str) -> Vec<u64> {
+    server
+        .log()
+        .iter()
+        .filter(|l| l.path == path && l.query.contains("watch=true"))
+        .filter_map(|l| {
+            l.query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("resourceVersion="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect()
+}
+
+/// kube's watcher lists in pages of 500 (client-go's pager size), each cut
+/// from one snapshot; the selector filters before the limit counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_hundred_pods_are_listed_in_pages_of_500() {
+    let server = node_n1();
+    // Interleaved with another node's 300: a page holds 500 of this node's.
+    for i in 0..1500 {
+        let node = if i % 5 == 4 { "n2" } else { "n1" };
+        server.put("pods", plain_pod(&format!("p-{i:04}"), node));
+    }
+    let listed_at = server.resource_version();
+    let start = Instant::now();
+    let mut w = Watching::start(&server).await;
+    let (r, _, _) = w.until("the first round", DEADLINE, |_| true).await;
+    eprintln!(
+        "FIGURE 1,200 pods in 3 pages of ≤500 → first round: {:?}",
+        start.elapsed()
+    );
+    assert_eq!((r.pods, r.condition.status), (1200, ConditionStatus::True));
+    let pages = pod_lists(&server);
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    for (i, l) in pages.iter().enumerate() {
+        assert_eq!(l.status, 200, "{l:?}");
+        assert!(l.query.contains("limit=500"), "{l:?}");
+        assert!(
+            l.query.contains("fieldSelector=spec.nodeName%3Dn1"),
+            "{l:?}"
+        );
+        assert_eq!(l.query.contains("continue="), i > 0, "{l:?}");
+    }
+    // The watch goes on from the list's version, with bookmarks asked for.
+    within("the pods watched", || {
+        watched_from(&server, "/api/v1/pods").contains(&listed_at)
+    })
+    .await;
+    assert!(server
+        .log()
+        .iter()
+        .filter(|l| l.path == "/api/v1/pods" && l.query.contains("watch=true"))
+        .all(|l| l.query.contains("allowWatchBookmarks=true")));
+    let state = w.stop().await;
+    assert_eq!(state.index.len(), 1200);
+}
+
+/// The API server goes away; a pod is deleted and another created meanwhile,
+/// and history is compacted, so the DELETED event is gone: the watch from the
+/// old version gets 410 Gone, the watcher lists again, and the relist alone
+/// drops the deleted pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_disconnected_is_dropped_by_the_relist_after_410() {
+    let server = node_n1();
+    server.put("pods", missing_profile_pod("gone"));
+    server.put("pods", plain_pod("stays", "n1"));
+    let mut w = Watching::start(&server).await;
+    let (r, _, _) = w.until("the first round", DEADLINE, |_| true).await;
+    assert_eq!(
+        (r.pods, r.condition.status, r.condition.reason.as_str()),
+        (2, ConditionStatus::False, "ProfileMissing")
+    );
+    assert_eq!(r.events.len(), 1);
+    let lists = pod_lists(&server).len();
+
+    server.set_fault(Fault::Down);
+    server.cut_connections();
+    server.delete("pods", "ml/gone");
+    server.put(
+        "pods",
+        pod(
+            "new",
+            Some("n1"),
+            json!({}),
+            json!({"containers": [{"name": "c", "securityContext": localhost("profiles/good.json")}]}),
+        ),
+    );
+    server.compact();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.clear_fault();
+    // The first retry waits 0.8–1.6 s, the 410 after it 1.6–3.2 s more.
+    let (r, before, t) = w
+        .until("True after the relist", Duration::from_secs(8), |r| {
+            r.condition.status == ConditionStatus::True
+        })
+        .await;
+    eprintln!("FIGURE reconnected, 410 Gone, relisted → True: {t:?}");
+    assert_eq!(r.pods, 2, "{r:?}");
+    assert!(r.events.is_empty(), "{:?}", r.events);
+    // Never the deleted pod beside the new one: nothing was learnt from events.
+    assert!(before.iter().all(|r| r.pods <= 2), "{before:?}");
+    assert!(server.gone_answers() >= 1);
+    assert_eq!(pod_lists(&server).len(), lists + 1, "one relist of pods");
+    let state = w.stop().await;
+    let mut names: Vec<_> = state.index.refs().map(|p| p.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["new", "stays"]);
+}
+
+/// Every connection is dropped and the API server stays away: the three
+/// watches (pods, RuntimeClasses, the Node) retry with growing delays, not in
+/// a loop, and carry on once it is back, with what they knew kept meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_is_retried_with_growing_delays() {
+    let server = node_n1();
+    server.put("pods", plain_pod("stays", "n1"));
+    let mut w = Watching::start(&server).await;
+    let (r, _, _) = w.until("the first round", DEADLINE, |_| true).await;
+    assert_eq!(r.pods, 1);
+
+    server.set_fault(Fault::Down);
+    let cut = Instant::now();
+    server.cut_connections();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let tries = server.connections_since(cut);
+    eprintln!(
+        "FIGURE connections cut, API server down 4 s → {} connection attempts by 3 watches: {tries:?}",
+        tries.len()
+    );
+    // Each watch waits 0.8–1.6 s, then 1.6–3.2 s more (one may try once at
+    // once, when its stream just ended): at most 3 tries each in 4 s, one
+    // more for a request hyper retries on a fresh connection; a loop would
+    // be hundreds.
+    assert!((3..=12).contains(&tries.len()), "{tries:?}");
+    server.clear_fault();
+    server.put("pods", missing_profile_pod("later"));
+    // The next try is at most 6.4 s after the last one.
+    let (r, _, t) = w
+        .until(
+            "the pod bound after the outage",
+            Duration::from_secs(10),
+            |r| r.pods == 2,
+        )
+        .await;
+    eprintln!("FIGURE API server back → the watch caught up: {t:?}");
+    assert_eq!(r.condition.reason, "ProfileMissing", "{r:?}");
+    assert_eq!(r.events.len(), 1, "{:?}", r.events);
+    assert_eq!(pod_lists(&server).len(), 1, "resumed without a relist");
+    w.stop().await;
+}
+
+/// An API server that is down when the watcher starts: each list attempt
+/// fails, and the delays still grow. (kube's `default_backoff()` starts over
+/// on the `Init` the watcher yields before every list attempt: 28 attempts in
+/// 10 s, one a second per watch; this watcher: 12, gaps 0.8–1.6, 1.6–3.2, 3.2–6.4 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_down_from_the_start_is_retried_with_growing_delays() {
+    let server = node_n1();
+    server.set_fault(Fault::Down);
+    let start = Instant::now();
+    let w = Watching::start(&server).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let tries = server.connections_since(start);
+    eprintln!(
+        "FIGURE API server down from the start, 6 s → {} list attempts by 3 watches: {tries:?}",
+        tries.len()
+    );
+    // Each watch: at once, then after 0.8–1.6 s, 1.6–3.2 s and 3.2–6.4 s more.
+    assert!((6..=12).contains(&tries.len()), "{tries:?}");
+    let state = w.stop().await;
+    assert!(!state.synced());
+}
+
+/// Bookmarks: another node's pods change, which this watch never sees, yet
+/// it resumes from a recent version, so a compaction does not cost a relist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_let_a_quiet_watch_resume_past_a_compaction() {
+    let server = node_n1();
+    server.put("pods", plain_pod("stays", "n1"));
+    let mut w = Watching::start(&server).await;
+    w.until("the first round", DEADLINE, |_| true).await;
+    for i in 0..20 {
+        server.put("pods", plain_pod(&format!("other-{i}"), "n2"));
+    }
+    let last = server.resource_version();
+    within(
+        "every watch resumed from a bookmark after the changes",
+        || {
+            [
+                "/api/v1/pods",
+                "/apis/node.k8s.io/v1/runtimeclasses",
+                "/api/v1/nodes",
+            ]
+            .iter()
+            .all(|p| watched_from(&server, p).iter().any(|v| *v >= last))
+        },
+    )
+    .await;
+    server.compact();
+    server.cut_connections();
+    server.put("pods", missing_profile_pod("new"));
+    let (r, _, _) = w.until("the new pod", DEADLINE, |r| r.pods == 2).await;
+    assert_eq!(r.condition.reason, "ProfileMissing");
+    assert_eq!(server.gone_answers(), 0, "no watch was too old");
+    assert_eq!(pod_lists(&server).len(), 1, "no relist");
+    w.stop().await;
+}
+
+/// What the watcher relies on, as kube-apiserver serves it: pages of one
+/// snapshot, a continue token that expires with compaction, a watch from a
+/// compacted version answered by a 410 ERROR event, bookmarks when asked.
+#[test]
+fn the_test_server_pages_and_expires_as_an_api_server_does() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::WatchEvent;
+
+    let server = node_n1();
+    for i in 0..5 {
+        server.put("pods", plain_pod(&format!("p-{i}"), "n1"));
+    }
+    server.put("pods", plain_pod("q", "n2"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+        let kube = client::connect(&source).await.unwrap().unwrap();
+        let pods: kube::Api<Pod> = kube::Api::all(kube);
+        let names = |l: &kube::core::ObjectList<Pod>| {
+            l.items
+                .iter()
+                .map(|p| p.metadata.name.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let lp = ListParams::default().fields("spec.nodeName=n1").limit(2);
+        let first = pods.list(&lp).await.unwrap();
+        assert_eq!(names(&first), ["p-0", "p-1"]);
+        let version = first.metadata.resource_version.clone().unwrap();
+        // Changes after the first page do not show in the later ones.
+        server.delete("pods", "ml/p-2");
+        server.put("pods", plain_pod("p-5", "n1"));
+        let token = first.metadata.continue_.clone().unwrap();
+        let second = pods.list(&lp.clone().continue_token(&token)).await.unwrap();
+        assert_eq!(names(&second), ["p-2", "p-3"]);
+        assert_eq!(second.metadata.resource_version.as_ref(), Some(&version));
+        let token = second.metadata.continue_.clone().unwrap();
+        let third = pods.list(&lp.clone().continue_token(&token)).await.unwrap();
+        assert_eq!(names(&third), ["p-4"]);
+        assert_eq!(third.metadata.continue_.as_deref().unwrap_or(""), "");
+        // Compacted: the old token and a watch from the old version are 410.
+        server.compact();
+        let err = pods
+            .list(&lp.clone().continue_token(&token))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 410),
+            "{err}"
+        );
+        let wp = WatchParams::default().fields("spec.nodeName=n1");
+        let mut old = pods.watch(&wp, &version).await.unwrap().boxed();
+        match old.next().await {
+            Some(Ok(WatchEvent::Error(s))) => {
+                assert_eq!(s.code, 410);
+                assert!(s.message.starts_with("too old resource version"), "{s:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A new list sees the changes; a watch from it ends with a bookmark.
+        let fresh = pods
+            .list(&ListParams::default().fields("spec.nodeName=n1"))
+            .await
+            .unwrap();
+        assert_eq!(names(&fresh), ["p-0", "p-1", "p-3", "p-4", "p-5"]);
+        let now = fresh.metadata.resource_version.unwrap();
+        let events: Vec<_> = pods.watch(&wp, &now).await.unwrap().collect().await;
+        match events.as_slice() {
+            [Ok(WatchEvent::Bookmark(b))] => assert_eq!(b.metadata.resource_version, now),
+            other => panic!("{other:?}"),
+        }
+        let events: Vec<_> = pods
+            .watch(&wp.clone().disable_bookmarks(), &now)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(events.is_empty(), "{events:?}");
+    });
 }

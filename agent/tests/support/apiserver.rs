@@ -3,9 +3,14 @@
 //! (own node only, no GET of nodes/status, core events only, no taint
 //! changes by a node identity), strategic merge of `status.conditions` by
 //! type (with `$patch: delete`), resourceVersions and 409s, and fault
-//! injection (down, 500, 429 with Retry-After, slow).
+//! injection (down, 500, 429 with Retry-After, slow, connections cut).
 //!
-//! Not a Kubernetes: only the handful of paths the reporter uses.
+//! Lists and watches of pods, RuntimeClasses and Nodes behave as
+//! kube-apiserver's: `limit`/`continue` pages of one snapshot, field
+//! selectors, watches streamed from a resourceVersion with BOOKMARK events
+//! when asked, and 410 Gone once history is compacted.
+//!
+//! Not a Kubernetes: only the handful of paths the agent uses.
 
 #![allow(dead_code)]
 
@@ -13,7 +18,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -68,6 +73,14 @@ struct State {
     changes: Vec<(u64, &'static str, Option<Value>, Option<Value>)>,
     /// The next watch of this resource ends with a 410 Gone ERROR event.
     expire_watch: Option<&'static str>,
+    /// History up to here is compacted away (etcd's compaction): a watch from
+    /// an older resourceVersion, or a continue token of an older list, gets
+    /// 410 Gone.
+    compacted: u64,
+    /// How many 410 Gone answers were given (watch ERROR events and list pages).
+    gone: usize,
+    /// When each TCP connection was accepted, those refused while down included.
+    accepted: Vec<Instant>,
 }
 
 impl State {
@@ -85,12 +98,37 @@ impl State {
         self.changes.push((rv, "nodes", before, Some(node.clone())));
         node
     }
+
+    /// The objects of `resource` as they were at resourceVersion `rv`, by
+    /// key (`ns/name` or name, the order etcd keeps them in): what every
+    /// page of one paginated list is cut from.
+    fn snapshot(&self, resource: &str, rv: u64) -> BTreeMap<String, Value> {
+        let mut objects = BTreeMap::new();
+        for (_, _, before, after) in self
+            .changes
+            .iter()
+            .filter(|(v, r, _, _)| *v <= rv && *r == resource)
+        {
+            match (before, after) {
+                (_, Some(a)) => {
+                    objects.insert(object_key(a), a.clone());
+                }
+                (Some(b), None) => {
+                    objects.remove(&object_key(b));
+                }
+                (None, None) => {}
+            }
+        }
+        objects
+    }
 }
 
 pub struct TestApiServer {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
     ca_pem: String,
+    /// Bumped to close every open connection.
+    cut: tokio::sync::watch::Sender<u64>,
     _runtime: std::thread::JoinHandle<()>,
 }
 
@@ -117,6 +155,7 @@ impl TestApiServer {
         std_listener.set_nonblocking(true).expect("nonblocking");
         let addr = std_listener.local_addr().expect("addr");
         let st = state.clone();
+        let (cut, cut_rx) = tokio::sync::watch::channel(0u64);
         let runtime = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -130,22 +169,33 @@ impl TestApiServer {
                     let Ok((tcp, _)) = listener.accept().await else {
                         continue;
                     };
-                    if st.lock().unwrap().fault == Some(Fault::Down) {
-                        drop(tcp); // connection reset: the API server is not there
-                        continue;
+                    {
+                        let mut s = st.lock().unwrap();
+                        s.accepted.push(Instant::now());
+                        if s.fault == Some(Fault::Down) {
+                            drop(tcp); // connection reset: the API server is not there
+                            continue;
+                        }
                     }
                     let acceptor = acceptor.clone();
                     let app = app.clone();
+                    let mut cut = cut_rx.clone();
+                    // Only a cut after this connection was accepted closes it.
+                    cut.mark_unchanged();
                     tokio::spawn(async move {
                         let Ok(tls) = acceptor.accept(tcp).await else {
                             return;
                         };
                         let svc = hyper_util::service::TowerToHyperService::new(app);
-                        let _ = hyper_util::server::conn::auto::Builder::new(
+                        let builder = hyper_util::server::conn::auto::Builder::new(
                             hyper_util::rt::TokioExecutor::new(),
-                        )
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                        .await;
+                        );
+                        let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                        // Dropped on a cut: the socket closes, open watches with it.
+                        tokio::select! {
+                            _ = conn => {}
+                            _ = cut.changed() => {}
+                        }
                     });
                 }
             });
@@ -154,8 +204,45 @@ impl TestApiServer {
             addr,
             state,
             ca_pem,
+            cut,
             _runtime: runtime,
         }
+    }
+
+    /// Closes every open connection at once (in-flight watches included), as a
+    /// restarting API server or a dropped network path does. New connections
+    /// are served as before unless [`Fault::Down`] is set.
+    pub fn cut_connections(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Forgets the history up to now, as etcd's compaction does: watches from
+    /// an older resourceVersion and continue tokens of older lists get 410 Gone.
+    pub fn compact(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.compacted = st.rv;
+    }
+
+    /// The latest resourceVersion handed out.
+    pub fn resource_version(&self) -> u64 {
+        self.state.lock().unwrap().rv
+    }
+
+    /// How many 410 Gone answers were given.
+    pub fn gone_answers(&self) -> usize {
+        self.state.lock().unwrap().gone
+    }
+
+    /// TCP connections accepted (refused ones included) since `from`.
+    pub fn connections_since(&self, from: Instant) -> Vec<Duration> {
+        self.state
+            .lock()
+            .unwrap()
+            .accepted
+            .iter()
+            .filter(|t| **t >= from)
+            .map(|t| t.duration_since(from))
+            .collect()
     }
 
     /// Create or replace a Pod (`metadata.namespace`/`name`) or RuntimeClass;
@@ -303,13 +390,36 @@ fn selects(selector: Option<&str>, obj: &Value) -> bool {
 fn query_param(uri: &Uri, key: &str) -> Option<String> {
     uri.query()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
-        (k == key).then(|| {
-            v.replace("%3D", "=")
-                .replace("%3d", "=")
-                .replace("%2F", "/")
-                .replace("%2f", "/")
-        })
+        (k == key).then(|| percent_decode(v))
     })
+}
+
+/// `application/x-www-form-urlencoded` values: `%XX` escapes and `+` for space.
+fn percent_decode(v: &str) -> String {
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `pods`, `runtimeclasses` or `nodes` for a list/watch path.
@@ -341,14 +451,55 @@ fn forbidden_list(resource: &str) -> (u16, Value) {
     status(403, "Forbidden", message)
 }
 
-/// A watch held open up to ~0.5 s (a long poll: the API server may end a
-/// watch whenever it likes, and clients re-watch from the last version).
-async fn watch(
-    st: &Arc<Mutex<State>>,
-    uri: &Uri,
-    who: &Identity,
-    resource: &'static str,
-) -> Response {
+/// How long the test server keeps a watch open (kube-apiserver ends one at
+/// its `timeoutSeconds`, and clients watch again from the last version seen).
+const WATCH_WINDOW: Duration = Duration::from_millis(500);
+const WATCH_TICK: Duration = Duration::from_millis(20);
+
+/// `kind`, `apiVersion` of one object of `resource`.
+fn kind_of(resource: &str) -> (&'static str, &'static str) {
+    match resource {
+        "pods" => ("Pod", "v1"),
+        "nodes" => ("Node", "v1"),
+        _ => ("RuntimeClass", "node.k8s.io/v1"),
+    }
+}
+
+/// The watch events of `resource` after version `since`, up to the current
+/// one, as this watch's field selector sees them: an object that starts
+/// matching is ADDED, one that stops matching DELETED (as kube-apiserver's
+/// watch cache does).
+fn events_since(s: &State, resource: &str, selector: Option<&str>, since: u64) -> Vec<String> {
+    s.changes
+        .iter()
+        .filter(|(rv, r, _, _)| *rv > since && *r == resource)
+        .filter_map(|(_, _, before, after)| {
+            let was = before.as_ref().is_some_and(|b| selects(selector, b));
+            let is = after.as_ref().is_some_and(|a| selects(selector, a));
+            let (kind, obj) = match (was, is) {
+                (false, true) => ("ADDED", after.clone()?),
+                (true, true) => ("MODIFIED", after.clone()?),
+                (true, false) => {
+                    let mut gone = before.clone()?;
+                    if let Some(a) = after {
+                        gone = a.clone();
+                    }
+                    ("DELETED", gone)
+                }
+                (false, false) => return None,
+            };
+            Some(json!({"type": kind, "object": obj}).to_string())
+        })
+        .collect()
+}
+
+/// A watch: events streamed as they happen for [`WATCH_WINDOW`] (or the
+/// request's `timeoutSeconds`, if shorter), then, when the client allowed
+/// bookmarks, a BOOKMARK with the current resourceVersion (kube-apiserver
+/// sends one shortly before it ends a watch at its timeout, so a watch that
+/// saw nothing of its own still resumes from a recent version), then the end.
+/// A watch from a compacted version gets one ERROR event, a 410 Status.
+fn watch(st: &Arc<Mutex<State>>, uri: &Uri, who: &Identity, resource: &'static str) -> Response {
     let selector = query_param(uri, "fieldSelector");
     if !list_allowed(who, resource, selector.as_deref()) {
         let (c, v) = forbidden_list(resource);
@@ -357,14 +508,20 @@ async fn watch(
     let since: u64 = query_param(uri, "resourceVersion")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let bookmarks = query_param(uri, "allowWatchBookmarks").as_deref() == Some("true");
+    let window = query_param(uri, "timeoutSeconds")
+        .and_then(|t| t.parse().ok())
+        .map_or(WATCH_WINDOW, |t| Duration::from_secs(t).min(WATCH_WINDOW));
     {
         let mut s = st.lock().unwrap();
-        if s.expire_watch == Some(resource) {
-            s.expire_watch = None;
+        let compacted = s.compacted;
+        if s.expire_watch == Some(resource) || since < compacted {
+            s.expire_watch = s.expire_watch.filter(|r| *r != resource);
+            s.gone += 1;
             let (_, gone) = status(
                 410,
                 "Expired",
-                &format!("too old resource version: {since}"),
+                &format!("too old resource version: {since} ({compacted})"),
             );
             return (
                 StatusCode::OK,
@@ -373,41 +530,59 @@ async fn watch(
                 .into_response();
         }
     }
-    for _ in 0..25 {
-        let lines: Vec<String> = {
-            let s = st.lock().unwrap();
-            s.changes
-                .iter()
-                .filter(|(rv, r, _, _)| *rv > since && *r == resource)
-                .filter_map(|(_, _, before, after)| {
-                    let was = before
-                        .as_ref()
-                        .is_some_and(|b| selects(selector.as_deref(), b));
-                    let is = after
-                        .as_ref()
-                        .is_some_and(|a| selects(selector.as_deref(), a));
-                    let (kind, obj) = match (was, is) {
-                        (false, true) => ("ADDED", after.clone()?),
-                        (true, true) => ("MODIFIED", after.clone()?),
-                        (true, false) => {
-                            let mut gone = before.clone()?;
-                            if let Some(a) = after {
-                                gone = a.clone();
-                            }
-                            ("DELETED", gone)
-                        }
-                        (false, false) => return None,
-                    };
-                    Some(json!({"type": kind, "object": obj}).to_string())
-                })
-                .collect()
-        };
-        if !lines.is_empty() {
-            return (StatusCode::OK, lines.join("\n") + "\n").into_response();
+    let (kind, api_version) = kind_of(resource);
+    let deadline = tokio::time::Instant::now() + window;
+    let st = st.clone();
+    // (since, ended): every event up to `since` was sent.
+    let body = futures::stream::unfold((since, false), move |(since, ended)| {
+        let st = st.clone();
+        let selector = selector.clone();
+        async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let (lines, now) = {
+                    let s = st.lock().unwrap();
+                    (events_since(&s, resource, selector.as_deref(), since), s.rv)
+                };
+                if !lines.is_empty() {
+                    let chunk = Bytes::from(lines.join("\n") + "\n");
+                    return Some((Ok::<_, std::convert::Infallible>(chunk), (now, false)));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    if !bookmarks {
+                        return None;
+                    }
+                    let mark = json!({"type": "BOOKMARK", "object": {
+                        "kind": kind, "apiVersion": api_version,
+                        "metadata": {"resourceVersion": now.to_string()}}});
+                    return Some((Ok(Bytes::from(mark.to_string() + "\n")), (now, true)));
+                }
+                tokio::time::sleep(WATCH_TICK).await;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    });
+    (
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// The Status a fault answers every request with, and its Retry-After.
+fn fault_status(fault: Option<Fault>) -> Option<((u16, Value), Option<u32>)> {
+    match fault? {
+        Fault::Down => Some((status(503, "ServiceUnavailable", "apiserver is down"), None)),
+        Fault::Error500 => Some((status(500, "InternalError", "injected failure"), None)),
+        Fault::TooManyRequests { retry_after_secs } => {
+            let (c, mut v) = status(429, "TooManyRequests", "too many requests");
+            v["details"] = json!({"retryAfterSeconds": retry_after_secs});
+            Some(((c, v), Some(retry_after_secs)))
+        }
+        Fault::None | Fault::Slow(_) | Fault::ConflictOnce => None,
     }
-    (StatusCode::OK, String::new()).into_response()
 }
 
 fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
@@ -435,9 +610,11 @@ async fn handle(
         .unwrap_or("")
         .to_string();
     let body_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if let (Some(resource), Some("true" | "1")) = (
+    let faulted = fault_status(fault);
+    if let (Some(resource), Some("true" | "1"), None) = (
         listed_resource(uri.path()),
         query_param(&uri, "watch").as_deref(),
+        &faulted,
     ) {
         let who = {
             let s = st.lock().unwrap();
@@ -451,8 +628,8 @@ async fn handle(
         let Some(who) = who else {
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         };
-        let resp = watch(&st, &uri, &who, resource).await;
-        // Logged when answered: a watch from version V means every event up to V arrived.
+        let resp = watch(&st, &uri, &who, resource);
+        // Logged when the stream starts: a watch from version V means every event up to V arrived.
         st.lock().unwrap().log.push(Logged {
             method: method.to_string(),
             path: uri.path().to_string(),
@@ -464,20 +641,19 @@ async fn handle(
         return resp;
     }
     let mut retry_after = None;
-    let (code, out) = {
-        let mut guard = st.lock().unwrap();
-        let s = &mut *guard;
-        match fault {
-            Some(Fault::Down) => status(503, "ServiceUnavailable", "apiserver is down"),
-            Some(Fault::Error500) => status(500, "InternalError", "injected failure"),
-            Some(Fault::TooManyRequests { retry_after_secs }) => {
-                retry_after = Some(retry_after_secs);
-                let (c, mut v) = status(429, "TooManyRequests", "too many requests");
-                v["details"] = json!({"retryAfterSeconds": retry_after_secs});
-                (c, v)
-            }
-            _ => route(s, &method, &uri, &headers, &content_type, &body_json),
+    let (code, out) = match faulted {
+        Some((answer, after)) => {
+            retry_after = after;
+            answer
         }
+        None => route(
+            &mut st.lock().unwrap(),
+            &method,
+            &uri,
+            &headers,
+            &content_type,
+            &body_json,
+        ),
     };
     {
         let mut s = st.lock().unwrap();
@@ -525,29 +701,61 @@ fn route(
         if !list_allowed(&who, resource, selector.as_deref()) {
             return forbidden_list(resource);
         }
-        let all: Vec<&Value> = match resource {
-            "nodes" => s.nodes.values().collect(),
-            _ => s
-                .objects
-                .iter()
-                .filter(|((r, _), _)| *r == resource)
-                .map(|(_, o)| o)
-                .collect(),
+        // A page is cut from the snapshot its list started at (the continue
+        // token carries that version and the last key sent), as etcd serves
+        // it; a token from before a compaction is 410 Gone.
+        let limit: Option<usize> = query_param(uri, "limit")
+            .and_then(|l| l.parse().ok())
+            .filter(|l| *l > 0);
+        let (version, after) = match query_param(uri, "continue").filter(|c| !c.is_empty()) {
+            None => (s.rv, None),
+            Some(token) => match token
+                .split_once(':')
+                .and_then(|(v, k)| Some((v.parse::<u64>().ok()?, k.to_string())))
+            {
+                Some(cut) => (cut.0, Some(cut.1)),
+                None => return status(400, "BadRequest", "invalid continue token"),
+            },
         };
-        let items: Vec<Value> = all
+        if version < s.compacted {
+            s.gone += 1;
+            return status(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            );
+        }
+        let mut matching = s
+            .snapshot(resource, version)
             .into_iter()
-            .filter(|o| selects(selector.as_deref(), o))
-            .cloned()
-            .collect();
+            .filter(|(key, _)| after.as_ref().is_none_or(|a| key > a))
+            .filter(|(_, o)| selects(selector.as_deref(), o));
+        let mut items = Vec::new();
+        let mut last = None;
+        while limit.is_none_or(|l| items.len() < l) {
+            let Some((key, o)) = matching.next() else {
+                break;
+            };
+            items.push(o);
+            last = Some(key);
+        }
+        let rest = matching.count();
         let (api_version, kind) = match resource {
             "pods" => ("v1", "PodList"),
             "nodes" => ("v1", "NodeList"),
             _ => ("node.k8s.io/v1", "RuntimeClassList"),
         };
+        let mut metadata = json!({"resourceVersion": version.to_string()});
+        if let (true, Some(last)) = (rest > 0, last) {
+            metadata["continue"] = json!(format!("{version}:{last}"));
+            // Counted only without a selector (the API server cannot know it cheaply with one).
+            if selector.is_none() {
+                metadata["remainingItemCount"] = json!(rest);
+            }
+        }
         return (
             200,
-            json!({"apiVersion": api_version, "kind": kind,
-                   "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+            json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}),
         );
     }
     match (method.as_str(), parts.as_slice()) {
