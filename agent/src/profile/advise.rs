@@ -11,12 +11,18 @@
 //!   (`args`, `includes`, `excludes`, `errnoRet`), else one new allow rule is
 //!   appended for all of them.
 //!
+//! The patch is built as `json_patch` operations and the patched profile is
+//! what the `json_patch` crate makes of the original with them, not a reading
+//! of our own: what is printed as patched is what any RFC 6902 tool gives.
+//!
 //! The result is checked, not trusted: the patched profile is compiled and
 //! each syscall run through the BPF interpreter (with runc's ENOSYS stub), and
 //! the patched profile is linted again.
 
 use std::collections::BTreeSet;
 
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -45,6 +51,15 @@ pub enum AdviseError {
     },
     #[error("{path}: `syscalls` is neither an array nor null")]
     SyscallsShape { path: String },
+    /// The operations were built against this very document, so this is a
+    /// bug here; it is reported rather than printing a profile that is not
+    /// what the patch gives.
+    #[error("{path}: the advised JSON Patch does not apply to the profile")]
+    PatchApply {
+        path: String,
+        #[source]
+        source: json_patch::PatchError,
+    },
 }
 
 /// One denied syscall as a trace saw it (summed over processes).
@@ -206,7 +221,7 @@ pub const DANGEROUS: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Serialize)]
 pub struct Advice {
     /// RFC 6902 operations, to apply in order.
-    pub patch: Vec<Value>,
+    pub patch: Patch,
     pub patched: Value,
     /// Syscalls the patch allows, sorted.
     pub allowed: Vec<String>,
@@ -298,7 +313,9 @@ pub fn advise(
         }
     }
     for (i, j) in removals.iter().rev() {
-        patch.push(json!({"op": "remove", "path": format!("/syscalls/{i}/names/{j}")}));
+        patch.push(PatchOperation::Remove(RemoveOperation {
+            path: pointer(&["syscalls", &i.to_string(), "names", &j.to_string()]),
+        }));
     }
     let already: BTreeSet<&str> = rules
         .iter()
@@ -313,18 +330,29 @@ pub fn advise(
         match rules.iter().position(conditionless_allow) {
             Some(i) => {
                 for s in &to_add {
-                    patch.push(
-                        json!({"op": "add", "path": format!("/syscalls/{i}/names/-"), "value": s}),
-                    );
+                    patch.push(PatchOperation::Add(AddOperation {
+                        path: pointer(&["syscalls", &i.to_string(), "names", "-"]),
+                        value: json!(s),
+                    }));
                 }
             }
             None => {
                 let rule = json!({"names": to_add, "action": "SCMP_ACT_ALLOW"});
-                if profile.get("syscalls").is_none_or(Value::is_null) {
-                    patch.push(json!({"op": "add", "path": "/syscalls", "value": [rule]}));
-                } else {
-                    patch.push(json!({"op": "add", "path": "/syscalls/-", "value": rule}));
-                }
+                // `add` on an existing `"syscalls": null` replaces it in place,
+                // so the key keeps its position.
+                patch.push(PatchOperation::Add(
+                    if profile.get("syscalls").is_none_or(Value::is_null) {
+                        AddOperation {
+                            path: pointer(&["syscalls"]),
+                            value: json!([rule]),
+                        }
+                    } else {
+                        AddOperation {
+                            path: pointer(&["syscalls", "-"]),
+                            value: rule,
+                        }
+                    },
+                ));
             }
         }
     }
@@ -333,8 +361,12 @@ pub fn advise(
             warnings.push(format!("allowing {s} is dangerous: {why}"));
         }
     }
-    let mut patched = profile.clone();
-    apply(&mut patched, &patch);
+    let patch = Patch(patch);
+    let mut patched = profile;
+    json_patch::patch(&mut patched, &patch).map_err(|source| AdviseError::PatchApply {
+        path: path.into(),
+        source,
+    })?;
     let bytes = serde_json::to_vec_pretty(&patched).expect("a Value serializes");
     let outcome = lint::lint_source(path, &bytes, opts).outcome;
     let still_denied = still_denied(&bytes, &wanted, opts);
@@ -385,33 +417,9 @@ fn still_denied(src: &[u8], names: &BTreeSet<String>, opts: &LintOptions) -> Vec
         .collect()
 }
 
-/// Applies the `add`/`remove` operations this module produces.
-fn apply(doc: &mut Value, patch: &[Value]) {
-    for op in patch {
-        let path = op["path"].as_str().unwrap_or("");
-        let mut parts: Vec<&str> = path.split('/').skip(1).collect();
-        let Some(last) = parts.pop() else { continue };
-        let mut target = &mut *doc;
-        for p in parts {
-            target = match target {
-                Value::Array(a) => &mut a[p.parse::<usize>().unwrap_or(0)],
-                Value::Object(o) => o.entry(p.to_string()).or_insert(Value::Null),
-                _ => break,
-            };
-        }
-        match (op["op"].as_str(), target) {
-            (Some("add"), Value::Array(a)) if last == "-" => a.push(op["value"].clone()),
-            (Some("add"), Value::Object(o)) => {
-                o.insert(last.to_string(), op["value"].clone());
-            }
-            (Some("remove"), Value::Array(a)) => {
-                if let Ok(i) = last.parse::<usize>() {
-                    a.remove(i);
-                }
-            }
-            _ => {}
-        }
-    }
+/// An RFC 6901 pointer from unescaped tokens.
+fn pointer(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
 }
 
 /// The text `advise` prints: warnings, the patch, the patched profile.
@@ -480,7 +488,7 @@ mod tests {
         assert!(a
             .patch
             .iter()
-            .all(|op| op["op"] == "add" || op["op"] == "remove"));
+            .all(|op| matches!(op, PatchOperation::Add(_) | PatchOperation::Remove(_))));
         for s in ["mount", "ptrace", "bpf"] {
             assert!(
                 a.warnings
@@ -510,16 +518,26 @@ mod tests {
     }
 
     #[test]
+    fn a_null_syscalls_key_is_replaced_where_it_stands() {
+        let src = br#"{"syscalls":null,"defaultAction":"SCMP_ACT_ALLOW"}"#;
+        let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
+        assert_eq!(
+            serde_json::to_string(&a.patched).unwrap(),
+            r#"{"syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}],"defaultAction":"SCMP_ACT_ALLOW"}"#
+        );
+    }
+
+    #[test]
     fn explicit_deny_rule_loses_the_name() {
         let src = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
             {"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
         let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
         assert_eq!(
-            a.patch,
-            vec![
-                json!({"op":"remove","path":"/syscalls/0/names/0"}),
-                json!({"op":"add","path":"/syscalls/-","value":{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}}),
-            ]
+            serde_json::to_value(&a.patch).unwrap(),
+            json!([
+                {"op":"remove","path":"/syscalls/0/names/0"},
+                {"op":"add","path":"/syscalls/-","value":{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}},
+            ])
         );
         assert_eq!(a.patched["syscalls"][0]["names"], json!(["rmdir"]));
         assert!(a.still_denied.is_empty());
@@ -539,11 +557,11 @@ mod tests {
         .unwrap();
         // The conditional personality rule is not reused; the plain allow rule gets both.
         assert_eq!(
-            a.patch,
-            vec![
-                json!({"op":"add","path":"/syscalls/0/names/-","value":"mkdir"}),
-                json!({"op":"add","path":"/syscalls/0/names/-","value":"personality"}),
-            ]
+            serde_json::to_value(&a.patch).unwrap(),
+            json!([
+                {"op":"add","path":"/syscalls/0/names/-","value":"mkdir"},
+                {"op":"add","path":"/syscalls/0/names/-","value":"personality"},
+            ])
         );
         assert!(a.still_denied.is_empty(), "{:?}", a.still_denied);
         let none = advise(
@@ -553,7 +571,7 @@ mod tests {
             &opts(),
         )
         .unwrap();
-        assert_eq!(none.patch[0]["path"], "/syscalls");
+        assert_eq!(none.patch[0].path().as_str(), "/syscalls");
     }
 
     #[test]
