@@ -29,7 +29,7 @@ fn denied() -> Vec<Denied> {
         .map(|s| Denied {
             syscall: s.to_string(),
             count: 4,
-            action: "errno".into(),
+            action: nodeproof::trace::Action::Errno,
             errno: 1,
         })
         .collect()
