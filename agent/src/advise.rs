@@ -11,12 +11,18 @@
 //!   (`args`, `includes`, `excludes`, `errnoRet`), else one new allow rule is
 //!   appended for all of them.
 //!
+//! The patch is built as `json_patch` operations and the patched profile is
+//! what the `json_patch` crate makes of the original with them, not a reading
+//! of our own: what is printed as patched is what any RFC 6902 tool gives.
+//!
 //! The result is checked, not trusted: the patched profile is compiled and
 //! each syscall run through the BPF interpreter (with runc's ENOSYS stub), and
 //! the patched profile is linted again.
 
 use std::collections::BTreeSet;
 
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -27,6 +33,8 @@ use nodeproof_seccomp::filter::Action;
 use nodeproof_seccomp::lint::{self, LintOptions, Outcome};
 use nodeproof_seccomp::patchbpf;
 use nodeproof_seccomp::syscalls::resolve_syscall;
+use nodeproof_trace::summary::Sample;
+use nodeproof_trace::{Action as TraceAction, SummaryRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdviseError {
@@ -45,8 +53,26 @@ pub enum AdviseError {
         #[source]
         source: serde_json::Error,
     },
+    /// `at` is the serde path in the line (`summary[2].count`, `top level`).
+    #[error("{path}:{line}: {at}: not as `nodeproof trace -o json` writes it")]
+    TraceRow {
+        path: String,
+        line: usize,
+        at: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("{path}: `syscalls` is neither an array nor null")]
     SyscallsShape { path: String },
+    /// The operations were built against this very document, so this is a
+    /// bug here; it is reported rather than printing a profile that is not
+    /// what the patch gives.
+    #[error("{path}: the advised JSON Patch does not apply to the profile")]
+    PatchApply {
+        path: String,
+        #[source]
+        source: json_patch::PatchError,
+    },
 }
 
 /// One denied syscall as a trace saw it (summed over processes).
@@ -54,8 +80,7 @@ pub enum AdviseError {
 pub struct Denied {
     pub syscall: String,
     pub count: u64,
-    /// `errno`, `kill`, `trap`, `notify-error`, as `trace` prints them.
-    pub action: String,
+    pub action: TraceAction,
     pub errno: i32,
 }
 
@@ -71,13 +96,15 @@ pub struct TraceFilter {
     pub container_id: Option<String>,
 }
 
-/// Reads a saved `trace -o json`: the final `{"summary":[...]}` line when
-/// present (exact counts), else the sample lines (a run cut short).
-pub fn denials_from_trace(
-    path: &str,
-    text: &str,
-    filter: &TraceFilter,
-) -> Result<Vec<Denied>, AdviseError> {
+/// Reads a saved `trace -o json` into its rows: the final `{"summary":[...]}`
+/// line when present (exact counts), else the sample lines, one denial each
+/// (a run cut short). Every line must be one `trace` writes.
+pub fn rows_from_trace(path: &str, text: &str) -> Result<Vec<SummaryRow>, AdviseError> {
+    // Only the rows: the run's counters (dropped, strategy, ...) do not change the advice.
+    #[derive(serde::Deserialize)]
+    struct SummaryLine {
+        summary: Vec<SummaryRow>,
+    }
     let mut summary = None;
     let mut samples = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -89,60 +116,71 @@ pub fn denials_from_trace(
             line: i + 1,
             source,
         })?;
-        match v.get("summary").and_then(Value::as_array) {
-            Some(rows) => summary = Some(rows.clone()),
-            None => samples.push(v),
+        let bad_row = |e: serde_path_to_error::Error<serde_json::Error>| AdviseError::TraceRow {
+            path: path.into(),
+            line: i + 1,
+            at: match e.path().to_string() {
+                // What serde_path_to_error calls the line's own object.
+                root if root == "." => "top level".into(),
+                at => at,
+            },
+            source: e.into_inner(),
+        };
+        if v.get("summary").is_some() {
+            let s: SummaryLine = serde_path_to_error::deserialize(v).map_err(bad_row)?;
+            summary = Some(s.summary);
+        } else {
+            let s: Sample = serde_path_to_error::deserialize(v).map_err(bad_row)?;
+            samples.push(s.into_row());
         }
     }
-    let (rows, from_summary) = match summary {
-        Some(rows) => (rows, true),
-        None => (samples, false),
-    };
+    Ok(summary.unwrap_or(samples))
+}
+
+/// The denials of the rows `filter` keeps, summed per (syscall, action, errno)
+/// in the order first seen.
+pub fn denials(rows: &[SummaryRow], filter: &TraceFilter) -> Vec<Denied> {
     let mut out: Vec<Denied> = Vec::new();
-    for r in &rows {
-        if !keep(r, filter) {
-            continue;
-        }
-        let syscall = r["syscall"].as_str().unwrap_or("unknown").to_string();
-        let action = r["action"].as_str().unwrap_or("errno").to_string();
-        let errno = r["errno"].as_i64().unwrap_or(0) as i32;
-        let count = if from_summary {
-            r["count"].as_u64().unwrap_or(1)
-        } else {
-            1
-        };
+    for r in rows.iter().filter(|r| keep(r, filter)) {
         match out
             .iter_mut()
-            .find(|d| d.syscall == syscall && d.action == action && d.errno == errno)
+            .find(|d| d.syscall == r.syscall && d.action == r.action && d.errno == r.errno)
         {
-            Some(d) => d.count += count,
+            Some(d) => d.count += r.count,
             None => out.push(Denied {
-                syscall,
-                count,
-                action,
-                errno,
+                syscall: r.syscall.clone(),
+                count: r.count,
+                action: r.action,
+                errno: r.errno,
             }),
         }
     }
-    Ok(out)
+    out
 }
 
-fn keep(row: &Value, f: &TraceFilter) -> bool {
+/// [`rows_from_trace`], then [`denials`].
+pub fn denials_from_trace(
+    path: &str,
+    text: &str,
+    filter: &TraceFilter,
+) -> Result<Vec<Denied>, AdviseError> {
+    Ok(denials(&rows_from_trace(path, text)?, filter))
+}
+
+fn keep(row: &SummaryRow, f: &TraceFilter) -> bool {
     let by_uid = f
         .pod_uid
         .as_deref()
-        .is_some_and(|uid| row["pod_uid"].as_str() == Some(uid));
+        .is_some_and(|uid| row.pod_uid.as_deref() == Some(uid));
     let pod_ok = by_uid
         || f.pod.as_deref().is_none_or(|want| {
-            let p = &row["pod"];
-            match (p["namespace"].as_str(), p["name"].as_str()) {
-                (Some(ns), Some(n)) => format!("{ns}/{n}") == want,
-                _ => false,
-            }
+            row.pod.as_ref().is_some_and(|p| {
+                want.split_once('/') == Some((p.namespace.as_str(), p.name.as_str()))
+            })
         });
     let container_ok = f.container_id.as_deref().is_none_or(|want| {
-        row["container_id"]
-            .as_str()
+        row.container_id
+            .as_deref()
             .is_some_and(|id| id.starts_with(want))
     });
     pod_ok && container_ok
@@ -208,7 +246,7 @@ pub const DANGEROUS: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Serialize)]
 pub struct Advice {
     /// RFC 6902 operations, to apply in order.
-    pub patch: Vec<Value>,
+    pub patch: Patch,
     pub patched: Value,
     /// Syscalls the patch allows, sorted.
     pub allowed: Vec<String>,
@@ -300,7 +338,9 @@ pub fn advise(
         }
     }
     for (i, j) in removals.iter().rev() {
-        patch.push(json!({"op": "remove", "path": format!("/syscalls/{i}/names/{j}")}));
+        patch.push(PatchOperation::Remove(RemoveOperation {
+            path: pointer(&["syscalls", &i.to_string(), "names", &j.to_string()]),
+        }));
     }
     let already: BTreeSet<&str> = rules
         .iter()
@@ -315,18 +355,29 @@ pub fn advise(
         match rules.iter().position(conditionless_allow) {
             Some(i) => {
                 for s in &to_add {
-                    patch.push(
-                        json!({"op": "add", "path": format!("/syscalls/{i}/names/-"), "value": s}),
-                    );
+                    patch.push(PatchOperation::Add(AddOperation {
+                        path: pointer(&["syscalls", &i.to_string(), "names", "-"]),
+                        value: json!(s),
+                    }));
                 }
             }
             None => {
                 let rule = json!({"names": to_add, "action": "SCMP_ACT_ALLOW"});
-                if profile.get("syscalls").is_none_or(Value::is_null) {
-                    patch.push(json!({"op": "add", "path": "/syscalls", "value": [rule]}));
-                } else {
-                    patch.push(json!({"op": "add", "path": "/syscalls/-", "value": rule}));
-                }
+                // `add` on an existing `"syscalls": null` replaces it in place,
+                // so the key keeps its position.
+                patch.push(PatchOperation::Add(
+                    if profile.get("syscalls").is_none_or(Value::is_null) {
+                        AddOperation {
+                            path: pointer(&["syscalls"]),
+                            value: json!([rule]),
+                        }
+                    } else {
+                        AddOperation {
+                            path: pointer(&["syscalls", "-"]),
+                            value: rule,
+                        }
+                    },
+                ));
             }
         }
     }
@@ -335,8 +386,12 @@ pub fn advise(
             warnings.push(format!("allowing {s} is dangerous: {why}"));
         }
     }
-    let mut patched = profile.clone();
-    apply(&mut patched, &patch);
+    let patch = Patch(patch);
+    let mut patched = profile;
+    json_patch::patch(&mut patched, &patch).map_err(|source| AdviseError::PatchApply {
+        path: path.into(),
+        source,
+    })?;
     let bytes = serde_json::to_vec_pretty(&patched).expect("a Value serializes");
     let outcome = lint::lint_source(path, &bytes, opts, &Native).outcome;
     let still_denied = still_denied(&bytes, &wanted, opts);
@@ -387,33 +442,9 @@ fn still_denied(src: &[u8], names: &BTreeSet<String>, opts: &LintOptions) -> Vec
         .collect()
 }
 
-/// Applies the `add`/`remove` operations this module produces.
-fn apply(doc: &mut Value, patch: &[Value]) {
-    for op in patch {
-        let path = op["path"].as_str().unwrap_or("");
-        let mut parts: Vec<&str> = path.split('/').skip(1).collect();
-        let Some(last) = parts.pop() else { continue };
-        let mut target = &mut *doc;
-        for p in parts {
-            target = match target {
-                Value::Array(a) => &mut a[p.parse::<usize>().unwrap_or(0)],
-                Value::Object(o) => o.entry(p.to_string()).or_insert(Value::Null),
-                _ => break,
-            };
-        }
-        match (op["op"].as_str(), target) {
-            (Some("add"), Value::Array(a)) if last == "-" => a.push(op["value"].clone()),
-            (Some("add"), Value::Object(o)) => {
-                o.insert(last.to_string(), op["value"].clone());
-            }
-            (Some("remove"), Value::Array(a)) => {
-                if let Ok(i) = last.parse::<usize>() {
-                    a.remove(i);
-                }
-            }
-            _ => {}
-        }
-    }
+/// An RFC 6901 pointer from unescaped tokens.
+fn pointer(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
 }
 
 /// The text `advise` prints: warnings, the patch, the patched profile.
@@ -458,7 +489,7 @@ mod tests {
             .map(|n| Denied {
                 syscall: n.to_string(),
                 count: 3,
-                action: "errno".into(),
+                action: TraceAction::Errno,
                 errno: 1,
             })
             .collect()
@@ -485,7 +516,7 @@ mod tests {
         assert!(a
             .patch
             .iter()
-            .all(|op| op["op"] == "add" || op["op"] == "remove"));
+            .all(|op| matches!(op, PatchOperation::Add(_) | PatchOperation::Remove(_))));
         for s in ["mount", "ptrace", "bpf"] {
             assert!(
                 a.warnings
@@ -515,16 +546,26 @@ mod tests {
     }
 
     #[test]
+    fn a_null_syscalls_key_is_replaced_where_it_stands() {
+        let src = br#"{"syscalls":null,"defaultAction":"SCMP_ACT_ALLOW"}"#;
+        let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
+        assert_eq!(
+            serde_json::to_string(&a.patched).unwrap(),
+            r#"{"syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}],"defaultAction":"SCMP_ACT_ALLOW"}"#
+        );
+    }
+
+    #[test]
     fn explicit_deny_rule_loses_the_name() {
         let src = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
             {"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#;
         let a = advise("p", src, &denied(&["mkdir"]), &opts()).unwrap();
         assert_eq!(
-            a.patch,
-            vec![
-                json!({"op":"remove","path":"/syscalls/0/names/0"}),
-                json!({"op":"add","path":"/syscalls/-","value":{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}}),
-            ]
+            serde_json::to_value(&a.patch).unwrap(),
+            json!([
+                {"op":"remove","path":"/syscalls/0/names/0"},
+                {"op":"add","path":"/syscalls/-","value":{"names":["mkdir"],"action":"SCMP_ACT_ALLOW"}},
+            ])
         );
         assert_eq!(a.patched["syscalls"][0]["names"], json!(["rmdir"]));
         assert!(a.still_denied.is_empty());
@@ -544,11 +585,11 @@ mod tests {
         .unwrap();
         // The conditional personality rule is not reused; the plain allow rule gets both.
         assert_eq!(
-            a.patch,
-            vec![
-                json!({"op":"add","path":"/syscalls/0/names/-","value":"mkdir"}),
-                json!({"op":"add","path":"/syscalls/0/names/-","value":"personality"}),
-            ]
+            serde_json::to_value(&a.patch).unwrap(),
+            json!([
+                {"op":"add","path":"/syscalls/0/names/-","value":"mkdir"},
+                {"op":"add","path":"/syscalls/0/names/-","value":"personality"},
+            ])
         );
         assert!(a.still_denied.is_empty(), "{:?}", a.still_denied);
         let none = advise(
@@ -558,7 +599,7 @@ mod tests {
             &opts(),
         )
         .unwrap();
-        assert_eq!(none.patch[0]["path"], "/syscalls");
+        assert_eq!(none.patch[0].path().as_str(), "/syscalls");
     }
 
     #[test]
@@ -570,7 +611,7 @@ mod tests {
 
     #[test]
     fn trace_file_summary_wins_over_samples_and_filters_by_pod() {
-        let text = r#"{"time":"t","pid":1,"comm":"a","syscall":"mkdir","nr":83,"action":"errno","errno":1,"pod":{"namespace":"ml","name":"vllm-0"}}
+        let text = r#"{"time":"t","pid":1,"tid":1,"comm":"a","syscall":"mkdir","nr":83,"arch":"x86_64","action":"errno","errno":1,"cgroup_id":5,"mnt_ns":4,"container_id":"abcdef0123456","pod_uid":"u1","pod":{"namespace":"ml","name":"vllm-0"}}
 {"summary":[{"pid":1,"comm":"a","syscall":"mkdir","nr":83,"arch":"x86_64","action":"errno","errno":1,"count":12,"cgroup_id":5,"container_id":"abcdef0123456","pod_uid":"u1","pod":{"namespace":"ml","name":"vllm-0"}},{"pid":2,"comm":"b","syscall":"mount","nr":165,"arch":"x86_64","action":"errno","errno":1,"count":2,"cgroup_id":6,"container_id":null,"pod_uid":null}],"dropped":0,"lost_counts":0,"samples":1,"strategy":"tp_btf"}"#;
         let all = denials_from_trace("t", text, &TraceFilter::default()).unwrap();
         assert_eq!(all.len(), 2);
@@ -594,5 +635,78 @@ mod tests {
         assert_eq!((one[0].syscall.as_str(), one[0].count), ("mkdir", 12));
         let err = denials_from_trace("t", "{\n", &pod).unwrap_err();
         assert_eq!(err.to_string(), "t:1: not a trace JSON line");
+    }
+
+    const SAMPLE: &str = r#"{"time":"2023-11-14T22:13:20.123Z","pid":1,"tid":1,"comm":"a","syscall":"mkdir","nr":83,"arch":"x86_64","action":"errno","errno":1,"cgroup_id":5,"mnt_ns":4,"container_id":null,"pod_uid":null}"#;
+
+    #[test]
+    fn samples_alone_count_one_denial_each() {
+        let kill = SAMPLE
+            .replace(
+                r#""action":"errno","errno":1"#,
+                r#""action":"kill","errno":0"#,
+            )
+            .replace("mkdir", "mount");
+        let text = format!("{SAMPLE}\n\n{SAMPLE}\n{kill}\n");
+        let d = denials_from_trace("t", &text, &TraceFilter::default()).unwrap();
+        assert_eq!(
+            d,
+            vec![
+                Denied {
+                    syscall: "mkdir".into(),
+                    count: 2,
+                    action: TraceAction::Errno,
+                    errno: 1
+                },
+                Denied {
+                    syscall: "mount".into(),
+                    count: 1,
+                    action: TraceAction::Kill,
+                    errno: 0
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_trace_row_is_named_by_file_line_and_place() {
+        let summary = |rows: &str| {
+            format!(
+                r#"{{"summary":[{rows}],"dropped":0,"lost_counts":0,"samples":0,"strategy":"tp_btf"}}"#
+            )
+        };
+        let row = r#"{"pid":1,"comm":"a","syscall":"mkdir","nr":83,"arch":"x86_64","action":"errno","errno":1,"count":12,"cgroup_id":5,"container_id":null,"pod_uid":null}"#;
+        let msg = |text: &str| {
+            let e = rows_from_trace("trace.json", text).unwrap_err();
+            let cause = std::error::Error::source(&e).map(|s| s.to_string());
+            (e.to_string(), cause.unwrap_or_default())
+        };
+        let wrong_type = row.replace(r#""count":12"#, r#""count":"12""#);
+        let (e, cause) = msg(&format!(
+            "{SAMPLE}\n{}",
+            summary(&format!("{row},{wrong_type}"))
+        ));
+        assert_eq!(
+            e,
+            "trace.json:2: summary[1].count: not as `nodeproof trace -o json` writes it"
+        );
+        assert!(
+            cause.starts_with("invalid type: string \"12\", expected u64"),
+            "{cause}"
+        );
+        let (e, cause) = msg(&summary(
+            &row.replace(r#""action":"errno""#, r#""action":"deny""#),
+        ));
+        assert_eq!(
+            e,
+            "trace.json:1: summary[0].action: not as `nodeproof trace -o json` writes it"
+        );
+        assert!(cause.starts_with("unknown variant `deny`"), "{cause}");
+        let (e, cause) = msg(&SAMPLE.replace(r#""tid":1,"#, ""));
+        assert_eq!(
+            e,
+            "trace.json:1: top level: not as `nodeproof trace -o json` writes it"
+        );
+        assert_eq!(cause, "missing field `tid`");
     }
 }

@@ -525,8 +525,7 @@ fn advise_cmd(args: &AdviseArgs, config: &Config, root: &Path) -> Result<ExitCod
             };
             let summary =
                 trace::run(&opts, &mut std::io::sink(), &STOP).context("seccomp tracing failed")?;
-            let text = trace::summary::summary_json(&summary);
-            advise::denials_from_trace("(live trace)", &text, &filter)?
+            advise::denials(&summary.summary, &filter)
         }
     };
     let path = profile.to_string_lossy();

@@ -112,17 +112,13 @@ pub struct Identity {
 /// Looks the user and its groups up through NSS.
 pub fn identity(name: &str) -> Option<Identity> {
     let cname = CString::new(name).ok()?;
-    // SAFETY: getpwnam returns a pointer to static storage or null; read at once.
-    let pw = unsafe { libc::getpwnam(cname.as_ptr()) };
-    if pw.is_null() {
-        return None;
-    }
-    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
-    let mut n: libc::c_int = 64;
-    let mut groups = vec![0 as libc::gid_t; n as usize];
-    // SAFETY: buffer of n entries; n is updated to the real count.
-    let r = unsafe { libc::getgrouplist(cname.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
-    groups.truncate(if r < 0 { 0 } else { n as usize });
+    // getpwnam_r underneath: no static storage another thread could overwrite.
+    let pw = nix::unistd::User::from_name(name).ok()??;
+    let (uid, gid) = (pw.uid.as_raw(), pw.gid.as_raw());
+    // nix grows the buffer for users in more groups than a first guess holds.
+    let mut groups: Vec<u32> = nix::unistd::getgrouplist(&cname, pw.gid)
+        .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_default();
     if !groups.contains(&gid) {
         groups.push(gid);
     }
@@ -170,39 +166,36 @@ pub fn kernel_access(
     const CANNOT_SWITCH: i32 = 255;
     // SAFETY: the child only makes raw syscalls (no allocation, no locks)
     // and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if pid == 0 {
-        unsafe {
-            // Raw syscalls: glibc's wrappers would try to change every thread's ids.
-            if libc::syscall(libc::SYS_setgroups, gids.len(), gids.as_ptr()) != 0
-                || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) != 0
-                || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) != 0
-            {
-                libc::_exit(CANNOT_SWITCH);
-            }
-            for (i, (path, (_, want))) in paths.iter().zip(checks).enumerate() {
-                if libc::access(path.as_ptr(), *want as libc::c_int) != 0 {
-                    libc::_exit(i.min(250) as i32 + 1);
+    let pid = match unsafe { nix::unistd::fork() }.map_err(std::io::Error::from)? {
+        nix::unistd::ForkResult::Parent { child } => child,
+        nix::unistd::ForkResult::Child => {
+            // SAFETY: raw syscalls on pointers into `gids` and `paths`, built
+            // before fork; _exit never returns.
+            unsafe {
+                // Raw syscalls: glibc's wrappers would try to change every thread's ids.
+                if libc::syscall(libc::SYS_setgroups, gids.len(), gids.as_ptr()) != 0
+                    || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) != 0
+                    || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) != 0
+                {
+                    libc::_exit(CANNOT_SWITCH);
                 }
+                for (i, (path, (_, want))) in paths.iter().zip(checks).enumerate() {
+                    if libc::access(path.as_ptr(), *want as libc::c_int) != 0 {
+                        libc::_exit(i.min(250) as i32 + 1);
+                    }
+                }
+                libc::_exit(0);
             }
-            libc::_exit(0);
         }
-    }
-    let mut status = 0;
-    // SAFETY: waiting for the child just forked.
-    if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
-        return Err(std::io::Error::last_os_error());
-    }
-    match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
-        Some(0) => Ok(None),
-        Some(CANNOT_SWITCH) | None => Err(std::io::Error::new(
+    };
+    use nix::sys::wait::{waitpid, WaitStatus};
+    match waitpid(pid, None).map_err(std::io::Error::from)? {
+        WaitStatus::Exited(_, 0) => Ok(None),
+        WaitStatus::Exited(_, n) if n != CANNOT_SWITCH => Ok(Some(n as usize - 1)),
+        _ => Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "cannot take the user's identity in a child",
         )),
-        Some(n) => Ok(Some(n as usize - 1)),
     }
 }
 
@@ -509,8 +502,7 @@ mod tests {
 
     #[test]
     fn acls_decide_as_the_kernel_does_both_ways() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             eprintln!("skipped: taking another user's identity needs root");
             return;
         }

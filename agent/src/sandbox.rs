@@ -14,7 +14,15 @@
 //! only through the exit status it causes.
 
 use std::ffi::{CString, OsString};
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+
+use nix::fcntl::OFlag;
+use nix::sys::prctl;
+use nix::sys::ptrace::{self, Options};
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::unistd::{self, ForkResult, Pid};
 
 use nodeproof_seccomp::cbpf::{self, SeccompData};
 use nodeproof_seccomp::cbpf::{SockFilter, BPF_MAXINSNS};
@@ -152,7 +160,7 @@ const SYS_SECCOMP: i32 = 1;
 /// Kills and reaps the child unless it was reaped normally, so that an error
 /// in the parent never leaves a stopped tracee behind.
 struct Child {
-    pid: libc::pid_t,
+    pid: Pid,
     reaped: bool,
 }
 
@@ -161,67 +169,25 @@ impl Drop for Child {
         if self.reaped {
             return;
         }
-        // SAFETY: pid is our unreaped child; SIGKILL ends it even when stopped.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
-        loop {
-            let mut st = 0;
-            // SAFETY: waiting on our own child.
-            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::__WALL) };
-            if r < 0 && Errno::last().0 == libc::EINTR {
-                continue;
-            }
-            if r <= 0 || libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+        // SIGKILL ends it even when stopped.
+        let _ = signal::kill(self.pid, Signal::SIGKILL);
+        // Until it is gone (or cannot be waited for).
+        while let Ok(st) = wait(self.pid) {
+            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
                 break;
             }
             // A ptrace stop (e.g. the exit stop) still needs a restart.
-            // SAFETY: restarting our own tracee.
-            unsafe { ptrace(libc::PTRACE_CONT, self.pid, 0) };
+            let _ = cont(self.pid, 0);
         }
     }
 }
 
-struct Pipe {
-    r: libc::c_int,
-    w: libc::c_int,
+fn pipe(flags: OFlag) -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    unistd::pipe2(OFlag::O_CLOEXEC | flags).map_err(|e| SandboxError::Pipe { source: errno(e) })
 }
 
-impl Pipe {
-    fn new(flags: libc::c_int) -> Result<Pipe, SandboxError> {
-        let mut fds = [0; 2];
-        // SAFETY: fds has room for the two descriptors.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
-            return Err(SandboxError::Pipe {
-                source: Errno::last(),
-            });
-        }
-        Ok(Pipe {
-            r: fds[0],
-            w: fds[1],
-        })
-    }
-
-    fn close_r(&mut self) {
-        close_fd(&mut self.r);
-    }
-
-    fn close_w(&mut self) {
-        close_fd(&mut self.w);
-    }
-}
-
-fn close_fd(fd: &mut libc::c_int) {
-    if *fd >= 0 {
-        // SAFETY: closing a descriptor this Pipe owns, once.
-        unsafe { libc::close(*fd) };
-        *fd = -1;
-    }
-}
-
-impl Drop for Pipe {
-    fn drop(&mut self) {
-        self.close_r();
-        self.close_w();
-    }
+fn errno(e: nix::errno::Errno) -> Errno {
+    Errno(e as i32)
 }
 
 /// Everything the child needs, built before fork: after fork only
@@ -278,60 +244,108 @@ fn prepare(argv: &[OsString]) -> Result<Prepared, SandboxError> {
     })
 }
 
-fn null_terminated(v: &[CString]) -> Vec<*const libc::c_char> {
-    v.iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect()
+/// `execve`'s arguments as C wants them, built before fork. Not nix's
+/// `execve`: it builds these arrays itself, i.e. allocates, after fork.
+/// Every pointer is into a `CString` of the borrowed [`Prepared`], and
+/// `argv` and `envp` end in a null pointer.
+struct ExecArgs<'a> {
+    candidates: Vec<*const libc::c_char>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    _strings: PhantomData<&'a Prepared>,
 }
 
-/// The child side. Only async-signal-safe calls; never returns.
-///
-/// # Safety
-/// Must be called in a freshly forked child with pointers that stay valid.
-unsafe fn child(
-    go_r: libc::c_int,
-    err_w: libc::c_int,
+impl Prepared {
+    fn exec_args(&self) -> ExecArgs<'_> {
+        fn null_terminated(v: &[CString]) -> Vec<*const libc::c_char> {
+            v.iter()
+                .map(|c| c.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        }
+        ExecArgs {
+            candidates: self.candidates.iter().map(|c| c.as_ptr()).collect(),
+            argv: null_terminated(&self.argv),
+            envp: null_terminated(&self.envp),
+            _strings: PhantomData,
+        }
+    }
+}
+
+/// A `sock_fprog` pointing at a program that outlives it.
+struct Fprog<'a> {
+    raw: libc::sock_fprog,
+    _program: PhantomData<&'a [SockFilter]>,
+}
+
+impl<'a> Fprog<'a> {
+    /// `program` must hold 1 to [`BPF_MAXINSNS`] instructions (checked by the caller).
+    fn new(program: &'a [SockFilter]) -> Fprog<'a> {
+        Fprog {
+            raw: libc::sock_fprog {
+                len: program.len() as u16,
+                // SockFilter is repr(C) with the layout of struct sock_filter;
+                // the kernel only reads through this pointer.
+                filter: program.as_ptr() as *mut libc::sock_filter,
+            },
+            _program: PhantomData,
+        }
+    }
+}
+
+/// The child side: only async-signal-safe calls, no allocation (the parent
+/// may have other threads, whose locks fork copied as they were); never
+/// returns.
+fn child(
+    go_r: BorrowedFd<'_>,
+    err_w: BorrowedFd<'_>,
     no_new_privs: bool,
-    fprog: &libc::sock_fprog,
-    candidates: &[*const libc::c_char],
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
+    fprog: &Fprog<'_>,
+    exec: &ExecArgs<'_>,
 ) -> ! {
     let report = |stage: i32, errno: i32| -> ! {
-        let msg = [stage, errno];
-        libc::write(err_w, msg.as_ptr().cast(), 8);
-        libc::_exit(CHILD_FAILED_EXIT)
+        let mut msg = [0u8; 8];
+        msg[..4].copy_from_slice(&stage.to_ne_bytes());
+        msg[4..].copy_from_slice(&errno.to_ne_bytes());
+        let _ = unistd::write(err_w, &msg);
+        exit_child()
     };
     // Wait until the parent has seized us, so no denial goes unobserved.
-    let mut b = 0u8;
-    if libc::read(go_r, (&mut b as *mut u8).cast(), 1) != 1 {
-        libc::_exit(CHILD_FAILED_EXIT);
+    let mut b = [0u8; 1];
+    if unistd::read(go_r, &mut b) != Ok(1) {
+        exit_child();
     }
     // Like std::process::Command: Rust ignores SIGPIPE and the calling thread
     // may block signals; the command should start with neither.
-    let mut empty: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut empty);
-    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-        report(STAGE_NNP, *libc::__errno_location());
+    let _ = signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: SIG_DFL installs no handler; nix's `signal` is no safer here.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if no_new_privs {
+        if let Err(e) = prctl::set_no_new_privs() {
+            report(STAGE_NNP, e as i32);
+        }
     }
-    if libc::syscall(
-        libc::SYS_seccomp,
-        libc::SECCOMP_SET_MODE_FILTER,
-        0,
-        fprog as *const libc::sock_fprog,
-    ) != 0
-    {
-        report(STAGE_LOAD, *libc::__errno_location());
+    // SAFETY: `fprog` points at a program that outlives it (its borrow); the
+    // kernel only reads it. nix has no seccomp(2) wrapper.
+    let loaded = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &fprog.raw as *const libc::sock_fprog,
+        )
+    };
+    if loaded != 0 {
+        report(STAGE_LOAD, nix::errno::Errno::last_raw());
     }
     // execvp semantics: keep searching past ENOENT-like errors, prefer EACCES.
     let mut saw_eacces = false;
     let mut last = libc::ENOENT;
-    for &path in candidates {
-        libc::execve(path, argv, envp);
-        last = *libc::__errno_location();
+    for &path in &exec.candidates {
+        // SAFETY: ExecArgs' pointers are into CStrings it borrows, and argv
+        // and envp are null-terminated.
+        unsafe { libc::execve(path, exec.argv.as_ptr(), exec.envp.as_ptr()) };
+        last = nix::errno::Errno::last_raw();
         match last {
             libc::EACCES => saw_eacces = true,
             libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
@@ -339,6 +353,13 @@ unsafe fn child(
         }
     }
     report(STAGE_EXEC, if saw_eacces { libc::EACCES } else { last })
+}
+
+/// `_exit(2)` with [`CHILD_FAILED_EXIT`]: not `std::process::exit`, which
+/// runs the parent's exit handlers in the child; nix has no `_exit`.
+fn exit_child() -> ! {
+    // SAFETY: _exit has no preconditions and never returns.
+    unsafe { libc::_exit(CHILD_FAILED_EXIT) }
 }
 
 /// Run `argv` under `program` and report how it ended.
@@ -356,61 +377,31 @@ pub fn run_under_filter(
         return Err(SandboxError::ProgramLength { len: program.len() });
     }
     let prepared = prepare(argv)?;
-    let candidates: Vec<*const libc::c_char> =
-        prepared.candidates.iter().map(|c| c.as_ptr()).collect();
-    let argv_p = null_terminated(&prepared.argv);
-    let envp_p = null_terminated(&prepared.envp);
-    let fprog = libc::sock_fprog {
-        // Checked against BPF_MAXINSNS above.
-        len: program.len() as u16,
-        // SockFilter is repr(C) with the layout of struct sock_filter; the
-        // kernel only reads through this pointer.
-        filter: program.as_ptr() as *mut libc::sock_filter,
-    };
-    let mut go = Pipe::new(0)?;
+    let exec = prepared.exec_args();
+    let fprog = Fprog::new(program);
+    let (go_r, go_w) = pipe(OFlag::empty())?;
     // Non-blocking: a sibling forked concurrently by another thread may hold
     // a copy of the write end until it execs, and we read only once our child
     // is gone, when its report (if any) is already in the pipe.
-    let mut err = Pipe::new(libc::O_NONBLOCK)?;
+    let (err_r, err_w) = pipe(OFlag::O_NONBLOCK)?;
 
-    // SAFETY: the child branch only runs `child`, which is async-signal-safe.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(SandboxError::Fork {
-            source: Errno::last(),
-        });
-    }
-    if pid == 0 {
-        // SAFETY: freshly forked; all pointers were built before fork.
-        unsafe {
-            child(
-                go.r,
-                err.w,
-                no_new_privs,
-                &fprog,
-                &candidates,
-                argv_p.as_ptr(),
-                envp_p.as_ptr(),
-            )
-        }
-    }
+    // SAFETY: the child branch only runs `child`, which is async-signal-safe
+    // and allocates nothing: all it uses was built above.
+    let pid = match unsafe { unistd::fork() } {
+        Err(e) => return Err(SandboxError::Fork { source: errno(e) }),
+        Ok(ForkResult::Child) => child(go_r.as_fd(), err_w.as_fd(), no_new_privs, &fprog, &exec),
+        Ok(ForkResult::Parent { child }) => child,
+    };
     let mut child = Child { pid, reaped: false };
-    go.close_r();
-    err.close_w();
+    drop(go_r);
+    drop(err_w);
 
-    let opts = libc::PTRACE_O_TRACEEXIT | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_EXITKILL;
-    // SAFETY: seizing our own child.
-    if unsafe { ptrace(libc::PTRACE_SEIZE, pid, opts as usize) } != 0 {
-        return Err(ptrace_err("seize", pid));
-    }
-    let b = 1u8;
-    // SAFETY: writing one byte from a live buffer.
-    if unsafe { libc::write(go.w, (&b as *const u8).cast(), 1) } != 1 {
-        return Err(SandboxError::Pipe {
-            source: Errno::last(),
-        });
-    }
-    go.close_w();
+    let opts =
+        Options::PTRACE_O_TRACEEXIT | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_EXITKILL;
+    ptrace::seize(pid, opts).map_err(|e| ptrace_err("seize", pid, e))?;
+    // One byte to a pipe is written whole or not at all.
+    unistd::write(&go_w, &[1]).map_err(|e| SandboxError::Pipe { source: errno(e) })?;
+    drop(go_w);
 
     let mut report = SandboxReport::default();
     let mut exec_seen = false;
@@ -445,29 +436,26 @@ pub fn run_under_filter(
                 inject = sig;
             }
         }
-        // SAFETY: restarting our own stopped tracee.
-        if unsafe { ptrace(libc::PTRACE_CONT, pid, inject as usize) } != 0 {
-            return Err(ptrace_err("continue", pid));
-        }
+        cont(pid, inject).map_err(|e| ptrace_err("continue", pid, e))?;
     }
     child.reaped = true;
 
     if !exec_seen {
         // The child is gone, so this read cannot block: EOF or its report.
-        let mut msg = [0i32; 2];
-        // SAFETY: reading at most 8 bytes into msg.
-        let n = unsafe { libc::read(err.r, msg.as_mut_ptr().cast(), 8) };
-        if n == 8 {
-            let source = Errno(msg[1]);
-            match msg[0] {
+        let mut msg = [0u8; 8];
+        if unistd::read(&err_r, &mut msg) == Ok(8) {
+            let word = |i: usize| i32::from_ne_bytes([msg[i], msg[i + 1], msg[i + 2], msg[i + 3]]);
+            let (stage, code) = (word(0), word(4));
+            let source = Errno(code);
+            match stage {
                 STAGE_NNP => return Err(SandboxError::NoNewPrivs { source }),
-                STAGE_LOAD if msg[1] == libc::EACCES && !no_new_privs => {
+                STAGE_LOAD if code == libc::EACCES && !no_new_privs => {
                     return Err(SandboxError::LoadNeedsPrivilege { source })
                 }
                 STAGE_LOAD => return Err(SandboxError::Load { source }),
                 _ => {
                     // The exit code is our helper's, not the command's.
-                    report.exec_failed = Some(msg[1]);
+                    report.exec_failed = Some(code);
                     report.exit_code = None;
                 }
             }
@@ -476,37 +464,49 @@ pub fn run_under_filter(
     Ok(report)
 }
 
-/// `ptrace(2)` with a null `addr`; glibc reads `data` as a pointer, so pass
-/// a pointer-sized value rather than an int.
-unsafe fn ptrace(request: libc::c_uint, pid: libc::pid_t, data: usize) -> libc::c_long {
-    libc::ptrace(
-        request,
-        pid,
-        std::ptr::null_mut::<libc::c_void>(),
-        data as *mut libc::c_void,
-    )
-}
-
-fn ptrace_err(request: &'static str, pid: i32) -> SandboxError {
+fn ptrace_err(request: &'static str, pid: Pid, e: nix::errno::Errno) -> SandboxError {
     SandboxError::Ptrace {
         request,
-        pid,
-        source: Errno::last(),
+        pid: pid.as_raw(),
+        source: errno(e),
     }
 }
 
-fn wait(pid: libc::pid_t) -> Result<libc::c_int, SandboxError> {
+/// `waitpid(2)` with `__WALL` (ptrace stops included), the raw status.
+/// Not nix's `waitpid`: its `WaitStatus` holds a `nix::sys::signal::Signal`,
+/// which has no real-time signals, so a tracee stopped or killed by one
+/// (glibc's cancellation and setxid signals are) would be an error.
+fn wait(pid: Pid) -> Result<libc::c_int, SandboxError> {
     loop {
         let mut st = 0;
-        // SAFETY: waiting on our own child; __WALL includes ptrace stops.
-        if unsafe { libc::waitpid(pid, &mut st, libc::__WALL) } == pid {
+        // SAFETY: waiting on our own child into a local int.
+        if unsafe { libc::waitpid(pid.as_raw(), &mut st, libc::__WALL) } == pid.as_raw() {
             return Ok(st);
         }
-        let e = Errno::last();
-        if e.0 != libc::EINTR {
-            return Err(SandboxError::Wait { pid, source: e });
+        let e = nix::errno::Errno::last();
+        if e != nix::errno::Errno::EINTR {
+            return Err(SandboxError::Wait {
+                pid: pid.as_raw(),
+                source: errno(e),
+            });
         }
     }
+}
+
+/// `PTRACE_CONT`, passing on signal `sig` (0: none). Not nix's
+/// `ptrace::cont`, which takes a `Signal` and so cannot pass on a real-time one.
+fn cont(pid: Pid, sig: libc::c_int) -> Result<(), nix::errno::Errno> {
+    // SAFETY: restarting our own stopped tracee; `addr` is unused and `data`
+    // is the signal number, not a pointer (glibc's prototype says void *).
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_CONT,
+            pid.as_raw(),
+            std::ptr::null_mut::<libc::c_void>(),
+            sig as usize as *mut libc::c_void,
+        )
+    };
+    nix::errno::Errno::result(r).map(drop)
 }
 
 /// The arch a SIGSYS's `si_arch` names; x32 shares x86_64's audit value.
@@ -524,28 +524,14 @@ fn arch_of(audit: u32, nr: i32, native: Arch) -> Arch {
 }
 
 /// At a SIGSYS signal-delivery stop: was it `SECCOMP_RET_TRAP`, and for what?
-fn trapped_by_filter(pid: i32, native: Arch) -> Result<Option<DeniedSyscall>, SandboxError> {
-    // SAFETY: siginfo_t is plain data; zeroed is valid.
-    let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the kernel fills si for our stopped tracee.
-    if unsafe { ptrace(libc::PTRACE_GETSIGINFO, pid, &mut si as *mut _ as usize) } != 0 {
-        return Err(ptrace_err("read siginfo of", pid));
-    }
+fn trapped_by_filter(pid: Pid, native: Arch) -> Result<Option<DeniedSyscall>, SandboxError> {
+    let si = ptrace::getsiginfo(pid).map_err(|e| ptrace_err("read siginfo of", pid, e))?;
     if si.si_code != SYS_SECCOMP {
         return Ok(None);
     }
-    // SIGSYS's union member { void *call_addr; int syscall; unsigned arch; }
-    // is not exposed by libc. The union follows three ints, pointer-aligned.
-    let union_at = (3 * 4usize).next_multiple_of(std::mem::align_of::<*const u8>());
-    let base = union_at + std::mem::size_of::<*const u8>();
-    // SAFETY: reading two i32/u32 inside the 128-byte siginfo_t.
-    let (nr, audit) = unsafe {
-        let p = (&si as *const libc::siginfo_t).cast::<u8>();
-        (
-            std::ptr::read_unaligned(p.add(base).cast::<i32>()),
-            std::ptr::read_unaligned(p.add(base + 4).cast::<u32>()),
-        )
-    };
+    // SAFETY: a SIGSYS with si_code SYS_SECCOMP carries the union's sigsys
+    // member (call_addr, syscall, arch), which is what these read.
+    let (nr, audit) = unsafe { (si.si_syscall(), si.si_arch()) };
     let arch = arch_of(audit, nr, native);
     Ok(Some(DeniedSyscall {
         nr,
@@ -556,23 +542,13 @@ fn trapped_by_filter(pid: i32, native: Arch) -> Result<Option<DeniedSyscall>, Sa
 
 /// At the exit stop: did the filter kill the process, and on which syscall?
 fn killed_by_filter(
-    pid: i32,
+    pid: Pid,
     program: &[SockFilter],
     native: Arch,
 ) -> Result<Option<DeniedSyscall>, SandboxError> {
-    let mut status: libc::c_ulong = 0;
-    // SAFETY: the kernel stores the pending exit status in `status`.
-    if unsafe {
-        ptrace(
-            libc::PTRACE_GETEVENTMSG,
-            pid,
-            &mut status as *mut _ as usize,
-        )
-    } != 0
-    {
-        return Err(ptrace_err("read exit status of", pid));
-    }
-    let status = status as libc::c_int;
+    // The pending exit status.
+    let status = ptrace::getevent(pid).map_err(|e| ptrace_err("read exit status of", pid, e))?
+        as libc::c_int;
     if !libc::WIFSIGNALED(status) || libc::WTERMSIG(status) != libc::SIGSYS {
         return Ok(None);
     }
@@ -593,12 +569,8 @@ fn killed_by_filter(
 }
 
 #[cfg(target_arch = "x86_64")]
-fn syscall_at_stop(pid: i32, native: Arch) -> Result<Option<SeccompData>, SandboxError> {
-    // SAFETY: plain data; the kernel fills it for our stopped tracee.
-    let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-    if unsafe { ptrace(libc::PTRACE_GETREGS, pid, &mut regs as *mut _ as usize) } != 0 {
-        return Err(ptrace_err("read registers of", pid));
-    }
+fn syscall_at_stop(pid: Pid, native: Arch) -> Result<Option<SeccompData>, SandboxError> {
+    let regs = ptrace::getregs(pid).map_err(|e| ptrace_err("read registers of", pid, e))?;
     // orig_rax is -1 outside a syscall.
     let Ok(nr) = i32::try_from(regs.orig_rax as i64) else {
         return Ok(None);
@@ -617,6 +589,6 @@ fn syscall_at_stop(pid: i32, native: Arch) -> Result<Option<SeccompData>, Sandbo
 /// Register layouts of other hosts are not wired up: a kill is still
 /// reported through `signal`, just without naming the syscall.
 #[cfg(not(target_arch = "x86_64"))]
-fn syscall_at_stop(_pid: i32, _native: Arch) -> Result<Option<SeccompData>, SandboxError> {
+fn syscall_at_stop(_pid: Pid, _native: Arch) -> Result<Option<SeccompData>, SandboxError> {
     Ok(None)
 }

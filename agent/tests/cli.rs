@@ -327,3 +327,33 @@ fn advise_from_a_saved_trace_prints_patch_and_patched_profile() {
         "{text}"
     );
 }
+
+#[test]
+fn advise_names_the_file_line_and_place_of_a_bad_trace_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    );
+    // A hand-edited count: the second line, the first row's `count`.
+    let trace = write(
+        dir.path(),
+        "trace.json",
+        concat!(
+            "\n",
+            r#"{"summary":[{"pid":7,"comm":"vllm","syscall":"mount","nr":165,"arch":"x86_64","action":"errno","errno":1,"count":-3,"cgroup_id":5,"container_id":null,"pod_uid":null}],"#,
+            r#""dropped":0,"lost_counts":0,"samples":0,"strategy":"tp_btf"}"#,
+            "\n"
+        ),
+    );
+    let out = nodeproof(&["advise", "--profile", profile, "--from", &trace]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{trace}:2: summary[0].count: not as `nodeproof trace -o json` writes it: invalid value: integer `-3`, expected u64"
+        )),
+        "{err}"
+    );
+}

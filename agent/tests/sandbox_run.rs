@@ -237,3 +237,29 @@ fn command_starts_with_default_sigpipe_and_no_blocked_signals() {
     let r = run(&prog, &["sh", "-c", script]);
     assert_eq!(r.exit_code, Some(0));
 }
+
+#[test]
+fn real_time_signals_are_passed_on_and_reported() {
+    // glibc's own thread signals (cancellation, setxid) are real-time ones:
+    // the tracer must pass a stop for one on like any other signal, and a
+    // death by one is reported with its number.
+    let prog = program(Action::Allow, &[]);
+    let rt = libc::SIGRTMIN() + 1;
+    let killed = run(&prog, &["sh", "-c", &format!("kill -{rt} $$; exit 0")]);
+    assert_eq!(
+        killed,
+        SandboxReport {
+            signal: Some(rt),
+            ..Default::default()
+        }
+    );
+    let caught = run(
+        &prog,
+        &[
+            "sh",
+            "-c",
+            &format!("trap 'exit 7' {rt}; kill -{rt} $$; exit 0"),
+        ],
+    );
+    assert_eq!(caught.exit_code, Some(7));
+}

@@ -2,8 +2,6 @@
 //! for the stream it connects, and a child that inherits the variable but
 //! not the stream (a shell redirect) must not log there.
 
-use std::os::fd::AsRawFd;
-
 pub fn stderr_is_journal() -> bool {
     let Ok(value) = std::env::var("JOURNAL_STREAM") else {
         return false;
@@ -11,11 +9,9 @@ pub fn stderr_is_journal() -> bool {
     let Some(expected) = parse_journal_stream(&value) else {
         return false;
     };
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on fd 2 into a zeroed struct.
-    if unsafe { libc::fstat(std::io::stderr().as_raw_fd(), &mut st) } != 0 {
+    let Ok(st) = nix::sys::stat::fstat(std::io::stderr()) else {
         return false;
-    }
+    };
     (st.st_dev, st.st_ino) == expected
 }
 

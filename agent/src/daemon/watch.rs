@@ -4,7 +4,7 @@
 //! and coalesces bursts (an editor's write + rename) into one wake-up.
 
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -91,14 +91,11 @@ fn add_tree(inotify: &mut Inotify, dir: &Path, dirs: &mut HashMap<WatchDescripto
 
 /// Waits up to `timeout` for the fd to become readable.
 fn readable(inotify: &Inotify, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: inotify.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, the fd outlives the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
-    n > 0
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let mut pfd = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+    // Saturates: a longer wait than poll can express is the longest it can.
+    let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    nix::poll::poll(&mut pfd, ms).is_ok_and(|n| n > 0)
 }
 
 fn run(

@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 
 use libseccomp::error::SeccompError;
 use libseccomp::{
@@ -164,15 +164,13 @@ fn add_rule(ctx: &mut ScmpFilterContext, rule: &Rule, nr: i32) -> Result<(), Com
 fn export_with(
     export: impl FnOnce(&File) -> Result<(), SeccompError>,
 ) -> Result<Vec<u8>, CompileError> {
-    // SAFETY: the name is a valid NUL-terminated string; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"nodeproof-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(CompileError::Memfd {
-            source: Errno::last(),
-        });
-    }
-    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
-    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create(c"nodeproof-seccomp", MFdFlags::MFD_CLOEXEC).map_err(|e| {
+        CompileError::Memfd {
+            source: Errno(e as i32),
+        }
+    })?;
+    let mut file = File::from(fd);
     export(&file).map_err(|e| CompileError::Export {
         source: errno_of(&e),
     })?;

@@ -218,8 +218,7 @@ mod tests {
         fs::write(root.join("ok.json"), b"{}").unwrap();
         fs::write(root.join("notes.txt"), b"ignored").unwrap();
         let fifo = root.join("fifo.json");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         let _sock = std::os::unix::net::UnixListener::bind(root.join("sock.json")).unwrap();
         symlink(root.join("loop-b.json"), root.join("loop-a.json")).unwrap();
         symlink(root.join("loop-a.json"), root.join("loop-b.json")).unwrap();

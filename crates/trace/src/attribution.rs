@@ -33,7 +33,7 @@ pub struct Attribution {
 }
 
 /// A pod's name and namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PodRef {
     pub namespace: String,
     pub name: String,

@@ -22,7 +22,9 @@ pub(crate) mod stat {
 }
 
 /// How seccomp refused the syscall.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// SCMP_ACT_ERRNO (also TRACE without a tracer, which returns ENOSYS).

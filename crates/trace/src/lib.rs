@@ -374,16 +374,14 @@ pub fn run_with(
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC, to put wall times on bpf_ktime_get_ns samples.
 fn realtime_minus_monotonic_ns() -> i128 {
-    fn now(clock: libc::clockid_t) -> i128 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid clock id and pointer.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-    }
-    now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
+    use nix::time::{clock_gettime, ClockId};
+    // Both clocks always exist: the error arm is never taken.
+    let now = |clock| {
+        clock_gettime(clock).map_or(0, |ts| {
+            ts.tv_sec() as i128 * 1_000_000_000 + ts.tv_nsec() as i128
+        })
+    };
+    now(ClockId::CLOCK_REALTIME) - now(ClockId::CLOCK_MONOTONIC)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::{BtfTracePoint, FExit, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use std::fmt;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -532,21 +532,22 @@ fn probe_offsets() -> Result<ProbedOffsets, (FailureReason, String)> {
     let (go_tx, go_rx) = mpsc::channel::<ProbeStep>();
     let (done_tx, done_rx) = mpsc::channel::<Result<(), String>>();
     let worker = std::thread::spawn(move || {
-        // SAFETY: gettid takes no arguments.
-        let _ = tid_tx.send(unsafe { libc::gettid() } as u32);
+        let _ = tid_tx.send(nix::unistd::gettid().as_raw() as u32);
         while let Ok(step) = go_rx.recv() {
             let r = match step {
-                // SAFETY: plain syscalls without pointers.
                 ProbeStep::Snapshot => {
-                    unsafe { libc::getppid() };
+                    nix::unistd::getppid();
                     Ok(())
                 }
                 ProbeStep::KnownArgs => {
+                    // SAFETY: no pointer is passed; PROBE_FD is no descriptor
+                    // of ours (EBADF). Raw, not nix's close: the stack probe
+                    // checks exactly this nr and first argument in pt_regs.
                     unsafe { libc::syscall(libc::SYS_close, PROBE_FD) };
                     Ok(())
                 }
                 ProbeStep::Filter => install_allow_all_filter().map(|()| {
-                    unsafe { libc::getppid() };
+                    nix::unistd::getppid();
                 }),
             };
             if done_tx.send(r).is_err() {
@@ -665,17 +666,11 @@ fn install_allow_all_filter() -> Result<(), String> {
         len: 1,
         filter: insn.as_mut_ptr(),
     };
-    // SAFETY: prctl with integer arguments; seccomp with a valid one-instruction program.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(format!(
-                "PR_SET_NO_NEW_PRIVS: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        if libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0 {
-            return Err(format!("seccomp(): {}", std::io::Error::last_os_error()));
-        }
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+    // SAFETY: seccomp with a valid one-instruction program that outlives the
+    // call (the kernel copies it); nix has no seccomp(2) wrapper.
+    if unsafe { libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) } != 0 {
+        return Err(format!("seccomp(): {}", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -765,23 +760,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// memcg and ignore it. Raise it where allowed (infinity needs
 /// CAP_SYS_RESOURCE; else soft up to hard) and carry on either way.
 fn raise_memlock() {
-    let inf = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit/getrlimit with valid pointers.
-    unsafe {
-        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &inf) == 0 {
-            return;
-        }
-        let mut cur = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut cur) == 0 {
-            cur.rlim_cur = cur.rlim_max;
-            libc::setrlimit(libc::RLIMIT_MEMLOCK, &cur);
-        }
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let memlock = Resource::RLIMIT_MEMLOCK;
+    if setrlimit(memlock, libc::RLIM_INFINITY, libc::RLIM_INFINITY).is_ok() {
+        return;
+    }
+    if let Ok((_, hard)) = getrlimit(memlock) {
+        let _ = setrlimit(memlock, hard, hard);
     }
 }
 
@@ -830,19 +815,12 @@ impl EventSource for Tracer {
     fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(Denial)) -> Result<(), TraceError> {
         let mut drained = self.drain(sink)?;
         if drained == 0 && !timeout.is_zero() {
-            let mut pfd = libc::pollfd {
-                fd: self.ring.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd.
-            let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if rc < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(TraceError::Poll { source: e });
-                }
+            use nix::poll::{PollFd, PollFlags, PollTimeout};
+            let mut pfd = [PollFd::new(self.ring.as_fd(), PollFlags::POLLIN)];
+            let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+            match nix::poll::poll(&mut pfd, ms) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(TraceError::Poll { source: e.into() }),
             }
             drained = self.drain(sink)?;
         }

@@ -1,12 +1,15 @@
 //! Aggregation of the in-kernel counts into summary rows, and the text/JSON
-//! renderings of samples and summaries. Pure: the attribution comes in as a
-//! closure so tests need no cgroupfs.
+//! renderings of samples and summaries, and their JSON read back (`advise
+//! --from`). Pure: the attribution comes in as a closure so tests need no
+//! cgroupfs.
 
 use super::attribution::Attribution;
-use super::event::{Action, CountKey, Denial};
+use super::event::{
+    Action, CountKey, Denial, AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64,
+};
 use super::names::{arch_name, errno_name, SyscallNames};
 use super::{Stats, Strategy};
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
 /// `--pid` / `--comm` filters (pid is the process id, tgid in kernel terms).
@@ -23,13 +26,15 @@ impl Filter {
 }
 
 /// One line of the final summary: exact count for (pid, comm, syscall, action, errno, cgroup).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Read back exactly as written: every field but `cgroup` and `pod` must be there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SummaryRow {
     pub pid: u32,
     pub comm: String,
     pub syscall: String,
     pub nr: i32,
-    pub arch: &'static str,
+    #[serde(deserialize_with = "arch_by_name")]
+    pub arch: ArchName,
     pub action: Action,
     pub errno: i32,
     pub count: u64,
@@ -41,6 +46,71 @@ pub struct SummaryRow {
     pub pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<super::attribution::PodRef>,
+}
+
+/// `&'static str` under another name: spelled out, serde's derive takes the
+/// field as borrowed from the input (`'de: 'static`, so nothing read from a
+/// file could be deserialized), although [`arch_by_name`] borrows nothing.
+pub type ArchName = &'static str;
+
+/// The `arch` names [`arch_name`] writes, back to the same static strings; any
+/// other is refused, since no trace wrote it.
+fn arch_by_name<'de, D: Deserializer<'de>>(d: D) -> Result<ArchName, D::Error> {
+    let name = String::deserialize(d)?;
+    // 0: what arch_name calls every audit arch it does not know.
+    [AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, AUDIT_ARCH_AARCH64, 0]
+        .map(arch_name)
+        .into_iter()
+        .find(|known| *known == name)
+        .ok_or_else(|| {
+            serde::de::Error::invalid_value(
+                serde::de::Unexpected::Str(&name),
+                &"x86_64, x86, aarch64 or unknown",
+            )
+        })
+}
+
+/// One sample line of `trace -o json` read back: the owned twin of
+/// `SampleJson`, which borrows so that printing a sample allocates less.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Sample {
+    pub time: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub syscall: String,
+    pub nr: i32,
+    #[serde(deserialize_with = "arch_by_name")]
+    pub arch: ArchName,
+    pub action: Action,
+    pub errno: i32,
+    pub cgroup_id: u64,
+    pub mnt_ns: u32,
+    pub cgroup: Option<String>,
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+    pub pod: Option<super::attribution::PodRef>,
+}
+
+impl Sample {
+    /// The sample as a summary row of one denial.
+    pub fn into_row(self) -> SummaryRow {
+        SummaryRow {
+            pid: self.pid,
+            comm: self.comm,
+            syscall: self.syscall,
+            nr: self.nr,
+            arch: self.arch,
+            action: self.action,
+            errno: self.errno,
+            count: 1,
+            cgroup_id: self.cgroup_id,
+            cgroup: self.cgroup,
+            container_id: self.container_id,
+            pod_uid: self.pod_uid,
+            pod: self.pod,
+        }
+    }
 }
 
 /// The result of a trace run.
@@ -270,7 +340,6 @@ pub fn rfc3339(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::AUDIT_ARCH_X86_64;
 
     fn key(pid: u32, comm: &str, nr: i32, errno: i32, action: Action) -> CountKey {
         CountKey {
@@ -366,6 +435,58 @@ mod tests {
     }
 
     #[test]
+    fn summary_rows_read_back_equal() {
+        let mut names = SyscallNames::default();
+        let mut rows = aggregate(
+            vec![
+                (key(10, "app", 83, 1, Action::Errno), 3),
+                (key(11, "k", 84, 0, Action::Kill), 1),
+                (key(12, "t", 85, 7, Action::Trap), 2),
+                (key(13, "n", 86, 13, Action::NotifyError), 4),
+            ],
+            &Filter::default(),
+            &mut names,
+            &mut attr,
+        );
+        // Every optional field both ways, and every arch name written.
+        rows[0].pod = Some(super::super::attribution::PodRef {
+            namespace: "ml".into(),
+            name: "vllm-0".into(),
+        });
+        rows[1].arch = arch_name(AUDIT_ARCH_AARCH64);
+        rows[2].arch = arch_name(AUDIT_ARCH_I386);
+        rows[3].arch = arch_name(0);
+        assert!(rows.iter().any(|r| r.cgroup.is_some()) && rows.iter().any(|r| r.cgroup.is_none()));
+        let text = serde_json::to_string(&rows).unwrap();
+        let back: Vec<SummaryRow> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, rows);
+        // The whole summary line as `trace -o json` ends.
+        let s = summarize(rows.clone(), &Stats::default(), Strategy::TpBtf);
+        let v: serde_json::Value = serde_json::from_str(&summary_json(&s)).unwrap();
+        let back: Vec<SummaryRow> = serde_json::from_value(v["summary"].clone()).unwrap();
+        assert_eq!(back, rows);
+    }
+
+    #[test]
+    fn a_row_with_an_arch_no_trace_writes_is_refused() {
+        let mut names = SyscallNames::default();
+        let rows = aggregate(
+            vec![(key(10, "app", 83, 1, Action::Errno), 3)],
+            &Filter::default(),
+            &mut names,
+            &mut attr,
+        );
+        let text = serde_json::to_string(&rows[0])
+            .unwrap()
+            .replace("x86_64", "sparc");
+        let err = serde_json::from_str::<SummaryRow>(&text).unwrap_err();
+        assert!(
+            err.to_string().contains("invalid value: string \"sparc\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn sample_renderings() {
         let d = Denial {
             ts_ns: 0,
@@ -385,11 +506,34 @@ mod tests {
             t,
             "2023-11-14T22:13:20.123Z app[10/12] mkdir(83) denied: errno EPERM (1) pod_uid=u-1 container=0123456789ab"
         );
-        let v: serde_json::Value =
-            serde_json::from_str(&sample_json(&d, "mkdir", &a, 1_700_000_000_123_000_000)).unwrap();
+        let line = sample_json(&d, "mkdir", &a, 1_700_000_000_123_000_000);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
         assert_eq!(v["tid"], 12);
         assert_eq!(v["action"], "errno");
+        // Read back: every field the line holds, and as one denial.
+        let back: Sample = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            back,
+            Sample {
+                time: "2023-11-14T22:13:20.123Z".into(),
+                pid: 10,
+                tid: 12,
+                comm: "app".into(),
+                syscall: "mkdir".into(),
+                nr: 83,
+                arch: "x86_64",
+                action: Action::Errno,
+                errno: 1,
+                cgroup_id: 9,
+                mnt_ns: 4,
+                cgroup: a.cgroup.clone(),
+                container_id: a.container_id.clone(),
+                pod_uid: a.pod_uid.clone(),
+                pod: None,
+            }
+        );
+        assert_eq!(back.into_row().count, 1);
         let k = Denial {
             action: Action::Kill,
             ..d
