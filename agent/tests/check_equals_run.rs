@@ -1,0 +1,138 @@
+//! `nodeproof check` is one round of exactly what `nodeproof run` does: on
+//! the same node state (profiles on disk, a pod bound to the node, the
+//! tracer, the GPU probe) `check -o json` prints, and `check --report`
+//! writes, the conditions the running agent writes — the pods' references
+//! included, folded into the one `SeccompProfilesReady`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use support::agent::Agent;
+use support::apiserver::{Identity, TestApiServer};
+
+fn good_profile() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap()
+}
+
+/// A node with a good and a refused profile on disk and a pod bound to it
+/// that references a profile the node lacks; the test server has the Node
+/// and a node identity for it.
+fn node_state(dir: &Path) -> (TestApiServer, String) {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "uid-vllm-0"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]}}),
+    );
+    let root = dir.join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    std::fs::write(
+        root.join("profiles/refused.json"),
+        br#"{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_NOPE"}]}"#,
+    )
+    .unwrap();
+    let kubeconfig = server.kubeconfig(dir, "node-n1");
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display(),
+        kubeconfig.display()
+    );
+    (server, config)
+}
+
+/// (type, status, reason, message) of every condition, sorted by type.
+fn quadruples(conditions: &[Value]) -> Vec<[String; 4]> {
+    let mut out: Vec<[String; 4]> = conditions
+        .iter()
+        .map(|c| {
+            ["type", "status", "reason", "message"].map(|k| c[k].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn node_conditions(server: &TestApiServer) -> Vec<[String; 4]> {
+    let node = server.node("n1");
+    quadruples(
+        node["status"]["conditions"]
+            .as_array()
+            .map_or(&[][..], |v| v),
+    )
+}
+
+#[test]
+fn check_prints_and_writes_what_the_agent_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = node_state(dir.path());
+    let config_path = dir.path().join("check.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["check", "-o", "json", "--report", "--config"])
+        .arg(&config_path)
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let printed = quadruples(printed["conditions"].as_array().unwrap());
+    let written = node_conditions(&server);
+    assert_eq!(printed, written, "check prints what it writes\n{stderr}");
+    // The pod's reference is in it: the pod's reason leads, the files' problem is still named.
+    let seccomp = printed
+        .iter()
+        .find(|c| c[0] == "SeccompProfilesReady")
+        .expect("SeccompProfilesReady");
+    assert_eq!(seccomp[1], "False");
+    assert_eq!(seccomp[2], "ProfileMissing", "{seccomp:?}");
+    assert!(
+        seccomp[3].contains("ml/vllm-0 container vllm") && seccomp[3].contains("refused.json"),
+        "{seccomp:?}"
+    );
+    assert!(printed.iter().any(|c| c[0] == "SeccompTracingReady"));
+    // No NVIDIA device here: the GPU conditions are absent, in both.
+    assert!(
+        !printed.iter().any(|c| c[0].starts_with("GPU")),
+        "{printed:?}"
+    );
+
+    // The agent on the same node state, reporting to a server of its own.
+    let agent_dir = tempfile::tempdir().unwrap();
+    let (agent_server, agent_config) = node_state(agent_dir.path());
+    let agent_config = agent_config.replace(
+        &agent_dir.path().join("seccomp").display().to_string(),
+        &dir.path().join("seccomp").display().to_string(),
+    );
+    let mut agent = Agent::start(agent_dir.path(), &agent_config);
+    agent.wait_ready(Duration::from_secs(30));
+    let start = Instant::now();
+    let mut last = Vec::new();
+    while start.elapsed() < Duration::from_secs(15) {
+        last = node_conditions(&agent_server);
+        if last == printed {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        last,
+        printed,
+        "the agent's round equals check's\n--- agent log ---\n{}",
+        agent.log_text()
+    );
+}
