@@ -410,7 +410,7 @@ fn pods_cmd(
     opts.node_name = node_name.or(opts.node_name);
     if !once {
         stop_on_sigint_sigterm();
-        pods::daemon(&opts, &STOP)?;
+        pods::daemon(&opts, config.report.policy(), &STOP)?;
         return Ok(ExitCode::SUCCESS);
     }
     let r = pods::once(&opts)?;
@@ -661,8 +661,7 @@ fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
 
 /// After the checks ran (they never wait on the API server): write their conditions.
 fn report_conditions(conditions: &[Condition], config: &Config) -> Result<()> {
-    let opts = nodeproof_kube::OnceOptions::from(&config.report);
-    let done = nodeproof_kube::report_once(conditions, &opts)
+    let done = nodeproof_kube::report_once(conditions, &config.report, Duration::from_secs(30))
         .context("could not report to the API server")?;
     eprintln!(
         "reported node {} with {}: {} status writes, {} event writes",

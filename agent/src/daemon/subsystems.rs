@@ -20,13 +20,12 @@ use crate::checks::{self, profiles, Subsystem};
 use crate::config::Config;
 use nodeproof_findings::{Condition, Status};
 use nodeproof_gpu as gpu;
-use nodeproof_kube::client::{self, KubeReporter};
+use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
-use nodeproof_kube::credentials;
 use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
 use nodeproof_kube::events::PodEvent;
-use nodeproof_kube::marks::MarkPolicy;
+use nodeproof_kube::ConnectError;
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
@@ -406,30 +405,21 @@ pub async fn start_reporter(
     rounds: mpsc::Receiver<Vec<Condition>>,
     pod_events: mpsc::Receiver<PodEvent>,
 ) -> Option<Reporter> {
-    let Some(node) = credentials::node_name_here(config.report.node_name.as_deref()) else {
-        tracing::warn!(
-            nodeproof_check = "reporter",
-            "no node name (report.node-name, NODE_NAME, hostname); not reporting"
-        );
-        shared.set_check(
-            Subsystem::Reporter,
-            reporter_state("not reporting (no node name)"),
-        );
-        return None;
-    };
-    let source = credentials::choose_here(config.report.kubeconfig.as_deref());
-    let client = match client::connect(&source).await {
-        Ok(Some(c)) => c,
-        Ok(None) => {
-            tracing::warn!(nodeproof_check = "reporter", k8s_node = %node, "no credentials; conditions are not reported");
+    let c = match nodeproof_kube::connect(&config.report).await {
+        Ok(c) => c,
+        Err(ConnectError::NoNodeName) => {
+            tracing::warn!(
+                nodeproof_check = "reporter",
+                "no node name (report.node-name, NODE_NAME, hostname); not reporting"
+            );
             shared.set_check(
                 Subsystem::Reporter,
-                reporter_state("not reporting (no credentials)"),
+                reporter_state("not reporting (no node name)"),
             );
             return None;
         }
         Err(e) => {
-            tracing::error!(nodeproof_check = "reporter", k8s_node = %node, error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
+            tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
             shared.set_check(
                 Subsystem::Reporter,
                 reporter_state("not reporting (bad credentials)"),
@@ -437,23 +427,20 @@ pub async fn start_reporter(
             return None;
         }
     };
-    let mut reporter = KubeReporter::new(client, &node);
-    let mut marks = MarkPolicy {
-        labels: config.report.labels,
-        taint_kinds: Default::default(),
+    let node = c.node;
+    let Some(client) = c.client else {
+        tracing::warn!(nodeproof_check = "reporter", k8s_node = %node, "no credentials; conditions are not reported");
+        shared.set_check(
+            Subsystem::Reporter,
+            reporter_state("not reporting (no credentials)"),
+        );
+        return None;
     };
-    if let Some(path) = &config.report.taint_kubeconfig {
-        match client::connect(&credentials::Source::Kubeconfig(path.clone())).await {
-            Ok(Some(c)) => {
-                reporter = reporter.with_taint_client(c);
-                marks.taint_kinds = MarkPolicy::default_taint_kinds();
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable taint credentials; not tainting")
-            }
-        }
+    let mut reporter = KubeReporter::new(client, &node);
+    if let Some(t) = c.taint_client {
+        reporter = reporter.with_taint_client(t);
     }
+    let marks = c.marks;
     let lp = ReportLoop::new(
         reporter,
         LoopConfig {
@@ -463,7 +450,7 @@ pub async fn start_reporter(
         },
         super::now_seed(),
     );
-    tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %source.describe(), "reporting to the API server");
+    tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %c.credentials, "reporting to the API server");
     shared.set_check(Subsystem::Reporter, reporter_state("reporting to API"));
     let counter = shared.clone();
     Some(Reporter {

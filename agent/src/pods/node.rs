@@ -16,11 +16,12 @@ use super::handlers;
 use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
 
-use nodeproof_findings::{Condition, ConditionType};
-use nodeproof_kube::client::{self, KubeReporter, ReportError};
-use nodeproof_kube::conditions::{Hysteresis, Policy};
-use nodeproof_kube::credentials;
+use nodeproof_findings::Condition;
+use nodeproof_kube::client::KubeReporter;
+use nodeproof_kube::conditions::Policy;
+use nodeproof_kube::config::ReportConfig;
 use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use nodeproof_kube::ConnectError;
 use nodeproof_seccomp::lint::LintOptions;
 use nodeproof_trace::{
     CgroupResolver, Filter, NoPodLookup, Pump, SummaryRow, Tracer, TracerConfig,
@@ -32,11 +33,10 @@ pub enum PodsRunError {
     NoNodeName,
     #[error("no API server credentials found ({credentials}); pods cannot be read")]
     NoCredentials { credentials: String },
-    #[error("cannot connect with {credentials}")]
+    #[error("cannot connect to the API server")]
     Connect {
-        credentials: String,
         #[source]
-        source: Box<ReportError>,
+        source: Box<ConnectError>,
     },
     #[error("cannot read {what} for node {node}")]
     Read {
@@ -76,28 +76,43 @@ pub struct PodsOnce {
     pub condition: Condition,
 }
 
-/// The API client and the Node's name, found as the reporter finds them.
+/// The API client and the Node's name, found as the reporter finds them
+/// ([`nodeproof_kube::connect`]).
 pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
-    let node =
-        credentials::node_name_here(opts.node_name.as_deref()).ok_or(PodsRunError::NoNodeName)?;
-    let (client, _) = api_client(opts.kubeconfig.as_deref()).await?;
-    Ok((client, node))
+    let config = ReportConfig {
+        kubeconfig: opts.kubeconfig.clone(),
+        node_name: opts.node_name.clone(),
+        ..ReportConfig::default()
+    };
+    let c = nodeproof_kube::connect(&config)
+        .await
+        .map_err(|e| match e {
+            ConnectError::NoNodeName => PodsRunError::NoNodeName,
+            e => PodsRunError::Connect {
+                source: Box::new(e),
+            },
+        })?;
+    let client = c.client.ok_or(PodsRunError::NoCredentials {
+        credentials: c.credentials,
+    })?;
+    Ok((client, c.node))
 }
 
 /// A client from the reporter's credentials (`kubeconfig`, the kubelet's,
 /// in-cluster), and how they were found.
 async fn api_client(kubeconfig: Option<&Path>) -> Result<(kube::Client, String), PodsRunError> {
-    let source = credentials::choose_here(kubeconfig);
-    let described = source.describe();
-    let client = client::connect(&source)
+    let config = ReportConfig {
+        kubeconfig: kubeconfig.map(Path::to_path_buf),
+        ..ReportConfig::default()
+    };
+    let (client, described) = nodeproof_kube::connect::api_client(&config)
         .await
-        .map_err(|source| PodsRunError::Connect {
-            credentials: described.clone(),
-            source: Box::new(source),
-        })?
-        .ok_or_else(|| PodsRunError::NoCredentials {
-            credentials: described.clone(),
+        .map_err(|e| PodsRunError::Connect {
+            source: Box::new(e),
         })?;
+    let client = client.ok_or_else(|| PodsRunError::NoCredentials {
+        credentials: described.clone(),
+    })?;
     Ok((client, described))
 }
 
@@ -197,8 +212,13 @@ pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
     })
 }
 
-/// Watches and reports until `stop` is set (checked every 200 ms).
-pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsRunError> {
+/// Watches and reports until `stop` is set (checked every 200 ms), with the
+/// reporter's `policy` as `run` has it (`[report]`'s hysteresis and heartbeat).
+pub fn daemon(
+    opts: &PodsOptions,
+    policy: Policy,
+    stop: &'static AtomicBool,
+) -> Result<(), PodsRunError> {
     runtime()?.block_on(async {
         let (client, node) = connect(opts).await?;
         let ctx = node_context(&client, &node, opts).await?;
@@ -206,13 +226,7 @@ pub fn daemon(opts: &PodsOptions, stop: &'static AtomicBool) -> Result<(), PodsR
         let mut lp = ReportLoop::new(
             reporter,
             LoopConfig {
-                // Judged from API state and files, not noisy probes: smoothing
-                // would only delay the 5 s the issue asks for (the next judgement
-                // may be a recheck 10 s away).
-                policy: Policy {
-                    per_kind: [(ConditionType::SeccompProfilesReady, Hysteresis::IMMEDIATE)].into(),
-                    ..Policy::default()
-                },
+                policy,
                 ..LoopConfig::default()
             },
             std::process::id().into(),

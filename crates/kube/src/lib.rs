@@ -7,11 +7,15 @@
 //! - `marks`: pure opt-in labels and taints from the conditions;
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
-//! - `driver`: the loop that brings the API server to the desired state.
+//! - `driver`: the loop that brings the API server to the desired state;
+//! - `connect`: node name, credentials and clients from the `[report]` section;
+//! - `config`: that section; `refs`/`taints`: pods' seccomp references and
+//!   Kubernetes' toleration matching, pure.
 
 pub mod client;
 pub mod conditions;
 pub mod config;
+pub mod connect;
 pub mod credentials;
 pub mod driver;
 pub mod events;
@@ -19,7 +23,6 @@ pub mod marks;
 pub mod refs;
 pub mod taints;
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use client::{KubeReporter, LogReporter, ReportError, Reporter};
@@ -27,33 +30,10 @@ use conditions::{Hysteresis, Policy};
 use driver::{LoopConfig, ReportLoop, Stats};
 use marks::MarkPolicy;
 
+pub use connect::{connect, ConnectError, Connection};
+
 use crate::config::ReportConfig;
 use nodeproof_findings::Condition;
-
-/// What `nodeproof check --report` was asked.
-#[derive(Debug, Clone, Default)]
-pub struct OnceOptions {
-    pub kubeconfig: Option<PathBuf>,
-    pub node_name: Option<String>,
-    /// Opt-in `nodeproof.dev/` labels.
-    pub labels: bool,
-    /// Opt-in taints, with this credential.
-    pub taint_kubeconfig: Option<PathBuf>,
-    /// Give up retrying after this long (default 30 s).
-    pub deadline: Option<Duration>,
-}
-
-impl From<&ReportConfig> for OnceOptions {
-    fn from(c: &ReportConfig) -> Self {
-        OnceOptions {
-            kubeconfig: c.kubeconfig.clone(),
-            node_name: c.node_name.clone(),
-            labels: c.labels,
-            taint_kubeconfig: c.taint_kubeconfig.clone(),
-            deadline: None,
-        }
-    }
-}
 
 /// How a one-shot report went.
 #[derive(Debug, Clone)]
@@ -65,8 +45,8 @@ pub struct OnceSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OnceError {
-    #[error("cannot tell which Node this is: set --node-name or NODE_NAME")]
-    NoNodeName,
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     #[error("reporting for node {node} with {credentials} failed")]
     Report {
         node: String,
@@ -79,59 +59,45 @@ pub enum OnceError {
 }
 
 /// Write `conditions` (and their transition events) once, retrying through
-/// transient failures until the deadline. Runs after the checks, so they
+/// transient failures for up to `deadline`. Runs after the checks, so they
 /// never waited on the API server.
-pub fn report_once(conditions: &[Condition], opts: &OnceOptions) -> Result<OnceSummary, OnceError> {
-    let node =
-        credentials::node_name_here(opts.node_name.as_deref()).ok_or(OnceError::NoNodeName)?;
-    let source = credentials::choose_here(opts.kubeconfig.as_deref());
-    let described = source.describe();
-    let span = tracing::info_span!("report", node = %node, credentials = %described);
-    let _guard = span.enter();
+pub fn report_once(
+    conditions: &[Condition],
+    config: &ReportConfig,
+    deadline: Duration,
+) -> Result<OnceSummary, OnceError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(OnceError::Runtime)?;
-    let deadline = opts.deadline.unwrap_or(Duration::from_secs(30));
-    let wrap = |source| OnceError::Report {
-        node: node.clone(),
-        credentials: described.clone(),
-        source: Box::new(source),
-    };
-    let marks = MarkPolicy {
-        labels: opts.labels,
-        taint_kinds: if opts.taint_kubeconfig.is_some() {
-            MarkPolicy::default_taint_kinds()
-        } else {
-            Default::default()
-        },
-    };
-    let stats = runtime.block_on(async {
-        match client::connect(&source).await.map_err(wrap)? {
+    runtime.block_on(async {
+        let c = connect(config).await?;
+        let span = tracing::info_span!("report", node = %c.node, credentials = %c.credentials);
+        let _guard = span.enter();
+        let wrap = |source| OnceError::Report {
+            node: c.node.clone(),
+            credentials: c.credentials.clone(),
+            source: Box::new(source),
+        };
+        let stats = match c.client {
             Some(client) => {
-                let mut reporter = KubeReporter::new(client, &node);
-                if let Some(path) = &opts.taint_kubeconfig {
-                    let taints = credentials::Source::Kubeconfig(path.clone());
-                    if let Some(c) = client::connect(&taints).await.map_err(wrap)? {
-                        reporter = reporter.with_taint_client(c);
-                    }
+                let mut reporter = KubeReporter::new(client, &c.node);
+                if let Some(t) = c.taint_client {
+                    reporter = reporter.with_taint_client(t);
                 }
-                run_once(reporter, conditions, marks, deadline)
-                    .await
-                    .map_err(wrap)
+                run_once(reporter, conditions, c.marks, deadline).await
             }
             None => {
                 tracing::warn!("no credentials found; logging what would be written");
-                run_once(LogReporter::new(&node), conditions, marks, deadline)
-                    .await
-                    .map_err(wrap)
+                run_once(LogReporter::new(&c.node), conditions, c.marks, deadline).await
             }
         }
-    })?;
-    Ok(OnceSummary {
-        node,
-        credentials: described,
-        stats,
+        .map_err(wrap)?;
+        Ok(OnceSummary {
+            node: c.node,
+            credentials: c.credentials,
+            stats,
+        })
     })
 }
 
