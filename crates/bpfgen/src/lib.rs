@@ -7,10 +7,13 @@
 //! fraction of the time (issue #2). [`Libseccomp`] is libseccomp itself:
 //! the native generator's fallback and its differential oracle.
 //!
-//! It covers x86_64 hosts building filters for x86_64, x86 and x32 (runc's
-//! arch set there). Anything else is [`GenError::Unsupported`] and
-//! `compile()` asks libseccomp; `tests/bpfgen_vs_libseccomp.rs` holds the two
-//! to identical output or identical refusals.
+//! What [`generate`] covers (checked in this order): an x86_64 host; a
+//! native arch and filter arches that are little-endian with a known word
+//! size — x86_64, x86, x32 (runc's set on x86_64), aarch64, arm, riscv64,
+//! mipsel64, mipsel64n32. MIPS o32 and ppc64le are [`GenError::Unsupported`]
+//! and [`compile`] asks libseccomp; a big-endian arch in the filter is
+//! refused as libseccomp refuses it (`EDOM`). `agent/tests/bpfgen_vs_libseccomp.rs`
+//! holds the two to identical output or identical refusals.
 
 mod db;
 mod gen;
@@ -104,7 +107,6 @@ fn action_valid(action: Action) -> bool {
 }
 
 /// Compile `spec` for `native` exactly as [`libseccomp::compile`] would.
-///
 pub fn generate(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, GenError> {
     let host = Arch::native();
     if host != Arch::X86_64 {
