@@ -1,13 +1,15 @@
 //! The agent's configuration file (TOML). Parsing is pure; every problem
 //! is reported at once, with the offending key.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use nodeproof_gpu::GpuConfig;
 use nodeproof_kube::config::ReportConfig;
+
+pub use crate::checks::profiles::SeccompConfig;
+pub use crate::daemon::config::DaemonConfig;
 
 /// The configuration compiled into the binary, used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../systemd/config.toml");
@@ -26,90 +28,6 @@ pub struct Config {
     pub report: ReportConfig,
     #[serde(default)]
     pub daemon: DaemonConfig,
-}
-
-/// `nodeproof run`: the long-running agent.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct DaemonConfig {
-    /// Where `/healthz`, `/readyz` and `/metrics` are served.
-    #[serde(default = "default_listen")]
-    pub listen: SocketAddr,
-    /// Seconds between GPU probe cycles.
-    #[serde(default = "default_gpu_interval")]
-    pub gpu_interval_s: u64,
-    /// Seconds between full re-lints of the seccomp root (changes are seen
-    /// at once through inotify; this catches what inotify cannot, e.g. a
-    /// root that appears later or a remounted directory).
-    #[serde(default = "default_profile_resync")]
-    pub profile_resync_s: u64,
-}
-
-fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 9810))
-}
-
-fn default_gpu_interval() -> u64 {
-    10
-}
-
-fn default_profile_resync() -> u64 {
-    300
-}
-
-impl Default for DaemonConfig {
-    fn default() -> Self {
-        DaemonConfig {
-            listen: default_listen(),
-            gpu_interval_s: default_gpu_interval(),
-            profile_resync_s: default_profile_resync(),
-        }
-    }
-}
-
-impl DaemonConfig {
-    fn problems(&self) -> Vec<String> {
-        let mut p = Vec::new();
-        if self.gpu_interval_s == 0 {
-            p.push("daemon.gpu-interval-s must be at least 1".to_string());
-        }
-        if self.profile_resync_s == 0 {
-            p.push("daemon.profile-resync-s must be at least 1".to_string());
-        }
-        p
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SeccompConfig {
-    /// The kubelet's seccomp root (`--seccomp-root` overrides it).
-    #[serde(default = "default_root")]
-    pub root: PathBuf,
-    /// `auto`, `containerd` or `crio`.
-    #[serde(default = "default_runtime")]
-    pub runtime: String,
-    /// The noNewPrivileges mode profiles are judged in (containerd's default for pods is false).
-    #[serde(default)]
-    pub no_new_privileges: bool,
-}
-
-fn default_root() -> PathBuf {
-    PathBuf::from("/var/lib/kubelet/seccomp")
-}
-
-fn default_runtime() -> String {
-    "auto".into()
-}
-
-impl Default for SeccompConfig {
-    fn default() -> Self {
-        SeccompConfig {
-            root: default_root(),
-            runtime: default_runtime(),
-            no_new_privileges: false,
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -243,15 +161,7 @@ impl Config {
                 problems,
             });
         };
-        if !matches!(
-            config.seccomp.runtime.as_str(),
-            "auto" | "containerd" | "crio"
-        ) {
-            problems.push(format!(
-                "seccomp.runtime must be auto, containerd or crio, not {:?}",
-                config.seccomp.runtime
-            ));
-        }
+        problems.extend(config.seccomp.problems());
         problems.extend(config.gpu.problems());
         problems.extend(config.report.problems());
         problems.extend(config.daemon.problems());

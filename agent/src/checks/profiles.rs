@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
+
 use nodeproof_bpfgen::Native;
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 use nodeproof_seccomp::diagnostic::Severity;
@@ -10,7 +12,6 @@ use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, 
 use nodeproof_seccomp::scan::{self, ProfileFile};
 
 use super::Round;
-use crate::config::SeccompConfig;
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
 pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileReport> {
@@ -222,6 +223,52 @@ pub fn detect_runtime(config: &SeccompConfig) -> Runtime {
             } else {
                 Runtime::Containerd
             }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+/// The `[seccomp]` section: where profiles are and how they are judged.
+pub struct SeccompConfig {
+    /// The kubelet's seccomp root (`--seccomp-root` overrides it).
+    #[serde(default = "default_root")]
+    pub root: PathBuf,
+    /// `auto`, `containerd` or `crio`.
+    #[serde(default = "default_runtime")]
+    pub runtime: String,
+    /// The noNewPrivileges mode profiles are judged in (containerd's default for pods is false).
+    #[serde(default)]
+    pub no_new_privileges: bool,
+}
+
+fn default_root() -> PathBuf {
+    PathBuf::from("/var/lib/kubelet/seccomp")
+}
+
+fn default_runtime() -> String {
+    "auto".into()
+}
+
+impl SeccompConfig {
+    /// Every problem of the section, each naming its key.
+    pub fn problems(&self) -> Vec<String> {
+        if matches!(self.runtime.as_str(), "auto" | "containerd" | "crio") {
+            return Vec::new();
+        }
+        vec![format!(
+            "seccomp.runtime must be auto, containerd or crio, not {:?}",
+            self.runtime
+        )]
+    }
+}
+
+impl Default for SeccompConfig {
+    fn default() -> Self {
+        SeccompConfig {
+            root: default_root(),
+            runtime: default_runtime(),
+            no_new_privileges: false,
         }
     }
 }

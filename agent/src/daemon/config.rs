@@ -1,0 +1,57 @@
+//! The `[daemon]` section: `nodeproof run`'s listener and periods.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+/// `nodeproof run`: the long-running agent.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DaemonConfig {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Seconds between GPU probe cycles.
+    #[serde(default = "default_gpu_interval")]
+    pub gpu_interval_s: u64,
+    /// Seconds between full re-lints of the seccomp root (changes are seen
+    /// at once through inotify; this catches what inotify cannot, e.g. a
+    /// root that appears later or a remounted directory).
+    #[serde(default = "default_profile_resync")]
+    pub profile_resync_s: u64,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9810))
+}
+
+fn default_gpu_interval() -> u64 {
+    10
+}
+
+fn default_profile_resync() -> u64 {
+    300
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            listen: default_listen(),
+            gpu_interval_s: default_gpu_interval(),
+            profile_resync_s: default_profile_resync(),
+        }
+    }
+}
+
+impl DaemonConfig {
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.gpu_interval_s == 0 {
+            p.push("daemon.gpu-interval-s must be at least 1".to_string());
+        }
+        if self.profile_resync_s == 0 {
+            p.push("daemon.profile-resync-s must be at least 1".to_string());
+        }
+        p
+    }
+}
