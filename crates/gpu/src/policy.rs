@@ -202,7 +202,7 @@ pub struct Evaluation {
 /// A condition's status, reason and message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
-    /// "True", "False" or "Unknown".
+    /// The condition status this verdict backs.
     pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
