@@ -15,7 +15,7 @@ use nodeproof::config::Config;
 use nodeproof_findings::{Condition, ConditionStatus, Finding, Status};
 use nodeproof_gpu as gpu;
 
-use nodeproof::checks::profiles;
+use nodeproof::checks::{profiles, Subsystem};
 use nodeproof::sandbox;
 use nodeproof_bpfgen::{libseccomp, Native};
 use nodeproof_seccomp::cbpf::SockFilter;
@@ -414,8 +414,24 @@ fn pods_cmd(
         return Ok(ExitCode::SUCCESS);
     }
     let r = pods::once(&opts)?;
+    // What the agent reports for this node: the files' part folded in, as `run` folds it.
+    let files = profiles::round(root, &profiles::lint_root(root, &opts.lint));
+    let node_condition = nodeproof::checks::node_conditions([
+        (Subsystem::Profiles, &files.conditions[..]),
+        (Subsystem::Pods, std::slice::from_ref(&r.condition)),
+    ])
+    .into_iter()
+    .find(|c| c.kind == r.condition.kind);
     match output {
-        Format::Text => print!("{}", pods::render(&r, root)),
+        Format::Text => {
+            print!("{}", pods::render(&r, root));
+            if let Some(c) = &node_condition {
+                println!(
+                    "reported: {} {} {}: {}",
+                    c.kind, c.status, c.reason, c.message
+                );
+            }
+        }
         Format::Json => {
             let findings: Vec<_> = r
                 .findings
@@ -428,7 +444,8 @@ fn pods_cmd(
                 .collect();
             println!(
                 "{}",
-                serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings, "condition": r.condition})
+                serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings,
+                    "condition": r.condition, "node_condition": node_condition})
             );
         }
     }

@@ -444,6 +444,12 @@ fn pods_once_from_the_command_line() {
         text.contains("RuntimeClassMismatch ml/sandboxed: RuntimeClass gpu: this node's taint dedicated=infer:NoExecute is not tolerated (by scheduling.tolerations nor the pod's)\n"),
         "{text}"
     );
+    // What the agent reports: the pods' first reason leads the one condition
+    // (the root has no profiles, so the files say nothing).
+    assert!(
+        text.contains("reported: SeccompProfilesReady False RuntimeClassMismatch: 2 of 2 pods"),
+        "{text}"
+    );
     std::fs::create_dir_all(root.join("profiles")).unwrap();
     std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
     // The class tolerates the rest (an Equal of the taint's value, any effect).
