@@ -508,11 +508,11 @@ mod tests {
 
     #[test]
     fn acls_decide_as_the_kernel_does_both_ways() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: taking another user's identity needs root");
+        // Root: taking another user's identity; setfacl: the ACLs under test.
+        use nodeproof_testkit::{require, Need};
+        let Some(_) = require(&[Need::Root, Need::Tool("setfacl")]) else {
             return;
-        }
+        };
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

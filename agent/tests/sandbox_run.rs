@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use nodeproof::profile::compile::{compile, Errno, SockFilter};
 use nodeproof::profile::filter::{Action, Arch, FilterSpec, Rule, RuleOrigin};
 use nodeproof::profile::sandbox::{run_under_filter, DeniedSyscall, SandboxError, SandboxReport};
+use nodeproof_testkit::{require, Need, BUSYBOX};
 
 fn program(default_action: Action, rules: &[(&str, Action)]) -> Vec<SockFilter> {
     let spec = FilterSpec {
@@ -116,11 +117,10 @@ fn kill_names_the_syscall() {
 
 #[test]
 fn busybox_mkdir_killed_too() {
-    let bb = "/bin/busybox";
-    if !std::path::Path::new(bb).exists() {
-        eprintln!("skipping: {bb} missing");
+    let Some(_) = require(&[Need::Busybox]) else {
         return;
-    }
+    };
+    let bb = BUSYBOX;
     let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
     let (_dir, target) = mkdir_target();
     let r = run(&prog, &[bb, "mkdir", &target]);
