@@ -502,10 +502,11 @@ mod tests {
 
     #[test]
     fn acls_decide_as_the_kernel_does_both_ways() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: taking another user's identity needs root");
+        // Root: taking another user's identity; setfacl: the ACLs under test.
+        use nodeproof_testkit::{require, Need};
+        let Some(_) = require(&[Need::Root, Need::Tool("setfacl")]) else {
             return;
-        }
+        };
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

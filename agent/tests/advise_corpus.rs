@@ -1,17 +1,15 @@
-//! `advise` round trip on every corpus profile that lints ok: the patch for a
-//! set of denials must keep the outcome `ok` and let every denied syscall run.
-//! And for every profile `advise` takes (corpus and `profiles/`): the printed
-//! patch, applied to the file as read, gives exactly the printed profile.
+//! `advise` round trip on every profile that lints ok: the patch for a set of
+//! denials must keep the outcome `ok` and let every denied syscall run. The
+//! project's own profiles always; the shared corpus where it is present.
+//! And for every profile `advise` takes: the printed patch, applied to the
+//! file as read, gives exactly the printed profile.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nodeproof::advise::{advise, render, Denied};
 use nodeproof_bpfgen::Native;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome};
-
-#[path = "support/corpus.rs"]
-mod corpus;
-use corpus::{corpus_dir, json_files};
+use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 
 /// A mix: ordinary calls, ones most profiles deny, and dangerous ones.
 const DENIED: [&str; 7] = [
@@ -36,31 +34,23 @@ fn denied() -> Vec<Denied> {
         .collect()
 }
 
-#[test]
-fn corpus_round_trip() {
-    let dir = corpus_dir();
-    let mut files = Vec::new();
-    json_files(&dir, &mut files);
-    if files.is_empty() {
-        eprintln!("SKIPPED corpus_round_trip: no corpus at {}", dir.display());
-        return;
-    }
-    files.sort();
+/// (profile, mode) pairs that lint ok and were checked, and the failures.
+fn round_trip(files: &[PathBuf]) -> (Vec<String>, Vec<String>) {
     let denied = denied();
-    let (mut checked, mut failures) = (0, Vec::new());
+    let (mut checked, mut failures) = (Vec::new(), Vec::new());
     for nnp in [true, false] {
         let opts = LintOptions {
             no_new_privileges: nnp,
             check_listener: false,
             ..LintOptions::default()
         };
-        for f in &files {
+        for f in files {
             let src = std::fs::read(f).unwrap();
             let name = f.to_string_lossy();
             if lint_source(&name, &src, &opts, &Native).outcome != Outcome::Ok {
                 continue;
             }
-            checked += 1;
+            checked.push(format!("{name} nnp={nnp}"));
             match advise(&name, &src, &denied, &opts) {
                 Ok(a) if a.outcome == Outcome::Ok && a.still_denied.is_empty() => {}
                 Ok(a) => failures.push(format!(
@@ -73,11 +63,41 @@ fn corpus_round_trip() {
             }
         }
     }
+    (checked, failures)
+}
+
+/// profiles/ documents that each of its profiles lints ok in both modes:
+/// every one is checked, none is passed over.
+#[test]
+fn own_profiles_round_trip() {
+    let files = profiles_in(&own_profiles_dir());
+    assert!(
+        !files.is_empty(),
+        "no profiles under {}",
+        own_profiles_dir().display()
+    );
+    let (checked, failures) = round_trip(&files);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(
+        checked.len(),
+        2 * files.len(),
+        "a profile of profiles/ does not lint ok: only {checked:?} did"
+    );
+}
+
+#[test]
+fn corpus_round_trip() {
+    let Some(granted) = require(&[Need::Corpus]) else {
+        return;
+    };
+    let files = profiles_in(granted.corpus());
+    let (checked, failures) = round_trip(&files);
     eprintln!(
-        "FIGURE advise round trip: {checked} (profile, mode) pairs that lint ok, {} failures",
+        "FIGURE advise round trip: {} (profile, mode) pairs that lint ok, {} failures",
+        checked.len(),
         failures.len()
     );
-    assert!(checked > 0, "no corpus profile lints ok");
+    assert!(!checked.is_empty(), "no corpus profile lints ok");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -118,21 +138,8 @@ fn apply_printed(src: &[u8], patch_json: &str, pretty: bool) -> Result<String, S
     })
 }
 
-#[test]
-fn the_printed_patch_applied_to_the_file_gives_the_printed_profile() {
-    let mut files = Vec::new();
-    json_files(&corpus_dir(), &mut files);
-    let from_corpus = files.len();
-    json_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles"),
-        &mut files,
-    );
-    assert!(
-        files.len() > from_corpus,
-        "no profile under profiles/ ({} from the corpus)",
-        from_corpus
-    );
-    files.sort();
+/// (profiles checked, add and remove operations seen, profiles advise refused, failures).
+fn printed_patch_applies(files: &[PathBuf]) -> (usize, usize, usize, Vec<PathBuf>, Vec<String>) {
     let opts = LintOptions {
         check_listener: false,
         ..LintOptions::default()
@@ -140,7 +147,7 @@ fn the_printed_patch_applied_to_the_file_gives_the_printed_profile() {
     let denied = denied();
     let (mut checked, mut adds, mut removes, mut refused) = (0, 0, 0, Vec::<PathBuf>::new());
     let mut failures = Vec::new();
-    for f in &files {
+    for f in files {
         let src = std::fs::read(f).unwrap();
         let name = f.to_string_lossy();
         // Profiles that are not JSON objects with a `syscalls` array are
@@ -179,6 +186,25 @@ fn the_printed_patch_applied_to_the_file_gives_the_printed_profile() {
             Err(e) => failures.push(format!("{name} (text): {e}")),
         }
     }
+    (checked, adds, removes, refused, failures)
+}
+
+#[test]
+fn own_profiles_printed_patch_applies() {
+    let files = profiles_in(&own_profiles_dir());
+    let (checked, adds, _, refused, failures) = printed_patch_applies(&files);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(checked, files.len(), "advise refused {refused:?}");
+    assert!(adds > 0, "no add operation went through the check");
+}
+
+#[test]
+fn corpus_printed_patch_applies() {
+    let Some(granted) = require(&[Need::Corpus]) else {
+        return;
+    };
+    let files = profiles_in(granted.corpus());
+    let (checked, adds, removes, refused, failures) = printed_patch_applies(&files);
     eprintln!(
         "FIGURE advise patch check: {checked} profiles ({adds} add, {removes} remove operations), \
          {} refused by advise, {} failures",

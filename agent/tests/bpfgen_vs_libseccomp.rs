@@ -1,6 +1,7 @@
 //! The native generator (`profile::bpfgen`) against libseccomp itself: for
-//! every corpus profile and thousands of pseudo-random filters, the same
-//! program instruction for instruction, or the same refusal.
+//! the project's own profiles, every corpus profile (where the corpus is
+//! present) and thousands of pseudo-random filters, the same program
+//! instruction for instruction, or the same refusal.
 
 use nodeproof_bpfgen::libseccomp::compile as compile_with_libseccomp;
 use nodeproof_bpfgen::{generate, GenError};
@@ -9,10 +10,7 @@ use nodeproof_seccomp::compiler::CompileError;
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 use nodeproof_seccomp::lint::{filter_spec, LintOptions, Runtime};
 use nodeproof_seccomp::syscalls::syscall_name;
-
-#[path = "support/corpus.rs"]
-mod corpus;
-use corpus::{corpus_dir, json_files};
+use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 
 fn show(p: &[SockFilter], i: usize) -> String {
     p.get(i).map_or_else(
@@ -106,21 +104,13 @@ const ARCH_SETS: [&[Arch]; 4] = [
     &[Arch::X86_64, Arch::X86],
 ];
 
-#[test]
-fn corpus_profiles_compile_identically() {
-    let dir = corpus_dir();
-    let mut files = Vec::new();
-    json_files(&dir, &mut files);
-    if files.is_empty() {
-        eprintln!(
-            "SKIPPED corpus_profiles_compile_identically: no corpus at {}",
-            dir.display()
-        );
-        return;
-    }
-    files.sort();
+/// Both compilers on every filter `files` yield (each runtime, mode, native
+/// arch and arch set): the number compared, and the (file, mode) pairs that
+/// yield no filter.
+fn compare_profiles(files: &[std::path::PathBuf]) -> (usize, Vec<String>) {
     let mut compared = 0;
-    for f in &files {
+    let mut no_filter = Vec::new();
+    for f in files {
         let src = std::fs::read(f).unwrap();
         for runtime in [Runtime::Containerd, Runtime::Crio] {
             for nnp in [false, true] {
@@ -131,10 +121,11 @@ fn corpus_profiles_compile_identically() {
                         arch: native,
                         check_listener: false,
                     };
+                    let what = format!("{} ({runtime:?}, nnp={nnp})", f.display());
                     let Some(spec) = filter_spec(&src, &opts) else {
+                        no_filter.push(format!("{what}, native {native}"));
                         continue;
                     };
-                    let what = format!("{} ({runtime:?}, nnp={nnp})", f.display());
                     assert_eq!(check(&spec, native, &what), Path2::Native, "{what}");
                     for set in ARCH_SETS {
                         let s = FilterSpec {
@@ -149,6 +140,30 @@ fn corpus_profiles_compile_identically() {
             }
         }
     }
+    (compared, no_filter)
+}
+
+/// profiles/ holds profiles that runc accepts: each yields a filter in every
+/// mode, so every combination is compared.
+#[test]
+fn own_profiles_compile_identically() {
+    let files = profiles_in(&own_profiles_dir());
+    assert!(
+        !files.is_empty(),
+        "no profiles under {}",
+        own_profiles_dir().display()
+    );
+    let (compared, no_filter) = compare_profiles(&files);
+    assert!(no_filter.is_empty(), "no filter for {no_filter:?}");
+    assert_eq!(compared, files.len() * 2 * 2 * 2 * ARCH_SETS.len());
+}
+
+#[test]
+fn corpus_profiles_compile_identically() {
+    let Some(granted) = require(&[Need::Corpus]) else {
+        return;
+    };
+    let (compared, _) = compare_profiles(&profiles_in(granted.corpus()));
     eprintln!("{compared} corpus filters identical");
     assert!(compared > 100, "{compared}");
 }

@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use nodeproof_testkit::{require, Need};
+
 fn nodeproof(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nodeproof"))
         .args(args)
@@ -202,11 +204,10 @@ fn profile_test_reports_the_denied_syscall() {
 /// Unreadable files (EACCES for a non-root reader) are an `unknown` outcome with the cause, not a crash.
 #[test]
 fn unreadable_profile_as_unprivileged_user() {
-    if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--version").output().is_err()
-    {
-        eprintln!("SKIPPED unreadable_profile_as_unprivileged_user: needs root and setpriv to become another user");
+    // Root to become another user (with setpriv), who then cannot read the file.
+    let Some(_) = require(&[Need::Root, Need::Tool("setpriv")]) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(
         dir.path(),

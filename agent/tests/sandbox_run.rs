@@ -7,6 +7,7 @@ use nodeproof_bpfgen::compile;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Errno;
 use nodeproof_seccomp::filter::{Action, Arch, FilterSpec, Rule, RuleOrigin};
+use nodeproof_testkit::{require, Need, BUSYBOX};
 
 fn program(default_action: Action, rules: &[(&str, Action)]) -> Vec<SockFilter> {
     let spec = FilterSpec {
@@ -118,11 +119,10 @@ fn kill_names_the_syscall() {
 
 #[test]
 fn busybox_mkdir_killed_too() {
-    let bb = "/bin/busybox";
-    if !std::path::Path::new(bb).exists() {
-        eprintln!("skipping: {bb} missing");
+    let Some(_) = require(&[Need::Busybox]) else {
         return;
-    }
+    };
+    let bb = BUSYBOX;
     let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
     let (_dir, target) = mkdir_target();
     let r = run(&prog, &[bb, "mkdir", &target]);

@@ -12,14 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod fake_nvml_support;
+use nodeproof_testkit::{require, Need};
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+mod fake_nvml_support;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -148,22 +143,16 @@ systemd-tmpfiles --create nodeproof.conf
 systemctl daemon-reload
 "#;
 
-/// Why this machine cannot boot a container, if it cannot.
-fn cannot_boot() -> Option<String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (systemd-nspawn)".to_string());
-    }
-    [
-        "debootstrap",
-        "systemd-nspawn",
-        "nsenter",
-        "unshare",
-        "pgrep",
-    ]
-    .into_iter()
-    .find(|t| !have(t))
-    .map(|t| format!("{t} not installed (cargo xtask setup: debootstrap, systemd-container)"))
-}
+/// What booting a container takes: root, debootstrap for its root
+/// filesystem, systemd-nspawn, and the tools `Machine` drives it with.
+const BOOT: &[Need] = &[
+    Need::Root,
+    Need::Tool("debootstrap"),
+    Need::Tool("systemd-nspawn"),
+    Need::Tool("nsenter"),
+    Need::Tool("unshare"),
+    Need::Tool("pgrep"),
+];
 
 /// `systemctl show -p NAME --value UNIT`, trimmed.
 fn show(m: &Machine, unit: &str, property: &str) -> String {
@@ -225,10 +214,9 @@ fn assert_status_line(m: &Machine) {
 
 #[test]
 fn the_unit_runs_under_systemd_as_pid_1() {
-    if let Some(reason) = cannot_boot() {
-        eprintln!("skipped: {reason}");
+    let Some(_) = require(BOOT) else {
         return;
-    }
+    };
     let root = rootfs();
     let share = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -370,10 +358,9 @@ fn build_deb(dir: &Path) -> PathBuf {
 
 #[test]
 fn the_debian_package_installs_runs_and_goes_away() {
-    if let Some(reason) = cannot_boot() {
-        eprintln!("skipped: {reason}");
+    let Some(_) = require(BOOT) else {
         return;
-    }
+    };
     let share = tempfile::tempdir().unwrap();
     let deb = build_deb(share.path());
     eprintln!("package: {} bytes", std::fs::metadata(&deb).unwrap().len());

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use nodeproof_testkit::{require, Need};
+
 const EXPOSURE_TARGET: f64 = 2.0;
 
 fn units() -> PathBuf {
@@ -12,16 +14,10 @@ fn units() -> PathBuf {
 }
 
 /// A root with the host's unit library, the real binary at the path the
-/// unit names, our units, and a stub kubelet for the drop-in.
+/// unit names, our units, and a stub kubelet for the drop-in; `None` (the
+/// calling test skipped or failed by `require`) without systemd-analyze.
 fn root() -> Option<tempfile::TempDir> {
-    if Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: systemd-analyze not installed (apt-get install systemd)");
-        return None;
-    }
+    require(&[Need::Tool("systemd-analyze")])?;
     let dir = tempfile::tempdir().unwrap();
     let r = dir.path();
     for d in [
@@ -117,12 +113,12 @@ fn exposure_is_within_target() {
 
 #[test]
 fn sysusers_creates_the_user_tmpfiles_its_directories() {
-    for tool in ["systemd-sysusers", "systemd-tmpfiles"] {
-        if Command::new(tool).arg("--version").output().is_err() {
-            eprintln!("skipped: {tool} not installed (apt-get install systemd)");
-            return;
-        }
-    }
+    let Some(_) = require(&[
+        Need::Tool("systemd-sysusers"),
+        Need::Tool("systemd-tmpfiles"),
+    ]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     // sysusers writes into the root's /etc, which must exist.
     std::fs::create_dir(dir.path().join("etc")).unwrap();

@@ -2,9 +2,10 @@
 //! it must load, attach and count a confined process's denials exactly; with
 //! neither capability (or only one) it must fail with a message naming the
 //! missing ones. The test starts as root to switch users with `setpriv`;
-//! without root or setpriv it says why it skips.
+//! without root or setpriv it skips (fails under NODEPROOF_REQUIRE=1).
 
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+use nodeproof_testkit::{require, Cap, Need};
 use nodeproof_trace::{bpf, loader};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
@@ -19,31 +20,23 @@ const CAP_BPF: u32 = 39;
 const DENIALS: usize = 7;
 const COMM: &str = "np-capstest";
 
-fn skip_reason() -> Option<String> {
-    if bpf::is_stub() {
-        return Some("nodeproof was built without clang: no eBPF programs".into());
-    }
-    // Switching to another uid while keeping chosen capabilities needs CAP_SETUID/SETGID/SETPCAP.
-    let cap_eff = loader::effective_capabilities();
-    let needed = [(6, "CAP_SETGID"), (7, "CAP_SETUID"), (8, "CAP_SETPCAP")];
-    let missing: Vec<&str> = needed
-        .iter()
-        .filter(|(c, _)| cap_eff & (1u64 << c) == 0)
-        .map(|(_, n)| *n)
-        .collect();
-    if !missing.is_empty() {
-        return Some(format!(
-            "switching users needs {} (run as root)",
-            missing.join(" + ")
-        ));
-    }
-    if !loader::missing_capabilities(cap_eff).is_empty() {
-        return Some("the test process itself lacks CAP_BPF/CAP_PERFMON to grant".into());
-    }
-    match Command::new("setpriv").arg("--version").output() {
-        Ok(o) if o.status.success() => None,
-        _ => Some("setpriv (util-linux) not found".into()),
-    }
+/// What every test here needs: the programs, the capabilities to switch to
+/// nobody while keeping chosen ones (SETUID/SETGID/SETPCAP) and the two it
+/// grants (BPF/PERFMON, which only a holder can pass on), and setpriv.
+fn needs() -> [Need; 3] {
+    [
+        Need::EbpfPrograms {
+            built: !bpf::is_stub(),
+        },
+        Need::Caps(&[
+            Cap::Setgid,
+            Cap::Setuid,
+            Cap::Setpcap,
+            Cap::Bpf,
+            Cap::Perfmon,
+        ]),
+        Need::Tool("setpriv"),
+    ]
 }
 
 /// A copy of the binary that `nobody` can execute whatever the checkout's permissions.
@@ -146,10 +139,9 @@ fn confined_child(n: usize) -> u32 {
 
 #[test]
 fn non_root_with_only_cap_bpf_and_cap_perfmon_counts_exactly() {
-    if let Some(r) = skip_reason() {
-        eprintln!("SKIP non_root_with_only_cap_bpf_and_cap_perfmon_counts_exactly: {r}");
+    let Some(_) = require(&needs()) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let bin = binary_for_nobody(dir.path());
     let mut child = trace_as_nobody(&bin, "+bpf,+perfmon", "3s", &[]);
@@ -216,10 +208,9 @@ fn non_root_with_only_cap_bpf_and_cap_perfmon_counts_exactly() {
 
 #[test]
 fn without_the_capabilities_it_fails_naming_them() {
-    if let Some(r) = skip_reason() {
-        eprintln!("SKIP without_the_capabilities_it_fails_naming_them: {r}");
+    let Some(_) = require(&needs()) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let bin = binary_for_nobody(dir.path());
     // (capabilities held, capabilities the message must name as missing)
@@ -251,20 +242,9 @@ fn without_the_capabilities_it_fails_naming_them() {
 /// "tracefs not found".
 #[test]
 fn forced_tracepoint_as_non_root_names_tracefs() {
-    if let Some(r) = skip_reason() {
-        eprintln!("SKIP forced_tracepoint_as_non_root_names_tracefs: {r}");
+    let Some(_) = require(&[needs().as_slice(), &[Need::TracefsRootOnly]].concat()) else {
         return;
-    }
-    let tracefs_root_only = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .iter()
-        .filter_map(|d| std::fs::metadata(d).ok())
-        .any(|m| m.permissions().mode() & 0o005 == 0);
-    if !tracefs_root_only {
-        eprintln!(
-            "SKIP forced_tracepoint_as_non_root_names_tracefs: tracefs is world-readable here"
-        );
-        return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let bin = binary_for_nobody(dir.path());
     let out = trace_as_nobody(&bin, "+bpf,+perfmon", "1s", &["--strategy", "tracepoint"])

@@ -1,12 +1,14 @@
 //! The tracer against the real kernel: real processes under real libseccomp
 //! filters (loaded in a forked child only), exact counts per (pid, syscall,
 //! errno, action), for every strategy this kernel loads. Needs CAP_BPF +
-//! CAP_PERFMON (or root); without them each test says why it skips.
+//! CAP_PERFMON (or root); without them each test skips (fails under
+//! NODEPROOF_REQUIRE=1).
 
 #[path = "support/cgroup.rs"]
 mod cgroup;
 use cgroup::CgroupDir;
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+use nodeproof_testkit::{require, Need, TRACING};
 use nodeproof_trace::{
     self, loader, Action, CgroupResolver, EventSource, NoPodLookup, OutputFormat, Strategy,
     TraceError, TraceOptions, Tracer, TracerConfig,
@@ -21,20 +23,6 @@ const MKDIR: i32 = libc::SYS_mkdir as i32;
 const RMDIR: i32 = libc::SYS_rmdir as i32;
 const CHMOD: i32 = libc::SYS_chmod as i32;
 const SYMLINK: i32 = libc::SYS_symlink as i32;
-
-fn skip_reason() -> Option<String> {
-    let missing = loader::missing_capabilities(loader::effective_capabilities());
-    (!missing.is_empty()).then(|| format!("needs {} (or root)", missing.join(" + ")))
-}
-
-macro_rules! require_bpf {
-    () => {
-        if let Some(r) = skip_reason() {
-            eprintln!("SKIP: {r}");
-            return;
-        }
-    };
-}
 
 /// The strategies this kernel loads, each forced; fexit is checked for a
 /// clean refusal when the kernel refuses it.
@@ -130,7 +118,9 @@ fn expect(pairs: &[((i32, i32, Action), u64)]) -> HashMap<(i32, i32, Action), u6
 
 #[test]
 fn probing_picks_the_first_strategy_that_loads_and_records_refusals() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     let t = Tracer::start(&cfg(None)).unwrap();
     if t.strategy() != Strategy::Fexit {
         let refused: Vec<_> = t.attempts().iter().map(|a| a.strategy).collect();
@@ -144,7 +134,9 @@ fn probing_picks_the_first_strategy_that_loads_and_records_refusals() {
 
 #[test]
 fn errno_with_several_errnos_exact_per_strategy() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -183,7 +175,9 @@ fn errno_with_several_errnos_exact_per_strategy() {
 
 #[test]
 fn kill_process_counts_one_kill() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -210,7 +204,9 @@ extern "C" fn deny_in_thread(_: *mut libc::c_void) -> *mut libc::c_void {
 
 #[test]
 fn kill_thread_counts_one_kill_and_the_process_lives_on() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -246,7 +242,9 @@ extern "C" fn on_sigsys(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c
 
 #[test]
 fn trap_counts_as_trap_not_errno() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -277,7 +275,9 @@ fn trap_counts_as_trap_not_errno() {
 
 #[test]
 fn log_action_is_not_a_denial() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -293,7 +293,9 @@ fn log_action_is_not_a_denial() {
 
 #[test]
 fn multithreaded_denials_are_exact() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -323,7 +325,9 @@ fn multithreaded_denials_are_exact() {
 
 #[test]
 fn fork_exec_chain_counts_each_process() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let mut fds = [0; 2];
@@ -374,7 +378,9 @@ fn fork_exec_chain_counts_each_process() {
 
 #[test]
 fn nested_filters_and_the_second_install_is_not_a_denial() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -404,7 +410,9 @@ fn nested_filters_and_the_second_install_is_not_a_denial() {
 
 #[test]
 fn filter_installed_mid_run() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let (pid, status) = in_child(|| {
@@ -433,17 +441,17 @@ fn filter_installed_mid_run() {
 /// plus one v2 cgroup: not one denial may be reported for any of them.
 #[test]
 fn busy_workloads_produce_no_false_denials() {
-    require_bpf!();
-    let v2 = CgroupDir::create("unified");
+    let Some(_) = require(&[TRACING, Need::Cgroup2, Need::Tool("cc")]) else {
+        return;
+    };
+    let v2 = CgroupDir::create("unified").expect("Need::Cgroup2 holds");
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let before = t.stats().unwrap();
         let workload = |confined: bool| {
-            let v2 = v2.as_ref().map(|c| c.procs.clone());
+            let procs = v2.procs.clone();
             in_child(move || {
-                if let Some(p) = &v2 {
-                    std::fs::write(p, "0").expect("join test cgroup");
-                }
+                std::fs::write(&procs, "0").expect("join test cgroup");
                 if confined {
                     install(&[("reboot", ScmpAction::Errno(libc::EPERM))]);
                 }
@@ -474,15 +482,13 @@ fn busy_workloads_produce_no_false_denials() {
         assert!(exited_ok(st1) && exited_ok(st2), "{s}: {st1:#x} {st2:#x}");
         assert!(counts_of(&t, p1).is_empty(), "{s}");
         assert!(counts_of(&t, p2).is_empty(), "{s}");
-        if let Some(c) = &v2 {
-            let false_ones: Vec<_> = t
-                .counts()
-                .unwrap()
-                .into_iter()
-                .filter(|(k, _)| k.cgroup_id == c.id)
-                .collect();
-            assert!(false_ones.is_empty(), "{s}: false denials {false_ones:?}");
-        }
+        let false_ones: Vec<_> = t
+            .counts()
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| k.cgroup_id == v2.id)
+            .collect();
+        assert!(false_ones.is_empty(), "{s}: false denials {false_ones:?}");
         // The confined storm's new tasks were seen (their first exits were not judged).
         assert!(t.stats().unwrap().unjudged_first_exits > before.unjudged_first_exits + 100);
     }
@@ -492,14 +498,13 @@ fn busy_workloads_produce_no_false_denials() {
 /// line with exact counts and attribution through a kubepods-shaped cgroup.
 #[test]
 fn run_json_summary_is_exact_and_attributed() {
-    require_bpf!();
-    let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
-    let id = "ab".repeat(32);
-    let Some(cg) = CgroupDir::create_at("unified", &format!("kubepods/burstable/pod{uid}/{id}"))
-    else {
-        eprintln!("SKIP: no writable cgroup2 hierarchy");
+    let Some(_) = require(&[TRACING, Need::Cgroup2]) else {
         return;
     };
+    let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+    let id = "ab".repeat(32);
+    let cg = CgroupDir::create_at("unified", &format!("kubepods/burstable/pod{uid}/{id}"))
+        .expect("Need::Cgroup2 holds");
     let mut tracer = Tracer::start(&cfg(None)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let child_pid = Arc::new(AtomicU32::new(0));
@@ -576,7 +581,9 @@ fn run_json_summary_is_exact_and_attributed() {
 /// offset, task->stack for a KILL's syscall) and still counts ERRNO and KILL exactly.
 #[test]
 fn without_btf_the_tracepoint_strategy_runs_btf_free_and_stays_exact() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     let no_btf = TracerConfig {
         btf_path: Some("/nonexistent-nodeproof/vmlinux".into()),
         ..TracerConfig::default()
@@ -638,7 +645,9 @@ fn without_btf_the_tracepoint_strategy_runs_btf_free_and_stays_exact() {
 /// (forced fexit/tp_btf): the refusal is KernelUnsupported and says why.
 #[test]
 fn without_btf_btf_strategies_refuse_as_kernel_unsupported() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in [Strategy::Fexit, Strategy::TpBtf] {
         let err = match Tracer::start(&TracerConfig {
             strategy: Some(s),
@@ -664,7 +673,9 @@ fn without_btf_btf_strategies_refuse_as_kernel_unsupported() {
 /// strategy's CO-RE reads: counts stay exact.
 #[test]
 fn tracepoint_strategy_with_an_external_btf_file() {
-    require_bpf!();
+    let Some(_) = require(&[TRACING, Need::Btf]) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("vmlinux.btf");
     std::fs::copy("/sys/kernel/btf/vmlinux", &copy).expect("copy kernel BTF");
@@ -695,7 +706,9 @@ fn tracepoint_strategy_with_an_external_btf_file() {
 #[test]
 fn user_notif_error_is_notify_error_not_errno() {
     use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
-    require_bpf!();
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
     for s in strategies() {
         let t = Tracer::start(&cfg(Some(s))).unwrap();
         let mut fds = [0; 2];

@@ -16,6 +16,7 @@ use nodeproof_bpfgen::libseccomp;
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_testkit::{require, Need};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -44,7 +45,11 @@ fn max_rss_kib() -> i64 {
 }
 
 fn main() {
-    let corpus = runc::corpus_dir();
+    // Docker's default profile is the corpus's: there is nothing to measure without it.
+    let Some(granted) = require(&[Need::Corpus]) else {
+        return;
+    };
+    let corpus = granted.corpus();
     let default = std::fs::read(corpus.join("moby/default.json")).expect("moby/default.json");
     let opts = |runtime| LintOptions {
         runtime,
@@ -93,7 +98,7 @@ fn main() {
     // 1,000 profiles: the corpus, copied round-robin.
     let dir = tempfile::tempdir().expect("tempdir");
     let mut sources = Vec::new();
-    for sub in std::fs::read_dir(&corpus)
+    for sub in std::fs::read_dir(corpus)
         .unwrap()
         .flatten()
         .filter(|e| e.path().is_dir())
@@ -201,9 +206,10 @@ fn main() {
         crio.instructions.unwrap_or(0)
     );
 
-    match runc::available() {
-        Err(reason) => println!("  runc comparison skipped: {reason}"),
-        Ok(()) => {
+    // A run without runc measures the rest, and is counted as a skip.
+    match require(runc::ORACLE) {
+        None => println!("  runc comparison skipped (see the SKIPPED line)"),
+        Some(_) => {
             let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
             let t_runc = time(7, || {
                 let run = oracle.run(&default, false, &["/bin/true"]);

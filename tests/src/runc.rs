@@ -33,11 +33,14 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use nodeproof_testkit::Need;
 use serde_json::{json, Value};
 
-/// Where the corpus tests look for runc and busybox.
-pub const RUNC_CANDIDATES: &[&str] = &["/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc"];
-pub const BUSYBOX: &str = "/bin/busybox";
+/// Where the oracle looks for runc and busybox (checked by [`ORACLE`]).
+pub use nodeproof_testkit::{BUSYBOX, RUNC_CANDIDATES};
+/// What the oracle needs from the machine: root for runc, runc, the static
+/// busybox its containers run, and `timeout` around every `runc run`.
+pub const ORACLE: &[Need] = &[Need::Root, Need::Runc, Need::Busybox, Need::Tool("timeout")];
 /// Seconds `timeout` gives one `runc run`.
 pub const RUN_TIMEOUT_S: u32 = 20;
 
@@ -123,40 +126,18 @@ pub fn runc_path() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn effective_uid() -> Option<u32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// `Ok(())` when the oracle can run here; otherwise a skip reason.
+/// `Ok(())` when the oracle can run here; otherwise what is missing. Tests
+/// call `nodeproof_testkit::require(ORACLE)` instead, which also skips or fails.
 pub fn available() -> Result<(), String> {
-    let Some(runc) = runc_path() else {
-        return Err(format!("runc not found (looked at {RUNC_CANDIDATES:?})"));
-    };
-    match Command::new(&runc).arg("--version").output() {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            return Err(format!(
-                "`{} --version` failed: {}",
-                runc.display(),
-                o.status
-            ))
-        }
-        Err(e) => return Err(format!("cannot run {}: {e}", runc.display())),
+    let missing = nodeproof_testkit::missing_of(ORACLE);
+    if missing.is_empty() {
+        return Ok(());
     }
-    if !Path::new(BUSYBOX).is_file() {
-        return Err(format!("{BUSYBOX} not found (install busybox-static)"));
-    }
-    match effective_uid() {
-        Some(0) => {}
-        Some(uid) => return Err(format!("runc needs root; running as uid {uid}")),
-        None => return Err("cannot read the effective uid from /proc/self/status".into()),
-    }
-    if Command::new("timeout").arg("--version").output().is_err() {
-        return Err("`timeout` (coreutils) not found".into());
-    }
-    Ok(())
+    Err(missing
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", "))
 }
 
 /// One `runc run`: what goes into config.json and what wraps runc.
@@ -429,14 +410,6 @@ impl RuncOracle {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The seccomp corpus: `NODEPROOF_CORPUS`, else `<workspace>/../shared/seccomp-corpus`.
-pub fn corpus_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("NODEPROOF_CORPUS") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/seccomp-corpus")
 }
 
 /// A cache directory for the oracle under the workspace's `target/`.

@@ -1,11 +1,13 @@
-//! nodeproof's predicted outcome must equal what real runc does, for every
-//! corpus profile (against the recorded results, and live) and for a set of
-//! broken variants of our own, in both noNewPrivileges modes.
+//! nodeproof's predicted outcome must equal what real runc does, in both
+//! noNewPrivileges modes: live for the project's own profiles (profiles/ and
+//! a set of broken variants written here), and where the shared corpus is
+//! present, for every corpus profile too (against the recorded results, and live).
 
 use nodeproof_bpfgen::Native;
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 use serde_json::Value;
 
 fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
@@ -33,7 +35,10 @@ fn expected(v: Verdict) -> Outcome {
 /// Needs no runc: the recorded verdicts of the shared corpus.
 #[test]
 fn corpus_predictions_match_recorded_runc_results() {
-    let corpus = runc::corpus_dir();
+    let Some(granted) = require(&[Need::Corpus]) else {
+        return;
+    };
+    let corpus = granted.corpus();
     let results: Value = serde_json::from_slice(
         &std::fs::read(corpus.join("runc-results.json")).expect("runc-results.json"),
     )
@@ -71,7 +76,7 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         "/../profiles/runtime-default-x86_64.json"
     ))
     .unwrap();
-    let default_text = String::from_utf8(default.clone()).unwrap();
+    let default_text = String::from_utf8(default).unwrap();
     // The default profile with one syscall taken out of its allow lists.
     let without = |name: &str| {
         default_text
@@ -82,8 +87,8 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
     let big_rules: Vec<String> = (0..1500)
         .map(|i| format!(r#"{{"names":["ioctl"],"action":"SCMP_ACT_ERRNO","args":[{{"index":1,"value":{},"op":"SCMP_CMP_EQ"}}]}}"#, 0x10000 + i))
         .collect();
+    // The runtime default itself is among the profiles of profiles/.
     vec![
-        ("runtime default", default.clone()),
         ("misspelled args", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
         ("case-folded key", br#"{"DefaultAction":"SCMP_ACT_ALLOW"}"#.to_vec()),
         // Go 1.19 folds the long s (U+017F) to 's': this key is `syscalls`, and execve is denied.
@@ -118,17 +123,11 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// Live: each variant through real runc in both modes.
-#[test]
-fn broken_variants_match_real_runc() {
-    if let Err(reason) = runc::available() {
-        eprintln!("SKIPPED broken_variants_match_real_runc: {reason}");
-        return;
-    }
-    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let jobs: Vec<(&str, Vec<u8>, bool)> = variants()
+/// Each job through real runc and the prediction; the ones that differ.
+fn live_mismatches(oracle: &RuncOracle, profiles: Vec<(String, Vec<u8>)>) -> (usize, Vec<String>) {
+    let jobs: Vec<(String, Vec<u8>, bool)> = profiles
         .into_iter()
-        .flat_map(|(name, bytes)| [(name, bytes.clone(), true), (name, bytes, false)])
+        .flat_map(|(name, bytes)| [(name.clone(), bytes.clone(), true), (name, bytes, false)])
         .collect();
     let total = jobs.len();
     let wrong = nodeproof_e2e::mismatches(jobs, |(name, bytes, nnp)| {
@@ -143,6 +142,33 @@ fn broken_variants_match_real_runc() {
             )
         })
     });
+    (total, wrong)
+}
+
+fn read_all(files: &[std::path::PathBuf]) -> Vec<(String, Vec<u8>)> {
+    files
+        .iter()
+        .map(|f| (f.display().to_string(), std::fs::read(f).unwrap()))
+        .collect()
+}
+
+/// Live: the profiles of profiles/ and each broken variant through real
+/// runc in both modes. Needs no corpus, so it runs in any checkout.
+#[test]
+fn own_profiles_match_real_runc() {
+    let Some(_) = require(runc::ORACLE) else {
+        return;
+    };
+    let own = profiles_in(&own_profiles_dir());
+    assert!(
+        !own.is_empty(),
+        "no profiles under {}",
+        own_profiles_dir().display()
+    );
+    let mut profiles = read_all(&own);
+    profiles.extend(variants().into_iter().map(|(n, b)| (n.to_string(), b)));
+    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+    let (total, wrong) = live_mismatches(&oracle, profiles);
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",
@@ -155,49 +181,16 @@ fn broken_variants_match_real_runc() {
 /// (not with the recorded file), so a different runc build is caught too.
 #[test]
 fn corpus_predictions_match_live_runc() {
-    if let Err(reason) = runc::available() {
-        eprintln!("SKIPPED corpus_predictions_match_live_runc: {reason}");
+    let Some(granted) = require(&[runc::ORACLE, &[Need::Corpus]].concat()) else {
         return;
-    }
-    let corpus = runc::corpus_dir();
+    };
     let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let mut files: Vec<_> = walk(&corpus);
-    files.sort();
-    let jobs: Vec<_> = files
-        .iter()
-        .flat_map(|f| [(f.clone(), true), (f.clone(), false)])
-        .collect();
-    let total = jobs.len();
-    let wrong = nodeproof_e2e::mismatches(jobs, |(file, nnp)| {
-        let bytes = std::fs::read(&file).unwrap();
-        let run = oracle.run(&bytes, nnp, &["/bin/true"]);
-        let (got, why) = predict(&bytes, nnp);
-        (got != expected(run.verdict)).then(|| {
-            format!(
-                "{} nnp={nnp}: runc {}, nodeproof {got:?} ({why})",
-                file.display(),
-                run.verdict
-            )
-        })
-    });
-    assert!(total >= 66);
+    let (total, wrong) = live_mismatches(&oracle, read_all(&profiles_in(granted.corpus())));
+    assert!(total >= 66, "{total}");
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",
         wrong.len(),
         wrong.join("\n")
     );
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else if p.extension().is_some_and(|x| x == "json") && !p.ends_with("runc-results.json") {
-            out.push(p);
-        }
-    }
-    out
 }

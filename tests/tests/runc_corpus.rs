@@ -4,15 +4,15 @@
 use std::collections::VecDeque;
 
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_testkit::{require, Need};
 use serde_json::Value;
 
 #[test]
 fn corpus_verdicts_match_runc_results() {
-    if let Err(reason) = runc::available() {
-        eprintln!("SKIPPED corpus_verdicts_match_runc_results: {reason}");
+    let Some(granted) = require(&[runc::ORACLE, &[Need::Corpus]].concat()) else {
         return;
-    }
-    let corpus = runc::corpus_dir();
+    };
+    let corpus = granted.corpus();
     let results_path = corpus.join("runc-results.json");
     let results: Value = serde_json::from_slice(
         &std::fs::read(&results_path)

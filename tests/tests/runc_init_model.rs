@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use nodeproof_e2e::learn::{deny_one_profile, ENOSYS};
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use nodeproof_seccomp::runc_init::{InitSyscall, RUNC_1_1_5};
+use nodeproof_testkit::require;
 
 /// Expected verdict of denying `name` alone in a mode, from the table.
 fn expected(name: &str, nnp: bool, enosys: bool) -> Verdict {
@@ -30,10 +31,9 @@ fn expected(name: &str, nnp: bool, enosys: bool) -> Verdict {
 
 #[test]
 fn single_denials_match_the_table() {
-    if let Err(reason) = runc::available() {
-        eprintln!("SKIPPED single_denials_match_the_table: {reason}");
+    let Some(_) = require(runc::ORACLE) else {
         return;
-    }
+    };
     let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
     let names: BTreeSet<&str> = RUNC_1_1_5.iter().map(|s| s.name).collect();
     let flaky: BTreeSet<&str> = RUNC_1_1_5

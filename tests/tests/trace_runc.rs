@@ -2,17 +2,18 @@
 //! profile denies `mkdir` with `SCMP_ACT_ERRNO` makes exactly three denials,
 //! and the tracer must count exactly three for that container, attributed
 //! through runc's cgroup (a kubelet-shaped `cgroupsPath`) to the pod UID and
-//! container id. Needs root (runc) and the programs built with clang; without
-//! them the test says why it skips.
+//! container id. Needs root (runc), CAP_BPF + CAP_PERFMON and the programs
+//! built with clang; without them the test skips (fails under NODEPROOF_REQUIRE=1).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_testkit::{require, Need, TRACING};
 use nodeproof_trace::{
-    self, loader, Action, CgroupResolver, NoPodLookup, OutputFormat, Strategy, TraceError,
-    TraceOptions, Tracer, TracerConfig,
+    self, Action, CgroupResolver, NoPodLookup, OutputFormat, Strategy, TraceError, TraceOptions,
+    Tracer, TracerConfig,
 };
 use serde_json::Value;
 
@@ -22,17 +23,6 @@ const PROFILE: &str = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":
 /// (within one 100 ms poll of the sample), so the container must outlive that.
 const SCRIPT: &str = "mkdir /tmp/a; mkdir /tmp/b; mkdir /tmp/c; sleep 1; true";
 const MKDIR: i32 = 83;
-
-fn skip_reason() -> Option<String> {
-    if let Err(r) = runc::available() {
-        return Some(r);
-    }
-    if nodeproof_trace::bpf::is_stub() {
-        return Some("nodeproof was built without clang: no eBPF programs".into());
-    }
-    let missing = loader::missing_capabilities(loader::effective_capabilities());
-    (!missing.is_empty()).then(|| format!("needs {} (or root)", missing.join(" + ")))
-}
 
 /// A pod UID and a 64-hex container id unique to this run (time, process, index).
 fn ids(n: u32) -> (String, String) {
@@ -108,10 +98,19 @@ fn trace_one_container(
 
 #[test]
 fn runc_container_denials_are_exact_and_attributed_to_the_pod() {
-    if let Some(r) = skip_reason() {
-        eprintln!("SKIP runc_container_denials_are_exact_and_attributed_to_the_pod: {r}");
+    let needs = [
+        runc::ORACLE,
+        &[
+            TRACING,
+            Need::EbpfPrograms {
+                built: !nodeproof_trace::bpf::is_stub(),
+            },
+        ],
+    ]
+    .concat();
+    let Some(_) = require(&needs) else {
         return;
-    }
+    };
     let oracle = Arc::new(RuncOracle::new(runc::default_oracle_dir()).expect("oracle"));
     // The probed strategy in both runc seccomp modes (noNewPrivileges decides
     // whether runc init runs under the filter), then every other strategy that loads.

@@ -1,7 +1,8 @@
 //! `cargo xtask`: set up a fresh Debian 12 machine, build, run, test, bench.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
@@ -140,7 +141,7 @@ fn run() -> Result<()> {
             ])?;
             let mut test = vec!["test", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
-            cargo(&test)
+            cargo_test(&test)
         }
         "install" => {
             let opts = InstallArgs::parse(rest)?;
@@ -310,6 +311,89 @@ fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo test ARGS` with its output passed through, then a summary that
+/// does not count a skipped test as passed: one line per test that skipped
+/// (recorded by `nodeproof_testkit::require`), then, last and alone,
+/// `N passed, F failed, M skipped`.
+fn cargo_test(args: &[&str]) -> Result<()> {
+    let skips = nodeproof_testkit::skips_dir();
+    // Records of an earlier run would be counted against this one.
+    nodeproof_testkit::clear_skips(&skips)
+        .with_context(|| format!("clearing {}", skips.display()))?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("+ cargo {}", args.join(" "));
+    let mut child = Command::new(cargo)
+        .args(args)
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo")?;
+    let mut totals = Totals::default();
+    let mut out = std::io::stdout();
+    // libtest writes its `test result:` lines to stdout; the rest goes on as it comes.
+    for line in BufReader::new(child.stdout.take().context("cargo's stdout")?).split(b'\n') {
+        let line = line.context("reading cargo's output")?;
+        out.write_all(&line)?;
+        out.write_all(b"\n")?;
+        totals.add(&String::from_utf8_lossy(&line));
+    }
+    let status = child.wait().context("waiting for cargo")?;
+    let skipped = nodeproof_testkit::recorded_skips(&skips)
+        .with_context(|| format!("reading {}", skips.display()))?;
+    if !status.success() {
+        // Said before the summary, which stays the last line.
+        eprintln!("xtask: cargo {} failed ({status})", args.join(" "));
+    }
+    for s in &skipped {
+        println!("SKIPPED {}::{}: needs {}", s.target, s.test, s.needs);
+    }
+    println!("{}", totals.summary(skipped.len()));
+    if !status.success() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The sums of libtest's `test result:` lines.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Totals {
+    passed: usize,
+    failed: usize,
+    ignored: usize,
+}
+
+impl Totals {
+    /// Adds `line` when it is a `test result: ok. 3 passed; 0 failed; ...` line.
+    fn add(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
+        let count = |what: &str| {
+            rest.split(';').find_map(|field| {
+                let n = field.trim().strip_suffix(what)?;
+                n.trim().rsplit(' ').next()?.parse::<usize>().ok()
+            })
+        };
+        self.passed += count(" passed").unwrap_or(0);
+        self.failed += count(" failed").unwrap_or(0);
+        self.ignored += count(" ignored").unwrap_or(0);
+    }
+
+    /// `N passed, F failed, M skipped`: libtest counts a test that returned
+    /// early as passed, so the skipped ones come off `passed`.
+    fn summary(&self, skipped: usize) -> String {
+        let mut s = format!(
+            "{} passed, {} failed, {skipped} skipped",
+            self.passed.saturating_sub(skipped),
+            self.failed
+        );
+        if self.ignored > 0 {
+            s += &format!(", {} ignored", self.ignored);
+        }
+        s
+    }
+}
+
 /// `cargo deb`: the one on PATH if it is the pinned version, else the pinned
 /// version under target/tools (installed there on first use: CI's clean
 /// clone caches it with the rest of target/).
@@ -407,6 +491,36 @@ fn prepare_kernel() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_sums_test_results_and_takes_skips_off_passed() {
+        let mut t = Totals::default();
+        for line in [
+            "running 9 tests",
+            "test corpus_round_trip ... ok",
+            "test result: ok. 9 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.36s",
+            "",
+            "test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.10s",
+            "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s",
+            "SKIPPED corpus_round_trip: needs the seccomp corpus at /x (set NODEPROOF_CORPUS)",
+        ] {
+            t.add(line);
+        }
+        assert_eq!(
+            t,
+            Totals {
+                passed: 12,
+                failed: 2,
+                ignored: 1
+            }
+        );
+        assert_eq!(t.summary(4), "8 passed, 2 failed, 4 skipped, 1 ignored");
+        let ok = Totals {
+            passed: 5,
+            ..Totals::default()
+        };
+        assert_eq!(ok.summary(0), "5 passed, 0 failed, 0 skipped");
+    }
 
     #[test]
     fn install_puts_every_file_in_place_and_keeps_an_existing_config() {

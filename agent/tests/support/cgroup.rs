@@ -60,23 +60,16 @@ impl Drop for CgroupDir {
 
 /// A cgroup laid out as the kubelet's cgroupfs driver does
 /// (`kubepods/burstable/pod<uid>/<container id>`), when this process may
-/// trace (root or CAP_BPF + CAP_PERFMON) and create cgroups; else `None`,
-/// having said why the test skips.
+/// trace (CAP_BPF + CAP_PERFMON) and create cgroups; else `None`, the
+/// calling test skipped (or failed, under NODEPROOF_REQUIRE=1) by `require`.
 pub fn traceable_kubepods(uid: &str, container_id: &str) -> Option<CgroupDir> {
-    use nodeproof_trace::loader;
-    let missing = loader::missing_capabilities(loader::effective_capabilities());
-    if !missing.is_empty() {
-        eprintln!("SKIP: needs {} (or root)", missing.join(" + "));
-        return None;
-    }
+    use nodeproof_testkit::{require, Need, TRACING};
+    require(&[TRACING, Need::Cgroup2])?;
     let cg = CgroupDir::create_at(
         "unified",
         &format!("kubepods/burstable/pod{uid}/{container_id}"),
     );
-    if cg.is_none() {
-        eprintln!("SKIP: no writable cgroup2 hierarchy");
-    }
-    cg
+    Some(cg.expect("Need::Cgroup2 holds, yet the test cgroup could not be made"))
 }
 
 /// Forks a child that joins `cg`, names itself `comm`, loads a filter that

@@ -8,7 +8,7 @@
 //! Env: NP_BENCH_ROUNDS (default 9), NP_BENCH_ITERS (getppid calls per loop, default 2000000).
 
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
-use nodeproof_trace::{self as trace, loader, Strategy, Tracer, TracerConfig};
+use nodeproof_trace::{self as trace, Strategy, Tracer, TracerConfig};
 use std::time::Instant;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -127,14 +127,9 @@ fn main() {
         println!("trace_overhead: run with `cargo bench` to measure");
         return;
     }
-    let missing = loader::missing_capabilities(loader::effective_capabilities());
-    if !missing.is_empty() {
-        println!(
-            "trace_overhead: skipped, needs {} (or root)",
-            missing.join(" + ")
-        );
+    let Some(_) = nodeproof_testkit::require(&[nodeproof_testkit::TRACING]) else {
         return;
-    }
+    };
     let rounds = env("NP_BENCH_ROUNDS", 9) as usize;
     let iters = env("NP_BENCH_ITERS", 2_000_000);
     let mut variants = vec![
