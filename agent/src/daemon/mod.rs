@@ -16,6 +16,7 @@
 //! `/healthz/<check>` instead: restarting everything for one slow GPU probe
 //! would lose the other subsystems' state.
 
+pub mod errors;
 pub mod http;
 pub mod logs;
 pub mod metrics;
@@ -37,6 +38,8 @@ use crate::config::{Config, ConfigError};
 use crate::finding::Condition;
 use notify::{Notifier, NotifyError};
 use state::Shared;
+
+pub use errors::error_chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -309,18 +312,6 @@ fn send(notifier: &dyn Notifier, message: &str) {
     if let Err(e) = notifier.notify(message) {
         tracing::debug!(error = %e, "notification not sent");
     }
-}
-
-/// `error: cause: cause` on one line, for log fields.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 /// Seconds since the epoch, for seeding.

@@ -51,13 +51,7 @@ impl GpuReport {
         let (pci, pci_error) = match pci {
             Ok(list) => (list, None),
             // The source chain (the io error) belongs in the text a user reads.
-            Err(e) => (
-                Vec::new(),
-                Some(format!(
-                    "{e}: {}",
-                    std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())
-                )),
-            ),
+            Err(e) => (Vec::new(), Some(crate::daemon::errors::error_chain(&e))),
         };
         GpuReport {
             pci,
