@@ -293,6 +293,7 @@ fn init_logging(daemon: bool) {
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(nodeproof::daemon::logs::stderr_wants_ansi())
         .log_internal_errors(false);
     let _ = if json {
         fmt.json().try_init()

@@ -104,6 +104,24 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    // A seccomp root that is absent: the agent logs (info) that it falls
+    // back to the checkout's profiles/.
+    let cfg = write(dir.path(), "c.toml", "[seccomp]\nroot = \"/nonexistent\"\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["--config", &cfg, "profile", "lint"])
+        .env("NODEPROOF_LOG", "info")
+        .env_remove("NO_COLOR")
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("kubelet seccomp root absent"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "ANSI escapes on a pipe: {stderr:?}");
+}
+
+#[test]
 fn check_reports_the_condition() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "ok.json", ALLOW_MKDIR_DENIED);
