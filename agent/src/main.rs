@@ -222,25 +222,11 @@ enum CompileFormat {
     Pfc,
 }
 
+/// humantime's grammar (`10s`, `2m`, `500ms`, `1.5s`, `1h 30m`); a bare number
+/// has no unit and is refused, with humantime's reason after ours.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (try 10s, 2m, 500ms)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration {s:?} (try 10s, 2m, 500ms): {e}"))
 }
 
 fn parse_arch(s: &str) -> Result<Arch, String> {

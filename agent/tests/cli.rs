@@ -96,6 +96,21 @@ fn usage_errors_exit_2() {
         Some(2)
     );
     assert_eq!(nodeproof(&["frobnicate"]).status.code(), Some(2));
+    for (bad, why) in [
+        ("10x", "unknown time unit \"x\""),
+        ("10", "time unit needed"),
+        ("", "value was empty"),
+    ] {
+        let out = nodeproof(&["trace", "--duration", bad]);
+        assert_eq!(out.status.code(), Some(2), "--duration {bad:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "invalid duration {bad:?} (try 10s, 2m, 500ms): {why}"
+            )),
+            "{stderr}"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "c.toml", "[seccomp]\nroot = 3\n");
     let out = nodeproof(&["--config", &cfg, "check"]);
@@ -118,7 +133,10 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("kubelet seccomp root absent"), "{stderr}");
-    assert!(!stderr.contains('\x1b'), "ANSI escapes on a pipe: {stderr:?}");
+    assert!(
+        !stderr.contains('\x1b'),
+        "ANSI escapes on a pipe: {stderr:?}"
+    );
 }
 
 #[test]
