@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -397,7 +397,7 @@ fn pods_cmd(
         etc: PathBuf::from("/etc"),
     };
     if !once {
-        stop_on_sigint_sigterm();
+        stop_on_sigint_sigterm()?;
         pods::daemon(&opts, &STOP)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -536,27 +536,23 @@ fn advise_cmd(args: &AdviseArgs, config: &Config, root: &Path) -> Result<ExitCod
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// Ctrl-C and SIGTERM set [`STOP`]; long-running commands poll it and finish cleanly.
-fn stop_on_sigint_sigterm() {
-    // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
+/// Ctrl-C and SIGTERM set [`STOP`]; long-running commands poll it and finish
+/// cleanly. A second one while stopping ends the process at once (exit
+/// 128+signal), the double-Ctrl-C idiom signal-hook documents: the
+/// conditional exit is registered first, so it only fires once the flag is
+/// already set.
+fn stop_on_sigint_sigterm() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 128 + signal, &STOP)
+            .and_then(|_| signal_hook::flag::register(signal, &STOP))
+            .with_context(|| format!("cannot install the handler for signal {signal}"))?;
     }
+    Ok(())
 }
 
 fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
-    stop_on_sigint_sigterm();
+    stop_on_sigint_sigterm()?;
     trace::run(&opts, &mut std::io::stdout().lock(), &STOP).context("seccomp tracing failed")?;
     Ok(ExitCode::SUCCESS)
 }

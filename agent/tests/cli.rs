@@ -363,3 +363,48 @@ fn advise_from_a_saved_trace_prints_patch_and_patched_profile() {
         "{text}"
     );
 }
+
+/// `trace` until Ctrl-C: SIGINT ends the trace cleanly (exit 0, the summary
+/// printed), as SIGTERM does. Needs the eBPF tracer (root or CAP_BPF +
+/// CAP_PERFMON); where it cannot load, the test says why it skips.
+#[test]
+fn trace_stops_cleanly_on_sigint() {
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["trace", "--duration", "60s", "-o", "json"])
+        .env("NODEPROOF_LOG", "off")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The handlers are installed before the tracer loads, milliseconds
+    // after the start; a tracer that cannot load ends the command first.
+    std::thread::sleep(Duration::from_secs(2));
+    if let Some(status) = child.try_wait().unwrap() {
+        let out = child.wait_with_output().unwrap();
+        eprintln!(
+            "SKIP trace_stops_cleanly_on_sigint: trace exited {status} before the signal: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    // SAFETY: a plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("trace still running 15 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the summary");
+    assert!(v["summary"].is_array(), "{v}");
+}
