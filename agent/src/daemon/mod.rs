@@ -36,7 +36,7 @@ use tokio::sync::{watch as channel, Notify};
 
 use crate::config::{Config, ConfigError};
 use crate::finding::Condition;
-use notify::{Notifier, NotifyError};
+use notify::{Notifier, NotifyError, NotifyState};
 use state::Shared;
 
 pub use errors::error_chain;
@@ -188,7 +188,10 @@ async fn serve(
         shared.main_progress(now, period);
         let status = shared.status_line();
         if status != last_status {
-            send(&*notifier, &notify::status_message(&status));
+            send(
+                &*notifier,
+                &[NotifyState::Status(&notify::status_line(&status))],
+            );
             last_status = status;
         }
         if !ready {
@@ -196,10 +199,10 @@ async fn serve(
                 ready = true;
                 shared.set_ready(true);
                 notifier
-                    .notify(&format!(
-                        "READY=1\n{}",
-                        notify::status_message(&last_status)
-                    ))
+                    .notify(&[
+                        NotifyState::Ready,
+                        NotifyState::Status(&notify::status_line(&last_status)),
+                    ])
                     .map_err(DaemonError::Ready)?;
                 tracing::info!(
                     ready_ms = started.elapsed().as_millis() as u64,
@@ -210,7 +213,7 @@ async fn serve(
             } else if now.duration_since(last_extend) >= Duration::from_secs(1) {
                 // A slow first cycle (NVML timing out, a huge seccomp root)
                 // is not a hang: ask for more start time, a little at a time.
-                send(&*notifier, "EXTEND_TIMEOUT_USEC=10000000");
+                send(&*notifier, &[NotifyState::ExtendTimeoutUsec(10_000_000)]);
                 last_extend = now;
             }
         }
@@ -226,12 +229,12 @@ async fn serve(
             }
         }
         if watchdog.is_some() {
-            send(&*notifier, "WATCHDOG=1");
+            send(&*notifier, &[NotifyState::Watchdog]);
         }
     }
 
     tracing::info!("stopping");
-    send(&*notifier, "STOPPING=1");
+    send(&*notifier, &[NotifyState::Stopping]);
     shared.set_stopping();
     stop(&mut running).await;
     drop(rounds_tx);
@@ -286,7 +289,12 @@ fn reload(
 ) {
     // Before the first READY=1 a reload must not announce readiness.
     if ready {
-        send(notifier, "RELOADING=1");
+        // MONOTONIC_USEC= lets systemd (v253+) tell this reload cycle from an
+        // earlier one; Type=notify-reload requires it, Type=notify takes it.
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => send(notifier, &[NotifyState::Reloading, now]),
+            Err(_) => send(notifier, &[NotifyState::Reloading]),
+        }
     }
     match Config::load(opts.config_path.as_deref()) {
         Ok(config) => {
@@ -302,15 +310,15 @@ fn reload(
         }
     }
     if ready {
-        send(notifier, "READY=1");
+        send(notifier, &[NotifyState::Ready]);
     }
 }
 
 /// Best-effort notifications: losing a STATUS= must not stop the agent.
 /// (READY=1 is the exception, handled by the caller.)
-fn send(notifier: &dyn Notifier, message: &str) {
-    if let Err(e) = notifier.notify(message) {
-        tracing::debug!(error = %e, "notification not sent");
+fn send(notifier: &dyn Notifier, states: &[NotifyState<'_>]) {
+    if let Err(e) = notifier.notify(states) {
+        tracing::debug!(error = %error_chain(&e), "notification not sent");
     }
 }
 
