@@ -124,7 +124,13 @@ async fn serve(
     let listener = http::bind(config.daemon.listen)
         .await
         .map_err(DaemonError::Http)?;
-    let http_task = tokio::spawn(http::serve(listener, shared.clone()));
+    let (http_stop, http_stop_rx) = channel::channel(false);
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        http::Limits::default(),
+        http_stop_rx,
+    ));
     tracing::info!(listen = %config.daemon.listen, "health endpoints up");
 
     let (config_tx, config_rx) = channel::channel(Arc::new(config.clone()));
@@ -241,7 +247,12 @@ async fn serve(
     if let Some(reporter) = reporter {
         subsystems::final_report(reporter, shared.conditions()).await;
     }
-    http_task.abort();
+    // Served until here, so probes saw /readyz turn 503 while stopping;
+    // responses in flight get the server's grace, then it closes the rest.
+    let _ = http_stop.send(true);
+    if let Err(e) = http_task.await {
+        tracing::error!(error = %e, "the HTTP server task failed");
+    }
     tracing::info!("stopped");
     Ok(())
 }
