@@ -7,6 +7,7 @@
 //! - `http`: `/healthz`, `/healthz/<check>`, `/readyz`, `/metrics`;
 //! - `metrics`: the state as OpenMetrics text (prometheus-client);
 //! - `watch`: inotify on the seccomp root;
+//! - `errors`: `error_chain`, an error and its causes on one line;
 //! - `subsystems`: the tasks, reusing the library's checks as `nodeproof check` does.
 //!
 //! The main loop owns the notifications: READY=1 after every check finished
@@ -300,8 +301,9 @@ fn reload(
 ) {
     // Before the first READY=1 a reload must not announce readiness.
     if ready {
-        // MONOTONIC_USEC= lets systemd (v253+) tell this reload cycle from an
-        // earlier one; Type=notify-reload requires it, Type=notify takes it.
+        // sd_notify(3): MONOTONIC_USEC= goes with RELOADING=1, so systemd can
+        // match the READY=1 that ends this reload (Type=notify-reload
+        // requires it; this unit's Type=notify accepts it).
         match NotifyState::monotonic_usec_now() {
             Ok(now) => send(notifier, &[NotifyState::Reloading, now]),
             Err(_) => send(notifier, &[NotifyState::Reloading]),
