@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -228,25 +228,11 @@ enum CompileFormat {
     Pfc,
 }
 
+/// humantime's grammar (`10s`, `2m`, `500ms`, `1.5s`, `1h 30m`); a bare number
+/// has no unit and is refused, with humantime's reason after ours.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (try 10s, 2m, 500ms)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration {s:?} (try 10s, 2m, 500ms): {e}"))
 }
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
@@ -299,6 +285,7 @@ fn init_logging(daemon: bool) {
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(nodeproof::daemon::logs::stderr_wants_ansi())
         .log_internal_errors(false);
     let _ = if json {
         fmt.json().try_init()
@@ -409,7 +396,7 @@ fn pods_cmd(
     opts.kubeconfig = kubeconfig.or(opts.kubeconfig);
     opts.node_name = node_name.or(opts.node_name);
     if !once {
-        stop_on_sigint_sigterm();
+        stop_on_sigint_sigterm()?;
         pods::daemon(&opts, config.report.policy(), &STOP)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -564,27 +551,23 @@ fn advise_cmd(args: &AdviseArgs, config: &Config, root: &Path) -> Result<ExitCod
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// Ctrl-C and SIGTERM set [`STOP`]; long-running commands poll it and finish cleanly.
-fn stop_on_sigint_sigterm() {
-    // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_stop_signal as *const () as libc::sighandler_t,
-        );
+/// Ctrl-C and SIGTERM set [`STOP`]; long-running commands poll it and finish
+/// cleanly. A second one while stopping ends the process at once (exit
+/// 128+signal), the double-Ctrl-C idiom signal-hook documents: the
+/// conditional exit is registered first, so it only fires once the flag is
+/// already set.
+fn stop_on_sigint_sigterm() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 128 + signal, &STOP)
+            .and_then(|_| signal_hook::flag::register(signal, &STOP))
+            .with_context(|| format!("cannot install the handler for signal {signal}"))?;
     }
+    Ok(())
 }
 
 fn trace_cmd(opts: trace::TraceOptions) -> Result<ExitCode> {
-    stop_on_sigint_sigterm();
+    stop_on_sigint_sigterm()?;
     trace::run(&opts, &mut std::io::stdout().lock(), &STOP).context("seccomp tracing failed")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use nodeproof_testkit::{require, Need};
+use nodeproof_testkit::{require, Need, TRACING};
 
 fn nodeproof(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nodeproof"))
@@ -98,11 +98,50 @@ fn usage_errors_exit_2() {
         Some(2)
     );
     assert_eq!(nodeproof(&["frobnicate"]).status.code(), Some(2));
+    for (bad, why) in [
+        ("10x", "unknown time unit \"x\""),
+        ("10", "time unit needed"),
+        ("", "value was empty"),
+    ] {
+        let out = nodeproof(&["trace", "--duration", bad]);
+        assert_eq!(out.status.code(), Some(2), "--duration {bad:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "invalid duration {bad:?} (try 10s, 2m, 500ms): {why}"
+            )),
+            "{stderr}"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "c.toml", "[seccomp]\nroot = 3\n");
     let out = nodeproof(&["--config", &cfg, "check"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid config"));
+}
+
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Credentials that cannot be read: `check` logs (warn) that the pods are not judged.
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        "[seccomp]\nroot = \"/nonexistent\"\n[report]\nkubeconfig = \"/nonexistent/kubeconfig\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["--config", &cfg, "check"])
+        .env("NODEPROOF_LOG", "info")
+        .env_remove("NO_COLOR")
+        .env_remove("JOURNAL_STREAM")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("pods could not be judged"), "{stderr}");
+    assert!(
+        !stderr.contains('\x1b'),
+        "ANSI escapes on a pipe: {stderr:?}"
+    );
 }
 
 #[test]
@@ -357,4 +396,56 @@ fn advise_names_the_file_line_and_place_of_a_bad_trace_row() {
         )),
         "{err}"
     );
+}
+
+/// `trace` until Ctrl-C: SIGINT ends the trace cleanly (exit 0, the summary
+/// printed), as SIGTERM does. Needs the eBPF tracer (root or CAP_BPF +
+/// CAP_PERFMON).
+#[test]
+fn trace_stops_cleanly_on_sigint() {
+    use std::time::{Duration, Instant};
+    let Some(_) = require(&[
+        TRACING,
+        Need::EbpfPrograms {
+            built: !nodeproof_trace::bpf::is_stub(),
+        },
+    ]) else {
+        return;
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["trace", "--duration", "60s", "-o", "json"])
+        .env("NODEPROOF_LOG", "off")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The handlers are installed before the tracer loads, milliseconds
+    // after the start; a tracer that cannot load ends the command first.
+    std::thread::sleep(Duration::from_secs(2));
+    if let Some(status) = child.try_wait().unwrap() {
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "trace exited {status} before the signal: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // SAFETY: a plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let sent = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            panic!("trace still running 15 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the summary");
+    assert!(v["summary"].is_array(), "{v}");
 }

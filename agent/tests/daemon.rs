@@ -16,7 +16,11 @@ use agent_support::{free_port, get};
 /// The status line and headers, and the body.
 fn get_with_head(port: u16, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
@@ -127,10 +131,11 @@ fn notifies_serves_revalidates_reloads_and_stops() {
     assert_eq!(get(port, "/healthz/nothing").0, 404);
     let (head, metrics) = get_with_head(port, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    // prometheus-client's OpenMetrics text, whole: `# EOF` ends it.
+    // prometheus-client's OpenMetrics text, whole: `# EOF` ends it. (hyper
+    // writes header names in lower case; they are case-insensitive.)
     assert!(
-        head.contains(
-            "\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+        head.to_ascii_lowercase().contains(
+            "\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
         ),
         "{head}"
     );

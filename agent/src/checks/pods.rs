@@ -61,7 +61,7 @@ pub fn judge_once(opts: &PodsOptions) -> Option<PodsOnce> {
             None
         }
         Err(e) => {
-            tracing::warn!(nodeproof_check = "pods", error = %crate::daemon::error_chain(&e), "pods could not be judged");
+            tracing::warn!(nodeproof_check = "pods", error = %nodeproof_findings::errors::error_chain(&e), "pods could not be judged");
             None
         }
     }

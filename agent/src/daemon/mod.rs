@@ -7,6 +7,7 @@
 //! - `http`: `/healthz`, `/healthz/<check>`, `/readyz`, `/metrics`;
 //! - `metrics`: the state as OpenMetrics text (prometheus-client);
 //! - `watch`: inotify on the seccomp root;
+//! - `errors`: `error_chain`, an error and its causes on one line;
 //! - `subsystems`: the tasks, reusing the library's checks as `nodeproof check` does.
 //!
 //! The main loop owns the notifications: READY=1 after every check finished
@@ -17,6 +18,7 @@
 //! would lose the other subsystems' state.
 
 pub mod config;
+
 pub mod http;
 pub mod logs;
 pub mod metrics;
@@ -37,8 +39,10 @@ use tokio::sync::{watch as channel, Notify};
 
 use crate::config::{Config, ConfigError};
 use nodeproof_findings::Condition;
-use notify::{Notifier, NotifyError};
+use notify::{Notifier, NotifyError, NotifyState};
 use state::Shared;
+
+pub use nodeproof_findings::errors::error_chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -123,7 +127,13 @@ async fn serve(
     let listener = http::bind(config.daemon.listen)
         .await
         .map_err(DaemonError::Http)?;
-    let http_task = tokio::spawn(http::serve(listener, shared.clone()));
+    let (http_stop, http_stop_rx) = channel::channel(false);
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        http::Limits::default(),
+        http_stop_rx,
+    ));
     tracing::info!(listen = %config.daemon.listen, "health endpoints up");
 
     let (config_tx, config_rx) = channel::channel(Arc::new(config.clone()));
@@ -187,7 +197,10 @@ async fn serve(
         shared.main_progress(now, period);
         let status = shared.status_line();
         if status != last_status {
-            send(&*notifier, &notify::status_message(&status));
+            send(
+                &*notifier,
+                &[NotifyState::Status(&notify::status_line(&status))],
+            );
             last_status = status;
         }
         if !ready {
@@ -195,10 +208,10 @@ async fn serve(
                 ready = true;
                 shared.set_ready(true);
                 notifier
-                    .notify(&format!(
-                        "READY=1\n{}",
-                        notify::status_message(&last_status)
-                    ))
+                    .notify(&[
+                        NotifyState::Ready,
+                        NotifyState::Status(&notify::status_line(&last_status)),
+                    ])
                     .map_err(DaemonError::Ready)?;
                 tracing::info!(
                     ready_ms = started.elapsed().as_millis() as u64,
@@ -209,7 +222,7 @@ async fn serve(
             } else if now.duration_since(last_extend) >= Duration::from_secs(1) {
                 // A slow first cycle (NVML timing out, a huge seccomp root)
                 // is not a hang: ask for more start time, a little at a time.
-                send(&*notifier, "EXTEND_TIMEOUT_USEC=10000000");
+                send(&*notifier, &[NotifyState::ExtendTimeoutUsec(10_000_000)]);
                 last_extend = now;
             }
         }
@@ -225,19 +238,24 @@ async fn serve(
             }
         }
         if watchdog.is_some() {
-            send(&*notifier, "WATCHDOG=1");
+            send(&*notifier, &[NotifyState::Watchdog]);
         }
     }
 
     tracing::info!("stopping");
-    send(&*notifier, "STOPPING=1");
+    send(&*notifier, &[NotifyState::Stopping]);
     shared.set_stopping();
     stop(&mut running).await;
     drop(rounds_tx);
     if let Some(reporter) = reporter {
         subsystems::final_report(reporter, shared.conditions()).await;
     }
-    http_task.abort();
+    // Served until here, so probes saw /readyz turn 503 while stopping;
+    // responses in flight get the server's grace, then it closes the rest.
+    let _ = http_stop.send(true);
+    if let Err(e) = http_task.await {
+        tracing::error!(error = %e, "the HTTP server task failed");
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -285,7 +303,13 @@ fn reload(
 ) {
     // Before the first READY=1 a reload must not announce readiness.
     if ready {
-        send(notifier, "RELOADING=1");
+        // sd_notify(3): MONOTONIC_USEC= goes with RELOADING=1, so systemd can
+        // match the READY=1 that ends this reload (Type=notify-reload
+        // requires it; this unit's Type=notify accepts it).
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => send(notifier, &[NotifyState::Reloading, now]),
+            Err(_) => send(notifier, &[NotifyState::Reloading]),
+        }
     }
     match Config::load(opts.config_path.as_deref()) {
         Ok(config) => {
@@ -301,28 +325,16 @@ fn reload(
         }
     }
     if ready {
-        send(notifier, "READY=1");
+        send(notifier, &[NotifyState::Ready]);
     }
 }
 
 /// Best-effort notifications: losing a STATUS= must not stop the agent.
 /// (READY=1 is the exception, handled by the caller.)
-fn send(notifier: &dyn Notifier, message: &str) {
-    if let Err(e) = notifier.notify(message) {
-        tracing::debug!(error = %e, "notification not sent");
+fn send(notifier: &dyn Notifier, states: &[NotifyState<'_>]) {
+    if let Err(e) = notifier.notify(states) {
+        tracing::debug!(error = %error_chain(&e), "notification not sent");
     }
-}
-
-/// `error: cause: cause` on one line, for log fields.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 /// Seconds since the epoch, for seeding.

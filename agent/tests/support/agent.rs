@@ -16,12 +16,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// `GET path` on the agent's listener: (status, body).
+/// `GET path` on the agent's listener: (status, body). `Connection: close`:
+/// the server keeps connections alive otherwise, and the body is read to EOF.
 pub fn get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);

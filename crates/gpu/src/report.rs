@@ -53,10 +53,7 @@ impl GpuReport {
             // The source chain (the io error) belongs in the text a user reads.
             Err(e) => (
                 Vec::new(),
-                Some(format!(
-                    "{e}: {}",
-                    std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())
-                )),
+                Some(nodeproof_findings::errors::error_chain(&e)),
             ),
         };
         GpuReport {

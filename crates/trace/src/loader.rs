@@ -741,19 +741,8 @@ fn errno_in(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(err) = cur {
-        s.push_str(": ");
-        s.push_str(&err.to_string());
-        cur = err.source();
-    }
     // Verifier logs can run to megabytes; the first lines say enough here.
-    if s.len() > 600 {
-        s.truncate(600);
-        s.push('…');
-    }
-    s
+    nodeproof_findings::errors::error_chain_capped(e, 600)
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones use
