@@ -1,0 +1,41 @@
+//! `nodeproof gpu`: driver and device health.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use nodeproof::config::Config;
+
+use super::{exit, Format};
+
+/// One GPU probe cycle with the configured NVML library and policy.
+pub(crate) fn gpu_cycle(config: &Config) -> nodeproof_gpu::GpuReport {
+    nodeproof::checks::gpu::cycle_once(&config.gpu)
+}
+
+pub(crate) fn gpu(config: &Config, output: Format) -> Result<ExitCode> {
+    let report = gpu_cycle(config);
+    let status = if report.no_gpu() {
+        "NoGPU"
+    } else if report.healthy() {
+        "Healthy"
+    } else {
+        "Unhealthy"
+    };
+    let mut out = std::io::stdout().lock();
+    match output {
+        Format::Json => {
+            let value = serde_json::json!({
+                "status": status,
+                "conditions": report.conditions(),
+                "findings": report.findings(),
+                "report": report,
+            });
+            serde_json::to_writer(&mut out, &value)?;
+            writeln!(out)?;
+        }
+        Format::Text => writeln!(out, "{}status: {status}", report.text())?,
+    }
+    Ok(exit(report.no_gpu() || report.healthy()))
+}

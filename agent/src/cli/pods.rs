@@ -1,0 +1,68 @@
+//! `nodeproof pods`: this node's pods judged once, or watched and reported.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use nodeproof::checks::{profiles, Subsystem};
+use nodeproof::config::Config;
+use nodeproof_findings::ConditionStatus;
+
+use super::{exit, stop_on_sigint_sigterm, Format, STOP};
+
+pub(crate) fn pods(
+    root: &Path,
+    config: &Config,
+    once: bool,
+    kubeconfig: Option<PathBuf>,
+    node_name: Option<String>,
+    output: Format,
+) -> Result<ExitCode> {
+    use nodeproof::pods::node as pods;
+    let mut opts = nodeproof::checks::pods::options(config, root);
+    opts.kubeconfig = kubeconfig.or(opts.kubeconfig);
+    opts.node_name = node_name.or(opts.node_name);
+    if !once {
+        stop_on_sigint_sigterm()?;
+        pods::daemon(&opts, config.report.policy(), &STOP)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r = pods::once(&opts)?;
+    // What the agent reports for this node: the files' part folded in, as `run` folds it.
+    let files = profiles::round(root, &profiles::lint_root(root, &opts.lint));
+    let node_condition = nodeproof::checks::node_conditions([
+        (Subsystem::Profiles, &files.conditions[..]),
+        (Subsystem::Pods, std::slice::from_ref(&r.condition)),
+    ])
+    .into_iter()
+    .find(|c| c.kind == r.condition.kind);
+    match output {
+        Format::Text => {
+            print!("{}", pods::render(&r, root));
+            if let Some(c) = &node_condition {
+                println!(
+                    "reported: {} {} {}: {}",
+                    c.kind, c.status, c.reason, c.message
+                );
+            }
+        }
+        Format::Json => {
+            let findings: Vec<_> = r
+                .findings
+                .iter()
+                .map(|f| {
+                    serde_json::json!({"namespace": f.namespace, "pod": f.pod, "container": f.container,
+                        "subject": f.subject, "reason": f.reason.as_str(), "event_reason": f.reason.event_reason(),
+                        "message": f.message})
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings,
+                    "condition": r.condition, "node_condition": node_condition})
+            );
+        }
+    }
+    Ok(exit(r.condition.status == ConditionStatus::True))
+}

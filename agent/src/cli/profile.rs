@@ -1,0 +1,202 @@
+//! `nodeproof profile lint|compile|test`.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Subcommand, ValueEnum};
+
+use nodeproof::checks::profiles;
+use nodeproof::config::Config;
+use nodeproof::sandbox;
+use nodeproof_bpfgen::{libseccomp, Native};
+use nodeproof_seccomp::cbpf::SockFilter;
+use nodeproof_seccomp::compiler::Compiler;
+use nodeproof_seccomp::diagnostic::render_text;
+use nodeproof_seccomp::filter::{Arch, FilterSpec};
+use nodeproof_seccomp::lint::{self, LintOptions, ProfileReport};
+use nodeproof_seccomp::model::Seccomp;
+use nodeproof_seccomp::{patchbpf, scan};
+
+use super::{exit, lint_options, Format, ModeArgs, OutputArgs};
+
+#[derive(Subcommand)]
+pub(crate) enum ProfileCommand {
+    /// Predict what the runtime does with profiles; exit 0 all ok, 1 otherwise.
+    Lint {
+        /// Files or directories (default: the seccomp root).
+        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        mode: ModeArgs,
+        /// Fail on warnings too.
+        #[arg(long)]
+        strict: bool,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Compile a profile with libseccomp and print the filter without loading it.
+    Compile {
+        path: PathBuf,
+        #[command(flatten)]
+        mode: ModeArgs,
+        #[arg(long, value_enum, default_value_t = CompileFormat::Pfc)]
+        format: CompileFormat,
+    },
+    /// Run a command under a profile in a forked child and report what happened.
+    Test {
+        path: PathBuf,
+        #[command(flatten)]
+        mode: ModeArgs,
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum CompileFormat {
+    Bpf,
+    Pfc,
+}
+
+/// Runs one `profile` subcommand.
+pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Result<ExitCode> {
+    match command {
+        ProfileCommand::Lint {
+            paths,
+            mode,
+            strict,
+            out,
+        } => {
+            let opts = lint_options(&mode, config);
+            let paths = if paths.is_empty() {
+                vec![root.to_path_buf()]
+            } else {
+                paths
+            };
+            let files = scan::collect(&paths);
+            let reports = profiles::lint_files(files, &opts);
+            print_reports(&reports, out.output)?;
+            Ok(exit(reports.iter().all(|r| profiles::passes(r, strict))))
+        }
+        ProfileCommand::Compile { path, mode, format } => {
+            compile_cmd(&path, &lint_options(&mode, config), format)
+        }
+        ProfileCommand::Test {
+            path,
+            mode,
+            command,
+        } => test_cmd(&path, &lint_options(&mode, config), &command),
+    }
+}
+
+fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match output {
+        Format::Json => {
+            serde_json::to_writer(&mut out, &serde_json::json!({ "profiles": reports }))?;
+            writeln!(out)?;
+        }
+        Format::Text => {
+            for r in reports {
+                let mut text = String::new();
+                let src = std::fs::read(&r.path).unwrap_or_default();
+                render_text(&r.path, &src, &r.diagnostics, &mut text);
+                write!(out, "{text}")?;
+                let errors = r.count(nodeproof_seccomp::diagnostic::Severity::Error);
+                let warnings = r.count(nodeproof_seccomp::diagnostic::Severity::Warning);
+                writeln!(
+                    out,
+                    "{}: outcome {} ({} errors, {} warnings{})\n",
+                    r.path,
+                    r.outcome.as_str(),
+                    errors,
+                    warnings,
+                    r.instructions
+                        .map_or(String::new(), |n| format!(", {n} BPF instructions")),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decode and translate one profile, refusing anything that would not load.
+fn load_spec(path: &Path, opts: &LintOptions) -> Result<(Seccomp, FilterSpec)> {
+    let file = scan::read_entry(path, None);
+    let bytes = file
+        .contents
+        .map_err(|d| anyhow::anyhow!("{}", d.message))?;
+    let report = lint::lint_source(&path.to_string_lossy(), &bytes, opts, &Native);
+    match lint::profile_and_filter(&bytes, opts) {
+        Some(found) => Ok(found),
+        None => {
+            let cause = report.diagnostics.first().map_or_else(String::new, |d| {
+                format!(": {}[{}]: {}", d.severity, d.code, d.message)
+            });
+            bail!(
+                "{} does not produce a filter (outcome {}){cause}",
+                path.display(),
+                report.outcome.as_str()
+            )
+        }
+    }
+}
+
+/// The program runc loads: its -ENOSYS stub, then libseccomp's filter.
+fn loaded_program(
+    profile: &Seccomp,
+    spec: &FilterSpec,
+    arch: Arch,
+) -> Result<(usize, Vec<SockFilter>)> {
+    let compiled = Native
+        .compile(spec, arch)
+        .context("libseccomp could not compile the filter")?;
+    let mut program = patchbpf::enosys_stub(profile, arch);
+    let stub = program.len();
+    program.extend(compiled.program);
+    Ok((stub, program))
+}
+
+fn compile_cmd(path: &Path, opts: &LintOptions, format: CompileFormat) -> Result<ExitCode> {
+    let (profile, spec) = load_spec(path, opts)?;
+    let mut out = std::io::stdout().lock();
+    match format {
+        CompileFormat::Pfc => {
+            let text = libseccomp::export_pfc(&spec, opts.arch)
+                .context("libseccomp could not export the filter")?;
+            write!(out, "{text}")?;
+        }
+        CompileFormat::Bpf => {
+            let (stub, program) = loaded_program(&profile, &spec, opts.arch)?;
+            writeln!(
+                out,
+                "# runc -ENOSYS stub: {stub} instructions, then libseccomp's filter"
+            )?;
+            for (i, ins) in program.iter().enumerate() {
+                writeln!(
+                    out,
+                    "{i:04}: code=0x{:04x} jt={} jf={} k=0x{:08x}",
+                    ins.code, ins.jt, ins.jf, ins.k
+                )?;
+            }
+            writeln!(
+                out,
+                "# {} instructions (kernel limit {})",
+                program.len(),
+                nodeproof_seccomp::cbpf::BPF_MAXINSNS
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn test_cmd(path: &Path, opts: &LintOptions, command: &[OsString]) -> Result<ExitCode> {
+    let (profile, spec) = load_spec(path, opts)?;
+    let (_, program) = loaded_program(&profile, &spec, opts.arch)?;
+    let report = sandbox::run_under_filter(&program, opts.arch, opts.no_new_privileges, command)
+        .context("could not run the command under the profile")?;
+    println!("{report}");
+    Ok(exit(report.succeeded()))
+}
