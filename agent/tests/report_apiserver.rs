@@ -680,9 +680,16 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
     let counted = errors.clone();
     // The first writes fail: each failed flush is seen by the callback.
     c.server.set_fault(Fault::Error500);
-    let runner = tokio::spawn(driver::run(lp, rx, None, None, move |_| {
-        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }));
+    let runner = tokio::spawn(driver::run(
+        lp,
+        rx,
+        None,
+        None,
+        move |_| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        },
+        |_| {},
+    ));
     tx.send(vec![seccomp(false, "broken")]).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while errors.load(std::sync::atomic::Ordering::SeqCst) == 0 {

@@ -184,6 +184,14 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
     )?;
     counters(
         enc,
+        "nodeproof_reporter_dropped",
+        "Writes the API server refused for good (namespace terminating or gone, invalid), dropped instead of retried.",
+        m.reporter_dropped.iter().map(|(&(kind, reason), &n)| {
+            ([("kind", kind.as_str()), ("reason", reason.as_str())], n)
+        }),
+    )?;
+    counters(
+        enc,
         "nodeproof_task_restarts",
         "Subsystem tasks restarted after a panic.",
         Subsystem::ALL.map(|task| {
@@ -436,6 +444,13 @@ mod tests {
                 xid_totals: [((0, XidClass::Fatal), 1), ((0, XidClass::Ignored), 4)].into(),
             });
             m.reporter_errors = 2;
+            m.reporter_dropped.insert(
+                (
+                    nodeproof_kube::driver::WriteKind::Event,
+                    nodeproof_kube::client::Refusal::NamespaceTerminating,
+                ),
+                4,
+            );
             m.task_restarts.insert(Subsystem::Gpu, 1);
             m.reloads = 3;
         });
@@ -458,6 +473,7 @@ mod tests {
                 ("nodeproof_pod_seccomp_denials", "counter"),
                 ("nodeproof_profile_revalidations", "counter"),
                 ("nodeproof_profile_verdicts", "gauge"),
+                ("nodeproof_reporter_dropped", "counter"),
                 ("nodeproof_reporter_errors", "counter"),
                 ("nodeproof_seccomp_denials", "counter"),
                 ("nodeproof_seccomp_tracing_strategy", "gauge"),
@@ -562,6 +578,14 @@ mod tests {
             4.0
         );
         assert_eq!(value(&f, "nodeproof_reporter_errors", &[]), 2.0);
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_reporter_dropped",
+                &[("kind", "event"), ("reason", "namespace_terminating")]
+            ),
+            4.0
+        );
         // Every task has its series, restarted or not.
         assert_eq!(f["nodeproof_task_restarts"].1.len(), Subsystem::ALL.len());
         assert_eq!(

@@ -38,6 +38,14 @@ pub struct Metrics {
     pub ebpf_dropped: u64,
     pub ebpf_strategy: Option<nodeproof_trace::Strategy>,
     pub reporter_errors: u64,
+    /// Writes the API server refused for good, dropped by the reporter.
+    pub reporter_dropped: BTreeMap<
+        (
+            nodeproof_kube::driver::WriteKind,
+            nodeproof_kube::client::Refusal,
+        ),
+        u64,
+    >,
     pub task_restarts: BTreeMap<Subsystem, u64>,
     pub reloads: u64,
     pub profile_revalidations: u64,

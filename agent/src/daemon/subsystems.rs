@@ -453,6 +453,7 @@ pub async fn start_reporter(
     tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %c.credentials, "reporting to the API server");
     shared.set_check(Subsystem::Reporter, reporter_state("reporting to API"));
     let counter = shared.clone();
+    let drops = shared.clone();
     Some(Reporter {
         task: tokio::spawn(driver::run(
             lp,
@@ -460,6 +461,9 @@ pub async fn start_reporter(
             Some(pod_events),
             Some(follow_report_policy(config.report.clone(), reloads)),
             move |_| counter.metrics(|m| m.reporter_errors += 1),
+            move |d| {
+                drops.metrics(|m| *m.reporter_dropped.entry((d.kind, d.reason)).or_default() += 1)
+            },
         )),
     })
 }

@@ -47,6 +47,12 @@ pub enum Fault {
     Slow(Duration),
     /// The next Node patch gets a 409.
     ConflictOnce,
+    /// See the "Write failures" section below.
+    TooManyRequestsPlain {
+        retry_after_secs: u32,
+    },
+    /// See the "Write failures" section below.
+    EventsError500,
 }
 
 #[derive(Debug, Clone)]
@@ -81,6 +87,8 @@ struct State {
     gone: usize,
     /// When each TCP connection was accepted, those refused while down included.
     accepted: Vec<Instant>,
+    /// Namespaces NamespaceLifecycle refuses Events in (see "Write failures").
+    namespaces: BTreeMap<String, NamespacePhase>,
 }
 
 impl State {
@@ -581,7 +589,11 @@ fn fault_status(fault: Option<Fault>) -> Option<((u16, Value), Option<u32>)> {
             v["details"] = json!({"retryAfterSeconds": retry_after_secs});
             Some(((c, v), Some(retry_after_secs)))
         }
-        Fault::None | Fault::Slow(_) | Fault::ConflictOnce => None,
+        Fault::None
+        | Fault::Slow(_)
+        | Fault::ConflictOnce
+        | Fault::TooManyRequestsPlain { .. }
+        | Fault::EventsError500 => None,
     }
 }
 
@@ -636,6 +648,17 @@ async fn handle(
             query: uri.query().unwrap_or("").to_string(),
             content_type,
             body: Value::Null,
+            status: resp.status().as_u16(),
+        });
+        return resp;
+    }
+    if let Some(resp) = write_fault(fault, &method, &uri) {
+        st.lock().unwrap().log.push(Logged {
+            method: method.to_string(),
+            path: uri.path().to_string(),
+            query: uri.query().unwrap_or("").to_string(),
+            content_type,
+            body: body_json,
             status: resp.status().as_u16(),
         });
         return resp;
@@ -839,6 +862,9 @@ fn route(
         }
         ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
             let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+            if let Some(refused) = namespace_lifecycle(s, ns, &name) {
+                return refused;
+            }
             let key = (ns.to_string(), name.clone());
             if s.events.contains_key(&key) {
                 return status(
@@ -930,5 +956,92 @@ fn merge_json(target: &mut Value, patch: &Value) {
             }
         }
         _ => *target = patch.clone(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Write failures (branch `writes`): NamespaceLifecycle, throttling filters'
+// plain-text 429, failures of Event writes only.
+// ---------------------------------------------------------------------------
+
+/// A namespace's phase as NamespaceLifecycle sees it. Namespaces never set
+/// are Active (the server serves any namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamespacePhase {
+    Active,
+    /// Being deleted: no new objects (403 with cause NamespaceTerminating).
+    Terminating,
+    /// Deleted: 404 for the namespace.
+    Gone,
+}
+
+impl TestApiServer {
+    /// Sets a namespace's phase; `Gone` also removes its Events.
+    pub fn set_namespace(&self, ns: &str, phase: NamespacePhase) {
+        let mut st = self.state.lock().unwrap();
+        st.namespaces.insert(ns.into(), phase);
+        if phase == NamespacePhase::Gone {
+            st.events.retain(|(n, _), _| n != ns);
+        }
+    }
+}
+
+/// The NamespaceLifecycle admission plugin on a create: refused in a
+/// terminating namespace (403, its message and the `NamespaceTerminating`
+/// cause, as plugin/namespace/lifecycle/admission.go answers) or a missing
+/// one (404 naming the namespace).
+fn namespace_lifecycle(s: &State, ns: &str, name: &str) -> Option<(u16, Value)> {
+    match s.namespaces.get(ns).copied()? {
+        NamespacePhase::Active => None,
+        NamespacePhase::Terminating => {
+            let (code, mut v) = status(
+                403,
+                "Forbidden",
+                &format!("events \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"),
+            );
+            v["details"] = json!({"name": name, "kind": "events", "causes": [{
+                "reason": "NamespaceTerminating",
+                "message": format!("namespace {ns} is being terminated"),
+                "field": "metadata.namespace",
+            }]});
+            Some((code, v))
+        }
+        NamespacePhase::Gone => {
+            let (code, mut v) = status(404, "NotFound", &format!("namespaces \"{ns}\" not found"));
+            v["details"] = json!({"name": ns, "kind": "namespaces"});
+            Some((code, v))
+        }
+    }
+}
+
+/// Faults answered before routing: the max-in-flight / APF filters' 429
+/// (plain text, `Retry-After`, no Status body, exactly as
+/// staging/src/k8s.io/apiserver/pkg/server/filters answer it), and a 500 for
+/// Event writes only.
+fn write_fault(fault: Option<Fault>, method: &Method, uri: &Uri) -> Option<Response> {
+    match fault? {
+        Fault::TooManyRequestsPlain { retry_after_secs } => {
+            let mut resp = (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("content-type", "text/plain; charset=utf-8")],
+                "Too many requests, please try again later.\n",
+            )
+                .into_response();
+            resp.headers_mut()
+                .insert("retry-after", retry_after_secs.to_string().parse().unwrap());
+            Some(resp)
+        }
+        Fault::EventsError500 if method != Method::GET && uri.path().contains("/events") => {
+            let (c, v) = status(500, "InternalError", "injected failure of an event write");
+            Some(
+                (
+                    StatusCode::from_u16(c).unwrap(),
+                    [("content-type", "application/json")],
+                    v.to_string(),
+                )
+                    .into_response(),
+            )
+        }
+        _ => None,
     }
 }

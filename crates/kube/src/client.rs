@@ -76,6 +76,13 @@ pub enum ReportError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("{op} for node {node} refused ({refusal}): {message}")]
+    Refused {
+        op: &'static str,
+        node: String,
+        refusal: Refusal,
+        message: String,
+    },
     #[error("{op} for node {node}: invalid {what}")]
     Encode {
         op: &'static str,
@@ -96,7 +103,16 @@ impl ReportError {
                 | ReportError::Credentials { .. }
                 | ReportError::NoTaintCredential { .. }
                 | ReportError::Encode { .. }
+                | ReportError::Refused { .. }
         )
+    }
+
+    /// Why the API server refused this write for good, if it did.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ReportError::Refused { refusal, .. } => Some(*refusal),
+            _ => None,
+        }
     }
 
     /// What the API server asked us to wait (429 `Retry-After`).
@@ -110,34 +126,107 @@ impl ReportError {
     fn from_kube(op: &'static str, node: &str, e: kube::Error) -> Self {
         let node = node.to_string();
         match e {
-            kube::Error::Api(s) => match s.code {
-                403 => ReportError::Forbidden {
-                    op,
-                    node,
-                    message: s.message,
-                },
-                409 => ReportError::Conflict { op, node },
-                429 => ReportError::Throttled {
-                    op,
-                    node,
-                    // The API server puts Retry-After in the Status details too,
-                    // which is what kube-rs exposes.
-                    retry_after: s
-                        .details
-                        .as_ref()
-                        .map(|d| d.retry_after_seconds)
-                        .filter(|s| *s > 0)
-                        .map(|s| Duration::from_secs(s.into())),
-                },
-                code => ReportError::Api {
-                    op,
-                    node,
-                    code,
-                    message: s.message,
-                },
-            },
+            kube::Error::Api(s) => {
+                if let Some(refusal) = Refusal::of(&s) {
+                    return ReportError::Refused {
+                        op,
+                        node,
+                        refusal,
+                        message: s.message,
+                    };
+                }
+                match s.code {
+                    403 => ReportError::Forbidden {
+                        op,
+                        node,
+                        message: s.message,
+                    },
+                    409 => ReportError::Conflict { op, node },
+                    429 => ReportError::Throttled {
+                        op,
+                        node,
+                        // The API server's own 429s carry it in the Status
+                        // details; its throttling filters' plain-text ones only
+                        // in the header, which `RetryAfterLayer` copies there.
+                        retry_after: s
+                            .details
+                            .as_ref()
+                            .map(|d| d.retry_after_seconds)
+                            .filter(|s| *s > 0)
+                            .map(|s| Duration::from_secs(s.into())),
+                    },
+                    code => ReportError::Api {
+                        op,
+                        node,
+                        code,
+                        message: s.message,
+                    },
+                }
+            }
             source => ReportError::Transport { op, node, source },
         }
+    }
+}
+
+/// Why a write was refused in a way that sending it again cannot change.
+/// client-go's event recorder (tools/record `recordToSink`) gives up on
+/// every Status error and retries only transport failures; the reporter
+/// keeps retrying 5xx and 429 (transient by definition) and drops these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Refusal {
+    /// 403 from the NamespaceLifecycle admission plugin, which marks it with
+    /// the cause `NamespaceTerminating`: no new objects in a namespace being
+    /// deleted.
+    NamespaceTerminating,
+    /// 404 naming the namespace (`details.kind: namespaces`): it is gone.
+    NamespaceGone,
+    /// 404 for the object itself where it cannot be created again.
+    ObjectGone,
+    /// 422 Invalid: the same body is refused again.
+    Invalid,
+    /// Any other 403 of an Event write: an authorizer or admission plugin
+    /// said no to this object, and will again.
+    Forbidden,
+}
+
+impl Refusal {
+    /// The `reason` label of `nodeproof_reporter_dropped_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NamespaceTerminating => "namespace_terminating",
+            Refusal::NamespaceGone => "namespace_gone",
+            Refusal::ObjectGone => "object_gone",
+            Refusal::Invalid => "invalid",
+            Refusal::Forbidden => "forbidden",
+        }
+    }
+
+    /// The refusals read from the Status itself (reason, cause, details);
+    /// other 403s and 404s depend on what was written and are classified
+    /// by the write (`KubeReporter::write_event`).
+    fn of(s: &kube::core::Status) -> Option<Refusal> {
+        // metav1.StatusReasonInvalid, and v1.NamespaceTerminatingCause as
+        // NamespaceLifecycle adds it (plugin/namespace/lifecycle).
+        const INVALID: &str = "Invalid";
+        const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+        let details = s.details.as_ref();
+        match s.code {
+            422 if s.reason == INVALID => Some(Refusal::Invalid),
+            403 if details
+                .is_some_and(|d| d.causes.iter().any(|c| c.reason == NAMESPACE_TERMINATING)) =>
+            {
+                Some(Refusal::NamespaceTerminating)
+            }
+            // NamespaceLifecycle answers errors.NewNotFound(namespaces, ns).
+            404 if details.is_some_and(|d| d.kind == "namespaces") => Some(Refusal::NamespaceGone),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -272,7 +361,30 @@ impl Reporter for KubeReporter {
                     ..PostParams::default()
                 };
                 self.bounded("POST event", events.create(&pp, &event))
-                    .await?;
+                    .await
+                    .map_err(|e| match e {
+                        // Not the namespace (read from the Status above): an
+                        // authorizer's or admission plugin's no, or a path that
+                        // is not there. Either way, this Event will not land.
+                        ReportError::Forbidden { op, node, message } => ReportError::Refused {
+                            op,
+                            node,
+                            refusal: Refusal::Forbidden,
+                            message,
+                        },
+                        ReportError::Api {
+                            code: 404,
+                            op,
+                            node,
+                            message,
+                        } => ReportError::Refused {
+                            op,
+                            node,
+                            refusal: Refusal::ObjectGone,
+                            message,
+                        },
+                        e => e,
+                    })?;
             }
             EventWrite::Update { name, .. } => {
                 self.bounded(
@@ -285,6 +397,12 @@ impl Reporter for KubeReporter {
                         op,
                         node: self.node.clone(),
                         name: name.clone(),
+                    },
+                    ReportError::Forbidden { op, node, message } => ReportError::Refused {
+                        op,
+                        node,
+                        refusal: Refusal::Forbidden,
+                        message,
                     },
                     e => e,
                 })?;
@@ -416,9 +534,12 @@ pub async fn connect(source: &Source) -> Result<Option<kube::Client>, ReportErro
     // loop retries itself with only the latest state and honours
     // Retry-After without holding a request open, so no hidden retries.
     config.default_retry = false;
-    kube::Client::try_from(config)
-        .map(Some)
-        .map_err(|e| failed(e.into()))
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| failed(e.into()))?;
+    Ok(Some(
+        builder
+            .with_layer(&super::retry_after::RetryAfterLayer)
+            .build(),
+    ))
 }
 
 /// The reporter without credentials: logs (to stderr and the journal)

@@ -7,11 +7,16 @@
 //! Outages: only the latest desired state is kept (the tracker and the
 //! event recorder), never a queue of writes; failures back off exponentially
 //! with jitter, a 429's Retry-After is honoured, a 409 re-reads the Node.
+//!
+//! The Node's writes (status, labels, taints) and the Events back off on
+//! their own schedules, so a status write never waits behind an Event; each
+//! Event succeeds or fails on its own, and one the API server refused for
+//! good (its namespace terminating or gone, invalid) is dropped and counted.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::client::{ReportError, Reporter};
+use super::client::{Refusal, ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
@@ -72,6 +77,71 @@ impl Backoff {
     }
 }
 
+/// One retry schedule: the backoff and the time before which nothing is sent.
+#[derive(Debug, Clone)]
+struct Retry {
+    backoff: Backoff,
+    not_before: Option<SystemTime>,
+}
+
+impl Retry {
+    fn new(config: &LoopConfig, seed: u64) -> Self {
+        Retry {
+            backoff: Backoff {
+                base: config.backoff_base,
+                cap: config.backoff_cap,
+                attempt: 0,
+                state: seed | 1,
+            },
+            not_before: None,
+        }
+    }
+
+    fn ready(&self, now: SystemTime) -> bool {
+        self.not_before.is_none_or(|t| now >= t)
+    }
+
+    /// The pending wait, if it is still in the future.
+    fn waiting(&self, now: SystemTime) -> Option<SystemTime> {
+        self.not_before.filter(|t| *t > now)
+    }
+
+    fn succeeded(&mut self) {
+        self.backoff.reset();
+        self.not_before = None;
+    }
+
+    /// The next attempt waits for the 429's Retry-After when there is one
+    /// (as client-go's `checkWait` does), the backoff otherwise.
+    fn failed(&mut self, now: SystemTime, e: &ReportError) {
+        let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
+        self.not_before = Some(now + delay);
+    }
+}
+
+/// What was written: the `kind` label of `nodeproof_reporter_dropped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WriteKind {
+    /// A core/v1 Event. The Node's own writes (status, labels, taints) are
+    /// never dropped: a refusal of those is a fatal error, logged and retried.
+    Event,
+}
+
+impl WriteKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteKind::Event => "event",
+        }
+    }
+}
+
+/// A write the API server refused for good, dropped instead of retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    pub kind: WriteKind,
+    pub reason: Refusal,
+}
+
 /// Requests the loop made (successful ones) and failures.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -80,6 +150,8 @@ pub struct Stats {
     pub event_writes: u64,
     pub label_writes: u64,
     pub taint_writes: u64,
+    /// Events the API server refused for good (see [`Dropped`]).
+    pub events_dropped: u64,
     pub failures: u64,
 }
 
@@ -98,13 +170,19 @@ pub struct ReportLoop<R> {
     /// Our labels and taints as last read or written.
     labels_on_node: BTreeMap<String, String>,
     taints_on_node: Vec<Taint>,
-    backoff: Backoff,
-    not_before: Option<SystemTime>,
+    /// The Node's writes (read, status, labels, taints).
+    node_retry: Retry,
+    /// The Events, on their own schedule.
+    event_retry: Retry,
+    /// Dropped writes not yet taken by [`ReportLoop::take_dropped`].
+    dropped: Vec<Dropped>,
     stats: Stats,
 }
 
 impl<R: Reporter> ReportLoop<R> {
     pub fn new(reporter: R, config: LoopConfig, seed: u64) -> Self {
+        let node_retry = Retry::new(&config, seed);
+        let event_retry = Retry::new(&config, seed.rotate_left(32));
         ReportLoop {
             reporter,
             tracker: Tracker::new(config.policy),
@@ -113,13 +191,9 @@ impl<R: Reporter> ReportLoop<R> {
             marks: config.marks,
             labels_on_node: BTreeMap::new(),
             taints_on_node: Vec::new(),
-            backoff: Backoff {
-                base: config.backoff_base,
-                cap: config.backoff_cap,
-                attempt: 0,
-                state: seed | 1,
-            },
-            not_before: None,
+            node_retry,
+            event_retry,
+            dropped: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -139,6 +213,11 @@ impl<R: Reporter> ReportLoop<R> {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The writes dropped since the last call (for the daemon's metrics).
+    pub fn take_dropped(&mut self) -> Vec<Dropped> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Fold one round of check results in. Never touches the network: checks
@@ -213,41 +292,65 @@ impl<R: Reporter> ReportLoop<R> {
 
     /// When the loop next has something to do (None: nothing until new results).
     pub fn next_wake(&self, now: SystemTime) -> Option<SystemTime> {
-        if let Some(t) = self.not_before.filter(|t| *t > now) {
-            return Some(t);
-        }
-        if !self.tracker.is_resumed()
+        let node = if let Some(t) = self.node_retry.waiting(now) {
+            Some(t)
+        } else if !self.tracker.is_resumed()
             || self.tracker.due(now).is_some()
             || self.marks_due().is_some()
         {
-            return Some(now);
-        }
-        [self.tracker.next_heartbeat(), self.recorder.next_due()]
-            .into_iter()
-            .flatten()
-            .min()
+            Some(now)
+        } else {
+            self.tracker.next_heartbeat()
+        };
+        // Events wait for the Node's read (their Node's UID comes from it),
+        // which `node` already wakes for.
+        let events = self
+            .recorder
+            .next_due()
+            .filter(|_| self.tracker.is_resumed())
+            .map(|due| self.event_retry.waiting(now).map_or(due, |t| t.max(due)));
+        [node, events].into_iter().flatten().min()
     }
 
     /// Do what is due at `now`. On failure the loop has already scheduled
     /// its retry (see `next_wake`); the error is returned for the caller to
-    /// log or, if fatal, to stop on.
+    /// log or, if fatal, to stop on. The Node's writes and the Events are
+    /// tried independently; when both fail, the Node's error is returned
+    /// (an outage fails both the same way) and the flush counts once.
     pub async fn flush(&mut self, now: SystemTime) -> Result<(), ReportError> {
-        if self.not_before.is_some_and(|t| now < t) {
-            return Ok(());
-        }
-        match self.try_flush(now).await {
-            Ok(()) => {
-                self.backoff.reset();
-                self.not_before = None;
-                Ok(())
+        let node = if self.node_retry.ready(now) {
+            match self.flush_node(now).await {
+                Ok(()) => {
+                    self.node_retry.succeeded();
+                    Ok(())
+                }
+                Err(e) => {
+                    self.node_retry.failed(now, &e);
+                    Err(e)
+                }
             }
-            Err(e) => {
-                self.stats.failures += 1;
-                let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
-                self.not_before = Some(now + delay);
-                Err(e)
+        } else {
+            Ok(())
+        };
+        let events = if self.tracker.is_resumed() && self.event_retry.ready(now) {
+            match self.flush_events(now).await {
+                Ok(()) => {
+                    self.event_retry.succeeded();
+                    Ok(())
+                }
+                Err(e) => {
+                    self.event_retry.failed(now, &e);
+                    Err(e)
+                }
             }
+        } else {
+            Ok(())
+        };
+        let result = node.and(events);
+        if result.is_err() {
+            self.stats.failures += 1;
         }
+        result
     }
 
     async fn read_node(&mut self) -> Result<super::client::NodeState, ReportError> {
@@ -260,7 +363,7 @@ impl<R: Reporter> ReportLoop<R> {
         Ok(state)
     }
 
-    async fn try_flush(&mut self, now: SystemTime) -> Result<(), ReportError> {
+    async fn flush_node(&mut self, now: SystemTime) -> Result<(), ReportError> {
         if !self.tracker.is_resumed() {
             let state = self.read_node().await?;
             let transitions = self.tracker.resume(state.conditions);
@@ -295,6 +398,14 @@ impl<R: Reporter> ReportLoop<R> {
                 self.stats.taint_writes += 1;
             }
         }
+        Ok(())
+    }
+
+    /// Each due Event on its own: a refusal drops that one and the rest go
+    /// on; a failure that may pass (5xx, 429, timeout, connection) stops the
+    /// batch, since the API server is unwell or asked us to slow down, and
+    /// every unsent write stays pending for the Events' retry.
+    async fn flush_events(&mut self, now: SystemTime) -> Result<(), ReportError> {
         let mut writes = self.recorder.due(now).into_iter();
         while let Some(write) = writes.next() {
             match self.reporter.write_event(&write).await {
@@ -304,12 +415,33 @@ impl<R: Reporter> ReportLoop<R> {
                     self.stats.event_writes += 1;
                 }
                 Err(ReportError::EventGone { .. }) => self.recorder.lost(&write, now),
-                Err(e) => {
-                    for unsent in std::iter::once(write).chain(writes) {
-                        self.recorder.failed(&unsent);
+                Err(e) => match e.refusal() {
+                    Some(reason) => {
+                        // Handled here, so logged here, once: the key is forgotten.
+                        let key = write.key();
+                        tracing::warn!(
+                            kind = WriteKind::Event.as_str(),
+                            reason = %reason,
+                            namespace = key.object.event_namespace(),
+                            object = %key.object.name,
+                            event_reason = %key.reason,
+                            error = %e,
+                            "event refused by the API server for good; dropped"
+                        );
+                        self.recorder.dropped(&write);
+                        self.stats.events_dropped += 1;
+                        self.dropped.push(Dropped {
+                            kind: WriteKind::Event,
+                            reason,
+                        });
                     }
-                    return Err(e);
-                }
+                    None => {
+                        for unsent in std::iter::once(write).chain(writes) {
+                            self.recorder.failed(&unsent);
+                        }
+                        return Err(e);
+                    }
+                },
             }
         }
         Ok(())
@@ -322,7 +454,8 @@ impl<R: Reporter> ReportLoop<R> {
 /// it (their sender uses `try_send`). Events about pods (the pods watcher's)
 /// arrive on `pod_events` and go out with the node's; a reloaded policy on
 /// `policy`. `on_error` sees each failed flush (the loop is moved into the
-/// task, so this is how the daemon counts them while it runs). Returns the
+/// task, so this is how the daemon counts them while it runs), `on_drop`
+/// each write refused for good (already journaled). Returns the
 /// loop when the rounds' sender is dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
@@ -330,10 +463,13 @@ pub async fn run<R: Reporter>(
     mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
     mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
     mut on_error: impl FnMut(&ReportError),
+    mut on_drop: impl FnMut(Dropped),
 ) -> ReportLoop<R> {
     loop {
         let now = SystemTime::now();
-        if let Err(e) = lp.flush(now).await {
+        let flushed = lp.flush(now).await;
+        lp.take_dropped().into_iter().for_each(&mut on_drop);
+        if let Err(e) = flushed {
             on_error(&e);
             // Handled here (retried on the loop's schedule), so logged here.
             if e.is_fatal() {

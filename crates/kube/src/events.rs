@@ -347,6 +347,13 @@ impl Recorder {
         }
     }
 
+    /// The API server refused the write for good (its namespace is going or
+    /// gone, the body is invalid): forget the key, so it blocks nothing and
+    /// is not retried. A later occurrence starts a new Event.
+    pub fn dropped(&mut self, write: &EventWrite) {
+        self.entries.remove(write.key());
+    }
+
     /// Total occurrences counted for `key`.
     pub fn count(&self, key: &EventKey) -> Option<u32> {
         self.entries.get(key).map(|e| e.count)

@@ -9,6 +9,7 @@
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
 //! - `connect`: node name, credentials and clients from the `[report]` section;
+//! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
 //! - `config`: that section; `refs`/`taints`: pods' seccomp references and
 //!   Kubernetes' toleration matching, pure.
 
@@ -21,6 +22,7 @@ pub mod driver;
 pub mod events;
 pub mod marks;
 pub mod refs;
+pub mod retry_after;
 pub mod taints;
 
 use std::time::{Duration, SystemTime};
