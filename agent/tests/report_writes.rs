@@ -2,11 +2,14 @@
 //! server (its "Write failures" section): an Event refused for good (its
 //! namespace terminating or gone) is dropped and blocks nothing, the Node's
 //! writes never wait behind failing Events, and the throttling filters'
-//! plain-text 429 has its Retry-After honoured. Simulated clock throughout.
+//! plain-text 429 has its Retry-After honoured (simulated clock); and a
+//! client certificate rotated in place (as the kubelet does) is picked up
+//! before the original expires, by the loop and by `nodeproof run`.
 
 mod support;
 
-use std::time::{Duration, SystemTime};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use tempfile::TempDir;
@@ -17,6 +20,7 @@ use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::credentials;
 use nodeproof_kube::driver::{Dropped, LoopConfig, ReportLoop, WriteKind};
 use nodeproof_kube::events::{EventType, ObjectRef};
+use support::agent::Agent;
 use support::apiserver::{Fault, Identity, NamespacePhase, TestApiServer};
 
 fn t0() -> SystemTime {
@@ -237,4 +241,192 @@ async fn a_throttled_event_waits_for_retry_after_and_the_status_does_not() {
     assert_eq!(c.posts_to("ml"), 0);
     lp.flush(t0() + secs(30)).await.unwrap();
     assert_eq!(c.posts_to("ml"), 1);
+}
+
+/// The kubelet's rotation: a new certificate and key written beside the old
+/// ones and renamed over them (`kubelet-client-current.pem` moves at once).
+fn rotate(server: &TestApiServer, cert: &Path, key: &Path, valid_for: Duration) {
+    let (c, k) = server.node_client_cert("n1", valid_for);
+    for (path, pem) in [(key, k), (cert, c)] {
+        let tmp = path.with_extension("new");
+        std::fs::write(&tmp, pem).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+}
+
+/// A kubelet.conf with a client certificate valid for `valid_for`.
+fn cert_credentials(
+    server: &TestApiServer,
+    dir: &Path,
+    valid_for: Duration,
+) -> (PathBuf, PathBuf, PathBuf) {
+    let pki = dir.join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let cert = pki.join("kubelet-client-current.pem");
+    let key = pki.join("kubelet-client-current.key");
+    rotate(server, &cert, &key, valid_for);
+    let kubeconfig = server.cert_kubeconfig(dir, &cert, &key);
+    (kubeconfig, cert, key)
+}
+
+#[tokio::test]
+async fn an_expired_client_certificate_is_refused_401() {
+    let c = cluster();
+    let (kubeconfig, _, _) = cert_credentials(&c.server, c.dir.path(), Duration::ZERO);
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let client = nodeproof_kube::client::connect(&source)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut lp = ReportLoop::new(KubeReporter::new(client, "n1"), LoopConfig::default(), 7);
+    lp.observe(t0(), &[seccomp(true)]);
+    let e = lp.flush(t0()).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            nodeproof_kube::client::ReportError::Api { code: 401, .. }
+        ),
+        "{e:?}"
+    );
+}
+
+/// The loop's state (the tracker's transition time) survives the swap: the
+/// write after the rotation is the next transition, not a first report.
+#[tokio::test]
+async fn a_rotated_client_certificate_is_picked_up_before_the_old_one_expires() {
+    let c = cluster();
+    let valid = Duration::from_secs(2);
+    let (kubeconfig, cert, key) = cert_credentials(&c.server, c.dir.path(), valid);
+    let issued = Instant::now();
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let client = nodeproof_kube::client::connect(&source)
+        .await
+        .unwrap()
+        .unwrap();
+    let reporter = KubeReporter::new(client, "n1")
+        .with_timeout(Duration::from_secs(2))
+        .reloading_from(source);
+    let config = LoopConfig {
+        policy: Policy {
+            hysteresis: Hysteresis::IMMEDIATE,
+            ..Policy::default()
+        },
+        ..LoopConfig::default()
+    };
+    let mut lp = ReportLoop::new(reporter, config, 7);
+    lp.observe(t0(), &[seccomp(true)]);
+    lp.flush(t0()).await.unwrap();
+    rotate(&c.server, &cert, &key, Duration::from_secs(3600));
+    tokio::time::sleep((valid + Duration::from_millis(1200)).saturating_sub(issued.elapsed()))
+        .await;
+    let now = t0() + secs(60);
+    lp.observe(now, &[seccomp(false)]);
+    lp.flush(now).await.unwrap();
+    let cond = c.server.condition("n1", "SeccompProfilesReady").unwrap();
+    assert_eq!(cond["status"], "False");
+    assert_eq!(
+        lp.stats().node_reads,
+        1,
+        "the Node was read once: state kept"
+    );
+}
+
+/// A bearer token file replaced on disk (a projected ServiceAccount token),
+/// the old token revoked: the next write reads the new one at once (kube-rs
+/// alone would keep the old one for up to a minute, and get 401 meanwhile).
+#[tokio::test]
+async fn a_rotated_token_file_is_read_again() {
+    let c = cluster();
+    let token = c.dir.path().join("token");
+    std::fs::write(&token, "tok-1").unwrap();
+    c.server.add_token("tok-1", Identity::Node("n1".into()));
+    let kubeconfig = c.server.token_file_kubeconfig(c.dir.path(), &token);
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let client = nodeproof_kube::client::connect(&source)
+        .await
+        .unwrap()
+        .unwrap();
+    let reporter = KubeReporter::new(client, "n1").reloading_from(source);
+    let config = LoopConfig {
+        policy: Policy {
+            hysteresis: Hysteresis::IMMEDIATE,
+            ..Policy::default()
+        },
+        ..LoopConfig::default()
+    };
+    let mut lp = ReportLoop::new(reporter, config, 7);
+    lp.observe(t0(), &[seccomp(true)]);
+    lp.flush(t0()).await.unwrap();
+    c.server.add_token("tok-2", Identity::Node("n1".into()));
+    c.server.revoke_token("tok-1");
+    let tmp = token.with_extension("new");
+    std::fs::write(&tmp, "tok-2").unwrap();
+    std::fs::rename(&tmp, &token).unwrap();
+    let now = t0() + secs(30);
+    lp.observe(now, &[seccomp(false)]);
+    lp.flush(now).await.unwrap();
+    assert_eq!(
+        c.server.condition("n1", "SeccompProfilesReady").unwrap()["status"],
+        "False"
+    );
+}
+
+/// `nodeproof run` with kubeadm's kubelet.conf shape, its certificate valid
+/// for a few seconds and rotated under it: a profile broken after the
+/// original expired is still reported.
+#[test]
+fn the_agent_keeps_reporting_past_its_original_certificates_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_node("n1", json!([]));
+    let valid = Duration::from_secs(8);
+    let (kubeconfig, cert, key) = cert_credentials(&server, dir.path(), valid);
+    let issued = Instant::now();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    let good = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap();
+    std::fs::write(root.join("profiles/good.json"), good).unwrap();
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n[daemon]\nprofile-resync-s = 1\n",
+        root.display(),
+        kubeconfig.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let status = || {
+        server
+            .condition("n1", "SeccompProfilesReady")
+            .map(|c| c["status"].as_str().unwrap_or("").to_string())
+    };
+    while status().as_deref() != Some("True") {
+        assert!(
+            issued.elapsed() < valid,
+            "not reported before the certificate expired: {}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rotate(&server, &cert, &key, Duration::from_secs(3600));
+    std::thread::sleep((valid + Duration::from_secs(1)).saturating_sub(issued.elapsed()));
+    std::fs::write(
+        root.join("broken.json"),
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    )
+    .unwrap();
+    let start = Instant::now();
+    while status().as_deref() != Some("False") {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "not reported after the original certificate expired\n--- agent log ---\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = agent.log_text();
+    assert!(log.contains("credentials reloaded"), "{log}");
+    assert!(agent.stop(), "{}", agent.log_text());
 }

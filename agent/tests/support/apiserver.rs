@@ -89,6 +89,8 @@ struct State {
     accepted: Vec<Instant>,
     /// Namespaces NamespaceLifecycle refuses Events in (see "Write failures").
     namespaces: BTreeMap<String, NamespacePhase>,
+    /// The CA client certificates are verified against (see "Write failures").
+    client_ca_der: Vec<u8>,
 }
 
 impl State {
@@ -135,6 +137,8 @@ pub struct TestApiServer {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
     ca_pem: String,
+    /// Signs client certificates (see "Write failures").
+    client_ca: rcgen::Issuer<'static, rcgen::KeyPair>,
     /// Bumped to close every open connection.
     cut: tokio::sync::watch::Sender<u64>,
     _runtime: std::thread::JoinHandle<()>,
@@ -154,11 +158,15 @@ impl TestApiServer {
         ))
         .with_safe_default_protocol_versions()
         .expect("protocol versions")
-        .with_no_client_auth()
+        .with_client_cert_verifier(Arc::new(RequestClientCert))
         .with_single_cert(vec![cert_der], key_der)
         .expect("server certificate");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let state = Arc::new(Mutex::new(State::default()));
+        let (client_ca, client_ca_der) = client_ca();
+        let state = Arc::new(Mutex::new(State {
+            client_ca_der,
+            ..State::default()
+        }));
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         std_listener.set_nonblocking(true).expect("nonblocking");
         let addr = std_listener.local_addr().expect("addr");
@@ -194,6 +202,7 @@ impl TestApiServer {
                         let Ok(tls) = acceptor.accept(tcp).await else {
                             return;
                         };
+                        let app = app.layer(axum::Extension(PeerCert::of(tls.get_ref().1)));
                         let svc = hyper_util::service::TowerToHyperService::new(app);
                         let builder = hyper_util::server::conn::auto::Builder::new(
                             hyper_util::rt::TokioExecutor::new(),
@@ -212,6 +221,7 @@ impl TestApiServer {
             addr,
             state,
             ca_pem,
+            client_ca,
             cut,
             _runtime: runtime,
         }
@@ -610,6 +620,7 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    axum::Extension(peer): axum::Extension<PeerCert>,
     body: Bytes,
 ) -> Response {
     let fault = st.lock().unwrap().fault;
@@ -628,15 +639,7 @@ async fn handle(
         query_param(&uri, "watch").as_deref(),
         &faulted,
     ) {
-        let who = {
-            let s = st.lock().unwrap();
-            headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .and_then(|t| s.tokens.get(t))
-                .cloned()
-        };
+        let who = authenticate(&st.lock().unwrap(), &headers, &peer);
         let Some(who) = who else {
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         };
@@ -674,6 +677,7 @@ async fn handle(
             &method,
             &uri,
             &headers,
+            &peer,
             &content_type,
             &body_json,
         ),
@@ -707,14 +711,11 @@ fn route(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    peer: &PeerCert,
     content_type: &str,
     body: &Value,
 ) -> (u16, Value) {
-    let token = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let Some(who) = token.and_then(|t| s.tokens.get(t)).cloned() else {
+    let Some(who) = authenticate(s, headers, peer) else {
         return status(401, "Unauthorized", "Unauthorized");
     };
     let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
@@ -1043,5 +1044,189 @@ fn write_fault(fault: Option<Fault>, method: &Method, uri: &Uri) -> Option<Respo
             )
         }
         _ => None,
+    }
+}
+
+// Client certificates, as kube-apiserver's x509 authenticator: the TLS
+// handshake only asks for one (Go's tls.RequestClientCert); each request is
+// then authenticated from it: signed by the client CA, within its validity
+// (an expired certificate is 401 Unauthorized, not a failed handshake), CN
+// `system:node:<name>` the node identity.
+
+/// The client certificate a connection presented (DER), if any.
+#[derive(Debug, Clone)]
+pub struct PeerCert(Option<Vec<u8>>);
+
+impl PeerCert {
+    fn of(conn: &rustls::ServerConnection) -> Self {
+        PeerCert(
+            conn.peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.as_ref().to_vec()),
+        )
+    }
+}
+
+/// Bearer token first, then the client certificate.
+fn authenticate(s: &State, headers: &HeaderMap, peer: &PeerCert) -> Option<Identity> {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if let Some(t) = token {
+        return s.tokens.get(t).cloned();
+    }
+    cert_identity(&s.client_ca_der, peer.0.as_deref()?)
+}
+
+fn cert_identity(ca_der: &[u8], der: &[u8]) -> Option<Identity> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, ca) = X509Certificate::from_der(ca_der).ok()?;
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    cert.verify_signature(Some(ca.public_key())).ok()?;
+    if !cert.validity().is_valid() {
+        return None;
+    }
+    let cn = cert.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(Identity::Node(cn.strip_prefix("system:node:")?.to_string()))
+}
+
+/// Asks every client for a certificate and accepts whatever it presents:
+/// whether it authenticates anyone is decided per request (above).
+#[derive(Debug)]
+struct RequestClientCert;
+
+impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The client CA: its issuer (to sign with) and its certificate (DER).
+fn client_ca() -> (rcgen::Issuer<'static, rcgen::KeyPair>, Vec<u8>) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "nodeproof test client CA");
+    let key = rcgen::KeyPair::generate().expect("CA key");
+    let der = params
+        .self_signed(&key)
+        .expect("CA certificate")
+        .der()
+        .to_vec();
+    (rcgen::Issuer::new(params, key), der)
+}
+
+impl TestApiServer {
+    /// A client certificate and key (PEM) for `system:node:<node>` in group
+    /// `system:nodes`, as the kubelet's, valid from a minute ago for `valid_for`.
+    pub fn node_client_cert(&self, node: &str, valid_for: Duration) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:nodes");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - Duration::from_secs(60);
+        params.not_after = now + valid_for;
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params
+            .signed_by(&key, &self.client_ca)
+            .expect("certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A token no longer authenticates anyone (a rotated-out ServiceAccount token).
+    pub fn revoke_token(&self, token: &str) {
+        self.state.lock().unwrap().tokens.remove(token);
+    }
+
+    /// A kubeconfig whose user reads its bearer token from `token_file`.
+    pub fn token_file_kubeconfig(&self, dir: &Path, token_file: &Path) -> PathBuf {
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, &self.ca_pem).unwrap();
+        let path = dir.join("token-file.kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://{addr}\n    certificate-authority: {ca}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: u\ncurrent-context: test\nusers:\n- name: u\n  user:\n    tokenFile: {token}\n",
+                addr = self.addr,
+                ca = ca.display(),
+                token = token_file.display(),
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// A kubeconfig authenticating with a client certificate and key file,
+    /// as kubeadm's kubelet.conf does.
+    pub fn cert_kubeconfig(&self, dir: &Path, cert: &Path, key: &Path) -> PathBuf {
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, &self.ca_pem).unwrap();
+        let path = dir.join("kubelet.conf");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://{addr}\n    certificate-authority: {ca}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: u\ncurrent-context: test\nusers:\n- name: u\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n",
+                addr = self.addr,
+                ca = ca.display(),
+                cert = cert.display(),
+                key = key.display(),
+            ),
+        )
+        .unwrap();
+        path
     }
 }

@@ -6,6 +6,7 @@
 //! patch core/v1 Events (events.k8s.io/v1 is refused to nodes).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -261,9 +262,9 @@ pub trait Reporter {
 
 /// The kube-rs reporter.
 pub struct KubeReporter {
-    client: kube::Client,
+    client: ReloadingClient,
     /// A separate credential for taints (None: taints unavailable).
-    taint_client: Option<kube::Client>,
+    taint_client: Option<ReloadingClient>,
     node: String,
     timeout: Duration,
 }
@@ -271,16 +272,31 @@ pub struct KubeReporter {
 impl KubeReporter {
     pub fn new(client: kube::Client, node: &str) -> Self {
         KubeReporter {
-            client,
+            client: ReloadingClient::fixed(client),
             taint_client: None,
             node: node.to_string(),
             timeout: Duration::from_secs(10),
         }
     }
 
+    /// Rebuild the client from `source` when its credential files change,
+    /// and after a 401 (see [`ReloadingClient`]).
+    pub fn reloading_from(mut self, source: Source) -> Self {
+        self.client.follow(source);
+        self
+    }
+
     /// Taint with this client (a ServiceAccount allowed to patch nodes).
     pub fn with_taint_client(mut self, client: kube::Client) -> Self {
-        self.taint_client = Some(client);
+        self.taint_client = Some(ReloadingClient::fixed(client));
+        self
+    }
+
+    /// The taint client, rebuilt from `source` as [`Self::reloading_from`].
+    pub fn with_reloading_taint_client(mut self, client: kube::Client, source: Source) -> Self {
+        let mut c = ReloadingClient::fixed(client);
+        c.follow(source);
+        self.taint_client = Some(c);
         self
     }
 
@@ -292,17 +308,20 @@ impl KubeReporter {
 
     async fn bounded<T>(
         &self,
+        via: &ReloadingClient,
         op: &'static str,
         fut: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ReportError> {
-        match tokio::time::timeout(self.timeout, fut).await {
+        let result = match tokio::time::timeout(self.timeout, fut).await {
             Ok(r) => r.map_err(|e| ReportError::from_kube(op, &self.node, e)),
             Err(_) => Err(ReportError::Timeout {
                 op,
                 node: self.node.clone(),
                 after: self.timeout,
             }),
-        }
+        };
+        via.answered(&result);
+        result
     }
 
     fn params() -> PatchParams {
@@ -319,9 +338,9 @@ impl Reporter for KubeReporter {
     }
 
     async fn read_node(&self) -> Result<NodeState, ReportError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.client.get().await);
         let node = self
-            .bounded("GET node", nodes.get(&self.node))
+            .bounded(&self.client, "GET node", nodes.get(&self.node))
             .await
             .map_err(|e| match e {
                 ReportError::Api { code: 404, .. } => ReportError::NodeNotFound {
@@ -333,9 +352,10 @@ impl Reporter for KubeReporter {
     }
 
     async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.client.get().await);
         let body = update.patch_body();
         self.bounded(
+            &self.client,
             "PATCH node status",
             nodes.patch_status(&self.node, &Self::params(), &Patch::Strategic(body)),
         )
@@ -344,8 +364,10 @@ impl Reporter for KubeReporter {
     }
 
     async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError> {
-        let events: Api<Event> =
-            Api::namespaced(self.client.clone(), write.key().object.event_namespace());
+        let events: Api<Event> = Api::namespaced(
+            self.client.get().await,
+            write.key().object.event_namespace(),
+        );
         let body = write.body(&self.node);
         match write {
             EventWrite::Create { .. } => {
@@ -360,7 +382,7 @@ impl Reporter for KubeReporter {
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..PostParams::default()
                 };
-                self.bounded("POST event", events.create(&pp, &event))
+                self.bounded(&self.client, "POST event", events.create(&pp, &event))
                     .await
                     .map_err(|e| match e {
                         // Not the namespace (read from the Status above): an
@@ -388,6 +410,7 @@ impl Reporter for KubeReporter {
             }
             EventWrite::Update { name, .. } => {
                 self.bounded(
+                    &self.client,
                     "PATCH event",
                     events.patch(name, &Self::params(), &Patch::Strategic(body)),
                 )
@@ -412,8 +435,9 @@ impl Reporter for KubeReporter {
     }
 
     async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes: Api<Node> = Api::all(self.client.get().await);
         self.bounded(
+            &self.client,
             "PATCH node labels",
             nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
         )
@@ -427,13 +451,13 @@ impl Reporter for KubeReporter {
                 node: self.node.clone(),
             });
         };
-        let nodes: Api<Node> = Api::all(client.clone());
+        let nodes: Api<Node> = Api::all(client.get().await);
         // `spec.taints` is replaced whole, so compute it from a fresh read and
         // guard the write with that read's resourceVersion; on 409 read again.
         let mut attempts = 0;
         loop {
             let node = self
-                .bounded("GET node for taints", nodes.get(&self.node))
+                .bounded(client, "GET node for taints", nodes.get(&self.node))
                 .await?;
             let on_node: Vec<serde_json::Value> = node
                 .spec
@@ -447,6 +471,7 @@ impl Reporter for KubeReporter {
             let body = marks::taint_patch(&rv, &on_node, ours);
             match self
                 .bounded(
+                    client,
                     "PATCH node taints",
                     nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
                 )
@@ -509,6 +534,222 @@ pub fn node_state(node: &Node) -> NodeState {
         conditions,
         labels,
         taints,
+    }
+}
+
+/// A kube client that follows its credential files. The kubelet rotates its
+/// client certificate in place (kubelet.conf points at
+/// `kubelet-client-current.pem`, a symlink moved to each new certificate)
+/// and projected ServiceAccount tokens are replaced on disk; kube-rs reads
+/// certificates once, when the client is built, so a client kept past the
+/// original certificate's expiry gets 401 forever. Before each request the
+/// files' identity (device, inode, size, mtime: a rename over the old file
+/// changes the inode) is compared with what the client was built from; on a
+/// change, or after a 401, the client is rebuilt and swapped in. The
+/// reporter's state lives in the loop, not here, so nothing else is lost.
+pub struct ReloadingClient {
+    client: Mutex<kube::Client>,
+    reload: Option<Mutex<Reload>>,
+}
+
+/// Credential files and the identity each had (None: unreadable).
+type Stamps = Vec<(PathBuf, Option<FileStamp>)>;
+
+struct Reload {
+    source: Source,
+    /// The credential files as the current client was built from them.
+    built_from: Stamps,
+    /// The last answer was 401.
+    unauthorized: bool,
+    /// The current client was already rebuilt for a 401 from these files:
+    /// another 401 waits for them to change (no rebuild per retry).
+    rebuilt_for_401: bool,
+    /// Stamps a rebuild failed for, so a failure is logged once per change.
+    failed_for: Option<Stamps>,
+}
+
+/// A file's identity: a rename over it, or a rewrite, changes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: Option<SystemTime>,
+}
+
+impl FileStamp {
+    /// Follows symlinks: the kubelet's `-current.pem` link moving is a change.
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: m.modified().ok(),
+        })
+    }
+}
+
+/// Why a client was rebuilt, for the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadCause {
+    /// A credential file was replaced or rewritten.
+    FileChanged(PathBuf),
+    /// The API server answered 401 (the credential expired or was revoked).
+    Unauthorized,
+}
+
+impl std::fmt::Display for ReloadCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadCause::FileChanged(p) => write!(f, "{} changed", p.display()),
+            ReloadCause::Unauthorized => f.write_str("the API server answered 401 Unauthorized"),
+        }
+    }
+}
+
+impl ReloadingClient {
+    /// A client that is never rebuilt.
+    pub fn fixed(client: kube::Client) -> Self {
+        ReloadingClient {
+            client: Mutex::new(client),
+            reload: None,
+        }
+    }
+
+    /// From now on, rebuild from `source` when its files change.
+    pub fn follow(&mut self, source: Source) {
+        let built_from = stamps(&credential_files(&source));
+        self.reload = Some(Mutex::new(Reload {
+            source,
+            built_from,
+            unauthorized: false,
+            rebuilt_for_401: false,
+            failed_for: None,
+        }));
+    }
+
+    /// The client for the next request, rebuilt first if its credentials changed.
+    pub async fn get(&self) -> kube::Client {
+        if let Some((source, cause, now)) = self.due() {
+            self.rebuild(source, cause, now).await;
+        }
+        self.current()
+    }
+
+    fn current(&self) -> kube::Client {
+        // A poisoned lock still holds a usable client.
+        match self.client.lock() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Whether to rebuild: the source, why, and the files' stamps now.
+    fn due(&self) -> Option<(Source, ReloadCause, Stamps)> {
+        let mut r = self.reload.as_ref()?.lock().ok()?;
+        let paths: Vec<PathBuf> = r.built_from.iter().map(|(p, _)| p.clone()).collect();
+        let now = stamps(&paths);
+        let changed = r
+            .built_from
+            .iter()
+            .zip(&now)
+            .find(|((_, was), (_, is))| was != is)
+            .map(|((p, _), _)| ReloadCause::FileChanged(p.clone()));
+        let cause = match changed {
+            Some(c) if r.failed_for.as_ref() != Some(&now) => c,
+            Some(_) => return None,
+            None if r.unauthorized && !r.rebuilt_for_401 => ReloadCause::Unauthorized,
+            None => return None,
+        };
+        r.unauthorized = false;
+        Some((r.source.clone(), cause, now))
+    }
+
+    async fn rebuild(&self, source: Source, cause: ReloadCause, now: Stamps) {
+        let built = connect(&source).await;
+        let Some(reload) = &self.reload else { return };
+        let Ok(mut r) = reload.lock() else { return };
+        match built {
+            Ok(Some(client)) => {
+                if let Ok(mut c) = self.client.lock() {
+                    *c = client;
+                }
+                // Handled here, so logged here: once per rebuild.
+                tracing::info!(credentials = %source.describe(), cause = %cause, "credentials reloaded");
+                r.rebuilt_for_401 = cause == ReloadCause::Unauthorized;
+                // The kubeconfig may now name other files: follow those.
+                r.built_from = stamps(&credential_files(&source));
+                r.failed_for = None;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // Half-written (a certificate without its new key yet): the
+                // previous client is kept and the next request tries again.
+                tracing::warn!(credentials = %source.describe(), cause = %cause, error = %e, "credentials changed but cannot be loaded; keeping the previous ones");
+                r.failed_for = Some(now);
+                if cause == ReloadCause::Unauthorized {
+                    r.rebuilt_for_401 = true;
+                }
+            }
+        }
+    }
+
+    /// What the API server answered with this client.
+    fn answered<T>(&self, result: &Result<T, ReportError>) {
+        let Some(Ok(mut r)) = self.reload.as_ref().map(|r| r.lock()) else {
+            return;
+        };
+        match result {
+            Err(ReportError::Api { code: 401, .. }) => r.unauthorized = true,
+            // Timeouts and connection failures say nothing about the credential.
+            Err(ReportError::Timeout { .. } | ReportError::Transport { .. }) => {}
+            _ => {
+                r.unauthorized = false;
+                r.rebuilt_for_401 = false;
+            }
+        }
+    }
+}
+
+fn stamps(paths: &[PathBuf]) -> Stamps {
+    paths
+        .iter()
+        .map(|p| (p.clone(), FileStamp::of(p)))
+        .collect()
+}
+
+/// The files a client built from `source` read: the kubeconfig, and the
+/// certificates, keys, token files and CAs it names (kube-rs makes them
+/// absolute); in-cluster, the ServiceAccount token and CA.
+pub fn credential_files(source: &Source) -> Vec<PathBuf> {
+    match source {
+        Source::None => Vec::new(),
+        Source::InCluster => {
+            let token = PathBuf::from(super::credentials::SERVICE_ACCOUNT_TOKEN);
+            let ca = token.with_file_name("ca.crt");
+            vec![token, ca]
+        }
+        Source::Kubeconfig(path) | Source::Kubelet(path) => {
+            let mut files = vec![path.clone()];
+            if let Ok(k) = kube::config::Kubeconfig::read_from(path) {
+                for a in k.auth_infos.iter().filter_map(|a| a.auth_info.as_ref()) {
+                    files.extend(
+                        [&a.client_certificate, &a.client_key, &a.token_file]
+                            .into_iter()
+                            .flatten()
+                            .map(PathBuf::from),
+                    );
+                }
+                for c in k.clusters.iter().filter_map(|c| c.cluster.as_ref()) {
+                    files.extend(c.certificate_authority.iter().map(PathBuf::from));
+                }
+            }
+            files.sort();
+            files.dedup();
+            files
+        }
     }
 }
 
