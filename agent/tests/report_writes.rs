@@ -430,3 +430,59 @@ fn the_agent_keeps_reporting_past_its_original_certificates_expiry() {
     assert!(log.contains("credentials reloaded"), "{log}");
     assert!(agent.stop(), "{}", agent.log_text());
 }
+
+/// The Node deleted and registered again (new UID, no nodeproof conditions),
+/// then one of nodeproof's conditions removed by another client: the
+/// running agent writes them back within seconds, not at the next heartbeat
+/// (5 minutes).
+#[test]
+fn a_node_registered_again_or_stripped_gets_its_conditions_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    let good = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap();
+    std::fs::write(root.join("profiles/good.json"), good).unwrap();
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display(),
+        kubeconfig.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let back = |what: &str| {
+        let start = Instant::now();
+        while server
+            .condition("n1", "SeccompProfilesReady")
+            .is_none_or(|c| c["status"] != "True")
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{what}: not back\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        start.elapsed()
+    };
+    back("first report");
+    server.delete_node("n1");
+    std::thread::sleep(Duration::from_millis(300));
+    server.register_node_again("n1", "uid-n1-again");
+    let t = back("after the Node was registered again");
+    eprintln!("FIGURE Node registered again -> conditions back in {t:?}");
+    server.remove_condition("n1", "SeccompProfilesReady");
+    let t = back("after another client removed it");
+    eprintln!("FIGURE condition removed by another client -> back in {t:?}");
+    assert!(agent
+        .log_text()
+        .contains("writing nodeproof's conditions again"));
+    assert!(agent.stop(), "{}", agent.log_text());
+}

@@ -159,12 +159,14 @@ async fn serve(
     };
     let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<Vec<Condition>>(ROUNDS_IN_FLIGHT);
     let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
+    let (nodes, nodes_rx) = tokio::sync::mpsc::channel(4);
     let reporter = subsystems::start_reporter(
         &config,
         config_tx.subscribe(),
         &shared,
         rounds_rx,
         pod_events_rx,
+        nodes_rx,
     )
     .await;
     if reporter.is_some() {
@@ -172,6 +174,7 @@ async fn serve(
             rows: rows_rx,
             profiles_linted: ctx.profiles_linted.clone(),
             events: pod_events,
+            nodes,
         };
         running
             .tasks

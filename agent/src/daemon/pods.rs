@@ -39,6 +39,8 @@ pub struct Feeds {
     pub profiles_linted: Arc<Notify>,
     /// To the reporter.
     pub events: mpsc::Sender<PodEvent>,
+    /// This Node as watched, to the reporter.
+    pub nodes: mpsc::Sender<nodeproof_kube::client::NodeState>,
 }
 
 /// The watcher's settings from the config (`--seccomp-root` wins over
@@ -214,6 +216,7 @@ async fn watch_with(
     let wopts = WatchOptions {
         recheck: RECHECK,
         wake: Some(feeds.profiles_linted.clone()),
+        node_seen: Some(feeds.nodes.clone()),
     };
     watch::rounds(
         w.client.clone(),

@@ -404,6 +404,7 @@ pub async fn start_reporter(
     shared: &Arc<Shared>,
     rounds: mpsc::Receiver<Vec<Condition>>,
     pod_events: mpsc::Receiver<PodEvent>,
+    nodes: mpsc::Receiver<nodeproof_kube::client::NodeState>,
 ) -> Option<Reporter> {
     let c = match nodeproof_kube::connect(&config.report).await {
         Ok(c) => c,
@@ -465,6 +466,7 @@ pub async fn start_reporter(
             lp,
             rounds,
             Some(pod_events),
+            Some(nodes),
             Some(follow_report_policy(config.report.clone(), reloads)),
             move |_| counter.metrics(|m| m.reporter_errors += 1),
             move |d| {

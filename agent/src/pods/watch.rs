@@ -354,6 +354,9 @@ pub struct WatchOptions {
     pub recheck: Duration,
     /// Notified when the profile files may have changed: judge now.
     pub wake: Option<Arc<Notify>>,
+    /// This Node as each watch event shows it, for the reporter (a Node
+    /// registered again or stripped of nodeproof's conditions is rewritten).
+    pub node_seen: Option<tokio::sync::mpsc::Sender<nodeproof_kube::client::NodeState>>,
 }
 
 impl Default for WatchOptions {
@@ -361,6 +364,7 @@ impl Default for WatchOptions {
         WatchOptions {
             recheck: Duration::from_secs(10),
             wake: None,
+            node_seen: None,
         }
     }
 }
@@ -460,7 +464,18 @@ pub async fn rounds(
         let mut judge = true;
         tokio::select! {
             change = rx.recv() => match change {
-                Some(c) => judge = state.apply(c),
+                Some(c) => {
+                    let seen = match &c {
+                        Change::Node(n) => Some(n),
+                        Change::Nodes(listed) => listed.first(),
+                        _ => None,
+                    };
+                    if let (Some(tx), Some(n)) = (&opts.node_seen, seen) {
+                        // Never blocks the watch: a full channel already holds a Node to look at.
+                        let _ = tx.try_send(nodeproof_kube::client::node_state(n));
+                    }
+                    judge = state.apply(c);
+                }
                 None => break,
             },
             _ = tokio::time::sleep_until(wake_at) => {}

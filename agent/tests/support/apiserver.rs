@@ -1230,3 +1230,40 @@ impl TestApiServer {
         path
     }
 }
+
+// Node deletion and registration again (the kubelet re-registers a deleted
+// Node with a new UID and only its own status), and another client
+// removing conditions; watchers see DELETED, ADDED and MODIFIED.
+impl TestApiServer {
+    pub fn delete_node(&self, name: &str) {
+        let mut st = self.state.lock().unwrap();
+        st.next_rv();
+        if let Some(before) = st.nodes.remove(name) {
+            let rv = st.rv;
+            st.changes.push((rv, "nodes", Some(before), None));
+        }
+    }
+
+    /// Registers `name` again under `uid`, with the kubelet's Ready only.
+    pub fn register_node_again(&self, name: &str, uid: &str) {
+        self.state.lock().unwrap().set_node(
+            name,
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "uid": uid, "labels": {}},
+                "spec": {},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+            }),
+        );
+    }
+
+    /// Another client (kubectl edit, a controller) removes a condition.
+    pub fn remove_condition(&self, name: &str, kind: &str) {
+        let mut st = self.state.lock().unwrap();
+        let mut node = st.nodes[name].clone();
+        if let Some(list) = node["status"]["conditions"].as_array_mut() {
+            list.retain(|c| c["type"] != kind);
+        }
+        st.set_node(name, node);
+    }
+}

@@ -368,6 +368,17 @@ impl Tracker {
         }
     }
 
+    /// The Node lost what was written (re-registered, or another client
+    /// removed nodeproof's conditions): write everything again now, with
+    /// the transition times kept (they describe nodeproof's findings, not
+    /// the Node object).
+    pub fn rewrite(&mut self) {
+        if self.resumed && !self.entries.is_empty() {
+            self.dirty = true;
+            self.generation += 1;
+        }
+    }
+
     /// The conditions as nodeproof wants them now.
     pub fn conditions(&self) -> impl Iterator<Item = &NodeCondition> {
         self.entries.values().map(|e| &e.published)

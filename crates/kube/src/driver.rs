@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::client::{Refusal, ReportError, Reporter};
+use super::client::{NodeState, Refusal, ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
@@ -119,6 +119,24 @@ impl Retry {
     }
 }
 
+/// Why the Node needs nodeproof's conditions written again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeDrift {
+    /// A new UID: the Node was deleted and registered again.
+    Recreated,
+    /// A published condition is not on the Node (another client removed it).
+    ConditionMissing(nodeproof_findings::ConditionType),
+}
+
+impl std::fmt::Display for NodeDrift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeDrift::Recreated => f.write_str("the Node was registered again (new UID)"),
+            NodeDrift::ConditionMissing(kind) => write!(f, "{kind} is missing from the Node"),
+        }
+    }
+}
+
 /// What was written: the `kind` label of `nodeproof_reporter_dropped_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WriteKind {
@@ -213,6 +231,39 @@ impl<R: Reporter> ReportLoop<R> {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The Node as a watch of it saw it. kube-apiserver keeps no status for
+    /// a Node deleted and registered again (the kubelet re-registers it with
+    /// a new UID and only its own conditions), and another client may remove
+    /// nodeproof's conditions; either way nothing would restore them until
+    /// the next heartbeat (minutes), so a new UID or a published condition
+    /// missing from the Node makes the status due now. The Node's own labels
+    /// and taints are taken as read, so marks that went missing are due too.
+    /// Returns why a rewrite is due, if it is.
+    pub fn node_seen(&mut self, state: &NodeState) -> Option<NodeDrift> {
+        if !self.tracker.is_resumed() {
+            // The first read is still to come and will see this Node.
+            return None;
+        }
+        self.labels_on_node = state.labels.clone();
+        self.taints_on_node = state.taints.clone();
+        self.taints_on_node.sort();
+        let drift = if state.uid.is_some() && state.uid != self.node_uid {
+            self.node_uid = state.uid.clone();
+            Some(NodeDrift::Recreated)
+        } else {
+            self.tracker
+                .conditions()
+                .find(|c| !state.conditions.iter().any(|o| o.kind == c.kind))
+                .map(|c| NodeDrift::ConditionMissing(c.kind))
+        };
+        if let Some(d) = &drift {
+            // Handled here, so logged here.
+            tracing::info!(node = %self.reporter.node(), drift = %d, "writing nodeproof's conditions again");
+            self.tracker.rewrite();
+        }
+        drift
     }
 
     /// The writes dropped since the last call (for the daemon's metrics).
@@ -452,8 +503,9 @@ impl<R: Reporter> ReportLoop<R> {
 /// counts towards hysteresis, even when equal to the one before), the API
 /// server is brought up to date on the real clock; the checks never wait on
 /// it (their sender uses `try_send`). Events about pods (the pods watcher's)
-/// arrive on `pod_events` and go out with the node's; a reloaded policy on
-/// `policy`. `on_error` sees each failed flush (the loop is moved into the
+/// arrive on `pod_events` and go out with the node's; the Node as the pods
+/// watcher's watch of it sees it on `nodes` (see [`ReportLoop::node_seen`]);
+/// a reloaded policy on `policy`. `on_error` sees each failed flush (the loop is moved into the
 /// task, so this is how the daemon counts them while it runs), `on_drop`
 /// each write refused for good (already journaled). Returns the
 /// loop when the rounds' sender is dropped.
@@ -461,6 +513,7 @@ pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
     mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
     mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+    mut nodes: Option<tokio::sync::mpsc::Receiver<NodeState>>,
     mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
     mut on_error: impl FnMut(&ReportError),
     mut on_drop: impl FnMut(Dropped),
@@ -492,6 +545,9 @@ pub async fn run<R: Reporter>(
             Some(e) = next_pod_event(&mut pod_events) => {
                 lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
             }
+            Some(n) = next_node(&mut nodes) => {
+                lp.node_seen(&n);
+            }
             Some(p) = next_policy(&mut policy) => {
                 tracing::info!(heartbeat_s = p.heartbeat.as_secs(), "reporter policy reloaded");
                 lp.set_policy(p);
@@ -508,6 +564,19 @@ async fn next_policy(policy: &mut Option<tokio::sync::watch::Receiver<Policy>>) 
         Some(rx) => match rx.changed().await {
             Ok(()) => Some(rx.borrow_and_update().clone()),
             Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next Node seen; pending forever without a source (or once it ended).
+async fn next_node(
+    nodes: &mut Option<tokio::sync::mpsc::Receiver<NodeState>>,
+) -> Option<NodeState> {
+    match nodes {
+        Some(rx) => match rx.recv().await {
+            Some(n) => Some(n),
+            None => std::future::pending().await,
         },
         None => std::future::pending().await,
     }
