@@ -486,3 +486,71 @@ fn a_node_registered_again_or_stripped_gets_its_conditions_back() {
         .contains("writing nodeproof's conditions again"));
     assert!(agent.stop(), "{}", agent.log_text());
 }
+
+/// `nodeproof run`: a pod in a namespace being deleted references a missing
+/// profile. Its Event is refused (NamespaceLifecycle) and dropped, counted in
+/// /metrics; the Node's condition and its own Event still land.
+#[test]
+fn the_agent_counts_a_dropped_event_in_its_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.set_namespace("ml", NamespacePhase::Terminating);
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display(),
+        kubeconfig.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "uid-vllm-0"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]},
+            "status": {"containerStatuses": [{"name": "vllm", "containerID": format!("containerd://{}", "ab".repeat(32)),
+                "image": "vllm", "imageID": "", "ready": false, "restartCount": 0}]}}),
+    );
+    let sample =
+        "nodeproof_reporter_dropped_total{kind=\"event\",reason=\"namespace_terminating\"} 1";
+    let start = Instant::now();
+    loop {
+        let (_, metrics) = agent.get("/metrics");
+        let node_event = server
+            .events()
+            .iter()
+            .any(|e| e["involvedObject"]["kind"] == "Node" && e["type"] == "Warning");
+        let cond = server.condition("n1", "SeccompProfilesReady");
+        if metrics.contains(sample) && node_event && cond.is_some_and(|c| c["status"] == "False") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{metrics}\n--- agent log ---\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c_posts(&server, "ml"), 1, "tried once, not retried");
+    let log = agent.log_text();
+    assert_eq!(
+        log.matches("refused by the API server for good").count(),
+        1,
+        "{log}"
+    );
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+fn c_posts(server: &TestApiServer, ns: &str) -> usize {
+    let path = format!("/api/v1/namespaces/{ns}/events");
+    server
+        .log()
+        .iter()
+        .filter(|l| l.method == "POST" && l.path == path)
+        .count()
+}

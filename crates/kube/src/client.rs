@@ -860,6 +860,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn refusals_are_read_from_the_status_as_kube_apiserver_sends_it() {
+        let of = |v: serde_json::Value| Refusal::of(&serde_json::from_value(v).unwrap());
+        assert_eq!(
+            of(serde_json::json!({"code": 422, "reason": "Invalid", "message": "x"})),
+            Some(Refusal::Invalid)
+        );
+        assert_eq!(
+            of(
+                serde_json::json!({"code": 403, "reason": "Forbidden", "details": {"name": "e", "kind": "events",
+                "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}]}})
+            ),
+            Some(Refusal::NamespaceTerminating)
+        );
+        assert_eq!(
+            of(
+                serde_json::json!({"code": 404, "reason": "NotFound", "details": {"name": "ml", "kind": "namespaces"}})
+            ),
+            Some(Refusal::NamespaceGone)
+        );
+        // Decided by the write: an Event to patch that expired is created again.
+        assert_eq!(
+            of(
+                serde_json::json!({"code": 404, "reason": "NotFound", "details": {"name": "e", "kind": "events"}})
+            ),
+            None
+        );
+        assert_eq!(
+            of(serde_json::json!({"code": 403, "reason": "Forbidden"})),
+            None
+        );
+        assert_eq!(
+            of(serde_json::json!({"code": 500, "reason": "InternalError"})),
+            None
+        );
+    }
+
+    #[test]
     fn node_state_keeps_only_own_condition_types_and_reads_status_as_the_api_spells_it() {
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n1", "uid": "u1"},
