@@ -303,9 +303,7 @@ async fn a_rotated_client_certificate_is_picked_up_before_the_old_one_expires() 
         .await
         .unwrap()
         .unwrap();
-    let reporter = KubeReporter::new(client, "n1")
-        .with_timeout(Duration::from_secs(2))
-        .reloading_from(source);
+    let reporter = KubeReporter::new(client, "n1").with_timeout(Duration::from_secs(2));
     let config = LoopConfig {
         policy: Policy {
             hysteresis: Hysteresis::IMMEDIATE,
@@ -346,7 +344,7 @@ async fn a_rotated_token_file_is_read_again() {
         .await
         .unwrap()
         .unwrap();
-    let reporter = KubeReporter::new(client, "n1").reloading_from(source);
+    let reporter = KubeReporter::new(client, "n1");
     let config = LoopConfig {
         policy: Policy {
             hysteresis: Hysteresis::IMMEDIATE,
@@ -412,6 +410,23 @@ fn the_agent_keeps_reporting_past_its_original_certificates_expiry() {
     }
     rotate(&server, &cert, &key, Duration::from_secs(3600));
     std::thread::sleep((valid + Duration::from_secs(1)).saturating_sub(issued.elapsed()));
+    // The pods watcher's client follows the files too: its watch of the
+    // Node (ended by the server every 0.5 s) starts again, authenticated.
+    server.clear_log();
+    let start = Instant::now();
+    while server.count_ok("GET", "/api/v1/nodes") == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the Node watch is not authenticated after the expiry: {:?}\n--- agent log ---\n{}",
+            server
+                .log()
+                .iter()
+                .map(|l| (&l.path, l.status))
+                .collect::<Vec<_>>(),
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::fs::write(
         root.join("broken.json"),
         "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",

@@ -437,15 +437,9 @@ pub async fn start_reporter(
         );
         return None;
     };
-    let mut reporter = KubeReporter::new(client, &node).reloading_from(c.source.clone());
+    let mut reporter = KubeReporter::new(client, &node);
     if let Some(t) = c.taint_client {
-        reporter = match &config.report.taint_kubeconfig {
-            Some(path) => reporter.with_reloading_taint_client(
-                t,
-                nodeproof_kube::credentials::Source::Kubeconfig(path.clone()),
-            ),
-            None => reporter.with_taint_client(t),
-        };
+        reporter = reporter.with_taint_client(t);
     }
     let marks = c.marks;
     let lp = ReportLoop::new(

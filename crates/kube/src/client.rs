@@ -262,9 +262,9 @@ pub trait Reporter {
 
 /// The kube-rs reporter.
 pub struct KubeReporter {
-    client: ReloadingClient,
+    client: kube::Client,
     /// A separate credential for taints (None: taints unavailable).
-    taint_client: Option<ReloadingClient>,
+    taint_client: Option<kube::Client>,
     node: String,
     timeout: Duration,
 }
@@ -272,31 +272,16 @@ pub struct KubeReporter {
 impl KubeReporter {
     pub fn new(client: kube::Client, node: &str) -> Self {
         KubeReporter {
-            client: ReloadingClient::fixed(client),
+            client,
             taint_client: None,
             node: node.to_string(),
             timeout: Duration::from_secs(10),
         }
     }
 
-    /// Rebuild the client from `source` when its credential files change,
-    /// and after a 401 (see [`ReloadingClient`]).
-    pub fn reloading_from(mut self, source: Source) -> Self {
-        self.client.follow(source);
-        self
-    }
-
     /// Taint with this client (a ServiceAccount allowed to patch nodes).
     pub fn with_taint_client(mut self, client: kube::Client) -> Self {
-        self.taint_client = Some(ReloadingClient::fixed(client));
-        self
-    }
-
-    /// The taint client, rebuilt from `source` as [`Self::reloading_from`].
-    pub fn with_reloading_taint_client(mut self, client: kube::Client, source: Source) -> Self {
-        let mut c = ReloadingClient::fixed(client);
-        c.follow(source);
-        self.taint_client = Some(c);
+        self.taint_client = Some(client);
         self
     }
 
@@ -308,20 +293,17 @@ impl KubeReporter {
 
     async fn bounded<T>(
         &self,
-        via: &ReloadingClient,
         op: &'static str,
         fut: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ReportError> {
-        let result = match tokio::time::timeout(self.timeout, fut).await {
+        match tokio::time::timeout(self.timeout, fut).await {
             Ok(r) => r.map_err(|e| ReportError::from_kube(op, &self.node, e)),
             Err(_) => Err(ReportError::Timeout {
                 op,
                 node: self.node.clone(),
                 after: self.timeout,
             }),
-        };
-        via.answered(&result);
-        result
+        }
     }
 
     fn params() -> PatchParams {
@@ -338,9 +320,9 @@ impl Reporter for KubeReporter {
     }
 
     async fn read_node(&self) -> Result<NodeState, ReportError> {
-        let nodes: Api<Node> = Api::all(self.client.get().await);
+        let nodes: Api<Node> = Api::all(self.client.clone());
         let node = self
-            .bounded(&self.client, "GET node", nodes.get(&self.node))
+            .bounded("GET node", nodes.get(&self.node))
             .await
             .map_err(|e| match e {
                 ReportError::Api { code: 404, .. } => ReportError::NodeNotFound {
@@ -352,10 +334,9 @@ impl Reporter for KubeReporter {
     }
 
     async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError> {
-        let nodes: Api<Node> = Api::all(self.client.get().await);
+        let nodes: Api<Node> = Api::all(self.client.clone());
         let body = update.patch_body();
         self.bounded(
-            &self.client,
             "PATCH node status",
             nodes.patch_status(&self.node, &Self::params(), &Patch::Strategic(body)),
         )
@@ -364,10 +345,8 @@ impl Reporter for KubeReporter {
     }
 
     async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError> {
-        let events: Api<Event> = Api::namespaced(
-            self.client.get().await,
-            write.key().object.event_namespace(),
-        );
+        let events: Api<Event> =
+            Api::namespaced(self.client.clone(), write.key().object.event_namespace());
         let body = write.body(&self.node);
         match write {
             EventWrite::Create { .. } => {
@@ -382,7 +361,7 @@ impl Reporter for KubeReporter {
                     field_manager: Some(FIELD_MANAGER.into()),
                     ..PostParams::default()
                 };
-                self.bounded(&self.client, "POST event", events.create(&pp, &event))
+                self.bounded("POST event", events.create(&pp, &event))
                     .await
                     .map_err(|e| match e {
                         // Not the namespace (read from the Status above): an
@@ -410,7 +389,6 @@ impl Reporter for KubeReporter {
             }
             EventWrite::Update { name, .. } => {
                 self.bounded(
-                    &self.client,
                     "PATCH event",
                     events.patch(name, &Self::params(), &Patch::Strategic(body)),
                 )
@@ -435,9 +413,8 @@ impl Reporter for KubeReporter {
     }
 
     async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
-        let nodes: Api<Node> = Api::all(self.client.get().await);
+        let nodes: Api<Node> = Api::all(self.client.clone());
         self.bounded(
-            &self.client,
             "PATCH node labels",
             nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
         )
@@ -451,13 +428,13 @@ impl Reporter for KubeReporter {
                 node: self.node.clone(),
             });
         };
-        let nodes: Api<Node> = Api::all(client.get().await);
+        let nodes: Api<Node> = Api::all(client.clone());
         // `spec.taints` is replaced whole, so compute it from a fresh read and
         // guard the write with that read's resourceVersion; on 409 read again.
         let mut attempts = 0;
         loop {
             let node = self
-                .bounded(client, "GET node for taints", nodes.get(&self.node))
+                .bounded("GET node for taints", nodes.get(&self.node))
                 .await?;
             let on_node: Vec<serde_json::Value> = node
                 .spec
@@ -471,7 +448,6 @@ impl Reporter for KubeReporter {
             let body = marks::taint_patch(&rv, &on_node, ours);
             match self
                 .bounded(
-                    client,
                     "PATCH node taints",
                     nodes.patch(&self.node, &Self::params(), &Patch::Strategic(body)),
                 )
@@ -537,7 +513,9 @@ pub fn node_state(node: &Node) -> NodeState {
     }
 }
 
-/// A kube client that follows its credential files. The kubelet rotates its
+/// What every kube client of nodeproof runs on: a service that sends each
+/// request through the client built from the current credential files.
+/// The kubelet rotates its
 /// client certificate in place (kubelet.conf points at
 /// `kubelet-client-current.pem`, a symlink moved to each new certificate)
 /// and projected ServiceAccount tokens are replaced on disk; kube-rs reads
@@ -545,9 +523,10 @@ pub fn node_state(node: &Node) -> NodeState {
 /// original certificate's expiry gets 401 forever. Before each request the
 /// files' identity (device, inode, size, mtime: a rename over the old file
 /// changes the inode) is compared with what the client was built from; on a
-/// change, or after a 401, the client is rebuilt and swapped in. The
-/// reporter's state lives in the loop, not here, so nothing else is lost.
-pub struct ReloadingClient {
+/// change, or after a 401, the client is rebuilt and swapped in. Every user
+/// of the client (the reporter, the pods watcher) keeps its own state; only
+/// the connection underneath changes.
+struct ReloadingClient {
     client: Mutex<kube::Client>,
     reload: Option<Mutex<Reload>>,
 }
@@ -610,28 +589,23 @@ impl std::fmt::Display for ReloadCause {
 }
 
 impl ReloadingClient {
-    /// A client that is never rebuilt.
-    pub fn fixed(client: kube::Client) -> Self {
+    /// `client`, built from `source` when its files were as `built_from`
+    /// says (stamped before the build: a change during it is a change).
+    fn new(client: kube::Client, source: Source, built_from: Stamps) -> Self {
         ReloadingClient {
             client: Mutex::new(client),
-            reload: None,
+            reload: Some(Mutex::new(Reload {
+                source,
+                built_from,
+                unauthorized: false,
+                rebuilt_for_401: false,
+                failed_for: None,
+            })),
         }
     }
 
-    /// From now on, rebuild from `source` when its files change.
-    pub fn follow(&mut self, source: Source) {
-        let built_from = stamps(&credential_files(&source));
-        self.reload = Some(Mutex::new(Reload {
-            source,
-            built_from,
-            unauthorized: false,
-            rebuilt_for_401: false,
-            failed_for: None,
-        }));
-    }
-
     /// The client for the next request, rebuilt first if its credentials changed.
-    pub async fn get(&self) -> kube::Client {
+    async fn get(&self) -> kube::Client {
         if let Some((source, cause, now)) = self.due() {
             self.rebuild(source, cause, now).await;
         }
@@ -668,7 +642,8 @@ impl ReloadingClient {
     }
 
     async fn rebuild(&self, source: Source, cause: ReloadCause, now: Stamps) {
-        let built = connect(&source).await;
+        let stamped = stamps(&credential_files(&source));
+        let built = build_client(&source).await;
         let Some(reload) = &self.reload else { return };
         let Ok(mut r) = reload.lock() else { return };
         match built {
@@ -680,7 +655,7 @@ impl ReloadingClient {
                 tracing::info!(credentials = %source.describe(), cause = %cause, "credentials reloaded");
                 r.rebuilt_for_401 = cause == ReloadCause::Unauthorized;
                 // The kubeconfig may now name other files: follow those.
-                r.built_from = stamps(&credential_files(&source));
+                r.built_from = stamped;
                 r.failed_for = None;
             }
             Ok(None) => {}
@@ -696,20 +671,51 @@ impl ReloadingClient {
         }
     }
 
-    /// What the API server answered with this client.
-    fn answered<T>(&self, result: &Result<T, ReportError>) {
+    /// What the API server answered with this client (connection failures
+    /// answer nothing, and say nothing about the credential).
+    fn answered(&self, status: http::StatusCode) {
         let Some(Ok(mut r)) = self.reload.as_ref().map(|r| r.lock()) else {
             return;
         };
-        match result {
-            Err(ReportError::Api { code: 401, .. }) => r.unauthorized = true,
-            // Timeouts and connection failures say nothing about the credential.
-            Err(ReportError::Timeout { .. } | ReportError::Transport { .. }) => {}
-            _ => {
-                r.unauthorized = false;
-                r.rebuilt_for_401 = false;
-            }
+        if status == http::StatusCode::UNAUTHORIZED {
+            r.unauthorized = true;
+        } else {
+            r.unauthorized = false;
+            r.rebuilt_for_401 = false;
         }
+    }
+}
+
+/// The service under a reloading `kube::Client`: each request goes out
+/// through the current client (its base URL, TLS identity and auth layers).
+#[derive(Clone)]
+struct ReloadService(std::sync::Arc<ReloadingClient>);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Request<kube::client::Body>> for ReloadService {
+    type Response = http::Response<kube::client::Body>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        // The inner client is made ready per request (`Client::send`).
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        let reloading = self.0.clone();
+        Box::pin(async move {
+            let client = reloading.get().await;
+            let resp = client.send(req).await.map_err(BoxError::from)?;
+            reloading.answered(resp.status());
+            Ok(resp)
+        })
     }
 }
 
@@ -753,8 +759,23 @@ pub fn credential_files(source: &Source) -> Vec<PathBuf> {
     }
 }
 
-/// A kube client from `source` (None for `Source::None`).
+/// A kube client from `source` (None for `Source::None`) that follows its
+/// credential files (see [`ReloadingClient`]).
 pub async fn connect(source: &Source) -> Result<Option<kube::Client>, ReportError> {
+    let stamped = stamps(&credential_files(source));
+    let Some(client) = build_client(source).await? else {
+        return Ok(None);
+    };
+    let namespace = client.default_namespace().to_string();
+    let reloading = ReloadingClient::new(client, source.clone(), stamped);
+    Ok(Some(kube::Client::new(
+        ReloadService(std::sync::Arc::new(reloading)),
+        namespace,
+    )))
+}
+
+/// A kube client from `source` as its files are now.
+async fn build_client(source: &Source) -> Result<Option<kube::Client>, ReportError> {
     let failed = |e: Box<dyn std::error::Error + Send + Sync>| ReportError::Credentials {
         source_desc: source.describe(),
         source: e,

@@ -14,8 +14,6 @@ pub struct Connection {
     pub node: String,
     /// Where the credentials came from, for the journal.
     pub credentials: String,
-    /// The same, to rebuild the client from when its files change.
-    pub source: Source,
     /// `None`: no credentials anywhere (the caller logs instead of writing).
     pub client: Option<kube::Client>,
     /// The client for taints (NodeRestriction refuses a node's own taint
@@ -50,12 +48,8 @@ pub async fn api_client(
     config: &ReportConfig,
 ) -> Result<(Option<kube::Client>, String), ConnectError> {
     let source = credentials::choose_here(config.kubeconfig.as_deref());
-    client_for(&source).await
-}
-
-async fn client_for(source: &Source) -> Result<(Option<kube::Client>, String), ConnectError> {
     let described = source.describe();
-    let client = client::connect(source)
+    let client = client::connect(&source)
         .await
         .map_err(|e| ConnectError::Credentials {
             credentials: described.clone(),
@@ -69,8 +63,7 @@ async fn client_for(source: &Source) -> Result<(Option<kube::Client>, String), C
 pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> {
     let node =
         credentials::node_name_here(config.node_name.as_deref()).ok_or(ConnectError::NoNodeName)?;
-    let source = credentials::choose_here(config.kubeconfig.as_deref());
-    let (client, described) = client_for(&source).await?;
+    let (client, described) = api_client(config).await?;
     let taint_client = match &config.taint_kubeconfig {
         Some(path) => {
             let taints = Source::Kubeconfig(path.clone());
@@ -94,7 +87,6 @@ pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> 
     Ok(Connection {
         node,
         credentials: described,
-        source,
         client,
         taint_client,
         marks,

@@ -83,7 +83,7 @@ pub fn report_once(
         };
         let stats = match c.client {
             Some(client) => {
-                let mut reporter = KubeReporter::new(client, &c.node).reloading_from(c.source);
+                let mut reporter = KubeReporter::new(client, &c.node);
                 if let Some(t) = c.taint_client {
                     reporter = reporter.with_taint_client(t);
                 }
