@@ -15,7 +15,7 @@ use crate::diagnostic::{Code, Diagnostic, Severity};
 use crate::filter::{Action, Arch, FilterSpec};
 use crate::fnv::Fnv;
 use crate::json::{self, LineIndex, Node};
-use crate::model::{Seccomp, OCI_SECCOMP, TPL_SECCOMP};
+use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, InitSyscall, Phase};
@@ -363,12 +363,14 @@ fn predict(
 
 fn has_template_keys(root: &decode::DObj) -> bool {
     // With the template schema the keys are fields, so look at what was present.
-    root.schema_name == TPL_SECCOMP.go_name
-        && (root.present(6)
-            || root
-                .obj_list(7)
-                .iter()
-                .any(|s| s.present(0) || s.present(4) || s.present(5) || s.present(6)))
+    root.is_a(&TPL_SECCOMP)
+        && (root.present(tpl_seccomp::ARCH_MAP)
+            || root.obj_list(tpl_seccomp::SYSCALLS).iter().any(|s| {
+                s.present(tpl_syscall::NAME)
+                    || s.present(tpl_syscall::COMMENT)
+                    || s.present(tpl_syscall::INCLUDES)
+                    || s.present(tpl_syscall::EXCLUDES)
+            }))
 }
 
 fn compiled_arches(c: &CompiledFilter) -> Vec<String> {

@@ -6,7 +6,7 @@
 use crate::decode::DObj;
 use crate::diagnostic::{Code, Diagnostic};
 use crate::filter::Arch;
-use crate::model::{ArgCond, Seccomp, SyscallRule};
+use crate::model::{tpl_arch, tpl_filter, tpl_seccomp, tpl_syscall, ArgCond, Seccomp, SyscallRule};
 
 /// What the template is evaluated against.
 #[derive(Debug, Clone)]
@@ -85,8 +85,8 @@ pub fn go_arch_name(arch: Arch) -> &'static str {
 // A diagnostic is what callers report; it is built once per file, so its size does not matter.
 #[allow(clippy::result_large_err)]
 pub fn evaluate(mut root: DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagnostic> {
-    let arch_map = root.take_obj_list(6);
-    if !root.str_list(5).is_empty() && !arch_map.is_empty() {
+    let arch_map = root.take_obj_list(tpl_seccomp::ARCH_MAP);
+    if !root.str_list(tpl_seccomp::ARCHITECTURES).is_empty() && !arch_map.is_empty() {
         return Err(Diagnostic::error(
             Code::TemplateConflict,
             "/archMap",
@@ -95,42 +95,50 @@ pub fn evaluate(mut root: DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagno
         .with_help("keep one of them"));
     }
     let mut out = Seccomp {
-        default_action: root.take_str(0),
-        default_errno_ret: root.opt_uint(1),
-        architectures: root.take_str_list(5),
-        listener_path: root.take_str(3),
-        listener_metadata: root.take_str(4),
-        flags: root.take_str_list(8),
+        default_action: root.take_str(tpl_seccomp::DEFAULT_ACTION),
+        default_errno_ret: root.opt_uint(tpl_seccomp::DEFAULT_ERRNO_RET),
+        architectures: root.take_str_list(tpl_seccomp::ARCHITECTURES),
+        listener_path: root.take_str(tpl_seccomp::LISTENER_PATH),
+        listener_metadata: root.take_str(tpl_seccomp::LISTENER_METADATA),
+        flags: root.take_str_list(tpl_seccomp::FLAGS),
         syscalls: Vec::new(),
     };
-    if let Some(entry) = arch_map.iter().find(|a| a.str(0) == ctx.arch.scmp_name()) {
-        out.architectures.push(entry.str(0).to_string());
-        out.architectures.extend(entry.str_list(1).iter().cloned());
+    if let Some(entry) = arch_map
+        .iter()
+        .find(|a| a.str(tpl_arch::ARCHITECTURE) == ctx.arch.scmp_name())
+    {
+        out.architectures
+            .push(entry.str(tpl_arch::ARCHITECTURE).to_string());
+        out.architectures
+            .extend(entry.str_list(tpl_arch::SUB_ARCHITECTURES).iter().cloned());
     }
     let arch = go_arch_name(ctx.arch);
     let has_cap = |c: &String| ctx.capabilities.iter().any(|h| h == c);
     let kernel_at_least = |v: &str| parse_kernel(v).is_some_and(|want| ctx.kernel >= want);
-    for mut call in root.take_obj_list(7) {
-        let includes = call.obj(5);
-        let excludes = call.obj(6);
+    for mut call in root.take_obj_list(tpl_seccomp::SYSCALLS) {
+        let includes = call.obj(tpl_syscall::INCLUDES);
+        let excludes = call.obj(tpl_syscall::EXCLUDES);
         if let Some(ex) = excludes {
-            if ex.str_list(1).iter().any(|a| a == arch)
-                || ex.str_list(0).iter().any(has_cap)
-                || (!ex.str(2).is_empty() && kernel_at_least(ex.str(2)))
+            let min_kernel = ex.str(tpl_filter::MIN_KERNEL);
+            if ex.str_list(tpl_filter::ARCHES).iter().any(|a| a == arch)
+                || ex.str_list(tpl_filter::CAPS).iter().any(has_cap)
+                || (!min_kernel.is_empty() && kernel_at_least(min_kernel))
             {
                 continue;
             }
         }
         if let Some(inc) = includes {
-            if (!inc.str_list(1).is_empty() && !inc.str_list(1).iter().any(|a| a == arch))
-                || !inc.str_list(0).iter().all(has_cap)
-                || (!inc.str(2).is_empty() && !kernel_at_least(inc.str(2)))
+            let arches = inc.str_list(tpl_filter::ARCHES);
+            let min_kernel = inc.str(tpl_filter::MIN_KERNEL);
+            if (!arches.is_empty() && !arches.iter().any(|a| a == arch))
+                || !inc.str_list(tpl_filter::CAPS).iter().all(has_cap)
+                || (!min_kernel.is_empty() && !kernel_at_least(min_kernel))
             {
                 continue;
             }
         }
-        let name = call.str(0);
-        let names = call.str_list(1);
+        let name = call.str(tpl_syscall::NAME);
+        let names = call.str_list(tpl_syscall::NAMES);
         if !name.is_empty() && !names.is_empty() {
             return Err(Diagnostic::error(
                 Code::TemplateConflict,
@@ -139,19 +147,19 @@ pub fn evaluate(mut root: DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagno
             ));
         }
         let names = if name.is_empty() {
-            call.take_str_list(1)
+            call.take_str_list(tpl_syscall::NAMES)
         } else {
-            vec![call.take_str(0)]
+            vec![call.take_str(tpl_syscall::NAME)]
         };
         if names.is_empty() {
             continue;
         }
         out.syscalls.push(SyscallRule {
             names,
-            action: call.take_str(2),
-            errno_ret: call.opt_uint(7),
+            action: call.take_str(tpl_syscall::ACTION),
+            errno_ret: call.opt_uint(tpl_syscall::ERRNO_RET),
             args: call
-                .take_obj_list(3)
+                .take_obj_list(tpl_syscall::ARGS)
                 .into_iter()
                 .map(ArgCond::from_decoded)
                 .collect(),
