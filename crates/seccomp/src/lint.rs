@@ -620,3 +620,32 @@ fn runtime_denial(
         None => format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template_keys(src: &str, schema: &'static decode::Schema) -> bool {
+        let mut node = json::parse(src.as_bytes()).unwrap();
+        has_template_keys(&decode::decode(&mut node, schema).root)
+    }
+
+    /// Each template-only key names the dialect alone; the rest do not.
+    #[test]
+    fn the_template_fields_present_name_the_dialect() {
+        for src in [
+            r#"{"archMap": []}"#,
+            r#"{"syscalls": [{"names": ["read"]}, {"name": "read"}]}"#,
+            r#"{"syscalls": [{"comment": ""}]}"#,
+            r#"{"syscalls": [{"includes": {}}]}"#,
+            r#"{"syscalls": [{"excludes": {}}]}"#,
+        ] {
+            assert!(template_keys(src, &TPL_SECCOMP), "{src}");
+            // The OCI schema drops them; the decoder notices that instead.
+            assert!(!template_keys(src, &OCI_SECCOMP), "{src}");
+        }
+        let oci = r#"{"defaultAction": "SCMP_ACT_ERRNO", "architectures": [], "flags": [],
+            "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW", "errnoRet": 1, "args": []}]}"#;
+        assert!(!template_keys(oci, &TPL_SECCOMP));
+    }
+}

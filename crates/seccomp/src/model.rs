@@ -285,4 +285,60 @@ mod tests {
             "subArchitectures"
         );
     }
+
+    /// Every field set to a value of its own, so a view reading one field
+    /// through another's handle shows up as a wrong value.
+    #[test]
+    fn the_oci_view_reads_every_field() {
+        let src = br#"{
+            "defaultAction": "SCMP_ACT_ERRNO",
+            "defaultErrnoRet": 38,
+            "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"],
+            "flags": ["SECCOMP_FILTER_FLAG_LOG"],
+            "listenerPath": "/run/agent.sock",
+            "listenerMetadata": "meta",
+            "syscalls": [
+                {"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["ptrace"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+                 "args": [{"index": 1, "value": 2, "valueTwo": 3, "op": "SCMP_CMP_MASKED_EQ"}]}
+            ]
+        }"#;
+        let mut node = crate::json::parse(src).unwrap();
+        let decoded = crate::decode::decode(&mut node, &OCI_SECCOMP);
+        assert!(decoded.type_error.is_none());
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            Seccomp::from_oci(decoded.root),
+            Seccomp {
+                default_action: "SCMP_ACT_ERRNO".into(),
+                default_errno_ret: Some(38),
+                architectures: strings(&["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"]),
+                flags: strings(&["SECCOMP_FILTER_FLAG_LOG"]),
+                listener_path: "/run/agent.sock".into(),
+                listener_metadata: "meta".into(),
+                syscalls: vec![
+                    SyscallRule {
+                        names: strings(&["read", "write"]),
+                        action: "SCMP_ACT_ALLOW".into(),
+                        errno_ret: None,
+                        args: vec![],
+                        pointer: "/syscalls/0".into(),
+                    },
+                    SyscallRule {
+                        names: strings(&["ptrace"]),
+                        action: "SCMP_ACT_ERRNO".into(),
+                        errno_ret: Some(1),
+                        args: vec![ArgCond {
+                            index: 1,
+                            value: 2,
+                            value_two: 3,
+                            op: "SCMP_CMP_MASKED_EQ".into(),
+                            pointer: "/syscalls/1/args/0".into(),
+                        }],
+                        pointer: "/syscalls/1".into(),
+                    },
+                ],
+            }
+        );
+    }
 }

@@ -168,3 +168,130 @@ pub fn evaluate(mut root: DObj, ctx: &TemplateContext) -> Result<Seccomp, Diagno
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::decode;
+    use crate::json::parse;
+    use crate::model::TPL_SECCOMP;
+
+    fn ctx() -> TemplateContext {
+        TemplateContext {
+            arch: Arch::X86_64,
+            capabilities: vec!["CAP_SYS_ADMIN".into()],
+            kernel: (5, 10),
+        }
+    }
+
+    /// The profile, or the code and pointer of the refusal.
+    fn eval(src: &str) -> Result<Seccomp, (Code, String)> {
+        let mut node = parse(src.as_bytes()).unwrap();
+        let decoded = decode(&mut node, &TPL_SECCOMP);
+        assert!(decoded.type_error.is_none());
+        evaluate(decoded.root, &ctx()).map_err(|d| (d.code, d.pointer))
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Every field the evaluation reads, each with a value of its own, and
+    /// each condition of `includes`/`excludes` deciding one rule alone (the
+    /// conditions are `||`ed, so a rule that passes reads all three).
+    #[test]
+    fn evaluation_reads_every_field() {
+        let p = eval(
+            r#"{
+            "defaultAction": "SCMP_ACT_ERRNO",
+            "defaultErrnoRet": 1,
+            "defaultErrno": "EPERM",
+            "listenerPath": "/run/agent.sock",
+            "listenerMetadata": "meta",
+            "archMap": [
+                {"architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"]},
+                {"architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]}
+            ],
+            "flags": ["SECCOMP_FILTER_FLAG_SPEC_ALLOW"],
+            "syscalls": [
+                {"names": ["read"], "action": "SCMP_ACT_ALLOW", "comment": "c",
+                 "args": [{"index": 1, "value": 2, "valueTwo": 3, "op": "SCMP_CMP_EQ"}]},
+                {"name": "mount", "action": "SCMP_ACT_ALLOW",
+                 "includes": {"caps": ["CAP_SYS_ADMIN"], "arches": ["amd64"], "minKernel": "4.8"}},
+                {"names": ["umount2"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38, "errno": "ENOSYS",
+                 "excludes": {"caps": ["CAP_NET_ADMIN"], "arches": ["arm64"], "minKernel": "6.0"}},
+                {"names": ["included_arch"], "action": "SCMP_ACT_ALLOW", "includes": {"arches": ["arm64"]}},
+                {"names": ["included_cap"], "action": "SCMP_ACT_ALLOW", "includes": {"caps": ["CAP_BPF"]}},
+                {"names": ["included_kernel"], "action": "SCMP_ACT_ALLOW", "includes": {"minKernel": "6.1"}},
+                {"names": ["excluded_arch"], "action": "SCMP_ACT_ALLOW", "excludes": {"arches": ["amd64"]}},
+                {"names": ["excluded_cap"], "action": "SCMP_ACT_ALLOW", "excludes": {"caps": ["CAP_SYS_ADMIN"]}},
+                {"names": ["excluded_kernel"], "action": "SCMP_ACT_ALLOW", "excludes": {"minKernel": "5.4"}},
+                {"names": [], "action": "SCMP_ACT_ALLOW"}
+            ]
+        }"#,
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            Seccomp {
+                default_action: "SCMP_ACT_ERRNO".into(),
+                default_errno_ret: Some(1),
+                architectures: strings(&["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]),
+                flags: strings(&["SECCOMP_FILTER_FLAG_SPEC_ALLOW"]),
+                listener_path: "/run/agent.sock".into(),
+                listener_metadata: "meta".into(),
+                syscalls: vec![
+                    SyscallRule {
+                        names: strings(&["read"]),
+                        action: "SCMP_ACT_ALLOW".into(),
+                        errno_ret: None,
+                        args: vec![ArgCond {
+                            index: 1,
+                            value: 2,
+                            value_two: 3,
+                            op: "SCMP_CMP_EQ".into(),
+                            pointer: "/syscalls/0/args/0".into(),
+                        }],
+                        pointer: "/syscalls/0".into(),
+                    },
+                    SyscallRule {
+                        names: strings(&["mount"]),
+                        action: "SCMP_ACT_ALLOW".into(),
+                        errno_ret: None,
+                        args: vec![],
+                        pointer: "/syscalls/1".into(),
+                    },
+                    SyscallRule {
+                        names: strings(&["umount2"]),
+                        action: "SCMP_ACT_ERRNO".into(),
+                        errno_ret: Some(38),
+                        args: vec![],
+                        pointer: "/syscalls/2".into(),
+                    },
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn architectures_come_through_without_an_arch_map() {
+        let p =
+            eval(r#"{"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"]}"#)
+                .unwrap();
+        assert_eq!(p.architectures, strings(&["SCMP_ARCH_X86_64"]));
+    }
+
+    #[test]
+    fn conflicts_crio_refuses() {
+        let both = r#"{"architectures": ["SCMP_ARCH_X86_64"], "archMap": [{"architecture": "SCMP_ARCH_X86_64"}]}"#;
+        assert_eq!(
+            eval(both),
+            Err((Code::TemplateConflict, "/archMap".to_string()))
+        );
+        let both = r#"{"syscalls": [{"names": ["read"]}, {"name": "write", "names": ["read"]}]}"#;
+        assert_eq!(
+            eval(both),
+            Err((Code::TemplateConflict, "/syscalls/1/name".to_string()))
+        );
+    }
+}
