@@ -358,6 +358,29 @@ pub const TEMPLATE_KEYS: &[&str] = &[
     "minKernel",
 ];
 
+/// What the runtime loses when it drops a misspelling of a field, by the
+/// field's json tag. A table rather than a `match`, so that a test can check
+/// every tag is a field of some schema (a tag misspelled here would quietly
+/// leave its diagnostic without the consequence).
+const DROPPED_FIELD_COSTS: &[(&str, &str)] = &[
+    ("args", ", so this rule applies unconditionally"),
+    ("names", ", so this rule matches no syscall"),
+    (
+        "action",
+        ", so the action is empty and the runtime refuses the profile",
+    ),
+    (
+        "defaultAction",
+        ", so the action is empty and the runtime refuses the profile",
+    ),
+    ("errnoRet", ", so the errno is EPERM"),
+    ("defaultErrnoRet", ", so the errno is EPERM"),
+    (
+        "architectures",
+        ", so the filter covers only the native architecture",
+    ),
+];
+
 /// What the decoder produced and what it noticed.
 #[derive(Debug)]
 pub struct Decoded {
@@ -598,16 +621,10 @@ impl Decoder {
         });
         let d = match near {
             Some(f) => {
-                let consequence = match f.name {
-                    "args" => ", so this rule applies unconditionally",
-                    "names" => ", so this rule matches no syscall",
-                    "action" | "defaultAction" => {
-                        ", so the action is empty and the runtime refuses the profile"
-                    }
-                    "errnoRet" | "defaultErrnoRet" => ", so the errno is EPERM",
-                    "architectures" => ", so the filter covers only the native architecture",
-                    _ => "",
-                };
+                let consequence = DROPPED_FIELD_COSTS
+                    .iter()
+                    .find(|(tag, _)| *tag == f.name)
+                    .map_or("", |(_, cost)| cost);
                 Diagnostic::error(
                     Code::MisspelledField,
                     ptr,
@@ -860,6 +877,22 @@ mod tests {
         use crate::model::OCI_SYSCALL;
         let action: FieldId<kind::Str> = FieldId::new(0, &OCI_SYSCALL, "action");
         let _ = DObj::zero(&OCI_SYSCALL).str(action);
+    }
+
+    #[test]
+    fn the_costs_of_dropped_fields_name_fields() {
+        use crate::model::{OCI_SECCOMP, TPL_SECCOMP};
+        fn has(schema: &Schema, tag: &str) -> bool {
+            schema.fields.iter().any(|f| {
+                f.name == tag || matches!(f.ty, Ty::Obj(sub) | Ty::ObjList(sub) if has(sub, tag))
+            })
+        }
+        for (tag, _) in DROPPED_FIELD_COSTS {
+            assert!(
+                has(&OCI_SECCOMP, tag) || has(&TPL_SECCOMP, tag),
+                "`{tag}` is no field"
+            );
+        }
     }
 
     #[test]
