@@ -446,6 +446,8 @@ pub async fn start_reporter(
         LoopConfig {
             marks,
             policy: config.report.policy(),
+            // Fleet-safe load: rate limit, heartbeat jitter, start spread.
+            load: config.report.load(),
             ..LoopConfig::default()
         },
         super::now_seed(),

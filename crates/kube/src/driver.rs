@@ -15,6 +15,7 @@ use super::client::{ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
+use super::ratelimit::{self, Limited, LoadPolicy};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -25,9 +26,14 @@ pub struct LoopConfig {
     pub marks: MarkPolicy,
     /// First retry delay after a failure; doubles up to `backoff_cap`.
     pub backoff_base: Duration,
-    /// Longest retry delay before jitter (+0..25%). 20 s keeps convergence
-    /// after an outage under 30 s.
+    /// Longest retry delay; each delay is drawn from the upper half of its
+    /// exponential (`ratelimit::backoff_delay`), so never above this: 30 s
+    /// bounds convergence after an outage, and the mean retry at the cap
+    /// (22.5 s) is what the earlier 20 s + 0..25 % averaged.
     pub backoff_cap: Duration,
+    /// Client-side rate limit, heartbeat jitter, first-write spread
+    /// (`ratelimit`). Default `UNLIMITED`; the daemon takes `ReportConfig::load()`.
+    pub load: LoadPolicy,
 }
 
 impl Default for LoopConfig {
@@ -37,7 +43,8 @@ impl Default for LoopConfig {
             events: RecorderConfig::default(),
             marks: MarkPolicy::default(),
             backoff_base: Duration::from_secs(1),
-            backoff_cap: Duration::from_secs(20),
+            backoff_cap: Duration::from_secs(30),
+            load: LoadPolicy::UNLIMITED,
         }
     }
 }
@@ -54,17 +61,14 @@ struct Backoff {
 
 impl Backoff {
     fn next(&mut self) -> Duration {
-        let exp = self
-            .base
-            .saturating_mul(1u32 << self.attempt.min(16))
-            .min(self.cap);
-        self.attempt += 1;
         // xorshift64: spreads retries of many nodes after a control-plane outage.
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
         self.state ^= self.state << 17;
-        let jitter = (self.state % 1000) as f64 / 4000.0; // 0..25%
-        exp.mul_f64(1.0 + jitter)
+        let u = ratelimit::unit(self.state, u64::from(self.attempt));
+        let delay = ratelimit::backoff_delay(self.base, self.cap, self.attempt, u);
+        self.attempt += 1;
+        delay
     }
 
     fn reset(&mut self) {
@@ -90,7 +94,8 @@ struct MarksDue {
 }
 
 pub struct ReportLoop<R> {
-    reporter: R,
+    /// Every request spends a token of the client-side limit first.
+    reporter: Limited<R>,
     tracker: Tracker,
     recorder: Recorder,
     node_uid: Option<String>,
@@ -101,13 +106,25 @@ pub struct ReportLoop<R> {
     backoff: Backoff,
     not_before: Option<SystemTime>,
     stats: Stats,
+    /// Fleet-safe start (`ratelimit::first_write_at`): the window, this
+    /// node's draw in it, and the time the first flush was asked for.
+    start_spread: Duration,
+    start_draw: f64,
+    first_write: Option<SystemTime>,
+    /// Fleet-safe changes: the window, this node's draw, and since when a
+    /// status write has been waiting.
+    change_spread: Duration,
+    change_draw: f64,
+    change_since: Option<SystemTime>,
 }
 
 impl<R: Reporter> ReportLoop<R> {
     pub fn new(reporter: R, config: LoopConfig, seed: u64) -> Self {
+        let load = config.load;
         ReportLoop {
-            reporter,
-            tracker: Tracker::new(config.policy),
+            reporter: Limited::new(reporter, load.qps, load.burst),
+            tracker: Tracker::new(config.policy)
+                .with_heartbeat_jitter(load.heartbeat_jitter_pct, ratelimit::mix(seed ^ 0x4842)),
             recorder: Recorder::new(config.events),
             node_uid: None,
             marks: config.marks,
@@ -121,11 +138,17 @@ impl<R: Reporter> ReportLoop<R> {
             },
             not_before: None,
             stats: Stats::default(),
+            start_spread: load.start_spread,
+            start_draw: ratelimit::unit(seed, 0x5354_4152_54),
+            first_write: None,
+            change_spread: load.change_spread,
+            change_draw: ratelimit::unit(seed, 0x4348_414e_4745),
+            change_since: None,
         }
     }
 
     pub fn reporter(&self) -> &R {
-        &self.reporter
+        self.reporter.inner()
     }
 
     /// Applies a reloaded policy (heartbeat, hysteresis) without losing state.
@@ -235,10 +258,34 @@ impl<R: Reporter> ReportLoop<R> {
         if self.not_before.is_some_and(|t| now < t) {
             return Ok(());
         }
+        // Fleet-safe load (ratelimit.rs): the first request waits for this
+        // node's slot in the start window; every request spends a token.
+        let first = *self.first_write.get_or_insert_with(|| {
+            ratelimit::first_write_at(now, self.start_spread, self.start_draw)
+        });
+        if now < first {
+            self.not_before = Some(first);
+            return Ok(());
+        }
+        if !self.change_spread.is_zero() && self.tracker.due(now).is_some() {
+            let since = *self.change_since.get_or_insert(now);
+            let at = since + self.change_spread.mul_f64(self.change_draw);
+            if now < at {
+                self.not_before = Some(at);
+                return Ok(());
+            }
+        }
+        self.reporter.set_now(now);
         match self.try_flush(now).await {
             Ok(()) => {
                 self.backoff.reset();
                 self.not_before = None;
+                self.change_since = None;
+                Ok(())
+            }
+            Err(e) if ratelimit::deferred(&e).is_some() => {
+                // The bucket is empty: no request was made, nothing failed.
+                self.not_before = ratelimit::deferred(&e).map(|wait| now + wait);
                 Ok(())
             }
             Err(e) => {
@@ -398,17 +445,20 @@ mod tests {
     fn backoff_grows_is_capped_and_jittered() {
         let mut b = Backoff {
             base: Duration::from_secs(1),
-            cap: Duration::from_secs(20),
+            cap: Duration::from_secs(30),
             attempt: 0,
             state: 42,
         };
-        let delays: Vec<_> = (0..10).map(|_| b.next()).collect();
-        assert!(delays[0] >= Duration::from_secs(1) && delays[0] < Duration::from_millis(1250));
-        assert!(delays[3] >= Duration::from_secs(8));
-        for d in &delays {
-            assert!(*d <= Duration::from_secs(25), "{d:?}");
+        let delays: Vec<_> = (0..12).map(|_| b.next()).collect();
+        // Equal jitter: attempt n in [2^n / 2, 2^n] s, capped at 30 s.
+        for (n, d) in delays.iter().enumerate() {
+            let exp = Duration::from_secs(1 << n.min(16)).min(Duration::from_secs(30));
+            assert!(*d >= exp / 2 && *d <= exp, "attempt {n}: {d:?}");
         }
+        assert!(delays[3] >= Duration::from_secs(4));
+        // Retries at the cap do not repeat one value.
+        assert!(delays[6..].windows(2).any(|w| w[0] != w[1]), "{delays:?}");
         b.reset();
-        assert!(b.next() < Duration::from_millis(1250));
+        assert!(b.next() <= Duration::from_secs(1));
     }
 }
