@@ -182,7 +182,7 @@ fn main() {
 
     println!(
         "nodeproof fleet load: {nodes} simulated nodes, daemon defaults \
-         (heartbeat 300 s ± 10 %, qps 0.2, burst 10, start spread 30 s, backoff 1..30 s equal jitter, \
+         (heartbeat 300 s ± 10 %, qps 0.2, burst 10, start spread 30 s, backoff 1 s doubling to 20 s, +0..50 % jitter, \
          check rounds every 10 s); {:.1} s wall",
         wall.elapsed().as_secs_f64()
     );

@@ -15,7 +15,7 @@ use super::client::{ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
-use super::ratelimit::{self, Limited, LoadPolicy};
+use super::ratelimit::{self, Limited, LoadPolicy, Pacing};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -26,10 +26,8 @@ pub struct LoopConfig {
     pub marks: MarkPolicy,
     /// First retry delay after a failure; doubles up to `backoff_cap`.
     pub backoff_base: Duration,
-    /// Longest retry delay; each delay is drawn from the upper half of its
-    /// exponential (`ratelimit::backoff_delay`), so never above this: 30 s
-    /// bounds convergence after an outage, and the mean retry at the cap
-    /// (22.5 s) is what the earlier 20 s + 0..25 % averaged.
+    /// Longest retry delay before jitter (+0..50 %, `ratelimit::backoff_delay`).
+    /// 20 s keeps convergence after an outage under 30 s.
     pub backoff_cap: Duration,
     /// Client-side rate limit, heartbeat jitter, first-write spread
     /// (`ratelimit`). Default `UNLIMITED`; the daemon takes `ReportConfig::load()`.
@@ -43,7 +41,7 @@ impl Default for LoopConfig {
             events: RecorderConfig::default(),
             marks: MarkPolicy::default(),
             backoff_base: Duration::from_secs(1),
-            backoff_cap: Duration::from_secs(30),
+            backoff_cap: Duration::from_secs(20),
             load: LoadPolicy::UNLIMITED,
         }
     }
@@ -106,16 +104,8 @@ pub struct ReportLoop<R> {
     backoff: Backoff,
     not_before: Option<SystemTime>,
     stats: Stats,
-    /// Fleet-safe start (`ratelimit::first_write_at`): the window, this
-    /// node's draw in it, and the time the first flush was asked for.
-    start_spread: Duration,
-    start_draw: f64,
-    first_write: Option<SystemTime>,
-    /// Fleet-safe changes: the window, this node's draw, and since when a
-    /// status write has been waiting.
-    change_spread: Duration,
-    change_draw: f64,
-    change_since: Option<SystemTime>,
+    /// Fleet-safe start and change spread (`ratelimit::Pacing`).
+    pacing: Pacing,
 }
 
 impl<R: Reporter> ReportLoop<R> {
@@ -138,12 +128,7 @@ impl<R: Reporter> ReportLoop<R> {
             },
             not_before: None,
             stats: Stats::default(),
-            start_spread: load.start_spread,
-            start_draw: ratelimit::unit(seed, 0x5354_4152_54),
-            first_write: None,
-            change_spread: load.change_spread,
-            change_draw: ratelimit::unit(seed, 0x4348_414e_4745),
-            change_since: None,
+            pacing: Pacing::new(&load, seed),
         }
     }
 
@@ -259,28 +244,18 @@ impl<R: Reporter> ReportLoop<R> {
             return Ok(());
         }
         // Fleet-safe load (ratelimit.rs): the first request waits for this
-        // node's slot in the start window; every request spends a token.
-        let first = *self.first_write.get_or_insert_with(|| {
-            ratelimit::first_write_at(now, self.start_spread, self.start_draw)
-        });
-        if now < first {
-            self.not_before = Some(first);
+        // node's slot in the start window, a status change for its slot in
+        // the change window; every request spends a token (`Limited`).
+        if let Some(at) = self.pacing.hold(now, || self.tracker.due(now).is_some()) {
+            self.not_before = Some(at);
             return Ok(());
-        }
-        if !self.change_spread.is_zero() && self.tracker.due(now).is_some() {
-            let since = *self.change_since.get_or_insert(now);
-            let at = since + self.change_spread.mul_f64(self.change_draw);
-            if now < at {
-                self.not_before = Some(at);
-                return Ok(());
-            }
         }
         self.reporter.set_now(now);
         match self.try_flush(now).await {
             Ok(()) => {
                 self.backoff.reset();
                 self.not_before = None;
-                self.change_since = None;
+                self.pacing.flushed();
                 Ok(())
             }
             Err(e) if ratelimit::deferred(&e).is_some() => {
@@ -445,20 +420,20 @@ mod tests {
     fn backoff_grows_is_capped_and_jittered() {
         let mut b = Backoff {
             base: Duration::from_secs(1),
-            cap: Duration::from_secs(30),
+            cap: Duration::from_secs(20),
             attempt: 0,
             state: 42,
         };
         let delays: Vec<_> = (0..12).map(|_| b.next()).collect();
-        // Equal jitter: attempt n in [2^n / 2, 2^n] s, capped at 30 s.
+        // Attempt n in [2^n, 1.5 * 2^n] s, 2^n capped at 20 s.
         for (n, d) in delays.iter().enumerate() {
-            let exp = Duration::from_secs(1 << n.min(16)).min(Duration::from_secs(30));
-            assert!(*d >= exp / 2 && *d <= exp, "attempt {n}: {d:?}");
+            let exp = Duration::from_secs(1 << n.min(16)).min(Duration::from_secs(20));
+            assert!(*d >= exp && *d <= exp.mul_f64(1.5), "attempt {n}: {d:?}");
         }
-        assert!(delays[3] >= Duration::from_secs(4));
+        assert!(delays[3] >= Duration::from_secs(8));
         // Retries at the cap do not repeat one value.
         assert!(delays[6..].windows(2).any(|w| w[0] != w[1]), "{delays:?}");
         b.reset();
-        assert!(b.next() <= Duration::from_secs(1));
+        assert!(b.next() <= Duration::from_millis(1500));
     }
 }

@@ -271,17 +271,75 @@ pub fn first_write_at(start: SystemTime, spread: Duration, u: f64) -> SystemTime
     start + spread.mul_f64(u.clamp(0.0, 1.0))
 }
 
+/// One agent's start and change spread: the first flush waits for the
+/// node's slot in `[start, start + start_spread)`, and a due status write
+/// for its slot in `[since, since + change_spread)` (`since`: when it was
+/// first found due). The draws are fixed per node (its seed), so a node is
+/// always early or always late in the window, and the fleet covers it.
+#[derive(Debug, Clone)]
+pub struct Pacing {
+    start_spread: Duration,
+    start_draw: f64,
+    first: Option<SystemTime>,
+    change_spread: Duration,
+    change_draw: f64,
+    change_since: Option<SystemTime>,
+}
+
+impl Pacing {
+    pub fn new(load: &LoadPolicy, seed: u64) -> Self {
+        Pacing {
+            start_spread: load.start_spread,
+            start_draw: unit(seed, 0x5354_4152_54),
+            first: None,
+            change_spread: load.change_spread,
+            change_draw: unit(seed, 0x4348_414e_4745),
+            change_since: None,
+        }
+    }
+
+    /// Until when a flush at `now` must wait (None: go ahead).
+    /// `status_due` says whether a status write is due at `now`.
+    pub fn hold(
+        &mut self,
+        now: SystemTime,
+        status_due: impl FnOnce() -> bool,
+    ) -> Option<SystemTime> {
+        let first = *self
+            .first
+            .get_or_insert_with(|| first_write_at(now, self.start_spread, self.start_draw));
+        if now < first {
+            return Some(first);
+        }
+        if self.change_spread.is_zero() || !status_due() {
+            return None;
+        }
+        let since = *self.change_since.get_or_insert(now);
+        let at = since + self.change_spread.mul_f64(self.change_draw);
+        (now < at).then_some(at)
+    }
+
+    /// The flush went through: the next change waits anew.
+    pub fn flushed(&mut self) {
+        self.change_since = None;
+    }
+}
+
+/// How far each retry delay is stretched at most (client-go's
+/// `wait.Backoff.Jitter`: `d + rand * Jitter * d`).
+pub const BACKOFF_JITTER: f64 = 0.5;
+
 /// The delay before retry number `attempt` (0 = first): the exponential
-/// `base * 2^attempt`, capped, then "equal jitter" (uniform in its upper
-/// half, AWS's "Exponential Backoff And Jitter"): never above the cap, so
-/// convergence after an outage stays bounded by it, and the draws are wide
-/// enough (cap/2) that agents failing in step at the start of an outage
-/// are spread over half the cap when it ends. client-go's `wait.Backoff`
-/// adds `Jitter × d` on top instead; that keeps nodes that started in step
-/// within a quarter of the delay of each other for many rounds.
+/// `base * 2^attempt`, capped, then stretched by `0..BACKOFF_JITTER` of
+/// itself, as `wait.Backoff{Factor: 2, Jitter: 0.5}` does. It was +0..25 %:
+/// agents that fail in step (restarted together into an outage) then stay
+/// within a quarter of the delay of each other for many rounds; half the
+/// delay decorrelates them within a few, and at the cap (20 s) every retry
+/// is 20..30 s after the last, so convergence after an outage stays under
+/// 30 s while the fleet's retries are spread over at least 10 s.
 pub fn backoff_delay(base: Duration, cap: Duration, attempt: u32, u: f64) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
-    exp.mul_f64(0.5 + 0.5 * u.clamp(0.0, 1.0))
+    exp.mul_f64(1.0 + BACKOFF_JITTER * u.clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -384,15 +442,47 @@ mod tests {
     }
 
     #[test]
-    fn backoff_grows_to_the_cap_and_is_jittered_within_its_upper_half() {
+    fn pacing_holds_the_first_flush_and_changes_for_the_nodes_slot() {
+        let load = LoadPolicy {
+            start_spread: Duration::from_secs(30),
+            change_spread: Duration::from_secs(20),
+            ..LoadPolicy::UNLIMITED
+        };
+        let mut p = Pacing::new(&load, 5);
+        let start_off = Duration::from_secs(30).mul_f64(unit(5, 0x5354_4152_54));
+        let change_off = Duration::from_secs(20).mul_f64(unit(5, 0x4348_414e_4745));
+        assert!(!start_off.is_zero() && !change_off.is_zero());
+        // The slot is fixed at the first call, later calls wait for the same one.
+        assert_eq!(p.hold(t(0), || false), Some(t(0) + start_off));
+        assert_eq!(
+            p.hold(t(0) + start_off / 2, || false),
+            Some(t(0) + start_off)
+        );
+        let after_start = t(0) + start_off;
+        assert_eq!(p.hold(after_start, || false), None);
+        // A change found due at 100 s waits its offset, then goes.
+        assert_eq!(p.hold(t(100_000), || true), Some(t(100_000) + change_off));
+        assert_eq!(p.hold(t(100_000) + change_off, || true), None);
+        p.flushed();
+        assert_eq!(p.hold(t(200_000), || true), Some(t(200_000) + change_off));
+        // Unlimited: never holds.
+        let mut none = Pacing::new(&LoadPolicy::UNLIMITED, 5);
+        assert_eq!(none.hold(t(0), || true), None);
+    }
+
+    #[test]
+    fn backoff_grows_to_the_cap_and_is_jittered_by_up_to_half() {
         let base = Duration::from_secs(1);
-        let cap = Duration::from_secs(30);
+        let cap = Duration::from_secs(20);
         for attempt in 0..20 {
             let exp = base.saturating_mul(1 << attempt.min(16)).min(cap);
             let (mut lo, mut hi) = (Duration::MAX, Duration::ZERO);
             for salt in 0..1000 {
                 let d = backoff_delay(base, cap, attempt, unit(9, salt));
-                assert!(d >= exp / 2 && d <= exp, "attempt {attempt}: {d:?}");
+                assert!(
+                    d >= exp && d <= exp.mul_f64(1.5),
+                    "attempt {attempt}: {d:?}"
+                );
                 lo = lo.min(d);
                 hi = hi.max(d);
             }
@@ -402,14 +492,14 @@ mod tests {
                 "attempt {attempt}: {lo:?}..{hi:?}"
             );
         }
-        // Growth: the lowest of attempt n+1 is the highest of attempt n, until the cap.
-        assert_eq!(
-            backoff_delay(base, cap, 3, 0.0),
-            backoff_delay(base, cap, 2, 1.0)
-        );
+        // Growth: attempt n+1's least beats attempt n's most, until the cap.
+        for n in 0..4 {
+            assert!(backoff_delay(base, cap, n + 1, 0.0) > backoff_delay(base, cap, n, 1.0));
+        }
         assert_eq!(
             backoff_delay(base, cap, 10, 0.99),
             backoff_delay(base, cap, 5, 0.99)
         );
+        assert_eq!(backoff_delay(base, cap, 5, 1.0), Duration::from_secs(30));
     }
 }
