@@ -146,7 +146,7 @@ fn main() {
         "outage 10 min: retries / s fleet-wide while down (mean)",
         format!("{during:.1}"),
     );
-    outage_rows(&mut row, &out, back, "outage 10 min");
+    outage_rows(&mut row, &out, back, "outage 10 min", "recovery");
 
     // The fleet restarted into an outage (every agent starts at 0:00 while
     // the API server is down until 10:00): the synchronised worst case.
@@ -156,7 +156,13 @@ fn main() {
         ..base.clone()
     };
     let cold_out = timed("restart into outage", &cold);
-    outage_rows(&mut row, &cold_out, m(10), "restart into outage");
+    outage_rows(
+        &mut row,
+        &cold_out,
+        m(10),
+        "restart into outage",
+        "recovery",
+    );
 
     // A rollout restarts every agent at 0:00, API server up.
     let rollout = Scenario {
@@ -164,7 +170,7 @@ fn main() {
         ..base.clone()
     };
     let roll = timed("rollout", &rollout);
-    outage_rows(&mut row, &roll, Duration::ZERO, "rollout restart");
+    outage_rows(&mut row, &roll, Duration::ZERO, "rollout restart", "start");
     let herd = Scenario {
         load: LoadPolicy {
             start_spread: Duration::ZERO,
@@ -178,12 +184,13 @@ fn main() {
         &herd_out,
         Duration::ZERO,
         "rollout, start-spread-s = 0",
+        "start",
     );
 
     println!(
         "nodeproof fleet load: {nodes} simulated nodes, daemon defaults \
          (heartbeat 300 s ± 10 %, qps 0.2, burst 10, start spread 30 s, backoff 1 s doubling to 20 s, +0..50 % jitter, \
-         check rounds every 10 s); {:.1} s wall",
+         check rounds every 10 s); {:.1} s wall\n",
         wall.elapsed().as_secs_f64()
     );
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -194,10 +201,17 @@ fn main() {
     }
 }
 
-fn outage_rows(row: &mut impl FnMut(&str, String), s: &Server, back: Duration, label: &str) {
+/// Peak and convergence after `back` (the recovery, or the start).
+fn outage_rows(
+    row: &mut impl FnMut(&str, String),
+    s: &Server,
+    back: Duration,
+    label: &str,
+    after: &str,
+) {
     let (peak, when) = s.peak_rps(at(back), at(back + m(5)));
     row(
-        &format!("{label}: max requests in any 1 s after recovery"),
+        &format!("{label}: max requests in any 1 s after {after}"),
         format!(
             "{peak} (at +{:.1} s)",
             when.duration_since(at(back))
@@ -206,7 +220,7 @@ fn outage_rows(row: &mut impl FnMut(&str, String), s: &Server, back: Duration, l
         ),
     );
     row(
-        &format!("{label}: every node's conditions written after"),
+        &format!("{label}: all nodes written, s after {after}"),
         match s.all_written_since(at(back)) {
             Some(t) => format!(
                 "{:.1} s",
