@@ -446,6 +446,8 @@ pub async fn start_reporter(
         LoopConfig {
             marks,
             policy: config.report.policy(),
+            // Fleet-safe load: rate limit, heartbeat jitter, start spread.
+            load: config.report.load(),
             ..LoopConfig::default()
         },
         super::now_seed(),
@@ -506,8 +508,16 @@ pub async fn final_report(reporter: Reporter, conditions: Vec<Condition>) {
         return;
     };
     lp.observe(SystemTime::now(), &conditions);
-    match tokio::time::timeout(Duration::from_secs(5), lp.flush(SystemTime::now())).await {
-        Ok(Ok(())) => tracing::info!(nodeproof_check = "reporter", "final status written"),
+    let now = SystemTime::now();
+    match tokio::time::timeout(Duration::from_secs(5), lp.flush(now)).await {
+        Ok(Ok(())) if lp.settled(now) => {
+            tracing::info!(nodeproof_check = "reporter", "final status written")
+        }
+        // Still inside its start window, a retry's backoff or the rate limit.
+        Ok(Ok(())) => tracing::warn!(
+            nodeproof_check = "reporter",
+            "final status not written: the reporter was waiting (start spread, backoff or rate limit)"
+        ),
         Ok(Err(e)) => {
             tracing::warn!(nodeproof_check = "reporter", error = %super::error_chain(&e), "final status write failed")
         }

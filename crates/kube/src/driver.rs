@@ -15,6 +15,7 @@ use super::client::{ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
+use super::ratelimit::{self, Limited, LoadPolicy, Pacing};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -25,9 +26,12 @@ pub struct LoopConfig {
     pub marks: MarkPolicy,
     /// First retry delay after a failure; doubles up to `backoff_cap`.
     pub backoff_base: Duration,
-    /// Longest retry delay before jitter (+0..25%). 20 s keeps convergence
-    /// after an outage under 30 s.
+    /// Longest retry delay before jitter (+0..50 %, `ratelimit::backoff_delay`).
+    /// 20 s keeps convergence after an outage under 30 s.
     pub backoff_cap: Duration,
+    /// Client-side rate limit, heartbeat jitter, first-write spread
+    /// (`ratelimit`). Default `UNLIMITED`; the daemon takes `ReportConfig::load()`.
+    pub load: LoadPolicy,
 }
 
 impl Default for LoopConfig {
@@ -38,6 +42,7 @@ impl Default for LoopConfig {
             marks: MarkPolicy::default(),
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(20),
+            load: LoadPolicy::UNLIMITED,
         }
     }
 }
@@ -54,17 +59,14 @@ struct Backoff {
 
 impl Backoff {
     fn next(&mut self) -> Duration {
-        let exp = self
-            .base
-            .saturating_mul(1u32 << self.attempt.min(16))
-            .min(self.cap);
-        self.attempt += 1;
         // xorshift64: spreads retries of many nodes after a control-plane outage.
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
         self.state ^= self.state << 17;
-        let jitter = (self.state % 1000) as f64 / 4000.0; // 0..25%
-        exp.mul_f64(1.0 + jitter)
+        let u = ratelimit::unit(self.state, u64::from(self.attempt));
+        let delay = ratelimit::backoff_delay(self.base, self.cap, self.attempt, u);
+        self.attempt += 1;
+        delay
     }
 
     fn reset(&mut self) {
@@ -90,7 +92,8 @@ struct MarksDue {
 }
 
 pub struct ReportLoop<R> {
-    reporter: R,
+    /// Every request spends a token of the client-side limit first.
+    reporter: Limited<R>,
     tracker: Tracker,
     recorder: Recorder,
     node_uid: Option<String>,
@@ -101,13 +104,17 @@ pub struct ReportLoop<R> {
     backoff: Backoff,
     not_before: Option<SystemTime>,
     stats: Stats,
+    /// Fleet-safe start and change spread (`ratelimit::Pacing`).
+    pacing: Pacing,
 }
 
 impl<R: Reporter> ReportLoop<R> {
     pub fn new(reporter: R, config: LoopConfig, seed: u64) -> Self {
+        let load = config.load;
         ReportLoop {
-            reporter,
-            tracker: Tracker::new(config.policy),
+            reporter: Limited::new(reporter, load.qps, load.burst),
+            tracker: Tracker::new(config.policy)
+                .with_heartbeat_jitter(load.heartbeat_jitter_pct, ratelimit::mix(seed ^ 0x4842)),
             recorder: Recorder::new(config.events),
             node_uid: None,
             marks: config.marks,
@@ -121,11 +128,12 @@ impl<R: Reporter> ReportLoop<R> {
             },
             not_before: None,
             stats: Stats::default(),
+            pacing: Pacing::new(&load, seed),
         }
     }
 
     pub fn reporter(&self) -> &R {
-        &self.reporter
+        self.reporter.inner()
     }
 
     /// Applies a reloaded policy (heartbeat, hysteresis) without losing state.
@@ -235,10 +243,24 @@ impl<R: Reporter> ReportLoop<R> {
         if self.not_before.is_some_and(|t| now < t) {
             return Ok(());
         }
+        // Fleet-safe load (ratelimit.rs): the first request waits for this
+        // node's slot in the start window, a status change for its slot in
+        // the change window; every request spends a token (`Limited`).
+        if let Some(at) = self.pacing.hold(now, || self.tracker.due(now).is_some()) {
+            self.not_before = Some(at);
+            return Ok(());
+        }
+        self.reporter.set_now(now);
         match self.try_flush(now).await {
             Ok(()) => {
                 self.backoff.reset();
                 self.not_before = None;
+                self.pacing.flushed();
+                Ok(())
+            }
+            Err(e) if ratelimit::deferred(&e).is_some() => {
+                // The bucket is empty: no request was made, nothing failed.
+                self.not_before = ratelimit::deferred(&e).map(|wait| now + wait);
                 Ok(())
             }
             Err(e) => {
@@ -402,13 +424,16 @@ mod tests {
             attempt: 0,
             state: 42,
         };
-        let delays: Vec<_> = (0..10).map(|_| b.next()).collect();
-        assert!(delays[0] >= Duration::from_secs(1) && delays[0] < Duration::from_millis(1250));
-        assert!(delays[3] >= Duration::from_secs(8));
-        for d in &delays {
-            assert!(*d <= Duration::from_secs(25), "{d:?}");
+        let delays: Vec<_> = (0..12).map(|_| b.next()).collect();
+        // Attempt n in [2^n, 1.5 * 2^n] s, 2^n capped at 20 s.
+        for (n, d) in delays.iter().enumerate() {
+            let exp = Duration::from_secs(1 << n.min(16)).min(Duration::from_secs(20));
+            assert!(*d >= exp && *d <= exp.mul_f64(1.5), "attempt {n}: {d:?}");
         }
+        assert!(delays[3] >= Duration::from_secs(8));
+        // Retries at the cap do not repeat one value.
+        assert!(delays[6..].windows(2).any(|w| w[0] != w[1]), "{delays:?}");
         b.reset();
-        assert!(b.next() < Duration::from_millis(1250));
+        assert!(b.next() <= Duration::from_millis(1500));
     }
 }

@@ -8,6 +8,8 @@
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
+//! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
+//!   first-write spread, backoff jitter);
 //! - `connect`: node name, credentials and clients from the `[report]` section;
 //! - `config`: that section; `refs`/`taints`: pods' seccomp references and
 //!   Kubernetes' toleration matching, pure.
@@ -20,6 +22,7 @@ pub mod credentials;
 pub mod driver;
 pub mod events;
 pub mod marks;
+pub mod ratelimit;
 pub mod refs;
 pub mod taints;
 
