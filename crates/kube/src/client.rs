@@ -36,6 +36,10 @@ pub enum ReportError {
     },
     #[error("{op} for node {node} conflicted")]
     Conflict { op: &'static str, node: String },
+    /// Not a failure: the client-side token bucket (`ratelimit::Limited`)
+    /// is empty, no request was made; the loop waits `wait`.
+    #[error("request for node {node} held back by the client-side rate limit for {wait:?}")]
+    ClientLimited { node: String, wait: Duration },
     #[error("{op} for node {node} throttled (HTTP 429)")]
     Throttled {
         op: &'static str,

@@ -151,16 +151,10 @@ impl TokenBucket {
     }
 }
 
-/// The `op` of the error a `Limited` reporter answers while its bucket is
-/// empty; `deferred` recognises it. No request was made.
-pub const CLIENT_LIMIT_OP: &str = "client-side rate limit";
-
 /// How long to wait, when `e` is the bucket's "not yet" (not a failure).
 pub fn deferred(e: &ReportError) -> Option<Duration> {
     match e {
-        ReportError::Throttled {
-            op, retry_after, ..
-        } if *op == CLIENT_LIMIT_OP => *retry_after,
+        ReportError::ClientLimited { wait, .. } => Some(*wait),
         _ => None,
     }
 }
@@ -171,7 +165,7 @@ struct Gate {
 }
 
 /// A `Reporter` whose every request first spends a token; an empty bucket
-/// answers `Throttled { op: CLIENT_LIMIT_OP, retry_after }` without a request,
+/// answers `ReportError::ClientLimited` without a request,
 /// which the loop turns into a wait (`deferred`), not a failure. The loop
 /// sets the time (`set_now`) before each flush. A Mutex, not a RefCell, so
 /// the daemon's loop stays `Send` (it is spawned); never held across an await.
@@ -204,10 +198,9 @@ impl<R: Reporter> Limited<R> {
         let now = gate.now;
         gate.bucket
             .try_take(now)
-            .map_err(|wait| ReportError::Throttled {
-                op: CLIENT_LIMIT_OP,
+            .map_err(|wait| ReportError::ClientLimited {
                 node: self.inner.node().to_string(),
-                retry_after: Some(wait),
+                wait,
             })
     }
 }
