@@ -6,6 +6,7 @@
 //! - `events`: pure dedup and rate-limit recorder;
 //! - `marks`: pure opt-in labels and taints from the conditions;
 //! - `credentials`: the lookup order of credentials and node name;
+//! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
 //! - `connect`: node name, credentials and clients from the `[report]` section;
@@ -19,6 +20,7 @@ pub mod connect;
 pub mod credentials;
 pub mod driver;
 pub mod events;
+pub mod identity;
 pub mod marks;
 pub mod refs;
 pub mod taints;
