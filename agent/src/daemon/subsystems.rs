@@ -478,12 +478,13 @@ fn follow_report_policy(
             let report = reloads.borrow_and_update().report.clone();
             let needs_restart = report.node_name != started.node_name
                 || report.kubeconfig != started.kubeconfig
+                || report.host_root != started.host_root
                 || report.labels != started.labels
                 || report.taint_kubeconfig != started.taint_kubeconfig;
             if needs_restart {
                 tracing::warn!(
                     nodeproof_check = "reporter",
-                    "report.node-name, kubeconfig, labels and taint-kubeconfig change only on restart"
+                    "report.node-name, kubeconfig, host-root, labels and taint-kubeconfig change only on restart"
                 );
             }
             let policy = report.policy();

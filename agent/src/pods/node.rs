@@ -62,6 +62,8 @@ pub enum PodsRunError {
 pub struct PodsOptions {
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,
+    /// `report.host-root`: where the kubelet's kubeconfig is looked for.
+    pub host_root: Option<PathBuf>,
     pub seccomp_root: PathBuf,
     pub lint: LintOptions,
     /// Where the runtime's config lives (`/etc`).
@@ -82,6 +84,7 @@ pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsR
     let config = ReportConfig {
         kubeconfig: opts.kubeconfig.clone(),
         node_name: opts.node_name.clone(),
+        host_root: opts.host_root.clone(),
         ..ReportConfig::default()
     };
     let c = nodeproof_kube::connect(&config)
