@@ -417,6 +417,27 @@ pub fn lookup_here(explicit: Option<&Path>, host_root: Option<&Path>) -> Lookup 
     )
 }
 
+/// The order without the host scan: explicit, kubeadm's path if
+/// `readable`, in-cluster, none. Kept for callers that hold a kubeconfig
+/// (the tests' clients); the agent uses [`lookup`].
+pub fn choose(
+    explicit: Option<&Path>,
+    readable: impl Fn(&Path) -> bool,
+    env: impl Fn(&str) -> Option<String>,
+) -> Source {
+    if let Some(path) = explicit {
+        return Source::Kubeconfig(path.to_path_buf());
+    }
+    let kubelet = Path::new(KUBELET_KUBECONFIG);
+    if readable(kubelet) {
+        return Source::Kubelet(kubelet.to_path_buf());
+    }
+    if env("KUBERNETES_SERVICE_HOST").is_some() && readable(Path::new(SERVICE_ACCOUNT_TOKEN)) {
+        return Source::InCluster;
+    }
+    Source::None
+}
+
 /// `lookup_here`'s source on this machine's `/`.
 pub fn choose_here(explicit: Option<&Path>) -> Source {
     lookup_here(explicit, None).source
