@@ -113,7 +113,7 @@ fn rule_allows(rule: &PolicyRule, verb: &str, r: &RequestInfo) -> bool {
     (verb == "*" || verb == r.verb)
         && has(groups, &r.api_group)
         && resource_ok
-        && (names.is_empty() || names.iter().any(|n| *n == r.name))
+        && (names.is_empty() || names.contains(&r.name))
 }
 
 /// The rules of the ClusterRoles that the manifest binds to its ServiceAccount.

@@ -64,6 +64,11 @@ fn a_token_of_node_n1_reporting_as_n2_is_told_so_not_just_forbidden() {
         stderr.contains("this credential is node n1; the Node n2 cannot be read with it"),
         "{stderr}"
     );
+    // The pods' read of the Node says it too (the pods part runs first).
+    assert!(
+        !stderr.contains("cannot read the Node for node n2"),
+        "{stderr}"
+    );
     // The Node authorizer's 403 was asked about, and nothing was written to n2.
     assert!(server.count_ok("POST", "/selfsubjectreviews") >= 1);
     assert_eq!(server.count_ok("PATCH", "/nodes/n2/status"), 0);

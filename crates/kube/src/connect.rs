@@ -86,12 +86,20 @@ async fn client_for(found: &Lookup) -> Result<(Option<kube::Client>, String), Co
 /// that cannot be read or parsed is logged and passed over: loading the
 /// kubeconfig says what is wrong with it, or the API server does.
 fn identity_of(found: &Lookup, host: &Host) -> Option<String> {
-    let (path, host_path, read): (&Path, &Path, Box<dyn Fn(&Path) -> _>) =
-        match (&found.source, &found.host_path) {
-            (Source::Kubeconfig(p), _) => (p, p, Box::new(|p: &Path| std::fs::read(p))),
-            (Source::Kubelet(p), Some(h)) => (p, h, Box::new(|p: &Path| host.read(p))),
-            _ => return None,
-        };
+    // An explicit kubeconfig names files on this machine; the kubelet's, on the host.
+    let below_host = matches!(found.source, Source::Kubelet(_));
+    let (path, host_path) = match (&found.source, &found.host_path) {
+        (Source::Kubeconfig(p), _) => (p, p),
+        (Source::Kubelet(p), Some(h)) => (p, h),
+        _ => return None,
+    };
+    let read = |p: &Path| {
+        if below_host {
+            host.read(p)
+        } else {
+            std::fs::read(p)
+        }
+    };
     let text = std::fs::read_to_string(path).ok()?;
     match identity::node_of_kubeconfig(host_path, &text, read) {
         Ok(node) => node,

@@ -227,10 +227,11 @@ impl Lookup {
                 if let Some(p) = &self.host_path {
                     v["path"] = p.display().to_string().into();
                 }
-                if let Some(f) = &self.found {
-                    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(f) {
-                        v.as_object_mut().map(|o| o.extend(m));
-                    }
+                let found = self.found.as_ref().map(serde_json::to_value);
+                if let (Some(Ok(serde_json::Value::Object(m))), Some(o)) =
+                    (found, v.as_object_mut())
+                {
+                    o.extend(m);
                 }
             }
             Source::InCluster | Source::None => {}

@@ -146,17 +146,25 @@ pub async fn unreadable_node(
     node: &str,
     forbidden: crate::client::ReportError,
 ) -> crate::client::ReportError {
-    match who_am_i(client).await {
-        Ok(user) => match node_of_user(&user) {
-            Some(me) if me != node => crate::client::ReportError::NotOwnNode {
-                identity: me.to_string(),
-                node: node.to_string(),
-            },
-            _ => forbidden,
+    match other_node(client, node).await {
+        Some(me) => crate::client::ReportError::NotOwnNode {
+            identity: me,
+            node: node.to_string(),
         },
+        None => forbidden,
+    }
+}
+
+/// The Node this client's credential is, if it is a node identity other
+/// than `node` (asked with a SelfSubjectReview; `None` if that fails).
+pub async fn other_node(client: &kube::Client, node: &str) -> Option<String> {
+    match who_am_i(client).await {
+        Ok(user) => node_of_user(&user)
+            .filter(|me| *me != node)
+            .map(str::to_string),
         Err(e) => {
             tracing::debug!(error = %e, "SelfSubjectReview failed; the 403 stands");
-            forbidden
+            None
         }
     }
 }
