@@ -193,3 +193,33 @@ fn check_says_where_it_looked_when_it_found_none() {
     assert_eq!(v["credentials"]["source"], "none");
     assert_eq!(v["credentials"]["looked"].as_array().unwrap().len(), 5);
 }
+
+#[test]
+fn the_agent_with_another_nodes_certificate_says_so_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = two_nodes();
+    let kubeconfig = server.kubeconfig_with_client_cert(dir.path(), "node-n1", "system:node:n1");
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n2\"\n",
+        root.display(),
+        kubeconfig.display()
+    );
+    let mut agent = support::agent::Agent::start(dir.path(), &config);
+    agent.wait_ready(std::time::Duration::from_secs(30));
+    let (_, body) = agent.get("/healthz/reporter");
+    assert!(
+        body.contains("not reporting (the credential is another node's)"),
+        "{body}\n{}",
+        agent.log_text()
+    );
+    assert!(
+        agent
+            .log_text()
+            .contains("this credential is node n1; configured node name is n2"),
+        "{}",
+        agent.log_text()
+    );
+    assert_eq!(server.count_ok("PATCH", "/nodes/n2/status"), 0);
+}

@@ -418,6 +418,14 @@ pub async fn start_reporter(
             );
             return None;
         }
+        Err(e @ ConnectError::NodeNameMismatch { .. }) => {
+            tracing::error!(nodeproof_check = "reporter", error = %e, "the credential is another node's; conditions are not reported");
+            shared.set_check(
+                Subsystem::Reporter,
+                reporter_state("not reporting (the credential is another node's)"),
+            );
+            return None;
+        }
         Err(e) => {
             tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
             shared.set_check(

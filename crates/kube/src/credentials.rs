@@ -186,6 +186,31 @@ impl Host {
     }
 }
 
+/// A place the lookup tried and passed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Looked {
+    /// The kubelet's `--kubeconfig` names a file that cannot be read.
+    UnreadableFlag { path: PathBuf, found: KubeletFound },
+    /// A distribution's place, missing or unreadable.
+    WellKnown(WellKnown),
+    /// No `KUBERNETES_SERVICE_HOST`, or no readable ServiceAccount token.
+    InCluster,
+}
+
+impl Looked {
+    pub fn describe(&self) -> String {
+        match self {
+            Looked::UnreadableFlag { path, found } => {
+                format!("{} ({}, unreadable)", path.display(), found.describe())
+            }
+            Looked::WellKnown(place) => format!("{} ({})", place.path().display(), place.as_str()),
+            Looked::InCluster => {
+                format!("in-cluster (KUBERNETES_SERVICE_HOST and {SERVICE_ACCOUNT_TOKEN})")
+            }
+        }
+    }
+}
+
 /// What the lookup chose, how, and every place it tried before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lookup {
@@ -195,7 +220,7 @@ pub struct Lookup {
     /// The host path of the kubelet's kubeconfig (for [`Source::Kubelet`]).
     pub host_path: Option<PathBuf>,
     /// Places tried and passed over (missing or unreadable), in order.
-    pub looked: Vec<String>,
+    pub looked: Vec<Looked>,
 }
 
 impl Lookup {
@@ -209,7 +234,11 @@ impl Lookup {
             ),
             (Source::None, _, _) => format!(
                 "no credentials (log only); looked at {}",
-                self.looked.join(", ")
+                self.looked
+                    .iter()
+                    .map(Looked::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             (source, _, _) => source.describe(),
         }
@@ -236,7 +265,7 @@ impl Lookup {
             }
             Source::InCluster | Source::None => {}
         }
-        v["looked"] = self.looked.clone().into();
+        v["looked"] = self.looked.iter().map(Looked::describe).collect();
         v
     }
 }
@@ -306,7 +335,7 @@ fn strip_assignments(mut t: &str) -> &str {
 }
 
 /// The kubelet's `--kubeconfig` as its unit files say: (value, where).
-fn kubelet_flag(host: &Host, looked: &mut Vec<String>) -> Option<(PathBuf, KubeletFound)> {
+fn kubelet_flag(host: &Host, looked: &mut Vec<Looked>) -> Option<(PathBuf, KubeletFound)> {
     let mut files: Vec<(PathBuf, bool)> = Vec::new();
     if let Some(unit) = KUBELET_UNITS
         .iter()
@@ -346,11 +375,7 @@ fn kubelet_flag(host: &Host, looked: &mut Vec<String>) -> Option<(PathBuf, Kubel
     if host.readable(&path) {
         Some((path, found))
     } else {
-        looked.push(format!(
-            "{} ({}, unreadable)",
-            path.display(),
-            found.describe()
-        ));
+        looked.push(Looked::UnreadableFlag { path, found });
         None
     }
 }
@@ -396,14 +421,12 @@ pub fn lookup(
                 looked,
             );
         }
-        looked.push(format!("{} ({})", path.display(), place.as_str()));
+        looked.push(Looked::WellKnown(place));
     }
     if env("KUBERNETES_SERVICE_HOST").is_some() && in_cluster_token_readable() {
         return found(Source::InCluster, None, None, looked);
     }
-    looked.push(format!(
-        "in-cluster (KUBERNETES_SERVICE_HOST and {SERVICE_ACCOUNT_TOKEN})"
-    ));
+    looked.push(Looked::InCluster);
     found(Source::None, None, None, looked)
 }
 
@@ -589,7 +612,7 @@ mod tests {
         let l = on(&host);
         assert_eq!(kubelet(&l).0, Path::new("/var/lib/kubelet/kubeconfig"));
         // kubeadm's was looked at first and was not there.
-        assert_eq!(l.looked, ["/etc/kubernetes/kubelet.conf (kubeadm)"]);
+        assert_eq!(l.looked, [Looked::WellKnown(WellKnown::Kubeadm)]);
     }
 
     #[test]
@@ -683,7 +706,7 @@ mod tests {
             }
         );
         assert_eq!(
-            l.looked[0],
+            l.looked[0].describe(),
             "/gone.kubeconfig (--kubeconfig of the kubelet in /etc/default/kubelet, unreadable)"
         );
     }
@@ -731,7 +754,7 @@ mod tests {
         let empty = on(&host);
         assert_eq!(empty.source, Source::None);
         assert_eq!(
-            empty.looked,
+            empty.looked.iter().map(Looked::describe).collect::<Vec<_>>(),
             [
                 "/etc/kubernetes/kubelet.conf (kubeadm)",
                 "/var/lib/kubelet/kubeconfig (GKE/EKS)",

@@ -113,11 +113,12 @@ pub fn node_of_pem(pem: &[u8], user: &str) -> Result<Option<String>, IdentityErr
             source,
         })?;
     // The API server's x509 authenticator takes the user name from the
-    // subject's CommonName (k8s.io/apiserver/pkg/authentication/request/x509).
+    // subject's CommonName (k8s.io/apiserver/pkg/authentication/request/x509);
+    // Go's pkix.Name keeps the last CN of the RDN sequence.
     let cn = cert
         .subject()
         .iter_common_name()
-        .next()
+        .last()
         .and_then(|cn| cn.as_str().ok());
     Ok(cn.and_then(node_of_user).map(str::to_string))
 }
