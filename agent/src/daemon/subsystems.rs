@@ -418,6 +418,14 @@ pub async fn start_reporter(
             );
             return None;
         }
+        Err(e @ ConnectError::NodeNameMismatch { .. }) => {
+            tracing::error!(nodeproof_check = "reporter", error = %e, "the credential is another node's; conditions are not reported");
+            shared.set_check(
+                Subsystem::Reporter,
+                reporter_state("not reporting (the credential is another node's)"),
+            );
+            return None;
+        }
         Err(e) => {
             tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
             shared.set_check(
@@ -480,12 +488,13 @@ fn follow_report_policy(
             let report = reloads.borrow_and_update().report.clone();
             let needs_restart = report.node_name != started.node_name
                 || report.kubeconfig != started.kubeconfig
+                || report.host_root != started.host_root
                 || report.labels != started.labels
                 || report.taint_kubeconfig != started.taint_kubeconfig;
             if needs_restart {
                 tracing::warn!(
                     nodeproof_check = "reporter",
-                    "report.node-name, kubeconfig, labels and taint-kubeconfig change only on restart"
+                    "report.node-name, kubeconfig, host-root, labels and taint-kubeconfig change only on restart"
                 );
             }
             let policy = report.policy();

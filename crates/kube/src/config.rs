@@ -17,8 +17,12 @@ use crate::ratelimit::{self, LoadPolicy};
 pub struct ReportConfig {
     /// The Node's name (default: NODE_NAME, then the hostname).
     pub node_name: Option<String>,
-    /// Credentials (default: the kubelet's kubeconfig, then in-cluster, else log only).
+    /// Credentials (default: the kubelet's kubeconfig where its unit files or
+    /// the distribution put it, then in-cluster, else log only).
     pub kubeconfig: Option<PathBuf>,
+    /// Where the host's `/` is for that search (default `/`; a pod that
+    /// mounts the host elsewhere, or a test's temp dir).
+    pub host_root: Option<PathBuf>,
     /// Label the Node `nodeproof.dev/<condition>=true|false` (node identity suffices).
     #[serde(default)]
     pub labels: bool,

@@ -6,6 +6,7 @@
 //! - `events`: pure dedup and rate-limit recorder;
 //! - `marks`: pure opt-in labels and taints from the conditions;
 //! - `credentials`: the lookup order of credentials and node name;
+//! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
 //! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
@@ -21,6 +22,7 @@ pub mod connect;
 pub mod credentials;
 pub mod driver;
 pub mod events;
+pub mod identity;
 pub mod marks;
 pub mod ratelimit;
 pub mod refs;
