@@ -47,7 +47,7 @@ fn node_state(dir: &Path) -> (TestApiServer, String) {
     .unwrap();
     let kubeconfig = server.kubeconfig(dir, "node-n1");
     let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
         root.display(),
         kubeconfig.display()
     );

@@ -57,8 +57,10 @@ fn setup(dir: &Path) -> (TestApiServer, String) {
     std::fs::create_dir_all(root.join("profiles")).unwrap();
     std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
     let kubeconfig = server.kubeconfig(dir, "node-n1");
+    // One agent, not a fleet: no start spread (the daemon's default waits
+    // 0..30 s before its first request), so the test's limits stay seconds.
     let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
         root.display(),
         kubeconfig.display()
     );

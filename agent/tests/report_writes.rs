@@ -389,7 +389,7 @@ fn the_agent_keeps_reporting_past_its_original_certificates_expiry() {
     .unwrap();
     std::fs::write(root.join("profiles/good.json"), good).unwrap();
     let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n[daemon]\nprofile-resync-s = 1\n",
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n[daemon]\nprofile-resync-s = 1\n",
         root.display(),
         kubeconfig.display()
     );
@@ -466,7 +466,7 @@ fn a_node_registered_again_or_stripped_gets_its_conditions_back() {
     .unwrap();
     std::fs::write(root.join("profiles/good.json"), good).unwrap();
     let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
         root.display(),
         kubeconfig.display()
     );
@@ -516,7 +516,7 @@ fn the_agent_counts_a_dropped_event_in_its_metrics() {
     let root = dir.path().join("seccomp");
     std::fs::create_dir_all(root.join("profiles")).unwrap();
     let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
         root.display(),
         kubeconfig.display()
     );

@@ -44,6 +44,7 @@ pub fn options(config: &Config, seccomp_root: &Path) -> PodsOptions {
     PodsOptions {
         kubeconfig: config.report.kubeconfig.clone(),
         node_name: config.report.node_name.clone(),
+        host_root: config.report.host_root.clone(),
         seccomp_root: seccomp_root.to_path_buf(),
         lint: profiles::lint_options(&config.seccomp),
         etc: PathBuf::from("/etc"),

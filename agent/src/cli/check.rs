@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use nodeproof::checks::profiles;
 use nodeproof::config::Config;
 use nodeproof_findings::{Condition, Finding, Status};
+use nodeproof_kube::credentials::Lookup;
 
 use super::gpu::gpu_cycle;
 use super::{exit, Format};
@@ -45,7 +46,16 @@ pub(crate) fn check(
         config.report.node_name = report.node_name.clone();
     }
     let round = nodeproof::checks::node_round(root, &config);
-    print_check(&round.findings, &round.conditions, output)?;
+    // The lookup `connect` makes for the pods and the report (the same inputs,
+    // the same answer): said on stderr, and in `-o json` as `credentials`.
+    let credentials = nodeproof_kube::connect::lookup(&config.report);
+    eprintln!("credentials: {}", credentials.describe());
+    print_check(
+        &round.findings,
+        &round.conditions,
+        Some(&credentials),
+        output,
+    )?;
     if report.report {
         report_conditions(&round.conditions, &config)?;
     }
@@ -56,7 +66,7 @@ pub(crate) fn preflight(root: &Path, config: &Config, output: Format) -> Result<
     let opts = profiles::lint_options(&config.seccomp);
     let layout = nodeproof::preflight::Layout::default();
     let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
-    print_check(&findings, &[], output)?;
+    print_check(&findings, &[], None, output)?;
     Ok(exit(findings.iter().all(|f| f.status != Status::Failed)))
 }
 
@@ -71,13 +81,19 @@ fn report_conditions(conditions: &[Condition], config: &Config) -> Result<()> {
     Ok(())
 }
 
-fn print_check(findings: &[Finding], conditions: &[Condition], output: Format) -> Result<()> {
+fn print_check(
+    findings: &[Finding],
+    conditions: &[Condition],
+    credentials: Option<&Lookup>,
+    output: Format,
+) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if output == Format::Json {
-        serde_json::to_writer(
-            &mut out,
-            &serde_json::json!({ "conditions": conditions, "findings": findings }),
-        )?;
+        let mut v = serde_json::json!({ "conditions": conditions, "findings": findings });
+        if let Some(c) = credentials {
+            v["credentials"] = c.to_json();
+        }
+        serde_json::to_writer(&mut out, &v)?;
         writeln!(out)?;
         return Ok(());
     }

@@ -419,6 +419,14 @@ pub async fn start_reporter(
             );
             return None;
         }
+        Err(e @ ConnectError::NodeNameMismatch { .. }) => {
+            tracing::error!(nodeproof_check = "reporter", error = %e, "the credential is another node's; conditions are not reported");
+            shared.set_check(
+                Subsystem::Reporter,
+                reporter_state("not reporting (the credential is another node's)"),
+            );
+            return None;
+        }
         Err(e) => {
             tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
             shared.set_check(
@@ -447,6 +455,8 @@ pub async fn start_reporter(
         LoopConfig {
             marks,
             policy: config.report.policy(),
+            // Fleet-safe load: rate limit, heartbeat jitter, start spread.
+            load: config.report.load(),
             ..LoopConfig::default()
         },
         super::now_seed(),
@@ -484,12 +494,13 @@ fn follow_report_policy(
             let report = reloads.borrow_and_update().report.clone();
             let needs_restart = report.node_name != started.node_name
                 || report.kubeconfig != started.kubeconfig
+                || report.host_root != started.host_root
                 || report.labels != started.labels
                 || report.taint_kubeconfig != started.taint_kubeconfig;
             if needs_restart {
                 tracing::warn!(
                     nodeproof_check = "reporter",
-                    "report.node-name, kubeconfig, labels and taint-kubeconfig change only on restart"
+                    "report.node-name, kubeconfig, host-root, labels and taint-kubeconfig change only on restart"
                 );
             }
             let policy = report.policy();
@@ -512,8 +523,16 @@ pub async fn final_report(reporter: Reporter, conditions: Vec<Condition>) {
         return;
     };
     lp.observe(SystemTime::now(), &conditions);
-    match tokio::time::timeout(Duration::from_secs(5), lp.flush(SystemTime::now())).await {
-        Ok(Ok(())) => tracing::info!(nodeproof_check = "reporter", "final status written"),
+    let now = SystemTime::now();
+    match tokio::time::timeout(Duration::from_secs(5), lp.flush(now)).await {
+        Ok(Ok(())) if lp.settled(now) => {
+            tracing::info!(nodeproof_check = "reporter", "final status written")
+        }
+        // Still inside its start window, a retry's backoff or the rate limit.
+        Ok(Ok(())) => tracing::warn!(
+            nodeproof_check = "reporter",
+            "final status not written: the reporter was waiting (start spread, backoff or rate limit)"
+        ),
         Ok(Err(e)) => {
             tracing::warn!(nodeproof_check = "reporter", error = %super::error_chain(&e), "final status write failed")
         }

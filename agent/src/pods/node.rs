@@ -21,6 +21,7 @@ use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
 use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use nodeproof_kube::identity;
 use nodeproof_kube::ConnectError;
 use nodeproof_seccomp::lint::LintOptions;
 use nodeproof_trace::{
@@ -38,6 +39,8 @@ pub enum PodsRunError {
         #[source]
         source: Box<ConnectError>,
     },
+    #[error("this credential is node {identity}; the Node {node} cannot be read with it")]
+    NotOwnNode { identity: String, node: String },
     #[error("cannot read {what} for node {node}")]
     Read {
         what: &'static str,
@@ -62,6 +65,8 @@ pub enum PodsRunError {
 pub struct PodsOptions {
     pub kubeconfig: Option<PathBuf>,
     pub node_name: Option<String>,
+    /// `report.host-root`: where the kubelet's kubeconfig is looked for.
+    pub host_root: Option<PathBuf>,
     pub seccomp_root: PathBuf,
     pub lint: LintOptions,
     /// Where the runtime's config lives (`/etc`).
@@ -82,6 +87,7 @@ pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsR
     let config = ReportConfig {
         kubeconfig: opts.kubeconfig.clone(),
         node_name: opts.node_name.clone(),
+        host_root: opts.host_root.clone(),
         ..ReportConfig::default()
     };
     let c = nodeproof_kube::connect(&config)
@@ -145,14 +151,30 @@ pub async fn node_context(
     node: &str,
     opts: &PodsOptions,
 ) -> Result<NodeContext, PodsRunError> {
-    let n = Api::<Node>::all(client.clone())
-        .get(node)
-        .await
-        .map_err(|source| PodsRunError::Read {
-            what: "the Node",
-            node: node.into(),
-            source: Box::new(source),
-        })?;
+    let n = match Api::<Node>::all(client.clone()).get(node).await {
+        Ok(n) => n,
+        // Kubernetes 1.32+ answers 403 to a node reading another Node: say whose credential this is.
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Err(match identity::other_node(client, node).await {
+                Some(identity) => PodsRunError::NotOwnNode {
+                    identity,
+                    node: node.into(),
+                },
+                None => PodsRunError::Read {
+                    what: "the Node",
+                    node: node.into(),
+                    source: Box::new(kube::Error::Api(s)),
+                },
+            })
+        }
+        Err(source) => {
+            return Err(PodsRunError::Read {
+                what: "the Node",
+                node: node.into(),
+                source: Box::new(source),
+            })
+        }
+    };
     let handlers = match handlers::read_handlers(opts.lint.runtime, &opts.etc) {
         Ok(h) => Some(h),
         Err(e) => {

@@ -33,6 +33,10 @@ pub enum Identity {
     Node(String),
     /// A ServiceAccount with the taint ClusterRole (deploy/rbac-taints.yaml).
     TaintServiceAccount,
+    /// The in-cluster agent's ServiceAccount (deploy/rbac-agent.yaml). Not
+    /// under the Node authorizer; what RBAC allows it is checked against the
+    /// request log by `tests/rbac_agent.rs`.
+    AgentServiceAccount,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -719,6 +723,9 @@ fn route(
         return status(401, "Unauthorized", "Unauthorized");
     };
     let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    if let Some(answer) = identity_route(&who, method, &parts) {
+        return answer;
+    }
     let strategic = content_type == "application/strategic-merge-patch+json";
     if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
         let selector = query_param(uri, "fieldSelector");
@@ -1265,5 +1272,94 @@ impl TestApiServer {
             list.retain(|c| c["type"] != kind);
         }
         st.set_node(name, node);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Identity (credentials and identity work): who a credential is, and the
+// Node authorizer of Kubernetes 1.32+ on reading other Nodes.
+// ---------------------------------------------------------------------------
+
+/// The user name the API server authenticates `who` as.
+pub fn user_name(who: &Identity) -> String {
+    match who {
+        Identity::Node(name) => format!("system:node:{name}"),
+        Identity::TaintServiceAccount => {
+            "system:serviceaccount:kube-system:nodeproof-taints".into()
+        }
+        Identity::AgentServiceAccount => "system:serviceaccount:kube-system:nodeproof".into(),
+    }
+}
+
+/// Answers the requests of this section, before the general routes:
+/// - `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (allowed to
+///   every authenticated user by the default `system:basic-user` role);
+/// - `GET /api/v1/nodes/<other>` by a node identity: since 1.32 the Node
+///   authorizer refuses it with 403 (before, any node could read any Node),
+///   with kube-apiserver's RBAC-style message and the authorizer's reason.
+fn identity_route(who: &Identity, method: &Method, parts: &[&str]) -> Option<(u16, Value)> {
+    match (method.as_str(), parts) {
+        ("POST", ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
+            let user = user_name(who);
+            let groups = match who {
+                Identity::Node(_) => json!(["system:nodes", "system:authenticated"]),
+                _ => json!(["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]),
+            };
+            Some((
+                201,
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+                       "metadata": {"creationTimestamp": null},
+                       "status": {"userInfo": {"username": user, "groups": groups}}}),
+            ))
+        }
+        ("GET", ["api", "v1", "nodes", name]) => match who {
+            Identity::Node(me) if me != name => Some(status(
+                403,
+                "Forbidden",
+                &format!(
+                    "nodes \"{name}\" is forbidden: User \"system:node:{me}\" cannot get resource \"nodes\" in API group \"\" at the cluster scope: node '{me}' cannot read '{name}', only its own Node object"
+                ),
+            )),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl TestApiServer {
+    /// A kubeconfig for `token` that also carries a client certificate
+    /// (`client-certificate-data`, CN `common_name`, O `system:nodes`), as a
+    /// kubelet's does; the server authenticates by the token, the agent
+    /// reads the certificate to know which Node it is.
+    pub fn kubeconfig_with_client_cert(
+        &self,
+        dir: &Path,
+        token: &str,
+        common_name: &str,
+    ) -> PathBuf {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:nodes");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        use base64::Engine as _;
+        let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+        let plain = self.kubeconfig(dir, token);
+        let text = std::fs::read_to_string(&plain).unwrap().replace(
+            &format!("    token: {token}\n"),
+            &format!(
+                "    token: {token}\n    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(cert.pem()),
+                b64(key.serialize_pem())
+            ),
+        );
+        let path = dir.join(format!("{token}-cert.kubeconfig"));
+        std::fs::write(&path, text).unwrap();
+        path
     }
 }

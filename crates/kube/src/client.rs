@@ -35,8 +35,17 @@ pub enum ReportError {
         node: String,
         message: String,
     },
+    /// A 403 on the Node's GET from a node identity of another Node: since
+    /// Kubernetes 1.32 the Node authorizer answers 403, not 404, to a node
+    /// reading another Node (see `identity::unreadable_node`).
+    #[error("this credential is node {identity}; the Node {node} cannot be read with it (set --node-name, report.node-name or NODE_NAME to {identity}, or use that node's credentials)")]
+    NotOwnNode { identity: String, node: String },
     #[error("{op} for node {node} conflicted")]
     Conflict { op: &'static str, node: String },
+    /// Not a failure: the client-side token bucket (`ratelimit::Limited`)
+    /// is empty, no request was made; the loop waits `wait`.
+    #[error("request for node {node} held back by the client-side rate limit for {wait:?}")]
+    ClientLimited { node: String, wait: Duration },
     #[error("{op} for node {node} throttled (HTTP 429)")]
     Throttled {
         op: &'static str,
@@ -100,6 +109,7 @@ impl ReportError {
         matches!(
             self,
             ReportError::NodeNotFound { .. }
+                | ReportError::NotOwnNode { .. }
                 | ReportError::Forbidden { .. }
                 | ReportError::Credentials { .. }
                 | ReportError::NoTaintCredential { .. }
@@ -321,15 +331,19 @@ impl Reporter for KubeReporter {
 
     async fn read_node(&self) -> Result<NodeState, ReportError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = self
-            .bounded("GET node", nodes.get(&self.node))
-            .await
-            .map_err(|e| match e {
-                ReportError::Api { code: 404, .. } => ReportError::NodeNotFound {
+        let node = match self.bounded("GET node", nodes.get(&self.node)).await {
+            Ok(node) => node,
+            Err(ReportError::Api { code: 404, .. }) => {
+                return Err(ReportError::NodeNotFound {
                     node: self.node.clone(),
-                },
-                e => e,
-            })?;
+                })
+            }
+            // Identity (identity.rs): a 403 says whose credential this is.
+            Err(e @ ReportError::Forbidden { .. }) => {
+                return Err(crate::identity::unreadable_node(&self.client, &self.node, e).await)
+            }
+            Err(e) => return Err(e),
+        };
         Ok(node_state(&node))
     }
 

@@ -177,6 +177,11 @@ pub struct Tracker {
     /// mark a newer one as written.
     generation: u64,
     last_write: Option<SystemTime>,
+    /// Heartbeat jitter (`ratelimit::jittered_heartbeat`): ± this percentage
+    /// of `policy.heartbeat`, drawn per beat from the seed and the time of
+    /// the last write. 0: every beat exactly `policy.heartbeat` apart.
+    heartbeat_jitter_pct: u32,
+    heartbeat_seed: u64,
 }
 
 impl Tracker {
@@ -190,7 +195,25 @@ impl Tracker {
             dirty: false,
             generation: 0,
             last_write: None,
+            heartbeat_jitter_pct: 0,
+            heartbeat_seed: 0,
         }
+    }
+
+    /// Jitter each heartbeat period by ± `pct` %, seeded (per node) by `seed`.
+    pub fn with_heartbeat_jitter(mut self, pct: u32, seed: u64) -> Self {
+        self.heartbeat_jitter_pct = pct;
+        self.heartbeat_seed = seed;
+        self
+    }
+
+    /// The heartbeat period that follows a write at `last`.
+    fn heartbeat_after(&self, last: SystemTime) -> Duration {
+        let salt = last
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let u = crate::ratelimit::unit(self.heartbeat_seed, salt);
+        crate::ratelimit::jittered_heartbeat(self.policy.heartbeat, self.heartbeat_jitter_pct, u)
     }
 
     pub fn policy(&self) -> &Policy {
@@ -325,7 +348,7 @@ impl Tracker {
         }
         let heartbeat_due = self
             .last_write
-            .is_none_or(|t| now >= t + self.policy.heartbeat);
+            .is_none_or(|t| now >= t + self.heartbeat_after(t));
         if !self.dirty && !heartbeat_due {
             return None;
         }
@@ -349,7 +372,8 @@ impl Tracker {
         if !self.resumed || self.entries.is_empty() {
             return None;
         }
-        Some(self.last_write? + self.policy.heartbeat)
+        let last = self.last_write?;
+        Some(last + self.heartbeat_after(last))
     }
 
     /// Record that `update` reached the API server.
@@ -605,5 +629,30 @@ mod tests {
             }
         }
         assert_eq!(writes, 12);
+    }
+
+    #[test]
+    fn jittered_heartbeats_stay_in_the_band_and_average_the_period() {
+        let mut tr = resumed(Policy::default()).with_heartbeat_jitter(10, 99);
+        let mut writes = Vec::new();
+        for s in 0..(10 * 3600) {
+            if s % 10 == 0 {
+                tr.observe(t(s), &[cond("SeccompProfilesReady", true)]);
+            }
+            if let Some(up) = tr.due(t(s)) {
+                assert!(tr.next_heartbeat().is_none_or(|h| h <= t(s)));
+                tr.written(&up);
+                writes.push(s);
+            }
+        }
+        let gaps: Vec<u64> = writes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| (270..=331).contains(g)), "{gaps:?}");
+        // Drawn per beat: not one fixed period.
+        assert!(
+            gaps.iter().any(|g| *g < 285) && gaps.iter().any(|g| *g > 315),
+            "{gaps:?}"
+        );
+        // 10 hours at 300 s on average: 120 writes, give or take a few.
+        assert!((114..=126).contains(&writes.len()), "{}", writes.len());
     }
 }

@@ -1,12 +1,15 @@
 //! The one way nodeproof reaches the API server: the Node's name and the
-//! credentials found from the `[report]` section (credentials::choose), a
+//! credentials found from the `[report]` section (credentials::lookup), a
 //! client for them, the separate taint credential, and the marks that
 //! follow from what connected. `check --report`, `pods` and the daemon's
 //! reporter all start here.
 
+use std::path::Path;
+
 use crate::client::{self, ReportError};
 use crate::config::ReportConfig;
-use crate::credentials::{self, Source};
+use crate::credentials::{self, Host, Lookup, NameFrom, Source};
+use crate::identity;
 use crate::marks::MarkPolicy;
 
 /// What [`connect`] found.
@@ -14,6 +17,9 @@ pub struct Connection {
     pub node: String,
     /// Where the credentials came from, for the journal.
     pub credentials: String,
+    /// The Node the credential is (`system:node:<name>` in its client
+    /// certificate), when the kubeconfig shows it.
+    pub identity: Option<String>,
     /// `None`: no credentials anywhere (the caller logs instead of writing).
     pub client: Option<kube::Client>,
     /// The client for taints (NodeRestriction refuses a node's own taint
@@ -28,6 +34,15 @@ pub struct Connection {
 pub enum ConnectError {
     #[error("cannot tell which Node this is: set --node-name, report.node-name or NODE_NAME")]
     NoNodeName,
+    /// The Node authorizer lets a node identity read and write only its own
+    /// Node: reporting as another one can only be refused.
+    #[error("this credential is node {identity}; configured node name is {configured} (from {}, credentials: {credentials})", from.as_str())]
+    NodeNameMismatch {
+        identity: String,
+        configured: String,
+        from: NameFrom,
+        credentials: String,
+    },
     #[error("unusable credentials ({credentials})")]
     Credentials {
         credentials: String,
@@ -42,14 +57,23 @@ pub enum ConnectError {
     },
 }
 
+/// Where the credentials are, as `connect` finds them (for `check` to say).
+pub fn lookup(config: &ReportConfig) -> Lookup {
+    credentials::lookup_here(config.kubeconfig.as_deref(), config.host_root.as_deref())
+}
+
 /// The client for the configured credentials and where they came from,
 /// without a Node (reading one object by name needs none).
 pub async fn api_client(
     config: &ReportConfig,
 ) -> Result<(Option<kube::Client>, String), ConnectError> {
-    let source = credentials::choose_here(config.kubeconfig.as_deref());
-    let described = source.describe();
-    let client = client::connect(&source)
+    let (client, found) = client_for(&lookup(config)).await?;
+    Ok((client, found))
+}
+
+async fn client_for(found: &Lookup) -> Result<(Option<kube::Client>, String), ConnectError> {
+    let described = found.describe();
+    let client = client::connect(&found.source)
         .await
         .map_err(|e| ConnectError::Credentials {
             credentials: described.clone(),
@@ -58,12 +82,55 @@ pub async fn api_client(
     Ok((client, described))
 }
 
+/// The Node the found kubeconfig's client certificate is. A certificate
+/// that cannot be read or parsed is logged and passed over: loading the
+/// kubeconfig says what is wrong with it, or the API server does.
+fn identity_of(found: &Lookup, host: &Host) -> Option<String> {
+    // An explicit kubeconfig names files on this machine; the kubelet's, on the host.
+    let below_host = matches!(found.source, Source::Kubelet(_));
+    let (path, host_path) = match (&found.source, &found.host_path) {
+        (Source::Kubeconfig(p), _) => (p, p),
+        (Source::Kubelet(p), Some(h)) => (p, h),
+        _ => return None,
+    };
+    let read = |p: &Path| {
+        if below_host {
+            host.read(p)
+        } else {
+            std::fs::read(p)
+        }
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    match identity::node_of_kubeconfig(host_path, &text, read) {
+        Ok(node) => node,
+        Err(e) => {
+            tracing::warn!(error = %nodeproof_findings::errors::error_chain(&e), "cannot tell which node the credential is");
+            None
+        }
+    }
+}
+
 /// Finds the Node's name and credentials and builds the clients. Contacts
 /// nothing: a kube client connects on its first request.
 pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> {
-    let node =
-        credentials::node_name_here(config.node_name.as_deref()).ok_or(ConnectError::NoNodeName)?;
-    let (client, described) = api_client(config).await?;
+    let host = config
+        .host_root
+        .as_deref()
+        .map_or_else(Host::real, Host::new);
+    let found = lookup(config);
+    let identity = identity_of(&found, &host);
+    let (node, from) =
+        credentials::node_name_from_here(config.node_name.as_deref(), identity.as_deref())
+            .ok_or(ConnectError::NoNodeName)?;
+    if let Some(identity) = identity.as_ref().filter(|i| **i != node) {
+        return Err(ConnectError::NodeNameMismatch {
+            identity: identity.clone(),
+            configured: node,
+            from,
+            credentials: found.describe(),
+        });
+    }
+    let (client, described) = client_for(&found).await?;
     let taint_client = match &config.taint_kubeconfig {
         Some(path) => {
             let taints = Source::Kubeconfig(path.clone());
@@ -87,6 +154,7 @@ pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> 
     Ok(Connection {
         node,
         credentials: described,
+        identity,
         client,
         taint_client,
         marks,

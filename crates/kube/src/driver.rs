@@ -20,6 +20,7 @@ use super::client::{NodeState, Refusal, ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
+use super::ratelimit::{self, Limited, LoadPolicy, Pacing};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -30,9 +31,12 @@ pub struct LoopConfig {
     pub marks: MarkPolicy,
     /// First retry delay after a failure; doubles up to `backoff_cap`.
     pub backoff_base: Duration,
-    /// Longest retry delay before jitter (+0..25%). 20 s keeps convergence
-    /// after an outage under 30 s.
+    /// Longest retry delay before jitter (+0..50 %, `ratelimit::backoff_delay`).
+    /// 20 s keeps convergence after an outage under 30 s.
     pub backoff_cap: Duration,
+    /// Client-side rate limit, heartbeat jitter, first-write spread
+    /// (`ratelimit`). Default `UNLIMITED`; the daemon takes `ReportConfig::load()`.
+    pub load: LoadPolicy,
 }
 
 impl Default for LoopConfig {
@@ -43,6 +47,7 @@ impl Default for LoopConfig {
             marks: MarkPolicy::default(),
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(20),
+            load: LoadPolicy::UNLIMITED,
         }
     }
 }
@@ -59,17 +64,14 @@ struct Backoff {
 
 impl Backoff {
     fn next(&mut self) -> Duration {
-        let exp = self
-            .base
-            .saturating_mul(1u32 << self.attempt.min(16))
-            .min(self.cap);
-        self.attempt += 1;
         // xorshift64: spreads retries of many nodes after a control-plane outage.
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
         self.state ^= self.state << 17;
-        let jitter = (self.state % 1000) as f64 / 4000.0; // 0..25%
-        exp.mul_f64(1.0 + jitter)
+        let u = ratelimit::unit(self.state, u64::from(self.attempt));
+        let delay = ratelimit::backoff_delay(self.base, self.cap, self.attempt, u);
+        self.attempt += 1;
+        delay
     }
 
     fn reset(&mut self) {
@@ -106,16 +108,39 @@ impl Retry {
         self.not_before.filter(|t| *t > now)
     }
 
-    fn succeeded(&mut self) {
-        self.backoff.reset();
-        self.not_before = None;
+    /// Nothing before `at` (a pacing slot), without counting a failure.
+    fn hold_until(&mut self, at: SystemTime) {
+        self.not_before = Some(self.not_before.map_or(at, |t| t.max(at)));
     }
 
-    /// The next attempt waits for the 429's Retry-After when there is one
-    /// (as client-go's `checkWait` does), the backoff otherwise.
-    fn failed(&mut self, now: SystemTime, e: &ReportError) {
-        let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
-        self.not_before = Some(now + delay);
+    /// Schedules the next attempt from how this one went: at once after a
+    /// success; when the token bucket is empty (no request was made,
+    /// nothing failed) once it refills; after a failure, the 429's
+    /// Retry-After when there is one (as client-go's `checkWait` does), the
+    /// backoff otherwise. Only a real failure is returned.
+    fn settle(
+        &mut self,
+        now: SystemTime,
+        result: Result<(), ReportError>,
+    ) -> Result<(), ReportError> {
+        match result {
+            Ok(()) => {
+                self.backoff.reset();
+                self.not_before = None;
+                Ok(())
+            }
+            Err(e) => match ratelimit::deferred(&e) {
+                Some(wait) => {
+                    self.not_before = Some(now + wait);
+                    Ok(())
+                }
+                None => {
+                    let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
+                    self.not_before = Some(now + delay);
+                    Err(e)
+                }
+            },
+        }
     }
 }
 
@@ -180,7 +205,8 @@ struct MarksDue {
 }
 
 pub struct ReportLoop<R> {
-    reporter: R,
+    /// Every request spends a token of the client-side limit first.
+    reporter: Limited<R>,
     tracker: Tracker,
     recorder: Recorder,
     node_uid: Option<String>,
@@ -195,15 +221,19 @@ pub struct ReportLoop<R> {
     /// Dropped writes not yet taken by [`ReportLoop::take_dropped`].
     dropped: Vec<Dropped>,
     stats: Stats,
+    /// Fleet-safe start and change spread (`ratelimit::Pacing`).
+    pacing: Pacing,
 }
 
 impl<R: Reporter> ReportLoop<R> {
     pub fn new(reporter: R, config: LoopConfig, seed: u64) -> Self {
         let node_retry = Retry::new(&config, seed);
         let event_retry = Retry::new(&config, seed.rotate_left(32));
+        let load = config.load;
         ReportLoop {
-            reporter,
-            tracker: Tracker::new(config.policy),
+            reporter: Limited::new(reporter, load.qps, load.burst),
+            tracker: Tracker::new(config.policy)
+                .with_heartbeat_jitter(load.heartbeat_jitter_pct, ratelimit::mix(seed ^ 0x4842)),
             recorder: Recorder::new(config.events),
             node_uid: None,
             marks: config.marks,
@@ -213,11 +243,12 @@ impl<R: Reporter> ReportLoop<R> {
             event_retry,
             dropped: Vec::new(),
             stats: Stats::default(),
+            pacing: Pacing::new(&load, seed),
         }
     }
 
     pub fn reporter(&self) -> &R {
-        &self.reporter
+        self.reporter.inner()
     }
 
     /// Applies a reloaded policy (heartbeat, hysteresis) without losing state.
@@ -369,31 +400,29 @@ impl<R: Reporter> ReportLoop<R> {
     /// tried independently; when both fail, the Node's error is returned
     /// (an outage fails both the same way) and the flush counts once.
     pub async fn flush(&mut self, now: SystemTime) -> Result<(), ReportError> {
-        let node = if self.node_retry.ready(now) {
-            match self.flush_node(now).await {
-                Ok(()) => {
-                    self.node_retry.succeeded();
-                    Ok(())
-                }
-                Err(e) => {
-                    self.node_retry.failed(now, &e);
-                    Err(e)
-                }
+        // Fleet-safe load (ratelimit.rs): the first request waits for this
+        // node's slot in the start window, a status change for its slot in
+        // the change window; every request spends a token (`Limited`).
+        if self.node_retry.ready(now) {
+            if let Some(at) = self.pacing.hold(now, || self.tracker.due(now).is_some()) {
+                self.node_retry.hold_until(at);
+                self.event_retry.hold_until(at);
+                return Ok(());
             }
+        }
+        self.reporter.set_now(now);
+        let node = if self.node_retry.ready(now) {
+            let result = self.flush_node(now).await;
+            if result.is_ok() {
+                self.pacing.flushed();
+            }
+            self.node_retry.settle(now, result)
         } else {
             Ok(())
         };
         let events = if self.tracker.is_resumed() && self.event_retry.ready(now) {
-            match self.flush_events(now).await {
-                Ok(()) => {
-                    self.event_retry.succeeded();
-                    Ok(())
-                }
-                Err(e) => {
-                    self.event_retry.failed(now, &e);
-                    Err(e)
-                }
-            }
+            let result = self.flush_events(now).await;
+            self.event_retry.settle(now, result)
         } else {
             Ok(())
         };
@@ -607,13 +636,16 @@ mod tests {
             attempt: 0,
             state: 42,
         };
-        let delays: Vec<_> = (0..10).map(|_| b.next()).collect();
-        assert!(delays[0] >= Duration::from_secs(1) && delays[0] < Duration::from_millis(1250));
-        assert!(delays[3] >= Duration::from_secs(8));
-        for d in &delays {
-            assert!(*d <= Duration::from_secs(25), "{d:?}");
+        let delays: Vec<_> = (0..12).map(|_| b.next()).collect();
+        // Attempt n in [2^n, 1.5 * 2^n] s, 2^n capped at 20 s.
+        for (n, d) in delays.iter().enumerate() {
+            let exp = Duration::from_secs(1 << n.min(16)).min(Duration::from_secs(20));
+            assert!(*d >= exp && *d <= exp.mul_f64(1.5), "attempt {n}: {d:?}");
         }
+        assert!(delays[3] >= Duration::from_secs(8));
+        // Retries at the cap do not repeat one value.
+        assert!(delays[6..].windows(2).any(|w| w[0] != w[1]), "{delays:?}");
         b.reset();
-        assert!(b.next() < Duration::from_millis(1250));
+        assert!(b.next() <= Duration::from_millis(1500));
     }
 }

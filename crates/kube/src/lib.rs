@@ -6,8 +6,11 @@
 //! - `events`: pure dedup and rate-limit recorder;
 //! - `marks`: pure opt-in labels and taints from the conditions;
 //! - `credentials`: the lookup order of credentials and node name;
+//! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
+//! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
+//!   first-write spread, backoff jitter);
 //! - `connect`: node name, credentials and clients from the `[report]` section;
 //! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
 //! - `config`: that section; `refs`/`taints`: pods' seccomp references and
@@ -20,7 +23,9 @@ pub mod connect;
 pub mod credentials;
 pub mod driver;
 pub mod events;
+pub mod identity;
 pub mod marks;
+pub mod ratelimit;
 pub mod refs;
 pub mod retry_after;
 pub mod taints;

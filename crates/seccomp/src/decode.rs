@@ -7,6 +7,7 @@
 //! place where that differs from what the author wrote.
 
 use std::fmt::Write as _;
+use std::marker::PhantomData;
 
 use crate::diagnostic::{Code, Diagnostic};
 use crate::json::{pointer_token, Member, Node, Value};
@@ -42,6 +43,9 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// The index of the field with json tag `name`, looked up at run time:
+    /// for tests and tools. Code reads fields through the [`FieldId`]
+    /// handles `schema!` makes, whose indices are resolved at compile time.
     pub fn index(&self, name: &str) -> usize {
         self.fields
             .iter()
@@ -49,6 +53,145 @@ impl Schema {
             .unwrap_or_else(|| panic!("schema {} has no field {name}", self.go_name))
     }
 }
+
+/// What a [`FieldId`] reads, one marker per [`Ty`] variant. `schema!`
+/// takes a handle's kind from the same token as its field's `Ty`, so
+/// reading a string field as a list does not compile.
+pub mod kind {
+    #[derive(Debug, Clone, Copy)]
+    pub struct Str;
+    #[derive(Debug, Clone, Copy)]
+    pub struct Uint;
+    #[derive(Debug, Clone, Copy)]
+    pub struct OptUint;
+    #[derive(Debug, Clone, Copy)]
+    pub struct StrList;
+    #[derive(Debug, Clone, Copy)]
+    pub struct Obj;
+    #[derive(Debug, Clone, Copy)]
+    pub struct ObjList;
+}
+
+/// One field of one schema, by name: where [`DObj`] keeps its value. The
+/// index is resolved at compile time from the schema's own field list (by
+/// `schema!`, below), so reading a field costs what indexing by position
+/// did, and reordering the list moves the handles with it. The handles
+/// live next to their schema, e.g. `model::oci_syscall::NAMES`: a name that
+/// is not a field does not compile.
+#[derive(Clone, Copy)]
+pub struct FieldId<K> {
+    index: usize,
+    /// The schema the field belongs to, for the checks of debug builds.
+    schema: &'static Schema,
+    /// The json tag.
+    name: &'static str,
+    kind: PhantomData<K>,
+}
+
+impl<K> FieldId<K> {
+    /// For `schema!`, the one place that knows the index.
+    #[doc(hidden)]
+    pub const fn new(index: usize, schema: &'static Schema, name: &'static str) -> FieldId<K> {
+        FieldId {
+            index,
+            schema,
+            name,
+            kind: PhantomData,
+        }
+    }
+
+    pub const fn index(self) -> usize {
+        self.index
+    }
+
+    /// The json tag.
+    pub const fn name(self) -> &'static str {
+        self.name
+    }
+
+    pub const fn schema(self) -> &'static Schema {
+        self.schema
+    }
+}
+
+impl<K> std::fmt::Debug for FieldId<K> {
+    // The schema is a tree of statics; its name is what tells handles apart.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{} (#{})", self.schema.go_name, self.name, self.index)
+    }
+}
+
+/// Define a schema and its field handles from one list, so the two cannot
+/// disagree:
+///
+/// ```text
+/// schema! {
+///     pub static OCI_ARG, mod oci_arg: "LinuxSeccompArg" = "specs.LinuxSeccompArg" {
+///         INDEX: Uint = "index", "uint";
+///         OP: Str = "op", "specs.LinuxSeccompOperator";
+///     }
+/// }
+/// ```
+///
+/// makes `static OCI_ARG: Schema` with the fields in the order listed (the
+/// order of the Go struct, which decides which field a key folds onto),
+/// and `mod oci_arg` with one `FieldId<kind::K>` const per field, named
+/// after it. A private enum with one variant per field counts the indices
+/// (macro_rules cannot count), and a const assertion keeps each schema
+/// under the 64 fields of [`DObj`]'s `present` bitset.
+macro_rules! schema {
+    (
+        $(#[$meta:meta])*
+        $vis:vis static $schema:ident, mod $fields:ident: $go_name:literal = $go_type:literal {
+            $(
+                $konst:ident: $kind:ident $(($sub:expr))? = $name:literal, $field_go_type:literal;
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        $vis static $schema: $crate::decode::Schema = $crate::decode::Schema {
+            go_name: $go_name,
+            go_type: $go_type,
+            fields: &[$(
+                $crate::decode::Field {
+                    name: $name,
+                    ty: $crate::decode::Ty::$kind $(($sub))?,
+                    go_type: $field_go_type,
+                },
+            )*],
+        };
+
+        #[doc = concat!("The fields of `", stringify!($schema), "` (", $go_type, "), by name.")]
+        $vis mod $fields {
+            use $crate::decode::{kind, FieldId};
+
+            // Discriminants count from 0 in declaration order: the fields' indices.
+            #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+            enum Index {
+                $($konst,)*
+            }
+
+            const _: () = assert!(
+                [$($name),*].len() < 64,
+                concat!(stringify!($schema), " outgrows the `present` bitset of DObj")
+            );
+
+            $(
+                #[doc = concat!("`", $name, "` (", $field_go_type, ").")]
+                pub const $konst: FieldId<kind::$kind> =
+                    FieldId::new(Index::$konst as usize, &super::$schema, $name);
+            )*
+
+            /// Every handle as (const name, index, json tag), for the test
+            /// that they name the fields they index.
+            #[cfg(test)]
+            pub(crate) const ALL: &[(&str, usize, &str)] = &[$(
+                (stringify!($konst), $konst.index(), $konst.name()),
+            )*];
+        }
+    };
+}
+pub(crate) use schema;
 
 /// A decoded value of one field.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,48 +232,75 @@ impl DObj {
         }
     }
 
-    /// Whether the JSON object(s) had a key for field `i`.
-    pub fn present(&self, i: usize) -> bool {
-        self.present & (1 << i) != 0
+    /// Whether this value was decoded with `schema`.
+    pub fn is_a(&self, schema: &Schema) -> bool {
+        self.schema_name == schema.go_name
     }
 
-    pub fn str(&self, i: usize) -> &str {
-        match &self.values[i] {
+    /// Where field `f` is kept. Debug builds check that `f` is a field of
+    /// this object's schema and indexes the field it is named after: a
+    /// handle of another schema would read whatever sits at its index.
+    #[inline]
+    fn slot<K>(&self, f: FieldId<K>) -> usize {
+        debug_assert!(
+            self.schema_name == f.schema.go_name,
+            "`{}` is a field of {}, read on a {}",
+            f.name,
+            f.schema.go_name,
+            self.schema_name
+        );
+        debug_assert!(
+            f.schema
+                .fields
+                .get(f.index)
+                .is_some_and(|x| x.name == f.name),
+            "{f:?} does not index its field"
+        );
+        f.index
+    }
+
+    /// Whether the JSON object(s) had a key for field `f`.
+    pub fn present<K>(&self, f: FieldId<K>) -> bool {
+        self.present & (1 << self.slot(f)) != 0
+    }
+
+    pub fn str(&self, f: FieldId<kind::Str>) -> &str {
+        match &self.values[self.slot(f)] {
             DVal::Str(s) => s,
             _ => "",
         }
     }
 
-    pub fn uint(&self, i: usize) -> u64 {
-        match &self.values[i] {
+    pub fn uint(&self, f: FieldId<kind::Uint>) -> u64 {
+        match &self.values[self.slot(f)] {
             DVal::Uint(v) => *v,
             _ => 0,
         }
     }
 
-    pub fn opt_uint(&self, i: usize) -> Option<u64> {
-        match &self.values[i] {
+    pub fn opt_uint(&self, f: FieldId<kind::OptUint>) -> Option<u64> {
+        match &self.values[self.slot(f)] {
             DVal::OptUint(v) => *v,
             _ => None,
         }
     }
 
-    pub fn str_list(&self, i: usize) -> &[String] {
-        match &self.values[i] {
+    pub fn str_list(&self, f: FieldId<kind::StrList>) -> &[String] {
+        match &self.values[self.slot(f)] {
             DVal::StrList(Some(v)) => v,
             _ => &[],
         }
     }
 
-    pub fn obj(&self, i: usize) -> Option<&DObj> {
-        match &self.values[i] {
+    pub fn obj(&self, f: FieldId<kind::Obj>) -> Option<&DObj> {
+        match &self.values[self.slot(f)] {
             DVal::Obj(o) => Some(o),
             _ => None,
         }
     }
 
-    pub fn obj_list(&self, i: usize) -> &[DObj] {
-        match &self.values[i] {
+    pub fn obj_list(&self, f: FieldId<kind::ObjList>) -> &[DObj] {
+        match &self.values[self.slot(f)] {
             DVal::ObjList(Some(v)) => v,
             _ => &[],
         }
@@ -138,21 +308,24 @@ impl DObj {
 
     // Moving out, for the views built from a decoded value it no longer needs.
 
-    pub fn take_str(&mut self, i: usize) -> String {
+    pub fn take_str(&mut self, f: FieldId<kind::Str>) -> String {
+        let i = self.slot(f);
         match &mut self.values[i] {
             DVal::Str(s) => std::mem::take(s),
             _ => String::new(),
         }
     }
 
-    pub fn take_str_list(&mut self, i: usize) -> Vec<String> {
+    pub fn take_str_list(&mut self, f: FieldId<kind::StrList>) -> Vec<String> {
+        let i = self.slot(f);
         match &mut self.values[i] {
             DVal::StrList(Some(v)) => std::mem::take(v),
             _ => Vec::new(),
         }
     }
 
-    pub fn take_obj_list(&mut self, i: usize) -> Vec<DObj> {
+    pub fn take_obj_list(&mut self, f: FieldId<kind::ObjList>) -> Vec<DObj> {
+        let i = self.slot(f);
         match &mut self.values[i] {
             DVal::ObjList(Some(v)) => std::mem::take(v),
             _ => Vec::new(),
@@ -183,6 +356,29 @@ pub const TEMPLATE_KEYS: &[&str] = &[
     "defaultErrno",
     "errno",
     "minKernel",
+];
+
+/// What the runtime loses when it drops a misspelling of a field, by the
+/// field's json tag. A table rather than a `match`, so that a test can check
+/// every tag is a field of some schema (a tag misspelled here would quietly
+/// leave its diagnostic without the consequence).
+const DROPPED_FIELD_COSTS: &[(&str, &str)] = &[
+    ("args", ", so this rule applies unconditionally"),
+    ("names", ", so this rule matches no syscall"),
+    (
+        "action",
+        ", so the action is empty and the runtime refuses the profile",
+    ),
+    (
+        "defaultAction",
+        ", so the action is empty and the runtime refuses the profile",
+    ),
+    ("errnoRet", ", so the errno is EPERM"),
+    ("defaultErrnoRet", ", so the errno is EPERM"),
+    (
+        "architectures",
+        ", so the filter covers only the native architecture",
+    ),
 ];
 
 /// What the decoder produced and what it noticed.
@@ -425,16 +621,10 @@ impl Decoder {
         });
         let d = match near {
             Some(f) => {
-                let consequence = match f.name {
-                    "args" => ", so this rule applies unconditionally",
-                    "names" => ", so this rule matches no syscall",
-                    "action" | "defaultAction" => {
-                        ", so the action is empty and the runtime refuses the profile"
-                    }
-                    "errnoRet" | "defaultErrnoRet" => ", so the errno is EPERM",
-                    "architectures" => ", so the filter covers only the native architecture",
-                    _ => "",
-                };
+                let consequence = DROPPED_FIELD_COSTS
+                    .iter()
+                    .find(|(tag, _)| *tag == f.name)
+                    .map_or("", |(_, cost)| cost);
                 Diagnostic::error(
                     Code::MisspelledField,
                     ptr,
@@ -667,6 +857,42 @@ mod tests {
         assert!(go_equal_fold("kind", "\u{212a}ind"));
         assert!(!go_equal_fold("args", "agrs"));
         assert!(!go_equal_fold("args", "arg"));
+    }
+
+    /// Debug builds catch a handle read on an object of another schema
+    /// (release builds index without checking, as they did by position).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "`action` is a field of LinuxSyscall, read on a LinuxSeccompArg")]
+    fn a_field_of_another_schema_is_caught_in_debug_builds() {
+        use crate::model::{oci_syscall, OCI_ARG};
+        let _ = DObj::zero(&OCI_ARG).str(oci_syscall::ACTION);
+    }
+
+    /// And a handle made by hand with an index that is not its field's.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "LinuxSyscall.action (#0) does not index its field")]
+    fn a_handle_off_its_field_is_caught_in_debug_builds() {
+        use crate::model::OCI_SYSCALL;
+        let action: FieldId<kind::Str> = FieldId::new(0, &OCI_SYSCALL, "action");
+        let _ = DObj::zero(&OCI_SYSCALL).str(action);
+    }
+
+    #[test]
+    fn the_costs_of_dropped_fields_name_fields() {
+        use crate::model::{OCI_SECCOMP, TPL_SECCOMP};
+        fn has(schema: &Schema, tag: &str) -> bool {
+            schema.fields.iter().any(|f| {
+                f.name == tag || matches!(f.ty, Ty::Obj(sub) | Ty::ObjList(sub) if has(sub, tag))
+            })
+        }
+        for (tag, _) in DROPPED_FIELD_COSTS {
+            assert!(
+                has(&OCI_SECCOMP, tag) || has(&TPL_SECCOMP, tag),
+                "`{tag}` is no field"
+            );
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::diagnostic::{Code, Diagnostic, Severity};
 use crate::filter::{Action, Arch, FilterSpec};
 use crate::fnv::Fnv;
 use crate::json::{self, LineIndex, Node};
-use crate::model::{Seccomp, OCI_SECCOMP, TPL_SECCOMP};
+use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, InitSyscall, Phase};
@@ -363,12 +363,14 @@ fn predict(
 
 fn has_template_keys(root: &decode::DObj) -> bool {
     // With the template schema the keys are fields, so look at what was present.
-    root.schema_name == TPL_SECCOMP.go_name
-        && (root.present(6)
-            || root
-                .obj_list(7)
-                .iter()
-                .any(|s| s.present(0) || s.present(4) || s.present(5) || s.present(6)))
+    root.is_a(&TPL_SECCOMP)
+        && (root.present(tpl_seccomp::ARCH_MAP)
+            || root.obj_list(tpl_seccomp::SYSCALLS).iter().any(|s| {
+                s.present(tpl_syscall::NAME)
+                    || s.present(tpl_syscall::COMMENT)
+                    || s.present(tpl_syscall::INCLUDES)
+                    || s.present(tpl_syscall::EXCLUDES)
+            }))
 }
 
 fn compiled_arches(c: &CompiledFilter) -> Vec<String> {
@@ -617,4 +619,33 @@ fn runtime_denial(
         Some(seen) => format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
         None => format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template_keys(src: &str, schema: &'static decode::Schema) -> bool {
+        let mut node = json::parse(src.as_bytes()).unwrap();
+        has_template_keys(&decode::decode(&mut node, schema).root)
+    }
+
+    /// Each template-only key names the dialect alone; the rest do not.
+    #[test]
+    fn the_template_fields_present_name_the_dialect() {
+        for src in [
+            r#"{"archMap": []}"#,
+            r#"{"syscalls": [{"names": ["read"]}, {"name": "read"}]}"#,
+            r#"{"syscalls": [{"comment": ""}]}"#,
+            r#"{"syscalls": [{"includes": {}}]}"#,
+            r#"{"syscalls": [{"excludes": {}}]}"#,
+        ] {
+            assert!(template_keys(src, &TPL_SECCOMP), "{src}");
+            // The OCI schema drops them; the decoder notices that instead.
+            assert!(!template_keys(src, &OCI_SECCOMP), "{src}");
+        }
+        let oci = r#"{"defaultAction": "SCMP_ACT_ERRNO", "architectures": [], "flags": [],
+            "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW", "errnoRet": 1, "args": []}]}"#;
+        assert!(!template_keys(oci, &TPL_SECCOMP));
+    }
 }

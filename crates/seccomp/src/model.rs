@@ -2,250 +2,84 @@
 //! `LinuxSeccomp` struct (what containerd hands to runc), and the Docker /
 //! containers-common template struct that CRI-O and Docker read.
 
-use crate::decode::{DObj, Field, Schema, Ty};
+use crate::decode::{schema, DObj};
 
 // ---- OCI runtime-spec (github.com/opencontainers/runtime-spec/specs-go) ----
 
-pub static OCI_ARG: Schema = Schema {
-    go_name: "LinuxSeccompArg",
-    go_type: "specs.LinuxSeccompArg",
-    fields: &[
-        Field {
-            name: "index",
-            ty: Ty::Uint,
-            go_type: "uint",
-        },
-        Field {
-            name: "value",
-            ty: Ty::Uint,
-            go_type: "uint64",
-        },
-        Field {
-            name: "valueTwo",
-            ty: Ty::Uint,
-            go_type: "uint64",
-        },
-        Field {
-            name: "op",
-            ty: Ty::Str,
-            go_type: "specs.LinuxSeccompOperator",
-        },
-    ],
-};
+schema! {
+    pub static OCI_ARG, mod oci_arg: "LinuxSeccompArg" = "specs.LinuxSeccompArg" {
+        INDEX: Uint = "index", "uint";
+        VALUE: Uint = "value", "uint64";
+        VALUE_TWO: Uint = "valueTwo", "uint64";
+        OP: Str = "op", "specs.LinuxSeccompOperator";
+    }
+}
 
-pub static OCI_SYSCALL: Schema = Schema {
-    go_name: "LinuxSyscall",
-    go_type: "specs.LinuxSyscall",
-    fields: &[
-        Field {
-            name: "names",
-            ty: Ty::StrList,
-            go_type: "[]string",
-        },
-        Field {
-            name: "action",
-            ty: Ty::Str,
-            go_type: "specs.LinuxSeccompAction",
-        },
-        Field {
-            name: "errnoRet",
-            ty: Ty::OptUint,
-            go_type: "uint",
-        },
-        Field {
-            name: "args",
-            ty: Ty::ObjList(&OCI_ARG),
-            go_type: "[]specs.LinuxSeccompArg",
-        },
-    ],
-};
+schema! {
+    pub static OCI_SYSCALL, mod oci_syscall: "LinuxSyscall" = "specs.LinuxSyscall" {
+        NAMES: StrList = "names", "[]string";
+        ACTION: Str = "action", "specs.LinuxSeccompAction";
+        ERRNO_RET: OptUint = "errnoRet", "uint";
+        ARGS: ObjList(&OCI_ARG) = "args", "[]specs.LinuxSeccompArg";
+    }
+}
 
-pub static OCI_SECCOMP: Schema = Schema {
-    go_name: "LinuxSeccomp",
-    go_type: "specs.LinuxSeccomp",
-    fields: &[
-        Field {
-            name: "defaultAction",
-            ty: Ty::Str,
-            go_type: "specs.LinuxSeccompAction",
-        },
-        Field {
-            name: "defaultErrnoRet",
-            ty: Ty::OptUint,
-            go_type: "uint",
-        },
-        Field {
-            name: "architectures",
-            ty: Ty::StrList,
-            go_type: "[]specs.Arch",
-        },
-        Field {
-            name: "flags",
-            ty: Ty::StrList,
-            go_type: "[]specs.LinuxSeccompFlag",
-        },
-        Field {
-            name: "listenerPath",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "listenerMetadata",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "syscalls",
-            ty: Ty::ObjList(&OCI_SYSCALL),
-            go_type: "[]specs.LinuxSyscall",
-        },
-    ],
-};
+schema! {
+    pub static OCI_SECCOMP, mod oci_seccomp: "LinuxSeccomp" = "specs.LinuxSeccomp" {
+        DEFAULT_ACTION: Str = "defaultAction", "specs.LinuxSeccompAction";
+        DEFAULT_ERRNO_RET: OptUint = "defaultErrnoRet", "uint";
+        ARCHITECTURES: StrList = "architectures", "[]specs.Arch";
+        FLAGS: StrList = "flags", "[]specs.LinuxSeccompFlag";
+        LISTENER_PATH: Str = "listenerPath", "string";
+        LISTENER_METADATA: Str = "listenerMetadata", "string";
+        SYSCALLS: ObjList(&OCI_SYSCALL) = "syscalls", "[]specs.LinuxSyscall";
+    }
+}
 
 // ---- containers/common pkg/seccomp (the template CRI-O and Docker read) ----
 
-pub static TPL_FILTER: Schema = Schema {
-    go_name: "Filter",
-    go_type: "seccomp.Filter",
-    fields: &[
-        Field {
-            name: "caps",
-            ty: Ty::StrList,
-            go_type: "[]string",
-        },
-        Field {
-            name: "arches",
-            ty: Ty::StrList,
-            go_type: "[]string",
-        },
-        Field {
-            name: "minKernel",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-    ],
-};
+schema! {
+    pub static TPL_FILTER, mod tpl_filter: "Filter" = "seccomp.Filter" {
+        CAPS: StrList = "caps", "[]string";
+        ARCHES: StrList = "arches", "[]string";
+        MIN_KERNEL: Str = "minKernel", "string";
+    }
+}
 
-pub static TPL_ARCH: Schema = Schema {
-    go_name: "Architecture",
-    go_type: "seccomp.Architecture",
-    fields: &[
-        Field {
-            name: "architecture",
-            ty: Ty::Str,
-            go_type: "seccomp.Arch",
-        },
-        Field {
-            name: "subArchitectures",
-            ty: Ty::StrList,
-            go_type: "[]seccomp.Arch",
-        },
-    ],
-};
+schema! {
+    pub static TPL_ARCH, mod tpl_arch: "Architecture" = "seccomp.Architecture" {
+        ARCHITECTURE: Str = "architecture", "seccomp.Arch";
+        SUB_ARCHITECTURES: StrList = "subArchitectures", "[]seccomp.Arch";
+    }
+}
 
-pub static TPL_SYSCALL: Schema = Schema {
-    go_name: "Syscall",
-    go_type: "seccomp.Syscall",
-    fields: &[
-        Field {
-            name: "name",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "names",
-            ty: Ty::StrList,
-            go_type: "[]string",
-        },
-        Field {
-            name: "action",
-            ty: Ty::Str,
-            go_type: "seccomp.Action",
-        },
-        Field {
-            name: "args",
-            ty: Ty::ObjList(&OCI_ARG),
-            go_type: "[]*seccomp.Arg",
-        },
-        Field {
-            name: "comment",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "includes",
-            ty: Ty::Obj(&TPL_FILTER),
-            go_type: "seccomp.Filter",
-        },
-        Field {
-            name: "excludes",
-            ty: Ty::Obj(&TPL_FILTER),
-            go_type: "seccomp.Filter",
-        },
-        Field {
-            name: "errnoRet",
-            ty: Ty::OptUint,
-            go_type: "uint",
-        },
-        Field {
-            name: "errno",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-    ],
-};
+schema! {
+    pub static TPL_SYSCALL, mod tpl_syscall: "Syscall" = "seccomp.Syscall" {
+        NAME: Str = "name", "string";
+        NAMES: StrList = "names", "[]string";
+        ACTION: Str = "action", "seccomp.Action";
+        ARGS: ObjList(&OCI_ARG) = "args", "[]*seccomp.Arg";
+        COMMENT: Str = "comment", "string";
+        INCLUDES: Obj(&TPL_FILTER) = "includes", "seccomp.Filter";
+        EXCLUDES: Obj(&TPL_FILTER) = "excludes", "seccomp.Filter";
+        ERRNO_RET: OptUint = "errnoRet", "uint";
+        ERRNO: Str = "errno", "string";
+    }
+}
 
-pub static TPL_SECCOMP: Schema = Schema {
-    go_name: "Seccomp",
-    go_type: "seccomp.Seccomp",
-    fields: &[
-        Field {
-            name: "defaultAction",
-            ty: Ty::Str,
-            go_type: "seccomp.Action",
-        },
-        Field {
-            name: "defaultErrnoRet",
-            ty: Ty::OptUint,
-            go_type: "uint",
-        },
-        Field {
-            name: "defaultErrno",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "listenerPath",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "listenerMetadata",
-            ty: Ty::Str,
-            go_type: "string",
-        },
-        Field {
-            name: "architectures",
-            ty: Ty::StrList,
-            go_type: "[]seccomp.Arch",
-        },
-        Field {
-            name: "archMap",
-            ty: Ty::ObjList(&TPL_ARCH),
-            go_type: "[]seccomp.Architecture",
-        },
-        Field {
-            name: "syscalls",
-            ty: Ty::ObjList(&TPL_SYSCALL),
-            go_type: "[]*seccomp.Syscall",
-        },
-        Field {
-            name: "flags",
-            ty: Ty::StrList,
-            go_type: "[]string",
-        },
-    ],
-};
+schema! {
+    pub static TPL_SECCOMP, mod tpl_seccomp: "Seccomp" = "seccomp.Seccomp" {
+        DEFAULT_ACTION: Str = "defaultAction", "seccomp.Action";
+        DEFAULT_ERRNO_RET: OptUint = "defaultErrnoRet", "uint";
+        DEFAULT_ERRNO: Str = "defaultErrno", "string";
+        LISTENER_PATH: Str = "listenerPath", "string";
+        LISTENER_METADATA: Str = "listenerMetadata", "string";
+        ARCHITECTURES: StrList = "architectures", "[]seccomp.Arch";
+        ARCH_MAP: ObjList(&TPL_ARCH) = "archMap", "[]seccomp.Architecture";
+        SYSCALLS: ObjList(&TPL_SYSCALL) = "syscalls", "[]*seccomp.Syscall";
+        FLAGS: StrList = "flags", "[]string";
+    }
+}
 
 /// `specs.LinuxSeccomp` after decoding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -282,10 +116,10 @@ pub struct ArgCond {
 impl ArgCond {
     pub fn from_decoded(mut o: DObj) -> ArgCond {
         ArgCond {
-            index: o.uint(0),
-            value: o.uint(1),
-            value_two: o.uint(2),
-            op: o.take_str(3),
+            index: o.uint(oci_arg::INDEX),
+            value: o.uint(oci_arg::VALUE),
+            value_two: o.uint(oci_arg::VALUE_TWO),
+            op: o.take_str(oci_arg::OP),
             pointer: o.pointer,
         }
     }
@@ -295,21 +129,21 @@ impl Seccomp {
     /// View a value decoded with [`OCI_SECCOMP`] (its strings move here).
     pub fn from_oci(mut root: DObj) -> Seccomp {
         Seccomp {
-            default_action: root.take_str(0),
-            default_errno_ret: root.opt_uint(1),
-            architectures: root.take_str_list(2),
-            flags: root.take_str_list(3),
-            listener_path: root.take_str(4),
-            listener_metadata: root.take_str(5),
+            default_action: root.take_str(oci_seccomp::DEFAULT_ACTION),
+            default_errno_ret: root.opt_uint(oci_seccomp::DEFAULT_ERRNO_RET),
+            architectures: root.take_str_list(oci_seccomp::ARCHITECTURES),
+            flags: root.take_str_list(oci_seccomp::FLAGS),
+            listener_path: root.take_str(oci_seccomp::LISTENER_PATH),
+            listener_metadata: root.take_str(oci_seccomp::LISTENER_METADATA),
             syscalls: root
-                .take_obj_list(6)
+                .take_obj_list(oci_seccomp::SYSCALLS)
                 .into_iter()
                 .map(|mut s| SyscallRule {
-                    names: s.take_str_list(0),
-                    action: s.take_str(1),
-                    errno_ret: s.opt_uint(2),
+                    names: s.take_str_list(oci_syscall::NAMES),
+                    action: s.take_str(oci_syscall::ACTION),
+                    errno_ret: s.opt_uint(oci_syscall::ERRNO_RET),
                     args: s
-                        .take_obj_list(3)
+                        .take_obj_list(oci_syscall::ARGS)
                         .into_iter()
                         .map(ArgCond::from_decoded)
                         .collect(),
@@ -328,7 +162,7 @@ impl Seccomp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{Ty, TEMPLATE_KEYS};
+    use crate::decode::{Schema, Ty, TEMPLATE_KEYS};
     use crate::json::KNOWN_KEYS;
 
     fn field_names(schema: &'static Schema, out: &mut Vec<&'static str>) {
@@ -351,5 +185,160 @@ mod tests {
                 "`{name}` missing from json::KNOWN_KEYS"
             );
         }
+    }
+
+    /// `defaultErrnoRet` → `DEFAULT_ERRNO_RET`: what a handle is called.
+    fn const_name(json_tag: &str) -> String {
+        let mut out = String::new();
+        for c in json_tag.chars() {
+            if c.is_ascii_uppercase() {
+                out.push('_');
+            }
+            out.push(c.to_ascii_uppercase());
+        }
+        out
+    }
+
+    fn reachable(schema: &'static Schema, out: &mut Vec<&'static str>) {
+        if !out.contains(&schema.go_name) {
+            out.push(schema.go_name);
+        }
+        for f in schema.fields {
+            if let Ty::Obj(sub) | Ty::ObjList(sub) = f.ty {
+                reachable(sub, out);
+            }
+        }
+    }
+
+    /// The views read fields through handles; if a field moved in its
+    /// schema and a handle kept the old index, the handle would read its
+    /// neighbour. Every handle must index the field it is named after.
+    #[test]
+    fn every_field_handle_indexes_the_field_it_is_named_after() {
+        // (const name, index, json tag), as `schema!` lists them.
+        type Handles = &'static [(&'static str, usize, &'static str)];
+        let all: &[(&Schema, Handles)] = &[
+            (&OCI_ARG, oci_arg::ALL),
+            (&OCI_SYSCALL, oci_syscall::ALL),
+            (&OCI_SECCOMP, oci_seccomp::ALL),
+            (&TPL_FILTER, tpl_filter::ALL),
+            (&TPL_ARCH, tpl_arch::ALL),
+            (&TPL_SYSCALL, tpl_syscall::ALL),
+            (&TPL_SECCOMP, tpl_seccomp::ALL),
+        ];
+        let mut schemas = Vec::new();
+        reachable(&OCI_SECCOMP, &mut schemas);
+        reachable(&TPL_SECCOMP, &mut schemas);
+        let mut listed: Vec<_> = all.iter().map(|(s, _)| s.go_name).collect();
+        schemas.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(
+            schemas, listed,
+            "a schema without handles, or one listed twice"
+        );
+        for (schema, handles) in all {
+            assert_eq!(
+                handles.len(),
+                schema.fields.len(),
+                "{}: one handle per field",
+                schema.go_name
+            );
+            for &(konst, index, tag) in *handles {
+                assert_eq!(
+                    schema.fields[index].name, tag,
+                    "{}::{konst} indexes the wrong field",
+                    schema.go_name
+                );
+                assert_eq!(schema.index(tag), index, "{}::{konst}", schema.go_name);
+                assert_eq!(
+                    konst,
+                    const_name(tag),
+                    "{}: misnamed handle",
+                    schema.go_name
+                );
+            }
+        }
+        // And spelled out for the fields the views read, independently of the macro.
+        assert_eq!(
+            OCI_SECCOMP.fields[oci_seccomp::SYSCALLS.index()].name,
+            "syscalls"
+        );
+        assert_eq!(
+            OCI_SYSCALL.fields[oci_syscall::ERRNO_RET.index()].name,
+            "errnoRet"
+        );
+        assert_eq!(OCI_ARG.fields[oci_arg::VALUE_TWO.index()].name, "valueTwo");
+        assert_eq!(
+            TPL_SECCOMP.fields[tpl_seccomp::ARCH_MAP.index()].name,
+            "archMap"
+        );
+        assert_eq!(
+            TPL_SYSCALL.fields[tpl_syscall::EXCLUDES.index()].name,
+            "excludes"
+        );
+        assert_eq!(
+            TPL_FILTER.fields[tpl_filter::MIN_KERNEL.index()].name,
+            "minKernel"
+        );
+        assert_eq!(
+            TPL_ARCH.fields[tpl_arch::SUB_ARCHITECTURES.index()].name,
+            "subArchitectures"
+        );
+    }
+
+    /// Every field set to a value of its own, so a view reading one field
+    /// through another's handle shows up as a wrong value.
+    #[test]
+    fn the_oci_view_reads_every_field() {
+        let src = br#"{
+            "defaultAction": "SCMP_ACT_ERRNO",
+            "defaultErrnoRet": 38,
+            "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"],
+            "flags": ["SECCOMP_FILTER_FLAG_LOG"],
+            "listenerPath": "/run/agent.sock",
+            "listenerMetadata": "meta",
+            "syscalls": [
+                {"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["ptrace"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+                 "args": [{"index": 1, "value": 2, "valueTwo": 3, "op": "SCMP_CMP_MASKED_EQ"}]}
+            ]
+        }"#;
+        let mut node = crate::json::parse(src).unwrap();
+        let decoded = crate::decode::decode(&mut node, &OCI_SECCOMP);
+        assert!(decoded.type_error.is_none());
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            Seccomp::from_oci(decoded.root),
+            Seccomp {
+                default_action: "SCMP_ACT_ERRNO".into(),
+                default_errno_ret: Some(38),
+                architectures: strings(&["SCMP_ARCH_X86_64", "SCMP_ARCH_X86"]),
+                flags: strings(&["SECCOMP_FILTER_FLAG_LOG"]),
+                listener_path: "/run/agent.sock".into(),
+                listener_metadata: "meta".into(),
+                syscalls: vec![
+                    SyscallRule {
+                        names: strings(&["read", "write"]),
+                        action: "SCMP_ACT_ALLOW".into(),
+                        errno_ret: None,
+                        args: vec![],
+                        pointer: "/syscalls/0".into(),
+                    },
+                    SyscallRule {
+                        names: strings(&["ptrace"]),
+                        action: "SCMP_ACT_ERRNO".into(),
+                        errno_ret: Some(1),
+                        args: vec![ArgCond {
+                            index: 1,
+                            value: 2,
+                            value_two: 3,
+                            op: "SCMP_CMP_MASKED_EQ".into(),
+                            pointer: "/syscalls/1/args/0".into(),
+                        }],
+                        pointer: "/syscalls/1".into(),
+                    },
+                ],
+            }
+        );
     }
 }

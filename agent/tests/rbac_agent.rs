@@ -1,0 +1,430 @@
+//! deploy/rbac-agent.yaml against what nodeproof really sends as a
+//! ServiceAccount: the request log of end-to-end scenarios (`check
+//! --report` with labels on the pods-and-profiles node state of
+//! check_equals_run.rs, the agent itself watching it, and a repeated
+//! transition Event) is mapped to (verb, apiGroup, resource, subresource)
+//! as kube-apiserver's RequestInfoFactory does
+//! (k8s.io/apiserver/pkg/endpoints/request/requestinfo.go), and every
+//! request must be allowed by a rule of a ClusterRole bound to the
+//! ServiceAccount, as RBAC's RuleAllows decides
+//! (k8s.io/kubernetes/pkg/apis/rbac/v1/evaluation_helpers.go). Every verb
+//! of the manifest must be used, so removing one fails, and so does adding
+//! one nodeproof does not need.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
+use serde_json::{json, Value};
+
+use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
+use nodeproof_kube::client::KubeReporter;
+use nodeproof_kube::conditions::{Hysteresis, Policy};
+use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use support::agent::Agent;
+use support::apiserver::{Identity, Logged, TestApiServer};
+
+const MANIFEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/rbac-agent.yaml");
+
+/// What kube-apiserver's RequestInfo says a resource request is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct RequestInfo {
+    verb: String,
+    api_group: String,
+    resource: String,
+    subresource: String,
+    namespace: String,
+    name: String,
+}
+
+fn query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.replace("%3D", "=").replace("%3d", "="))
+    })
+}
+
+/// requestinfo.go's NewRequestInfo for `/api/v1/...` and `/apis/<group>/<version>/...`.
+fn request_info(method: &str, path: &str, query: &str) -> RequestInfo {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (api_group, mut rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => (String::new(), rest.to_vec()),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest.to_vec()),
+        _ => panic!("not a resource request: {method} {path}"),
+    };
+    let mut namespace = String::new();
+    // `namespaces/<ns>/<resource>...` is a namespaced request; `namespaces/<ns>` alone is the Namespace.
+    if rest.first() == Some(&"namespaces") && rest.len() > 2 {
+        namespace = rest[1].to_string();
+        rest = rest[2..].to_vec();
+    }
+    let at = |i: usize| rest.get(i).map_or(String::new(), |s| s.to_string());
+    let (resource, mut name, subresource) = (at(0), at(1), at(2));
+    let watch = matches!(query_value(query, "watch").as_deref(), Some("true" | "1"));
+    let verb = match (method, name.is_empty()) {
+        ("GET", false) => "get",
+        ("GET", true) if watch => "watch",
+        ("GET", true) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "delete",
+        ("DELETE", true) => "deletecollection",
+        _ => panic!("unexpected method {method} {path}"),
+    };
+    // A list or watch with fieldSelector=metadata.name=<n> is about that name.
+    if let ("list" | "watch", Some(sel)) = (verb, query_value(query, "fieldSelector")) {
+        if let Some(n) = sel.strip_prefix("metadata.name=") {
+            name = n.to_string();
+        }
+    }
+    RequestInfo {
+        verb: verb.into(),
+        api_group,
+        resource,
+        subresource,
+        namespace,
+        name,
+    }
+}
+
+/// RBAC's RuleAllows for one verb of `rule` (`verb` given apart, so a
+/// rule's verbs can be checked one by one).
+fn rule_allows(rule: &PolicyRule, verb: &str, r: &RequestInfo) -> bool {
+    let has = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+    let groups = rule.api_groups.as_deref().unwrap_or_default();
+    let resources = rule.resources.as_deref().unwrap_or_default();
+    let combined = if r.subresource.is_empty() {
+        r.resource.clone()
+    } else {
+        format!("{}/{}", r.resource, r.subresource)
+    };
+    let resource_ok = resources.iter().any(|x| {
+        x == "*"
+            || *x == combined
+            || (!r.subresource.is_empty() && *x == format!("*/{}", r.subresource))
+    });
+    let names = rule.resource_names.as_deref().unwrap_or_default();
+    (verb == "*" || verb == r.verb)
+        && has(groups, &r.api_group)
+        && resource_ok
+        && (names.is_empty() || names.contains(&r.name))
+}
+
+/// The rules of the ClusterRoles that the manifest binds to its ServiceAccount.
+fn bound_rules(manifest: &str) -> (ServiceAccount, Vec<(String, PolicyRule)>) {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(manifest).expect("YAML");
+    let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind).cloned();
+    let sa: ServiceAccount =
+        serde_json::from_value(of_kind("ServiceAccount").next().expect("a ServiceAccount"))
+            .unwrap();
+    let roles: Vec<ClusterRole> = of_kind("ClusterRole")
+        .map(|d| serde_json::from_value(d).unwrap())
+        .collect();
+    let bindings: Vec<ClusterRoleBinding> = of_kind("ClusterRoleBinding")
+        .map(|d| serde_json::from_value(d).unwrap())
+        .collect();
+    let mut rules = Vec::new();
+    for b in &bindings {
+        let binds_sa = b.subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && Some(&s.name) == sa.metadata.name.as_ref()
+                && s.namespace == sa.metadata.namespace
+        });
+        assert!(
+            binds_sa,
+            "binding {:?} binds another subject",
+            b.metadata.name
+        );
+        assert_eq!(b.role_ref.kind, "ClusterRole");
+        let role = roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(&b.role_ref.name))
+            .unwrap_or_else(|| panic!("binding to a missing ClusterRole {}", b.role_ref.name));
+        for rule in role.rules.iter().flatten() {
+            rules.push((b.role_ref.name.clone(), rule.clone()));
+        }
+    }
+    (sa, rules)
+}
+
+/// Requests no rule allows, and the (role, rule, verb) no request used.
+fn coverage(
+    rules: &[(String, PolicyRule)],
+    requests: &BTreeSet<RequestInfo>,
+) -> (Vec<RequestInfo>, Vec<String>) {
+    let uncovered = requests
+        .iter()
+        .filter(|r| {
+            !rules
+                .iter()
+                .any(|(_, rule)| rule.verbs.iter().any(|v| rule_allows(rule, v, r)))
+        })
+        .cloned()
+        .collect();
+    let mut unused = Vec::new();
+    for (i, (role, rule)) in rules.iter().enumerate() {
+        for verb in &rule.verbs {
+            if !requests.iter().any(|r| rule_allows(rule, verb, r)) {
+                unused.push(format!(
+                    "{role} rule {i} verb {verb} ({:?})",
+                    rule.resources
+                ));
+            }
+        }
+    }
+    (uncovered, unused)
+}
+
+fn good_profile() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap()
+}
+
+/// check_equals_run.rs's node state (a good and a refused profile, a pod
+/// bound to n1 referencing a missing one), as the ServiceAccount, labels on.
+fn node_state(server: &TestApiServer, dir: &Path) -> String {
+    server.add_node("n1", json!([]));
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "runc"}, "handler": "runc"}),
+    );
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "uid-vllm-0"},
+            "spec": {"nodeName": "n1", "runtimeClassName": "runc", "containers": [{"name": "vllm", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]}}),
+    );
+    let root = dir.join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    std::fs::write(
+        root.join("profiles/refused.json"),
+        br#"{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_NOPE"}]}"#,
+    )
+    .unwrap();
+    let kubeconfig = server.kubeconfig(dir, "sa-agent");
+    format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nlabels = true\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display(),
+        kubeconfig.display()
+    )
+}
+
+fn sa_server() -> TestApiServer {
+    let server = TestApiServer::start();
+    server.add_token("sa-agent", Identity::AgentServiceAccount);
+    server
+}
+
+/// `check --report` and the agent, as the ServiceAccount.
+fn check_and_agent_requests() -> Vec<Logged> {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sa_server();
+    let config = node_state(&server, dir.path());
+    let config_path = dir.path().join("check.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["check", "-o", "json", "--report", "--config"])
+        .arg(&config_path)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the pod's profile is missing\n{stderr}"
+    );
+    assert!(stderr.contains("reported node n1"), "{stderr}");
+
+    let agent_dir = tempfile::tempdir().unwrap();
+    let agent_server = sa_server();
+    let agent_config = node_state(&agent_server, agent_dir.path());
+    let mut agent = Agent::start(agent_dir.path(), &agent_config);
+    agent.wait_ready(Duration::from_secs(30));
+    let watched = |log: &[Logged], path: &str| {
+        log.iter()
+            .any(|l| l.path == path && l.query.contains("watch=true"))
+    };
+    let start = Instant::now();
+    let seen = |log: &[Logged]| {
+        [
+            "/api/v1/pods",
+            "/api/v1/nodes",
+            "/apis/node.k8s.io/v1/runtimeclasses",
+        ]
+        .iter()
+        .all(|p| watched(log, p))
+            && agent_server.count_ok("PATCH", "/nodes/n1/status") > 0
+    };
+    let mut log = agent_server.log();
+    while !seen(&log) && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+        log = agent_server.log();
+    }
+    assert!(
+        seen(&log),
+        "the agent watched and reported\n{}",
+        agent.log_text()
+    );
+    drop(agent);
+    let mut all = server.log();
+    all.extend(log);
+    all
+}
+
+/// A transition Event repeated (False, True, False): the repeat is a PATCH.
+fn repeated_event_requests() -> Vec<Logged> {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sa_server();
+    server.add_node("n1", json!([]));
+    let kubeconfig = server.kubeconfig(dir.path(), "sa-agent");
+    let source = nodeproof_kube::credentials::Source::Kubeconfig(kubeconfig);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = nodeproof_kube::client::connect(&source)
+            .await
+            .unwrap()
+            .unwrap();
+        let config = LoopConfig {
+            policy: Policy {
+                hysteresis: Hysteresis::IMMEDIATE,
+                ..Policy::default()
+            },
+            ..LoopConfig::default()
+        };
+        let mut lp = ReportLoop::new(KubeReporter::new(client, "n1"), config, 7);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        for (i, ok) in [true, false, true, false].into_iter().enumerate() {
+            let now = t0 + Duration::from_secs(30 * i as u64);
+            let condition = Condition {
+                kind: ConditionType::SeccompProfilesReady,
+                status: if ok {
+                    ConditionStatus::True
+                } else {
+                    ConditionStatus::False
+                },
+                reason: if ok {
+                    "ProfilesLoad"
+                } else {
+                    "ProfileStartFails"
+                }
+                .into(),
+                message: "m".into(),
+            };
+            lp.observe(now, &[condition]);
+            lp.flush(now).await.unwrap();
+        }
+    });
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|l| l.method == "PATCH" && l.path.contains("/events/")),
+        "{:#?}",
+        server.log()
+    );
+    server.log()
+}
+
+#[test]
+fn the_agent_service_account_may_do_exactly_what_nodeproof_does() {
+    let manifest = std::fs::read_to_string(MANIFEST).unwrap();
+    let (sa, rules) = bound_rules(&manifest);
+    assert_eq!(sa.metadata.name.as_deref(), Some("nodeproof"));
+    let mut log = check_and_agent_requests();
+    log.extend(repeated_event_requests());
+    let requests: BTreeSet<RequestInfo> = log
+        .iter()
+        .map(|l| request_info(&l.method, &l.path, &l.query))
+        .collect();
+    let summary: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}/{} {}",
+                r.verb, r.api_group, r.resource, r.subresource
+            )
+        })
+        .collect();
+    eprintln!("requests as RequestInfo: {summary:#?}");
+    let (uncovered, unused) = coverage(&rules, &requests);
+    assert!(
+        uncovered.is_empty(),
+        "not allowed by {MANIFEST}: {uncovered:#?}"
+    );
+    assert!(unused.is_empty(), "more than nodeproof needs: {unused:#?}");
+
+    // Each verb removed in turn leaves a request nodeproof makes refused.
+    for (i, (_, rule)) in rules.iter().enumerate() {
+        for v in 0..rule.verbs.len() {
+            let mut fewer = rules.clone();
+            fewer[i].1.verbs.remove(v);
+            let (uncovered, _) = coverage(&fewer, &requests);
+            assert!(
+                !uncovered.is_empty(),
+                "removing {} from rule {i} refuses nothing",
+                rule.verbs[v]
+            );
+        }
+    }
+}
+
+#[test]
+fn request_info_as_kube_apiserver_reads_it() {
+    let r = request_info("PATCH", "/api/v1/nodes/n1/status", "fieldManager=nodeproof");
+    assert_eq!(
+        (
+            r.verb.as_str(),
+            r.resource.as_str(),
+            r.subresource.as_str(),
+            r.name.as_str()
+        ),
+        ("patch", "nodes", "status", "n1")
+    );
+    let r = request_info(
+        "GET",
+        "/api/v1/nodes",
+        "fieldSelector=metadata.name%3Dn1&watch=true",
+    );
+    assert_eq!((r.verb.as_str(), r.name.as_str()), ("watch", "n1"));
+    let r = request_info("POST", "/api/v1/namespaces/default/events", "");
+    assert_eq!(
+        (r.verb.as_str(), r.namespace.as_str(), r.resource.as_str()),
+        ("create", "default", "events")
+    );
+    let r = request_info("GET", "/apis/node.k8s.io/v1/runtimeclasses", "limit=500");
+    assert_eq!(
+        (r.verb.as_str(), r.api_group.as_str()),
+        ("list", "node.k8s.io")
+    );
+    // A rule for nodes does not cover nodes/status, nor another group.
+    let rule = PolicyRule {
+        api_groups: Some(vec!["".into()]),
+        resources: Some(vec!["nodes".into()]),
+        verbs: vec!["patch".into()],
+        ..PolicyRule::default()
+    };
+    let status = request_info("PATCH", "/api/v1/nodes/n1/status", "");
+    assert!(!rule_allows(&rule, "patch", &status));
+    assert!(rule_allows(
+        &rule,
+        "patch",
+        &request_info("PATCH", "/api/v1/nodes/n1", "")
+    ));
+}
