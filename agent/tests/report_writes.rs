@@ -18,7 +18,7 @@ use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::client::{KubeReporter, Refusal};
 use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::credentials;
-use nodeproof_kube::driver::{Dropped, LoopConfig, ReportLoop, WriteKind};
+use nodeproof_kube::driver::{Dropped, LoopConfig, NodeDrift, ReportLoop, WriteKind};
 use nodeproof_kube::events::{EventType, ObjectRef};
 use support::agent::Agent;
 use support::apiserver::{Fault, Identity, NamespacePhase, TestApiServer};
@@ -568,4 +568,49 @@ fn c_posts(server: &TestApiServer, ns: &str) -> usize {
         .iter()
         .filter(|l| l.method == "POST" && l.path == path)
         .count()
+}
+
+fn seen(server: &TestApiServer) -> nodeproof_kube::client::NodeState {
+    nodeproof_kube::client::node_state(&serde_json::from_value(server.node("n1")).unwrap())
+}
+
+/// On the simulated clock: what the Node watch shows decides whether the
+/// status is due now; a Node that still has everything costs no write.
+#[tokio::test]
+async fn the_loop_rewrites_a_node_registered_again_or_stripped_and_nothing_else() {
+    let c = cluster();
+    let mut lp = c.report_loop(secs(1)).await;
+    lp.observe(t0(), &[seccomp(true)]);
+    lp.flush(t0()).await.unwrap();
+    let now = t0() + secs(10);
+    assert_eq!(lp.node_seen(&seen(&c.server)), None);
+    assert!(
+        lp.settled(now),
+        "a Node that has our conditions costs nothing"
+    );
+
+    c.server.delete_node("n1");
+    c.server.register_node_again("n1", "uid-n1-again");
+    assert_eq!(lp.node_seen(&seen(&c.server)), Some(NodeDrift::Recreated));
+    assert_eq!(lp.next_wake(now), Some(now));
+    lp.flush(now).await.unwrap();
+    let cond = c.server.condition("n1", "SeccompProfilesReady").unwrap();
+    assert_eq!(cond["status"], "True");
+    // The finding's transition time is kept: it describes the node, not the object.
+    assert_eq!(
+        cond["lastTransitionTime"],
+        nodeproof_kube::conditions::rfc3339(t0())
+    );
+
+    let later = now + secs(10);
+    c.server.remove_condition("n1", "SeccompProfilesReady");
+    assert_eq!(
+        lp.node_seen(&seen(&c.server)),
+        Some(NodeDrift::ConditionMissing(
+            ConditionType::SeccompProfilesReady
+        ))
+    );
+    lp.flush(later).await.unwrap();
+    assert!(c.server.condition("n1", "SeccompProfilesReady").is_some());
+    assert_eq!(lp.stats().status_writes, 3);
 }
