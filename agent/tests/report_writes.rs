@@ -614,3 +614,58 @@ async fn the_loop_rewrites_a_node_registered_again_or_stripped_and_nothing_else(
     assert!(c.server.condition("n1", "SeccompProfilesReady").is_some());
     assert_eq!(lp.stats().status_writes, 3);
 }
+
+/// A credential changed in a way the files' identity does not show (same
+/// inode, size and mtime): the 401 itself rebuilds the client, once, and the
+/// retry goes through with what the files now say.
+#[tokio::test]
+async fn a_401_rebuilds_the_client_from_the_files() {
+    let c = cluster();
+    c.server.add_token("tok-a", Identity::Node("n1".into()));
+    c.server.add_token("tok-b", Identity::Node("n1".into()));
+    let kubeconfig = c.server.kubeconfig(c.dir.path(), "tok-a");
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let client = nodeproof_kube::client::connect(&source)
+        .await
+        .unwrap()
+        .unwrap();
+    let config = LoopConfig {
+        policy: Policy {
+            hysteresis: Hysteresis::IMMEDIATE,
+            ..Policy::default()
+        },
+        ..LoopConfig::default()
+    };
+    let mut lp = ReportLoop::new(KubeReporter::new(client, "n1"), config, 7);
+    lp.observe(t0(), &[seccomp(true)]);
+    lp.flush(t0()).await.unwrap();
+    // Rewritten in place, same length, the old mtime put back.
+    let mtime = std::fs::metadata(&kubeconfig).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .replace("tok-a", "tok-b");
+    std::fs::write(&kubeconfig, text).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&kubeconfig)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    c.server.revoke_token("tok-a");
+    let now = t0() + secs(30);
+    lp.observe(now, &[seccomp(false)]);
+    let e = lp.flush(now).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            nodeproof_kube::client::ReportError::Api { code: 401, .. }
+        ),
+        "{e:?}"
+    );
+    let retry = lp.next_wake(now).unwrap();
+    lp.flush(retry).await.unwrap();
+    assert_eq!(
+        c.server.condition("n1", "SeccompProfilesReady").unwrap()["status"],
+        "False"
+    );
+}
