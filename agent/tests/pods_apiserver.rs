@@ -1189,3 +1189,49 @@ fn the_test_server_pages_and_expires_as_an_api_server_does() {
         assert!(events.is_empty(), "{events:?}");
     });
 }
+
+/// `pods --once` (and so `check`) reads every page too: 1,200 pods in pages
+/// of 500, none lost past the first page.
+#[test]
+fn pods_once_reads_every_page() {
+    let server = node_n1();
+    for i in 0..1200 {
+        server.put("pods", plain_pod(&format!("p-{i:04}"), "n1"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args([
+            "--seccomp-root",
+            root.to_str().unwrap(),
+            "pods",
+            "--once",
+            "-o",
+            "json",
+        ])
+        .args([
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--node-name",
+            "n1",
+        ])
+        .env("NODEPROOF_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pods"], 1200, "{v}");
+    let pages = pod_lists(&server);
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert!(
+        pages.iter().all(|l| l.query.contains("limit=500")),
+        "{pages:?}"
+    );
+}

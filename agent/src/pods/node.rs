@@ -59,6 +59,8 @@ pub enum PodsRunError {
     PodName { given: String },
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
+    #[error("the API server did not answer within {after:?}")]
+    Timeout { after: Duration },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -200,38 +202,69 @@ fn runtime() -> Result<tokio::runtime::Runtime, PodsRunError> {
         .map_err(PodsRunError::Runtime)
 }
 
+/// How long a one-shot judgement may take: `check` and `pods --once` must
+/// end on a node whose API server does not answer (kube-rs's own timeouts
+/// are per request, and a list is several).
+const ONCE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Every page of a list: client-go's pagers ask 500 at a time, so one
+/// response never holds a big cluster's objects at once.
+async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(500);
+    let mut items = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
+
 /// Lists this node's pods and the RuntimeClasses once and judges them.
 pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
-    runtime()?.block_on(async {
-        let (client, node) = connect(opts).await?;
-        let ctx = node_context(&client, &node, opts).await?;
-        let read = |what| {
-            let node = node.clone();
-            move |source| PodsRunError::Read {
-                what,
-                node,
-                source: Box::new(source),
-            }
-        };
-        let pods = Api::<Pod>::all(client.clone())
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+    // The timer is made inside the runtime: it needs the runtime's clock.
+    let judged = runtime()?.block_on(async {
+        tokio::time::timeout(ONCE_DEADLINE, async {
+            let (client, node) = connect(opts).await?;
+            let ctx = node_context(&client, &node, opts).await?;
+            let read = |what| {
+                let node = node.clone();
+                move |source| PodsRunError::Read {
+                    what,
+                    node,
+                    source: Box::new(source),
+                }
+            };
+            let pods = list_all(
+                &Api::<Pod>::all(client.clone()),
+                ListParams::default().fields(&format!("spec.nodeName={node}")),
+            )
             .await
             .map_err(read("pods"))?;
-        let classes = Api::<RuntimeClass>::all(client)
-            .list(&ListParams::default())
-            .await
-            .map_err(read("RuntimeClasses"))?;
-        let mut state = PodsState::new(ctx);
-        state.apply(Change::Pods(pods.items));
-        state.apply(Change::Classes(classes.items));
-        let eval = state.evaluate();
-        Ok(PodsOnce {
-            node,
-            pods: state.index.len(),
-            findings: eval.new,
-            condition: eval.condition,
+            let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
+                .await
+                .map_err(read("RuntimeClasses"))?;
+            let mut state = PodsState::new(ctx);
+            state.apply(Change::Pods(pods));
+            state.apply(Change::Classes(classes));
+            let eval = state.evaluate();
+            Ok(PodsOnce {
+                node,
+                pods: state.index.len(),
+                findings: eval.new,
+                condition: eval.condition,
+            })
         })
-    })
+        .await
+    });
+    judged.map_err(|_| PodsRunError::Timeout {
+        after: ONCE_DEADLINE,
+    })?
 }
 
 /// Watches and reports until `stop` is set (checked every 200 ms), with the
