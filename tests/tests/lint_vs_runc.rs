@@ -120,6 +120,10 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("default without brk and mmap", without("brk").replace("\"mmap\",", "").into_bytes()),
         ("default, denials answered ENOSYS", default_text.replacen("\"SCMP_ACT_ERRNO\"", "\"SCMP_ACT_ERRNO\",\n  \"defaultErrnoRet\": 38", 1).into_bytes()),
         ("filter over 4096 instructions", allow(&big_rules.join(",")).into_bytes()),
+        // runc hands names to libseccomp as C strings: everything from a NUL on is cut off.
+        ("NUL inside a denied name", allow(r#"{"names":["execve\u0000x"],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
+        ("NUL inside an allowed name", default_text.replacen("\"execve\",", "\"execve\\u0000x\",", 1).into_bytes()),
+        ("NUL before a denied name", allow(r#"{"names":["\u0000execve"],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
     ]
 }
 

@@ -68,6 +68,8 @@ codes! {
     UnknownOperator => "unknown-operator",
     TemplateConflict => "template-conflict",
     EmptySyscallName => "empty-syscall-name",
+    /// A syscall name with a NUL, which runc's C-string lookup cuts off.
+    NulInSyscallName => "nul-in-syscall-name",
     ArgIndexOutOfRange => "arg-index-out-of-range",
     NotifyNotAllowed => "notify-not-allowed",
     ListenerPathMissing => "listener-path-missing",

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::cbpf::{op, SockFilter};
 use crate::filter::Arch;
 use crate::model::Seccomp;
+use crate::runc::c_string_name;
 use crate::syscalls::max_syscall_numbers;
 
 const ENOSYS: u32 = 38;
@@ -52,8 +53,9 @@ pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
         arches.push(native);
     }
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
+    // findLastSyscalls resolves each name with GetSyscallFromNameByArch: a C string, cut at a NUL.
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
-    let largest = max_syscall_numbers(names.map(String::as_str), &arches);
+    let largest = max_syscall_numbers(names.map(|n| c_string_name(n)), &arches);
     for (arch, largest) in arches.into_iter().zip(largest) {
         if let Some(nr) = largest {
             last.entry(arch.audit_arch())
@@ -186,6 +188,24 @@ mod tests {
         assert_eq!(verdict(&stub, Arch::X32, X32_BIT | 600), RET_ERRNO_ENOSYS);
         // Unknown arches fall through to the filter.
         assert_eq!(verdict(&stub, Arch::Aarch64, 9999), 0x7fff_0000);
+    }
+
+    #[test]
+    fn names_are_read_up_to_a_nul() {
+        // mkdir=83 on x86_64: "mkdir\0x" is mkdir, "\0mkdir" is no syscall.
+        let arches = &["SCMP_ARCH_X86_64"];
+        let stub = enosys_stub(
+            &profile("SCMP_ACT_ERRNO", None, arches, &["read", "mkdir\0x"]),
+            Arch::X86_64,
+        );
+        assert_eq!(verdict(&stub, Arch::X86_64, 83), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X86_64, 84), RET_ERRNO_ENOSYS);
+        let stub = enosys_stub(
+            &profile("SCMP_ACT_ERRNO", None, arches, &["write", "\0mkdir"]),
+            Arch::X86_64,
+        );
+        assert_eq!(verdict(&stub, Arch::X86_64, 1), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X86_64, 2), RET_ERRNO_ENOSYS);
     }
 
     #[test]

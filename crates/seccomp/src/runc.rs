@@ -48,6 +48,14 @@ pub fn action(name: &str, errno_ret: Option<u64>) -> Option<Action> {
     })
 }
 
+/// The syscall name libseccomp sees. runc resolves names with libseccomp-golang's
+/// `GetSyscallFromName` (and patchbpf with `GetSyscallFromNameByArch`), both of
+/// which pass `C.CString(name)` to `seccomp_syscall_resolve_name*`: C reads up to
+/// the first NUL, so `"execve\u0000x"` is `execve` and `"\u0000execve"` is ``.
+pub fn c_string_name(name: &str) -> &str {
+    name.split('\0').next().unwrap_or(name)
+}
+
 const ACTION_HELP: &str = "use one of SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_KILL, SCMP_ACT_TRAP, SCMP_ACT_TRACE, SCMP_ACT_LOG, SCMP_ACT_NOTIFY (case matters)";
 
 /// Translate like runc. `resolves(name)` says whether libseccomp knows the
@@ -166,6 +174,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     }
     if let Some(c) = calls
         .iter()
+        // InitSeccomp compares the Go string, so `write\0x` passes this check (and notifies write).
         .find(|c| c.action == Action::Notify && c.name == "write")
     {
         return fail_init(
@@ -191,26 +200,42 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
                 notes,
             );
         }
+        // matchCall checks the Go string for emptiness, so a name that only
+        // becomes empty at its NUL gets past that check and fails to resolve.
+        let name = c_string_name(c.name);
+        if name.len() != c.name.len() {
+            notes.push(
+                Diagnostic::warning(
+                    Code::NulInSyscallName,
+                    name_ptr(),
+                    if name.is_empty() {
+                        format!("{:?} starts with a NUL: runc hands libseccomp the name as a C string, so it reads an empty name, which no syscall has", c.name)
+                    } else {
+                        format!("{:?} contains a NUL: runc hands libseccomp the name as a C string, so it reads `{name}` and the rule applies to `{name}`", c.name)
+                    },
+                )
+                .with_help("remove the NUL and what follows it, or the whole name if it was not meant"),
+            );
+        }
         if c.action == default_action {
             notes.push(
                 Diagnostic::warning(
                     Code::ShadowedRule,
                     name_ptr(),
                     format!(
-                        "`{}` has the default action {default_action}; runc skips this rule",
-                        c.name
+                        "`{name}` has the default action {default_action}; runc skips this rule"
                     ),
                 )
                 .with_help("remove it, or give it a different action"),
             );
             continue;
         }
-        if !resolves(c.name) {
+        if !resolves(name) {
             notes.push(
                 Diagnostic::warning(
                     Code::UnknownSyscall,
                     name_ptr(),
-                    format!("libseccomp does not know the syscall `{}`; runc skips it silently", c.name),
+                    format!("libseccomp does not know the syscall `{name}`; runc skips it silently"),
                 )
                 .with_help("check the spelling; syscalls newer than libseccomp 2.5.4 cannot be filtered by this runc"),
             );
@@ -251,15 +276,14 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
                     Code::ConditionsSplit,
                     format!("{}/args", c.pointer),
                     format!(
-                        "`{}` has several conditions on the same argument; runc adds each as its own rule, so they are ORed, not ANDed",
-                        c.name
+                        "`{name}` has several conditions on the same argument; runc adds each as its own rule, so they are ORed, not ANDed"
                     ),
                 )
                 .with_help("libseccomp cannot AND two comparisons of one argument; split the range into separate rules with one condition each, or use SCMP_CMP_MASKED_EQ"),
             );
             for cond in conds {
                 rules.push(Rule {
-                    syscall: c.name.to_string(),
+                    syscall: name.to_string(),
                     action: c.action,
                     conds: vec![cond],
                     origin: origin.clone(),
@@ -267,7 +291,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             }
         } else {
             rules.push(Rule {
-                syscall: c.name.to_string(),
+                syscall: name.to_string(),
                 action: c.action,
                 conds,
                 origin,
@@ -465,6 +489,40 @@ mod tests {
                 (t, w) => panic!("case {what}: got {t:?}, want {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn names_end_at_a_nul_like_c_strings() {
+        assert_eq!(c_string_name("execve\0x"), "execve");
+        assert_eq!(c_string_name("\0execve"), "");
+        assert_eq!(c_string_name("execve"), "execve");
+        let p = Seccomp {
+            default_action: "SCMP_ACT_ALLOW".into(),
+            syscalls: vec![rule(&["execve\0x", "\0mkdir"], "SCMP_ACT_ERRNO")],
+            ..Default::default()
+        };
+        // The resolver is libseccomp's: it must be asked for the cut name.
+        let (t, notes) = translate(&p, &|n| n == "execve");
+        let Translation::Filter(spec) = t else {
+            panic!("{t:?}")
+        };
+        // execve is denied; the empty name is not a syscall (not runc init's empty-name failure).
+        let rules: Vec<_> = spec.rules.iter().map(|r| r.syscall.as_str()).collect();
+        assert_eq!(rules, ["execve"]);
+        let codes: Vec<_> = notes.iter().map(|d| (d.code, d.pointer.as_str())).collect();
+        assert_eq!(
+            codes,
+            [
+                (Code::NulInSyscallName, "/syscalls/0/names/0"),
+                (Code::NulInSyscallName, "/syscalls/0/names/1"),
+                (Code::UnknownSyscall, "/syscalls/0/names/1"),
+            ]
+        );
+        assert!(
+            notes[0].message.contains("reads `execve`"),
+            "{}",
+            notes[0].message
+        );
     }
 
     #[test]
