@@ -124,6 +124,10 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("NUL inside a denied name", allow(r#"{"names":["execve\u0000x"],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
         ("NUL inside an allowed name", default_text.replacen("\"execve\",", "\"execve\\u0000x\",", 1).into_bytes()),
         ("NUL before a denied name", allow(r#"{"names":["\u0000execve"],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
+        // Architectures libseccomp knows but runc 1.1.5's own map does not.
+        ("riscv64 arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_RISCV64"]}"#.to_vec()),
+        ("loongarch64 arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_LOONGARCH64"]}"#.to_vec()),
+        ("made-up arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_NOPE"]}"#.to_vec()),
     ]
 }
 

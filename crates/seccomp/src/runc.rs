@@ -12,6 +12,56 @@ use crate::model::Seccomp;
 const MAX_ARGS: u64 = 6;
 const EPERM: u16 = 1;
 
+/// The runc releases whose behaviour this module models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuncVersion {
+    V1_1_5,
+}
+
+/// The runc this module models.
+pub const MODELLED_RUNC: RuncVersion = RuncVersion::V1_1_5;
+
+impl RuncVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuncVersion::V1_1_5 => "1.1.5",
+        }
+    }
+
+    /// The architectures in this runc's own `archs` map
+    /// (libcontainer/seccomp/config.go), which `ConvertStringToArch` reads in
+    /// specconv.SetupSeccomp before libseccomp is ever asked. It is runc's
+    /// table, not libseccomp's: 1.1.5 has no riscv64 entry, so it refuses
+    /// SCMP_ARCH_RISCV64 although libseccomp 2.5 knows that architecture.
+    pub fn arches(self) -> &'static [Arch] {
+        match self {
+            RuncVersion::V1_1_5 => &[
+                Arch::X86,
+                Arch::X86_64,
+                Arch::X32,
+                Arch::Arm,
+                Arch::Aarch64,
+                Arch::Mips,
+                Arch::Mips64,
+                Arch::Mips64N32,
+                Arch::Mipsel,
+                Arch::Mipsel64,
+                Arch::Mipsel64N32,
+                Arch::Ppc,
+                Arch::Ppc64,
+                Arch::Ppc64Le,
+                Arch::S390,
+                Arch::S390X,
+            ],
+        }
+    }
+
+    /// `ConvertStringToArch`: the architecture a profile's name stands for, if this runc knows it.
+    pub fn arch(self, scmp_name: &str) -> Option<Arch> {
+        Arch::from_scmp_name(scmp_name).filter(|a| self.arches().contains(a))
+    }
+}
+
 /// Where in runc a profile fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -79,18 +129,24 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     }
     let mut arches = Vec::new();
     for (i, a) in p.architectures.iter().enumerate() {
-        match Arch::from_scmp_name(a) {
+        match MODELLED_RUNC.arch(a) {
             Some(arch) => arches.push(arch),
             None => {
+                let runc = MODELLED_RUNC.as_str();
+                let known_to_libseccomp = Arch::from_scmp_name(a).is_some();
                 return fail_config(
                     Diagnostic::error(
                         Code::UnknownArch,
                         format!("/architectures/{i}"),
-                        format!("`{a}` is not an architecture runc knows (\"string {a} is not a valid arch for seccomp\")"),
+                        format!("`{a}` is not an architecture runc {runc} knows; it refuses the profile (\"string {a} is not a valid arch for seccomp\")"),
                     )
-                    .with_help("use SCMP_ARCH_* names such as SCMP_ARCH_X86_64, SCMP_ARCH_X86, SCMP_ARCH_AARCH64"),
+                    .with_help(if known_to_libseccomp {
+                        format!("libseccomp knows `{a}`, but runc {runc}'s own architecture map does not: drop it, or run a runc that supports it")
+                    } else {
+                        "use SCMP_ARCH_* names such as SCMP_ARCH_X86_64, SCMP_ARCH_X86, SCMP_ARCH_AARCH64".to_string()
+                    }),
                     notes,
-                )
+                );
             }
         }
     }
@@ -385,6 +441,27 @@ mod tests {
                 Some((Stage::Config, Code::UnknownArch, "/architectures/0")),
             ),
             (
+                "arch libseccomp knows but runc 1.1.5 does not",
+                |p| p.architectures = vec!["SCMP_ARCH_X86_64".into(), "SCMP_ARCH_RISCV64".into()],
+                Some((Stage::Config, Code::UnknownArch, "/architectures/1")),
+            ),
+            (
+                "arch neither knows",
+                |p| p.architectures = vec!["SCMP_ARCH_LOONGARCH64".into()],
+                Some((Stage::Config, Code::UnknownArch, "/architectures/0")),
+            ),
+            (
+                "every arch in runc 1.1.5's map",
+                |p| {
+                    p.architectures = RuncVersion::V1_1_5
+                        .arches()
+                        .iter()
+                        .map(|a| a.scmp_name().to_string())
+                        .collect()
+                },
+                None,
+            ),
+            (
                 "default",
                 |p| p.default_action = "SCMP_ACT_NOPE".into(),
                 Some((Stage::Config, Code::UnknownAction, "/defaultAction")),
@@ -489,6 +566,30 @@ mod tests {
                 (t, w) => panic!("case {what}: got {t:?}, want {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_arch_outside_runcs_map_is_refused_with_runcs_message() {
+        let p = Seccomp {
+            default_action: "SCMP_ACT_ALLOW".into(),
+            architectures: vec!["SCMP_ARCH_RISCV64".into()],
+            ..Default::default()
+        };
+        let Translation::Fails(Stage::Config, d) = run(&p).0 else {
+            panic!("riscv64 accepted")
+        };
+        assert!(
+            d.message
+                .contains("\"string SCMP_ARCH_RISCV64 is not a valid arch for seccomp\""),
+            "{}",
+            d.message
+        );
+        assert!(d.help.unwrap().contains("libseccomp knows"));
+        assert_eq!(
+            RuncVersion::V1_1_5.arch("SCMP_ARCH_X86_64"),
+            Some(Arch::X86_64)
+        );
+        assert_eq!(RuncVersion::V1_1_5.arch("SCMP_ARCH_RISCV64"), None);
     }
 
     #[test]
