@@ -7,6 +7,7 @@ use nodeproof_bpfgen::Native;
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_seccomp::syscalls::resolve_syscall;
 use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 use serde_json::Value;
 
@@ -87,6 +88,27 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
     let big_rules: Vec<String> = (0..1500)
         .map(|i| format!(r#"{{"names":["ioctl"],"action":"SCMP_ACT_ERRNO","args":[{{"index":1,"value":{},"op":"SCMP_CMP_EQ"}}]}}"#, 0x10000 + i))
         .collect();
+    // The default profile with KILL_PROCESS as the default, `architectures` as
+    // given, and no syscall numbered from rseq's up: the entrypoint's rseq is
+    // above every named syscall, so only runc's -ENOSYS stub saves it.
+    let kill_below_rseq = |arches: Option<&[&str]>| {
+        let mut v: Value = serde_json::from_str(&default_text).unwrap();
+        let rseq = resolve_syscall("rseq", Arch::native()).unwrap();
+        v["defaultAction"] = "SCMP_ACT_KILL_PROCESS".into();
+        v.as_object_mut().unwrap().remove("defaultErrnoRet");
+        match arches {
+            Some(a) => v["architectures"] = a.iter().map(|s| Value::from(*s)).collect(),
+            None => drop(v.as_object_mut().unwrap().remove("architectures")),
+        }
+        let rules = v["syscalls"].as_array_mut().unwrap();
+        for rule in rules.iter_mut() {
+            rule["names"].as_array_mut().unwrap().retain(|n| {
+                resolve_syscall(n.as_str().unwrap(), Arch::native()).is_some_and(|nr| nr < rseq)
+            });
+        }
+        rules.retain(|r| !r["names"].as_array().unwrap().is_empty());
+        serde_json::to_vec_pretty(&v).unwrap()
+    };
     // The runtime default itself is among the profiles of profiles/.
     vec![
         ("misspelled args", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
@@ -128,6 +150,11 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("riscv64 arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_RISCV64"]}"#.to_vec()),
         ("loongarch64 arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_LOONGARCH64"]}"#.to_vec()),
         ("made-up arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_NOPE"]}"#.to_vec()),
+        // The -ENOSYS stub covers only the listed architectures.
+        ("kill default below rseq, native arch listed", kill_below_rseq(Some(&["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]))),
+        ("kill default below rseq, no architectures", kill_below_rseq(None)),
+        ("kill default below rseq, empty architectures", kill_below_rseq(Some(&[]))),
+        ("kill default below rseq, only x86 listed", kill_below_rseq(Some(&["SCMP_ARCH_X86"]))),
     ]
 }
 

@@ -77,6 +77,8 @@ codes! {
     UnknownSyscall => "unknown-syscall",
     CompileFailed => "compile-failed",
     FilterTooLarge => "filter-too-large",
+    /// `architectures` leaves out the node's arch, so runc's -ENOSYS stub does not cover it.
+    NativeArchUnlisted => "native-arch-unlisted",
     RuntimeSyscallDenied => "runtime-syscall-denied",
     EntrypointSyscallDenied => "entrypoint-syscall-denied",
     CrossArchModel => "cross-arch-model",

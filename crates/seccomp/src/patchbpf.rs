@@ -31,27 +31,16 @@ fn ja(skip: u32) -> SockFilter {
 }
 
 /// The stub runc 1.1.5 prepends, or nothing when it adds none (permissive
-/// default action, defaultErrnoRet already ENOSYS, or no syscall named).
-pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
-    if profile.default_errno_ret == Some(u64::from(ENOSYS)) {
+/// default action, defaultErrnoRet already ENOSYS, or no syscall named on a
+/// listed architecture).
+pub fn enosys_stub(profile: &Seccomp) -> Vec<SockFilter> {
+    if !patches(profile) {
         return Vec::new();
     }
-    if matches!(
-        profile.default_action.as_str(),
-        "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" | "SCMP_ACT_TRACE"
-    ) {
-        return Vec::new();
-    }
-    // Largest syscall number named, per audit arch and per libseccomp arch
-    // (x86_64 and x32 share one audit arch).
-    let mut arches: Vec<Arch> = profile
-        .architectures
-        .iter()
-        .filter_map(|a| Arch::from_scmp_name(a))
-        .collect();
-    if !arches.contains(&native) {
-        arches.push(native);
-    }
+    // findLastSyscalls loops over `config.Architectures` only: the native
+    // architecture libseccomp adds to every filter gets no section unless the
+    // profile lists it, and with no `architectures` there is no stub at all.
+    let arches = listed_arches(profile);
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
     // findLastSyscalls resolves each name with GetSyscallFromNameByArch: a C string, cut at a NUL.
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
@@ -67,6 +56,35 @@ pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
         return Vec::new();
     }
     generate(&last)
+}
+
+/// generatePatch's early returns: runc patches only a filter whose default
+/// action denies, unless that denial already answers ENOSYS.
+fn patches(profile: &Seccomp) -> bool {
+    profile.default_errno_ret != Some(u64::from(ENOSYS))
+        && !matches!(
+            profile.default_action.as_str(),
+            "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" | "SCMP_ACT_TRACE"
+        )
+}
+
+fn listed_arches(profile: &Seccomp) -> Vec<Arch> {
+    profile
+        .architectures
+        .iter()
+        .filter_map(|a| Arch::from_scmp_name(a))
+        .collect()
+}
+
+/// Whether runc would give the native architecture an -ENOSYS section had the
+/// profile listed it, but does not because `architectures` leaves it out: on
+/// the node, syscalls newer than the profile then take the default action.
+pub fn native_left_out(profile: &Seccomp, native: Arch) -> bool {
+    if !patches(profile) || listed_arches(profile).contains(&native) {
+        return false;
+    }
+    let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
+    max_syscall_numbers(names.map(|n| c_string_name(n)), &[native])[0].is_some()
 }
 
 fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
@@ -178,7 +196,7 @@ mod tests {
             &["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
             &["read", "mkdir"],
         );
-        let stub = enosys_stub(&p, Arch::X86_64);
+        let stub = enosys_stub(&p);
         assert_eq!(verdict(&stub, Arch::X86_64, 83), 0x7fff_0000);
         assert_eq!(verdict(&stub, Arch::X86_64, 84), RET_ERRNO_ENOSYS);
         assert_eq!(verdict(&stub, Arch::X86_64, 435), RET_ERRNO_ENOSYS);
@@ -194,47 +212,76 @@ mod tests {
     fn names_are_read_up_to_a_nul() {
         // mkdir=83 on x86_64: "mkdir\0x" is mkdir, "\0mkdir" is no syscall.
         let arches = &["SCMP_ARCH_X86_64"];
-        let stub = enosys_stub(
-            &profile("SCMP_ACT_ERRNO", None, arches, &["read", "mkdir\0x"]),
-            Arch::X86_64,
-        );
+        let stub = enosys_stub(&profile(
+            "SCMP_ACT_ERRNO",
+            None,
+            arches,
+            &["read", "mkdir\0x"],
+        ));
         assert_eq!(verdict(&stub, Arch::X86_64, 83), 0x7fff_0000);
         assert_eq!(verdict(&stub, Arch::X86_64, 84), RET_ERRNO_ENOSYS);
-        let stub = enosys_stub(
-            &profile("SCMP_ACT_ERRNO", None, arches, &["write", "\0mkdir"]),
-            Arch::X86_64,
-        );
+        let stub = enosys_stub(&profile(
+            "SCMP_ACT_ERRNO",
+            None,
+            arches,
+            &["write", "\0mkdir"],
+        ));
         assert_eq!(verdict(&stub, Arch::X86_64, 1), 0x7fff_0000);
         assert_eq!(verdict(&stub, Arch::X86_64, 2), RET_ERRNO_ENOSYS);
     }
 
     #[test]
     fn no_stub_when_runc_adds_none() {
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_ALLOW", None, &[], &["mkdir"]),
-            Arch::X86_64
-        )
+        assert!(enosys_stub(&profile("SCMP_ACT_ALLOW", None, &[], &["mkdir"])).is_empty());
+        assert!(enosys_stub(&profile("SCMP_ACT_LOG", None, &[], &["mkdir"])).is_empty());
+        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"])).is_empty());
+        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &[])).is_empty());
+        assert!(
+            enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"])).is_empty()
+        );
+        assert!(!enosys_stub(&profile(
+            "SCMP_ACT_KILL",
+            None,
+            &["SCMP_ARCH_X86_64"],
+            &["mkdir"]
+        ))
         .is_empty());
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_LOG", None, &[], &["mkdir"]),
-            Arch::X86_64
-        )
-        .is_empty());
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"]),
-            Arch::X86_64
-        )
-        .is_empty());
-        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &[]), Arch::X86_64).is_empty());
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"]),
-            Arch::X86_64
-        )
-        .is_empty());
-        assert!(!enosys_stub(
-            &profile("SCMP_ACT_KILL", None, &[], &["mkdir"]),
-            Arch::X86_64
-        )
-        .is_empty());
+    }
+
+    #[test]
+    fn only_listed_architectures_get_a_section() {
+        // No `architectures`: runc's loop has nothing to cover, native included.
+        let none = profile("SCMP_ACT_KILL", None, &[], &["read", "mkdir"]);
+        assert!(enosys_stub(&none).is_empty());
+        assert!(native_left_out(&none, Arch::X86_64));
+        // Only x86 listed: i386 syscalls above mkdir get ENOSYS, x86_64 ones fall through.
+        let x86 = profile(
+            "SCMP_ACT_KILL",
+            None,
+            &["SCMP_ARCH_X86"],
+            &["read", "mkdir"],
+        );
+        let stub = enosys_stub(&x86);
+        assert_eq!(verdict(&stub, Arch::X86, 40), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X86_64, 334), 0x7fff_0000);
+        assert!(native_left_out(&x86, Arch::X86_64));
+        // x32 shares x86_64's audit arch, but its section skips x86_64 syscalls.
+        let x32 = profile(
+            "SCMP_ACT_KILL",
+            None,
+            &["SCMP_ARCH_X32"],
+            &["read", "mkdir"],
+        );
+        let stub = enosys_stub(&x32);
+        assert_eq!(verdict(&stub, Arch::X32, X32_BIT | 334), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X86_64, 334), 0x7fff_0000);
+        assert!(native_left_out(&x32, Arch::X86_64));
+        let native = profile("SCMP_ACT_KILL", None, &["SCMP_ARCH_X86_64"], &["mkdir"]);
+        assert!(!native_left_out(&native, Arch::X86_64));
+        // Nothing to leave out when runc patches nothing anyway.
+        let allow = profile("SCMP_ACT_LOG", None, &[], &["mkdir"]);
+        assert!(!native_left_out(&allow, Arch::X86_64));
+        let enosys = profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"]);
+        assert!(!native_left_out(&enosys, Arch::X86_64));
     }
 }
