@@ -109,6 +109,49 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         rules.retain(|r| !r["names"].as_array().unwrap().is_empty());
         serde_json::to_vec_pretty(&v).unwrap()
     };
+    // The default profile without `architectures`, padded with conditional
+    // `acct` rules (about one instruction each) to either side of the
+    // kernel's 4096: runc adds only its 4-instruction no-op stub here.
+    let (fits, over) = {
+        let mut base: Value = serde_json::from_str(&default_text).unwrap();
+        base.as_object_mut().unwrap().remove("architectures");
+        let padded = |n: u64| {
+            let mut v = base.clone();
+            let rules = v["syscalls"].as_array_mut().unwrap();
+            rules.extend((0..n).map(|i| {
+                serde_json::json!({"names": ["acct"], "action": "SCMP_ACT_ALLOW",
+                    "args": [{"index": 0, "value": 0x10000 + i, "op": "SCMP_CMP_EQ"}]})
+            }));
+            serde_json::to_vec_pretty(&v).unwrap()
+        };
+        let opts = LintOptions {
+            runtime: Runtime::Containerd,
+            no_new_privileges: true,
+            arch: Arch::native(),
+            check_listener: true,
+        };
+        let len = |n| {
+            lint_source("p.json", &padded(n), &opts, &Native)
+                .instructions
+                .unwrap()
+        };
+        // The largest padding that still fits (the length grows with n).
+        let (mut lo, mut hi) = (0, 8000);
+        assert!(len(lo) <= 4096 && len(hi) > 4096, "{} {}", len(lo), len(hi));
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if len(mid) <= 4096 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        // Close enough that the 9-instruction native section nodeproof used
+        // to count would push it over; and over only by the no-op stub.
+        assert!(len(lo) >= 4092, "{} instructions", len(lo));
+        assert!(len(hi) <= 4096 + 4, "{} instructions", len(hi));
+        (padded(lo), padded(hi))
+    };
     // The runtime default itself is among the profiles of profiles/.
     vec![
         ("misspelled args", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
@@ -154,6 +197,8 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("kill default below rseq, native arch listed", kill_below_rseq(Some(&["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]))),
         ("kill default below rseq, no architectures", kill_below_rseq(None)),
         ("kill default below rseq, empty architectures", kill_below_rseq(Some(&[]))),
+        ("no architectures, 4096 instructions with the no-op stub", fits),
+        ("no architectures, over 4096 only by the no-op stub", over),
         ("kill default below rseq, only x86 listed", kill_below_rseq(Some(&["SCMP_ARCH_X86"]))),
     ]
 }

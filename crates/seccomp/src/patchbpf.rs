@@ -31,30 +31,31 @@ fn ja(skip: u32) -> SockFilter {
 }
 
 /// The stub runc 1.1.5 prepends, or nothing when it adds none (permissive
-/// default action, defaultErrnoRet already ENOSYS, or no syscall named on a
-/// listed architecture).
+/// default action, or defaultErrnoRet already ENOSYS). With no listed
+/// architecture or no syscall named on one it is a 4-instruction no-op.
 pub fn enosys_stub(profile: &Seccomp) -> Vec<SockFilter> {
     if !patches(profile) {
         return Vec::new();
     }
-    // findLastSyscalls loops over `config.Architectures` only: the native
-    // architecture libseccomp adds to every filter gets no section unless the
-    // profile lists it, and with no `architectures` there is no stub at all.
+    // runc 1.1.5's findLastSyscalls loops over `config.Architectures` only:
+    // the native architecture libseccomp adds to every filter gets no section
+    // unless the profile lists it (runc 1.1.6 added it implicitly), and with
+    // no `architectures` the stub covers nothing.
     let arches = listed_arches(profile);
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
     // findLastSyscalls resolves each name with GetSyscallFromNameByArch: a C string, cut at a NUL.
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
     let largest = max_syscall_numbers(names.map(|n| c_string_name(n)), &arches);
     for (arch, largest) in arches.into_iter().zip(largest) {
+        // An arch with no syscall keeps its (empty) audit-arch entry: runc
+        // deletes only the arch from the inner map, so it still gets a jump.
+        let entry = last.entry(arch.audit_arch()).or_default();
         if let Some(nr) = largest {
-            last.entry(arch.audit_arch())
-                .or_default()
-                .insert(arch, nr as u32);
+            entry.insert(arch, nr as u32);
         }
     }
-    if last.is_empty() {
-        return Vec::new();
-    }
+    // generateEnosysStub has no early return: with nothing to cover it still
+    // emits the arch load, the fall-through jumps and the ENOSYS return.
     generate(&last)
 }
 
@@ -93,6 +94,10 @@ fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
     let mut jump_table: BTreeMap<u32, u32> = BTreeMap::new();
     let x86_64_audit = Arch::X86_64.audit_arch();
     for (&audit, maxes) in last {
+        if maxes.is_empty() {
+            // "No syscalls found for this arch -- skip it and move on."
+            continue;
+        }
         let base_enosys = (tail.len() - 1) as u32;
         let base_filter = base_enosys + 1;
         let mut section = vec![ins(op::LD_W_ABS, OFFSET_NR, 0, 0)];
@@ -144,7 +149,10 @@ fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
     }
     let mut program = vec![ja(tail.len() as u32)];
     program.extend(tail);
-    for (&audit, &from_end) in &jump_table {
+    // Every audit arch gets a jump, also one without a section: its table
+    // entry is Go's zero value, so it jumps over the whole stub into the filter.
+    for &audit in last.keys() {
+        let from_end = jump_table.get(&audit).copied().unwrap_or(0);
         let jump = program.len() as u32 - from_end;
         if jump <= 255 {
             program.insert(0, ins(JEQ, audit, jump as u8, 0));
@@ -235,10 +243,17 @@ mod tests {
         assert!(enosys_stub(&profile("SCMP_ACT_ALLOW", None, &[], &["mkdir"])).is_empty());
         assert!(enosys_stub(&profile("SCMP_ACT_LOG", None, &[], &["mkdir"])).is_empty());
         assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"])).is_empty());
-        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &[])).is_empty());
-        assert!(
-            enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"])).is_empty()
-        );
+        // Nothing to cover is still a stub: load arch, jump, jump, ret ENOSYS.
+        for p in [
+            profile("SCMP_ACT_ERRNO", None, &[], &["mkdir"]),
+            profile("SCMP_ACT_ERRNO", None, &["SCMP_ARCH_X86_64"], &[]),
+            profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"]),
+        ] {
+            let stub = enosys_stub(&p);
+            let no_op = if p.architectures.is_empty() { 4 } else { 5 };
+            assert_eq!(stub.len(), no_op, "{p:?}");
+            assert_eq!(verdict(&stub, Arch::X86_64, 999), 0x7fff_0000);
+        }
         assert!(!enosys_stub(&profile(
             "SCMP_ACT_KILL",
             None,
@@ -252,7 +267,8 @@ mod tests {
     fn only_listed_architectures_get_a_section() {
         // No `architectures`: runc's loop has nothing to cover, native included.
         let none = profile("SCMP_ACT_KILL", None, &[], &["read", "mkdir"]);
-        assert!(enosys_stub(&none).is_empty());
+        assert_eq!(enosys_stub(&none).len(), 4);
+        assert_eq!(verdict(&enosys_stub(&none), Arch::X86_64, 334), 0x7fff_0000);
         assert!(native_left_out(&none, Arch::X86_64));
         // Only x86 listed: i386 syscalls above mkdir get ENOSYS, x86_64 ones fall through.
         let x86 = profile(
