@@ -85,7 +85,7 @@ fn main() {
         drop(bpfgen::generate(&spec, Arch::X86_64))
     });
     stage("runc's ENOSYS stub", n, || {
-        drop(patchbpf::enosys_stub(&profile, Arch::X86_64))
+        drop(patchbpf::enosys_stub(&profile))
     });
     stage("whole lint", n, || {
         drop(lint_source(&path, &src, &opts, &Native))

@@ -424,7 +424,7 @@ fn still_denied(src: &[u8], names: &BTreeSet<String>, opts: &LintOptions) -> Vec
     let Ok(compiled) = Native.compile(&spec, opts.arch) else {
         return names.iter().cloned().collect();
     };
-    let mut program = patchbpf::enosys_stub(&profile, opts.arch);
+    let mut program = patchbpf::enosys_stub(&profile);
     program.extend(compiled.program);
     names
         .iter()

@@ -7,6 +7,7 @@ use nodeproof_bpfgen::Native;
 use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_seccomp::syscalls::resolve_syscall;
 use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 use serde_json::Value;
 
@@ -87,6 +88,70 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
     let big_rules: Vec<String> = (0..1500)
         .map(|i| format!(r#"{{"names":["ioctl"],"action":"SCMP_ACT_ERRNO","args":[{{"index":1,"value":{},"op":"SCMP_CMP_EQ"}}]}}"#, 0x10000 + i))
         .collect();
+    // The default profile with KILL_PROCESS as the default, `architectures` as
+    // given, and no syscall numbered from rseq's up: the entrypoint's rseq is
+    // above every named syscall, so only runc's -ENOSYS stub saves it.
+    let kill_below_rseq = |arches: Option<&[&str]>| {
+        let mut v: Value = serde_json::from_str(&default_text).unwrap();
+        let rseq = resolve_syscall("rseq", Arch::native()).unwrap();
+        v["defaultAction"] = "SCMP_ACT_KILL_PROCESS".into();
+        v.as_object_mut().unwrap().remove("defaultErrnoRet");
+        match arches {
+            Some(a) => v["architectures"] = a.iter().map(|s| Value::from(*s)).collect(),
+            None => drop(v.as_object_mut().unwrap().remove("architectures")),
+        }
+        let rules = v["syscalls"].as_array_mut().unwrap();
+        for rule in rules.iter_mut() {
+            rule["names"].as_array_mut().unwrap().retain(|n| {
+                resolve_syscall(n.as_str().unwrap(), Arch::native()).is_some_and(|nr| nr < rseq)
+            });
+        }
+        rules.retain(|r| !r["names"].as_array().unwrap().is_empty());
+        serde_json::to_vec_pretty(&v).unwrap()
+    };
+    // The default profile without `architectures`, padded with conditional
+    // `acct` rules (about one instruction each) to either side of the
+    // kernel's 4096: runc adds only its 4-instruction no-op stub here.
+    let (fits, over) = {
+        let mut base: Value = serde_json::from_str(&default_text).unwrap();
+        base.as_object_mut().unwrap().remove("architectures");
+        let padded = |n: u64| {
+            let mut v = base.clone();
+            let rules = v["syscalls"].as_array_mut().unwrap();
+            rules.extend((0..n).map(|i| {
+                serde_json::json!({"names": ["acct"], "action": "SCMP_ACT_ALLOW",
+                    "args": [{"index": 0, "value": 0x10000 + i, "op": "SCMP_CMP_EQ"}]})
+            }));
+            serde_json::to_vec_pretty(&v).unwrap()
+        };
+        let opts = LintOptions {
+            runtime: Runtime::Containerd,
+            no_new_privileges: true,
+            arch: Arch::native(),
+            check_listener: true,
+        };
+        let len = |n| {
+            lint_source("p.json", &padded(n), &opts, &Native)
+                .instructions
+                .unwrap()
+        };
+        // The largest padding that still fits (the length grows with n).
+        let (mut lo, mut hi) = (0, 8000);
+        assert!(len(lo) <= 4096 && len(hi) > 4096, "{} {}", len(lo), len(hi));
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if len(mid) <= 4096 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        // Close enough that the 9-instruction native section nodeproof used
+        // to count would push it over; and over only by the no-op stub.
+        assert!(len(lo) >= 4092, "{} instructions", len(lo));
+        assert!(len(hi) <= 4096 + 4, "{} instructions", len(hi));
+        (padded(lo), padded(hi))
+    };
     // The runtime default itself is among the profiles of profiles/.
     vec![
         ("misspelled args", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
@@ -120,6 +185,21 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("default without brk and mmap", without("brk").replace("\"mmap\",", "").into_bytes()),
         ("default, denials answered ENOSYS", default_text.replacen("\"SCMP_ACT_ERRNO\"", "\"SCMP_ACT_ERRNO\",\n  \"defaultErrnoRet\": 38", 1).into_bytes()),
         ("filter over 4096 instructions", allow(&big_rules.join(",")).into_bytes()),
+        // runc hands names to libseccomp as C strings: everything from a NUL on is cut off.
+        ("NUL inside a denied name", allow(r#"{"names":["execve\u0000x"],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
+        ("NUL inside an allowed name", default_text.replacen("\"execve\",", "\"execve\\u0000x\",", 1).into_bytes()),
+        ("NUL before a denied name", allow(r#"{"names":["\u0000execve"],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),
+        // Architectures libseccomp knows but runc 1.1.5's own map does not.
+        ("riscv64 arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_RISCV64"]}"#.to_vec()),
+        ("loongarch64 arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_LOONGARCH64"]}"#.to_vec()),
+        ("made-up arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_NOPE"]}"#.to_vec()),
+        // The -ENOSYS stub covers only the listed architectures.
+        ("kill default below rseq, native arch listed", kill_below_rseq(Some(&["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]))),
+        ("kill default below rseq, no architectures", kill_below_rseq(None)),
+        ("kill default below rseq, empty architectures", kill_below_rseq(Some(&[]))),
+        ("no architectures, 4096 instructions with the no-op stub", fits),
+        ("no architectures, over 4096 only by the no-op stub", over),
+        ("kill default below rseq, only x86 listed", kill_below_rseq(Some(&["SCMP_ARCH_X86"]))),
     ]
 }
 

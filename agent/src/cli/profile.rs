@@ -153,7 +153,7 @@ fn loaded_program(
     let compiled = Native
         .compile(spec, arch)
         .context("libseccomp could not compile the filter")?;
-    let mut program = patchbpf::enosys_stub(profile, arch);
+    let mut program = patchbpf::enosys_stub(profile);
     let stub = program.len();
     program.extend(compiled.program);
     Ok((stub, program))

@@ -68,6 +68,8 @@ codes! {
     UnknownOperator => "unknown-operator",
     TemplateConflict => "template-conflict",
     EmptySyscallName => "empty-syscall-name",
+    /// A syscall name with a NUL, which runc's C-string lookup cuts off.
+    NulInSyscallName => "nul-in-syscall-name",
     ArgIndexOutOfRange => "arg-index-out-of-range",
     NotifyNotAllowed => "notify-not-allowed",
     ListenerPathMissing => "listener-path-missing",
@@ -75,6 +77,8 @@ codes! {
     UnknownSyscall => "unknown-syscall",
     CompileFailed => "compile-failed",
     FilterTooLarge => "filter-too-large",
+    /// `architectures` leaves out the node's arch, so runc's -ENOSYS stub does not cover it.
+    NativeArchUnlisted => "native-arch-unlisted",
     RuntimeSyscallDenied => "runtime-syscall-denied",
     EntrypointSyscallDenied => "entrypoint-syscall-denied",
     CrossArchModel => "cross-arch-model",

@@ -311,7 +311,25 @@ fn predict(
         }
     };
     // What the kernel gets: runc's -ENOSYS stub, then libseccomp's program.
-    let mut program = patchbpf::enosys_stub(profile, opts.arch);
+    if patchbpf::native_left_out(profile, opts.arch) {
+        let listed = if profile.architectures.is_empty() {
+            "lists no architectures".to_string()
+        } else {
+            format!("does not list the native {}", opts.arch.scmp_name())
+        };
+        report.diagnostics.push(
+            Diagnostic::warning(
+                Code::NativeArchUnlisted,
+                "/architectures",
+                format!(
+                    "`architectures` {listed}, so runc's -ENOSYS stub does not cover {}: syscalls numbered above every one the profile names (such as a newer libc's rseq or clone3) get the default action {} instead of failing with ENOSYS",
+                    opts.arch, spec.default_action
+                ),
+            )
+            .with_help(format!("list {} in `architectures`", opts.arch.scmp_name())),
+        );
+    }
+    let mut program = patchbpf::enosys_stub(profile);
     program.append(&mut compiled.program);
     compiled.program = program;
     report.instructions = Some(compiled.program.len());
@@ -624,6 +642,96 @@ fn runtime_denial(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Compiles every filter to `len` instructions that allow everything.
+    struct Fixed {
+        len: usize,
+    }
+
+    impl Compiler for Fixed {
+        fn compile(&self, spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, CompileError> {
+            let allow = cbpf::SockFilter {
+                code: cbpf::op::RET_K,
+                jt: 0,
+                jf: 0,
+                k: 0x7fff_0000,
+            };
+            Ok(CompiledFilter {
+                native,
+                arches: std::iter::once(native)
+                    .chain(spec.arches.iter().copied())
+                    .collect(),
+                program: vec![allow; self.len],
+                skipped: Vec::new(),
+            })
+        }
+    }
+
+    fn lint_fixed(src: &str, len: usize) -> ProfileReport {
+        let opts = LintOptions {
+            arch: Arch::X86_64,
+            check_listener: false,
+            ..Default::default()
+        };
+        lint_source("p.json", src.as_bytes(), &opts, &Fixed { len })
+    }
+
+    fn codes(r: &ProfileReport) -> Vec<Code> {
+        r.diagnostics.iter().map(|d| d.code).collect()
+    }
+
+    /// runc adds no -ENOSYS section for an architecture the profile does not
+    /// list, only its 4-instruction no-op: 4092 instructions then still fit.
+    #[test]
+    fn the_stub_is_counted_only_for_listed_architectures() {
+        let rules = r#""syscalls": [{"names": ["read", "mkdir"], "action": "SCMP_ACT_ALLOW"}]"#;
+        for (arches, over) in [
+            ("", false),
+            (r#""architectures": [],"#, false),
+            (r#""architectures": ["SCMP_ARCH_X86"],"#, true),
+            (r#""architectures": ["SCMP_ARCH_X86_64"],"#, true),
+        ] {
+            let src = format!(r#"{{"defaultAction": "SCMP_ACT_KILL_PROCESS", {arches} {rules}}}"#);
+            let r = lint_fixed(&src, BPF_MAXINSNS - 4);
+            let too_large = codes(&r).contains(&Code::FilterTooLarge);
+            assert_eq!(too_large, over, "{arches}: {:?}", r.diagnostics);
+            assert_eq!(r.instructions > Some(BPF_MAXINSNS), over, "{arches}");
+            let unlisted = codes(&r).contains(&Code::NativeArchUnlisted);
+            assert_eq!(
+                unlisted,
+                !arches.contains("X86_64"),
+                "{arches}: {:?}",
+                r.diagnostics
+            );
+        }
+        let r = lint_fixed(
+            &format!(r#"{{"defaultAction": "SCMP_ACT_KILL_PROCESS", {rules}}}"#),
+            10,
+        );
+        assert_eq!(r.instructions, Some(14));
+        let d = r
+            .diagnostics
+            .iter()
+            .find(|d| d.code == Code::NativeArchUnlisted)
+            .unwrap();
+        assert_eq!(d.severity, Severity::Warning);
+        assert!(
+            d.message
+                .contains("SCMP_ACT_KILL_PROCESS instead of failing with ENOSYS"),
+            "{}",
+            d.message
+        );
+        // A permissive default gets no stub anywhere, so there is nothing to warn about.
+        let r = lint_fixed(
+            r#"{"defaultAction": "SCMP_ACT_LOG", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}]}"#,
+            10,
+        );
+        assert!(
+            !codes(&r).contains(&Code::NativeArchUnlisted),
+            "{:?}",
+            r.diagnostics
+        );
+    }
 
     fn template_keys(src: &str, schema: &'static decode::Schema) -> bool {
         let mut node = json::parse(src.as_bytes()).unwrap();

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::cbpf::{op, SockFilter};
 use crate::filter::Arch;
 use crate::model::Seccomp;
+use crate::runc::c_string_name;
 use crate::syscalls::max_syscall_numbers;
 
 const ENOSYS: u32 = 38;
@@ -30,41 +31,61 @@ fn ja(skip: u32) -> SockFilter {
 }
 
 /// The stub runc 1.1.5 prepends, or nothing when it adds none (permissive
-/// default action, defaultErrnoRet already ENOSYS, or no syscall named).
-pub fn enosys_stub(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
-    if profile.default_errno_ret == Some(u64::from(ENOSYS)) {
+/// default action, or defaultErrnoRet already ENOSYS). With no listed
+/// architecture or no syscall named on one it is a 4-instruction no-op.
+pub fn enosys_stub(profile: &Seccomp) -> Vec<SockFilter> {
+    if !patches(profile) {
         return Vec::new();
     }
-    if matches!(
-        profile.default_action.as_str(),
-        "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" | "SCMP_ACT_TRACE"
-    ) {
-        return Vec::new();
+    // runc 1.1.5's findLastSyscalls loops over `config.Architectures` only:
+    // the native architecture libseccomp adds to every filter gets no section
+    // unless the profile lists it (runc 1.1.6 added it implicitly), and with
+    // no `architectures` the stub covers nothing.
+    let arches = listed_arches(profile);
+    let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
+    // findLastSyscalls resolves each name with GetSyscallFromNameByArch: a C string, cut at a NUL.
+    let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
+    let largest = max_syscall_numbers(names.map(|n| c_string_name(n)), &arches);
+    for (arch, largest) in arches.into_iter().zip(largest) {
+        // An arch with no syscall keeps its (empty) audit-arch entry: runc
+        // deletes only the arch from the inner map, so it still gets a jump.
+        let entry = last.entry(arch.audit_arch()).or_default();
+        if let Some(nr) = largest {
+            entry.insert(arch, nr as u32);
+        }
     }
-    // Largest syscall number named, per audit arch and per libseccomp arch
-    // (x86_64 and x32 share one audit arch).
-    let mut arches: Vec<Arch> = profile
+    // generateEnosysStub has no early return: with nothing to cover it still
+    // emits the arch load, the fall-through jumps and the ENOSYS return.
+    generate(&last)
+}
+
+/// generatePatch's early returns: runc patches only a filter whose default
+/// action denies, unless that denial already answers ENOSYS.
+fn patches(profile: &Seccomp) -> bool {
+    profile.default_errno_ret != Some(u64::from(ENOSYS))
+        && !matches!(
+            profile.default_action.as_str(),
+            "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" | "SCMP_ACT_TRACE"
+        )
+}
+
+fn listed_arches(profile: &Seccomp) -> Vec<Arch> {
+    profile
         .architectures
         .iter()
         .filter_map(|a| Arch::from_scmp_name(a))
-        .collect();
-    if !arches.contains(&native) {
-        arches.push(native);
+        .collect()
+}
+
+/// Whether runc would give the native architecture an -ENOSYS section had the
+/// profile listed it, but does not because `architectures` leaves it out: on
+/// the node, syscalls newer than the profile then take the default action.
+pub fn native_left_out(profile: &Seccomp, native: Arch) -> bool {
+    if !patches(profile) || listed_arches(profile).contains(&native) {
+        return false;
     }
-    let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
-    let largest = max_syscall_numbers(names.map(String::as_str), &arches);
-    for (arch, largest) in arches.into_iter().zip(largest) {
-        if let Some(nr) = largest {
-            last.entry(arch.audit_arch())
-                .or_default()
-                .insert(arch, nr as u32);
-        }
-    }
-    if last.is_empty() {
-        return Vec::new();
-    }
-    generate(&last)
+    max_syscall_numbers(names.map(|n| c_string_name(n)), &[native])[0].is_some()
 }
 
 fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
@@ -73,6 +94,10 @@ fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
     let mut jump_table: BTreeMap<u32, u32> = BTreeMap::new();
     let x86_64_audit = Arch::X86_64.audit_arch();
     for (&audit, maxes) in last {
+        if maxes.is_empty() {
+            // "No syscalls found for this arch -- skip it and move on."
+            continue;
+        }
         let base_enosys = (tail.len() - 1) as u32;
         let base_filter = base_enosys + 1;
         let mut section = vec![ins(op::LD_W_ABS, OFFSET_NR, 0, 0)];
@@ -124,7 +149,10 @@ fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {
     }
     let mut program = vec![ja(tail.len() as u32)];
     program.extend(tail);
-    for (&audit, &from_end) in &jump_table {
+    // Every audit arch gets a jump, also one without a section: its table
+    // entry is Go's zero value, so it jumps over the whole stub into the filter.
+    for &audit in last.keys() {
+        let from_end = jump_table.get(&audit).copied().unwrap_or(0);
         let jump = program.len() as u32 - from_end;
         if jump <= 255 {
             program.insert(0, ins(JEQ, audit, jump as u8, 0));
@@ -176,7 +204,7 @@ mod tests {
             &["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
             &["read", "mkdir"],
         );
-        let stub = enosys_stub(&p, Arch::X86_64);
+        let stub = enosys_stub(&p);
         assert_eq!(verdict(&stub, Arch::X86_64, 83), 0x7fff_0000);
         assert_eq!(verdict(&stub, Arch::X86_64, 84), RET_ERRNO_ENOSYS);
         assert_eq!(verdict(&stub, Arch::X86_64, 435), RET_ERRNO_ENOSYS);
@@ -189,32 +217,87 @@ mod tests {
     }
 
     #[test]
+    fn names_are_read_up_to_a_nul() {
+        // mkdir=83 on x86_64: "mkdir\0x" is mkdir, "\0mkdir" is no syscall.
+        let arches = &["SCMP_ARCH_X86_64"];
+        let stub = enosys_stub(&profile(
+            "SCMP_ACT_ERRNO",
+            None,
+            arches,
+            &["read", "mkdir\0x"],
+        ));
+        assert_eq!(verdict(&stub, Arch::X86_64, 83), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X86_64, 84), RET_ERRNO_ENOSYS);
+        let stub = enosys_stub(&profile(
+            "SCMP_ACT_ERRNO",
+            None,
+            arches,
+            &["write", "\0mkdir"],
+        ));
+        assert_eq!(verdict(&stub, Arch::X86_64, 1), 0x7fff_0000);
+        assert_eq!(verdict(&stub, Arch::X86_64, 2), RET_ERRNO_ENOSYS);
+    }
+
+    #[test]
     fn no_stub_when_runc_adds_none() {
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_ALLOW", None, &[], &["mkdir"]),
-            Arch::X86_64
-        )
+        assert!(enosys_stub(&profile("SCMP_ACT_ALLOW", None, &[], &["mkdir"])).is_empty());
+        assert!(enosys_stub(&profile("SCMP_ACT_LOG", None, &[], &["mkdir"])).is_empty());
+        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"])).is_empty());
+        // Nothing to cover is still a stub: load arch, jump, jump, ret ENOSYS.
+        for p in [
+            profile("SCMP_ACT_ERRNO", None, &[], &["mkdir"]),
+            profile("SCMP_ACT_ERRNO", None, &["SCMP_ARCH_X86_64"], &[]),
+            profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"]),
+        ] {
+            let stub = enosys_stub(&p);
+            let no_op = if p.architectures.is_empty() { 4 } else { 5 };
+            assert_eq!(stub.len(), no_op, "{p:?}");
+            assert_eq!(verdict(&stub, Arch::X86_64, 999), 0x7fff_0000);
+        }
+        assert!(!enosys_stub(&profile(
+            "SCMP_ACT_KILL",
+            None,
+            &["SCMP_ARCH_X86_64"],
+            &["mkdir"]
+        ))
         .is_empty());
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_LOG", None, &[], &["mkdir"]),
-            Arch::X86_64
-        )
-        .is_empty());
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"]),
-            Arch::X86_64
-        )
-        .is_empty());
-        assert!(enosys_stub(&profile("SCMP_ACT_ERRNO", None, &[], &[]), Arch::X86_64).is_empty());
-        assert!(enosys_stub(
-            &profile("SCMP_ACT_ERRNO", None, &[], &["no_such_syscall"]),
-            Arch::X86_64
-        )
-        .is_empty());
-        assert!(!enosys_stub(
-            &profile("SCMP_ACT_KILL", None, &[], &["mkdir"]),
-            Arch::X86_64
-        )
-        .is_empty());
+    }
+
+    #[test]
+    fn only_listed_architectures_get_a_section() {
+        // No `architectures`: runc's loop has nothing to cover, native included.
+        let none = profile("SCMP_ACT_KILL", None, &[], &["read", "mkdir"]);
+        assert_eq!(enosys_stub(&none).len(), 4);
+        assert_eq!(verdict(&enosys_stub(&none), Arch::X86_64, 334), 0x7fff_0000);
+        assert!(native_left_out(&none, Arch::X86_64));
+        // Only x86 listed: i386 syscalls above mkdir get ENOSYS, x86_64 ones fall through.
+        let x86 = profile(
+            "SCMP_ACT_KILL",
+            None,
+            &["SCMP_ARCH_X86"],
+            &["read", "mkdir"],
+        );
+        let stub = enosys_stub(&x86);
+        assert_eq!(verdict(&stub, Arch::X86, 40), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X86_64, 334), 0x7fff_0000);
+        assert!(native_left_out(&x86, Arch::X86_64));
+        // x32 shares x86_64's audit arch, but its section skips x86_64 syscalls.
+        let x32 = profile(
+            "SCMP_ACT_KILL",
+            None,
+            &["SCMP_ARCH_X32"],
+            &["read", "mkdir"],
+        );
+        let stub = enosys_stub(&x32);
+        assert_eq!(verdict(&stub, Arch::X32, X32_BIT | 334), RET_ERRNO_ENOSYS);
+        assert_eq!(verdict(&stub, Arch::X86_64, 334), 0x7fff_0000);
+        assert!(native_left_out(&x32, Arch::X86_64));
+        let native = profile("SCMP_ACT_KILL", None, &["SCMP_ARCH_X86_64"], &["mkdir"]);
+        assert!(!native_left_out(&native, Arch::X86_64));
+        // Nothing to leave out when runc patches nothing anyway.
+        let allow = profile("SCMP_ACT_LOG", None, &[], &["mkdir"]);
+        assert!(!native_left_out(&allow, Arch::X86_64));
+        let enosys = profile("SCMP_ACT_ERRNO", Some(38), &[], &["mkdir"]);
+        assert!(!native_left_out(&enosys, Arch::X86_64));
     }
 }

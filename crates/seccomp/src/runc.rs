@@ -12,6 +12,56 @@ use crate::model::Seccomp;
 const MAX_ARGS: u64 = 6;
 const EPERM: u16 = 1;
 
+/// The runc releases whose behaviour this module models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuncVersion {
+    V1_1_5,
+}
+
+/// The runc this module models.
+pub const MODELLED_RUNC: RuncVersion = RuncVersion::V1_1_5;
+
+impl RuncVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuncVersion::V1_1_5 => "1.1.5",
+        }
+    }
+
+    /// The architectures in this runc's own `archs` map
+    /// (libcontainer/seccomp/config.go), which `ConvertStringToArch` reads in
+    /// specconv.SetupSeccomp before libseccomp is ever asked. It is runc's
+    /// table, not libseccomp's: 1.1.5 has no riscv64 entry, so it refuses
+    /// SCMP_ARCH_RISCV64 although libseccomp 2.5 knows that architecture.
+    pub fn arches(self) -> &'static [Arch] {
+        match self {
+            RuncVersion::V1_1_5 => &[
+                Arch::X86,
+                Arch::X86_64,
+                Arch::X32,
+                Arch::Arm,
+                Arch::Aarch64,
+                Arch::Mips,
+                Arch::Mips64,
+                Arch::Mips64N32,
+                Arch::Mipsel,
+                Arch::Mipsel64,
+                Arch::Mipsel64N32,
+                Arch::Ppc,
+                Arch::Ppc64,
+                Arch::Ppc64Le,
+                Arch::S390,
+                Arch::S390X,
+            ],
+        }
+    }
+
+    /// `ConvertStringToArch`: the architecture a profile's name stands for, if this runc knows it.
+    pub fn arch(self, scmp_name: &str) -> Option<Arch> {
+        Arch::from_scmp_name(scmp_name).filter(|a| self.arches().contains(a))
+    }
+}
+
 /// Where in runc a profile fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -48,6 +98,14 @@ pub fn action(name: &str, errno_ret: Option<u64>) -> Option<Action> {
     })
 }
 
+/// The syscall name libseccomp sees. runc resolves names with libseccomp-golang's
+/// `GetSyscallFromName` (and patchbpf with `GetSyscallFromNameByArch`), both of
+/// which pass `C.CString(name)` to `seccomp_syscall_resolve_name*`: C reads up to
+/// the first NUL, so `"execve\u0000x"` is `execve` and `"\u0000execve"` is ``.
+pub fn c_string_name(name: &str) -> &str {
+    name.split('\0').next().unwrap_or(name)
+}
+
 const ACTION_HELP: &str = "use one of SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_KILL, SCMP_ACT_TRAP, SCMP_ACT_TRACE, SCMP_ACT_LOG, SCMP_ACT_NOTIFY (case matters)";
 
 /// Translate like runc. `resolves(name)` says whether libseccomp knows the
@@ -71,18 +129,24 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     }
     let mut arches = Vec::new();
     for (i, a) in p.architectures.iter().enumerate() {
-        match Arch::from_scmp_name(a) {
+        match MODELLED_RUNC.arch(a) {
             Some(arch) => arches.push(arch),
             None => {
+                let runc = MODELLED_RUNC.as_str();
+                let known_to_libseccomp = Arch::from_scmp_name(a).is_some();
                 return fail_config(
                     Diagnostic::error(
                         Code::UnknownArch,
                         format!("/architectures/{i}"),
-                        format!("`{a}` is not an architecture runc knows (\"string {a} is not a valid arch for seccomp\")"),
+                        format!("`{a}` is not an architecture runc {runc} knows; it refuses the profile (\"string {a} is not a valid arch for seccomp\")"),
                     )
-                    .with_help("use SCMP_ARCH_* names such as SCMP_ARCH_X86_64, SCMP_ARCH_X86, SCMP_ARCH_AARCH64"),
+                    .with_help(if known_to_libseccomp {
+                        format!("libseccomp knows `{a}`, but runc {runc}'s own architecture map does not: drop it, or run a runc that supports it")
+                    } else {
+                        "use SCMP_ARCH_* names such as SCMP_ARCH_X86_64, SCMP_ARCH_X86, SCMP_ARCH_AARCH64".to_string()
+                    }),
                     notes,
-                )
+                );
             }
         }
     }
@@ -166,6 +230,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     }
     if let Some(c) = calls
         .iter()
+        // InitSeccomp compares the Go string, so `write\0x` passes this check (and notifies write).
         .find(|c| c.action == Action::Notify && c.name == "write")
     {
         return fail_init(
@@ -191,26 +256,42 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
                 notes,
             );
         }
+        // matchCall checks the Go string for emptiness, so a name that only
+        // becomes empty at its NUL gets past that check and fails to resolve.
+        let name = c_string_name(c.name);
+        if name.len() != c.name.len() {
+            notes.push(
+                Diagnostic::warning(
+                    Code::NulInSyscallName,
+                    name_ptr(),
+                    if name.is_empty() {
+                        format!("{:?} starts with a NUL: runc hands libseccomp the name as a C string, so it reads an empty name, which no syscall has", c.name)
+                    } else {
+                        format!("{:?} contains a NUL: runc hands libseccomp the name as a C string, so it reads `{name}` and the rule applies to `{name}`", c.name)
+                    },
+                )
+                .with_help("remove the NUL and what follows it, or the whole name if it was not meant"),
+            );
+        }
         if c.action == default_action {
             notes.push(
                 Diagnostic::warning(
                     Code::ShadowedRule,
                     name_ptr(),
                     format!(
-                        "`{}` has the default action {default_action}; runc skips this rule",
-                        c.name
+                        "`{name}` has the default action {default_action}; runc skips this rule"
                     ),
                 )
                 .with_help("remove it, or give it a different action"),
             );
             continue;
         }
-        if !resolves(c.name) {
+        if !resolves(name) {
             notes.push(
                 Diagnostic::warning(
                     Code::UnknownSyscall,
                     name_ptr(),
-                    format!("libseccomp does not know the syscall `{}`; runc skips it silently", c.name),
+                    format!("libseccomp does not know the syscall `{name}`; runc skips it silently"),
                 )
                 .with_help("check the spelling; syscalls newer than libseccomp 2.5.4 cannot be filtered by this runc"),
             );
@@ -251,15 +332,14 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
                     Code::ConditionsSplit,
                     format!("{}/args", c.pointer),
                     format!(
-                        "`{}` has several conditions on the same argument; runc adds each as its own rule, so they are ORed, not ANDed",
-                        c.name
+                        "`{name}` has several conditions on the same argument; runc adds each as its own rule, so they are ORed, not ANDed"
                     ),
                 )
                 .with_help("libseccomp cannot AND two comparisons of one argument; split the range into separate rules with one condition each, or use SCMP_CMP_MASKED_EQ"),
             );
             for cond in conds {
                 rules.push(Rule {
-                    syscall: c.name.to_string(),
+                    syscall: name.to_string(),
                     action: c.action,
                     conds: vec![cond],
                     origin: origin.clone(),
@@ -267,7 +347,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             }
         } else {
             rules.push(Rule {
-                syscall: c.name.to_string(),
+                syscall: name.to_string(),
                 action: c.action,
                 conds,
                 origin,
@@ -359,6 +439,27 @@ mod tests {
                 "arch",
                 |p| p.architectures = vec!["x86_64".into()],
                 Some((Stage::Config, Code::UnknownArch, "/architectures/0")),
+            ),
+            (
+                "arch libseccomp knows but runc 1.1.5 does not",
+                |p| p.architectures = vec!["SCMP_ARCH_X86_64".into(), "SCMP_ARCH_RISCV64".into()],
+                Some((Stage::Config, Code::UnknownArch, "/architectures/1")),
+            ),
+            (
+                "arch neither knows",
+                |p| p.architectures = vec!["SCMP_ARCH_LOONGARCH64".into()],
+                Some((Stage::Config, Code::UnknownArch, "/architectures/0")),
+            ),
+            (
+                "every arch in runc 1.1.5's map",
+                |p| {
+                    p.architectures = RuncVersion::V1_1_5
+                        .arches()
+                        .iter()
+                        .map(|a| a.scmp_name().to_string())
+                        .collect()
+                },
+                None,
             ),
             (
                 "default",
@@ -465,6 +566,64 @@ mod tests {
                 (t, w) => panic!("case {what}: got {t:?}, want {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_arch_outside_runcs_map_is_refused_with_runcs_message() {
+        let p = Seccomp {
+            default_action: "SCMP_ACT_ALLOW".into(),
+            architectures: vec!["SCMP_ARCH_RISCV64".into()],
+            ..Default::default()
+        };
+        let Translation::Fails(Stage::Config, d) = run(&p).0 else {
+            panic!("riscv64 accepted")
+        };
+        assert!(
+            d.message
+                .contains("\"string SCMP_ARCH_RISCV64 is not a valid arch for seccomp\""),
+            "{}",
+            d.message
+        );
+        assert!(d.help.unwrap().contains("libseccomp knows"));
+        assert_eq!(
+            RuncVersion::V1_1_5.arch("SCMP_ARCH_X86_64"),
+            Some(Arch::X86_64)
+        );
+        assert_eq!(RuncVersion::V1_1_5.arch("SCMP_ARCH_RISCV64"), None);
+    }
+
+    #[test]
+    fn names_end_at_a_nul_like_c_strings() {
+        assert_eq!(c_string_name("execve\0x"), "execve");
+        assert_eq!(c_string_name("\0execve"), "");
+        assert_eq!(c_string_name("execve"), "execve");
+        let p = Seccomp {
+            default_action: "SCMP_ACT_ALLOW".into(),
+            syscalls: vec![rule(&["execve\0x", "\0mkdir"], "SCMP_ACT_ERRNO")],
+            ..Default::default()
+        };
+        // The resolver is libseccomp's: it must be asked for the cut name.
+        let (t, notes) = translate(&p, &|n| n == "execve");
+        let Translation::Filter(spec) = t else {
+            panic!("{t:?}")
+        };
+        // execve is denied; the empty name is not a syscall (not runc init's empty-name failure).
+        let rules: Vec<_> = spec.rules.iter().map(|r| r.syscall.as_str()).collect();
+        assert_eq!(rules, ["execve"]);
+        let codes: Vec<_> = notes.iter().map(|d| (d.code, d.pointer.as_str())).collect();
+        assert_eq!(
+            codes,
+            [
+                (Code::NulInSyscallName, "/syscalls/0/names/0"),
+                (Code::NulInSyscallName, "/syscalls/0/names/1"),
+                (Code::UnknownSyscall, "/syscalls/0/names/1"),
+            ]
+        );
+        assert!(
+            notes[0].message.contains("reads `execve`"),
+            "{}",
+            notes[0].message
+        );
     }
 
     #[test]
