@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use serde_json::{json, Value};
 
-use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::driver::{LoopConfig, ReportLoop};
@@ -312,21 +311,7 @@ fn repeated_event_requests() -> Vec<Logged> {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         for (i, ok) in [true, false, true, false].into_iter().enumerate() {
             let now = t0 + Duration::from_secs(30 * i as u64);
-            let condition = Condition {
-                kind: ConditionType::SeccompProfilesReady,
-                status: if ok {
-                    ConditionStatus::True
-                } else {
-                    ConditionStatus::False
-                },
-                reason: if ok {
-                    "ProfilesLoad"
-                } else {
-                    "ProfileStartFails"
-                }
-                .into(),
-                message: "m".into(),
-            };
+            let condition = support::conditions::seccomp(ok, "m");
             lp.observe(now, &[condition]);
             lp.flush(now).await.unwrap();
         }

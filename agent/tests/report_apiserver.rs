@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::conditions::seccomp;
+
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
@@ -26,24 +28,6 @@ fn t0() -> SystemTime {
 
 fn min(m: u64) -> Duration {
     Duration::from_secs(60 * m)
-}
-
-fn seccomp(ok: bool, message: &str) -> Condition {
-    Condition {
-        kind: ConditionType::SeccompProfilesReady,
-        status: if ok {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        },
-        reason: if ok {
-            "ProfilesLoad"
-        } else {
-            "ProfileStartFails"
-        }
-        .into(),
-        message: message.into(),
-    }
 }
 
 fn healthy() -> Vec<Condition> {

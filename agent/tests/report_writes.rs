@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 use tempfile::TempDir;
 
-use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
+use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_kube::client::{KubeReporter, Refusal};
 use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::credentials;
@@ -31,27 +31,16 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
+/// The condition these tests flip: its message follows its status.
 fn seccomp(ok: bool) -> Condition {
-    Condition {
-        kind: ConditionType::SeccompProfilesReady,
-        status: if ok {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        },
-        reason: if ok {
-            "ProfilesLoad"
-        } else {
-            "ProfileStartFails"
-        }
-        .into(),
-        message: if ok {
+    support::conditions::seccomp(
+        ok,
+        if ok {
             "3 profiles load"
         } else {
             "a.json fails"
-        }
-        .into(),
-    }
+        },
+    )
 }
 
 fn pod(ns: &str) -> ObjectRef {
