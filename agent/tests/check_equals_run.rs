@@ -12,16 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use support::agent::Agent;
+use support::agent::{reporting_config, seccomp_root, Agent};
 use support::apiserver::{Identity, TestApiServer};
-
-fn good_profile() -> Vec<u8> {
-    std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../profiles/runtime-default-x86_64.json"
-    ))
-    .unwrap()
-}
 
 /// A node with a good and a refused profile on disk and a pod bound to it
 /// that references a profile the node lacks; the test server has the Node
@@ -37,21 +29,14 @@ fn node_state(dir: &Path) -> (TestApiServer, String) {
             "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {"seccompProfile":
                 {"type": "Localhost", "localhostProfile": "profiles/vllm-strict.json"}}}]}}),
     );
-    let root = dir.join("seccomp");
-    std::fs::create_dir_all(root.join("profiles")).unwrap();
-    std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    let root = seccomp_root(dir, true);
     std::fs::write(
         root.join("profiles/refused.json"),
         br#"{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_NOPE"}]}"#,
     )
     .unwrap();
     let kubeconfig = server.kubeconfig(dir, "node-n1");
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
-        root.display(),
-        kubeconfig.display()
-    );
-    (server, config)
+    (server, reporting_config(&root, &kubeconfig))
 }
 
 /// (type, status, reason, message) of every condition, sorted by type.

@@ -11,19 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use support::agent::Agent;
+use support::agent::{good_profile, reporting_config, seccomp_root, Agent};
 use support::apiserver::{Identity, TestApiServer};
 use support::cgroup::{deny_mkdir_in, traceable_kubepods};
 
 const DEADLINE: Duration = Duration::from_secs(5);
-
-fn good_profile() -> Vec<u8> {
-    std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../profiles/runtime-default-x86_64.json"
-    ))
-    .unwrap()
-}
 
 /// Polls until `f` holds; returns how long it took.
 fn within(what: &str, limit: Duration, agent: &Agent, f: impl Fn() -> bool) -> Duration {
@@ -53,17 +45,11 @@ fn setup(dir: &Path) -> (TestApiServer, String) {
     let server = TestApiServer::start();
     server.add_token("node-n1", Identity::Node("n1".into()));
     server.add_node("n1", json!([]));
-    let root = dir.join("seccomp");
-    std::fs::create_dir_all(root.join("profiles")).unwrap();
-    std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    let root = seccomp_root(dir, true);
     let kubeconfig = server.kubeconfig(dir, "node-n1");
     // One agent, not a fleet: no start spread (the daemon's default waits
     // 0..30 s before its first request), so the test's limits stay seconds.
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
-        root.display(),
-        kubeconfig.display()
-    );
+    let config = reporting_config(&root, &kubeconfig);
     (server, config)
 }
 

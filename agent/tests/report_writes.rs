@@ -20,7 +20,7 @@ use nodeproof_kube::conditions::{Hysteresis, Policy};
 use nodeproof_kube::credentials;
 use nodeproof_kube::driver::{Dropped, LoopConfig, NodeDrift, ReportLoop, WriteKind};
 use nodeproof_kube::events::{EventType, ObjectRef};
-use support::agent::Agent;
+use support::agent::{reporting_config, seccomp_root, Agent};
 use support::apiserver::{Fault, Identity, NamespacePhase, TestApiServer};
 
 fn t0() -> SystemTime {
@@ -369,19 +369,8 @@ fn the_agent_keeps_reporting_past_its_original_certificates_expiry() {
     let valid = Duration::from_secs(8);
     let (kubeconfig, cert, key) = cert_credentials(&server, dir.path(), valid);
     let issued = Instant::now();
-    let root = dir.path().join("seccomp");
-    std::fs::create_dir_all(root.join("profiles")).unwrap();
-    let good = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../profiles/runtime-default-x86_64.json"
-    ))
-    .unwrap();
-    std::fs::write(root.join("profiles/good.json"), good).unwrap();
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n[daemon]\nprofile-resync-s = 1\n",
-        root.display(),
-        kubeconfig.display()
-    );
+    let root = seccomp_root(dir.path(), true);
+    let config = reporting_config(&root, &kubeconfig) + "[daemon]\nprofile-resync-s = 1\n";
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     let status = || {
@@ -446,19 +435,8 @@ fn a_node_registered_again_or_stripped_gets_its_conditions_back() {
     server.add_token("node-n1", Identity::Node("n1".into()));
     server.add_node("n1", json!([]));
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
-    let root = dir.path().join("seccomp");
-    std::fs::create_dir_all(root.join("profiles")).unwrap();
-    let good = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../profiles/runtime-default-x86_64.json"
-    ))
-    .unwrap();
-    std::fs::write(root.join("profiles/good.json"), good).unwrap();
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
-        root.display(),
-        kubeconfig.display()
-    );
+    let root = seccomp_root(dir.path(), true);
+    let config = reporting_config(&root, &kubeconfig);
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     let back = |what: &str| {
@@ -502,13 +480,8 @@ fn the_agent_counts_a_dropped_event_in_its_metrics() {
     server.add_node("n1", json!([]));
     server.set_namespace("ml", NamespacePhase::Terminating);
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
-    let root = dir.path().join("seccomp");
-    std::fs::create_dir_all(root.join("profiles")).unwrap();
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
-        root.display(),
-        kubeconfig.display()
-    );
+    let root = seccomp_root(dir.path(), false);
+    let config = reporting_config(&root, &kubeconfig);
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     server.put(

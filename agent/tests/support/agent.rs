@@ -113,3 +113,32 @@ impl Drop for Agent {
         }
     }
 }
+
+/// The project's default profile: the good profile the agent tests put on a node.
+pub fn good_profile() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap()
+}
+
+/// `dir/seccomp` with a `profiles/` directory, holding `good.json` when `good`.
+pub fn seccomp_root(dir: &Path, good: bool) -> PathBuf {
+    let root = dir.join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    if good {
+        std::fs::write(root.join("profiles/good.json"), good_profile()).unwrap();
+    }
+    root
+}
+
+/// An agent config judging `root` and reporting to `kubeconfig` as node n1:
+/// no NVML library and no start spread (one agent, written at once).
+pub fn reporting_config(root: &Path, kubeconfig: &Path) -> String {
+    format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        root.display(),
+        kubeconfig.display()
+    )
+}
