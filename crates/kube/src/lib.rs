@@ -5,6 +5,7 @@
 //!   heartbeat, stale cleanup);
 //! - `events`: pure dedup and rate-limit recorder;
 //! - `marks`: pure opt-in labels and taints from the conditions;
+//! - `contract`: RuntimeClass contracts (annotations, the Node label), pure;
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
@@ -20,6 +21,7 @@ pub mod client;
 pub mod conditions;
 pub mod config;
 pub mod connect;
+pub mod contract;
 pub mod credentials;
 pub mod driver;
 pub mod events;
