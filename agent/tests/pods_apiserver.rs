@@ -143,6 +143,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
             check_listener: false,
             ..LintOptions::default()
         },
+        gpu: Default::default(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let opts = WatchOptions {
@@ -633,6 +634,7 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
             check_listener: false,
             ..LintOptions::default()
         },
+        gpu: Default::default(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // No recheck within the test: every round comes from a change.
@@ -811,6 +813,7 @@ impl Watching {
                 check_listener: false,
                 ..LintOptions::default()
             },
+            gpu: Default::default(),
         });
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let (round_tx, rounds) = tokio::sync::mpsc::channel(64);

@@ -10,6 +10,8 @@ use super::{profiles, Round};
 use crate::config::Config;
 use crate::pods::node::{PodsOnce, PodsOptions, PodsRunError};
 use crate::pods::verdict::PodFinding;
+use nodeproof_kube::contract::ContractState;
+use nodeproof_kube::contract_labels::{self, ContractVerdict};
 
 pub use crate::pods::verdict::combine;
 
@@ -29,10 +31,38 @@ pub fn finding(f: &PodFinding) -> Finding {
     }
 }
 
+/// An annotated RuntimeClass judged on this node, as a finding of `check`
+/// (what the daemon labels the Node with).
+pub fn contract_finding(v: &ContractVerdict) -> Finding {
+    let (status, message) = match v.state {
+        ContractState::Ready => (Status::Ok, format!("{} = ready", v.label_key())),
+        ContractState::NotReady => (
+            Status::Failed,
+            format!("{} = not-ready: {}", v.label_key(), v.cause),
+        ),
+    };
+    Finding {
+        check: Check::RuntimeClassContract,
+        subject: v.class.clone(),
+        status,
+        reason: match v.state {
+            ContractState::Ready => contract_labels::EVENT_READY,
+            ContractState::NotReady => contract_labels::EVENT_NOT_READY,
+        }
+        .into(),
+        message,
+    }
+}
+
 /// The round for one judgement of the node's pods.
 pub fn round(once: &PodsOnce) -> Round {
     Round {
-        findings: once.findings.iter().map(finding).collect(),
+        findings: once
+            .findings
+            .iter()
+            .map(finding)
+            .chain(once.contracts.iter().map(contract_finding))
+            .collect(),
         conditions: vec![once.condition.clone()],
     }
 }

@@ -25,7 +25,12 @@ pub(crate) fn pods(
     opts.node_name = node_name.or(opts.node_name);
     if !once {
         stop_on_sigint_sigterm()?;
-        pods::daemon(&opts, config.report.policy(), &STOP)?;
+        pods::daemon(
+            &opts,
+            config.report.policy(),
+            config.report.runtimeclass_labels(),
+            &STOP,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let r = pods::once(&opts)?;

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::pods::denials::DenialAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::watch::{self, DenialFeed, PodsState, Round, WatchOptions};
-use nodeproof_kube::events::PodEvent;
+use nodeproof_kube::driver::PodsNews;
 use nodeproof_trace::SummaryRow;
 
 /// How often the pods are judged without an API change or a profile lint.
@@ -37,8 +37,8 @@ pub struct Feeds {
     pub rows: channel::Receiver<Vec<SummaryRow>>,
     /// Notified after each lint of the seccomp root: files may have changed.
     pub profiles_linted: Arc<Notify>,
-    /// To the reporter.
-    pub events: mpsc::Sender<PodEvent>,
+    /// To the reporter: Events about pods, and the RuntimeClass contract verdicts.
+    pub events: mpsc::Sender<PodsNews>,
     /// This Node as watched, to the reporter.
     pub nodes: mpsc::Sender<nodeproof_kube::client::NodeState>,
 }
@@ -123,8 +123,10 @@ async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
             publish(&ctx.shared, &round);
             // The main loop hands the merged condition to the reporter now, not at its next tick.
             ctx.round.notify_one();
-            for e in round.events {
-                if feeds.events.send(e).await.is_err() {
+            let news = std::iter::once(PodsNews::Contracts(round.contracts))
+                .chain(round.events.into_iter().map(PodsNews::Event));
+            for n in news {
+                if feeds.events.send(n).await.is_err() {
                     return;
                 }
             }

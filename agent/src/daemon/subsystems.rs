@@ -23,8 +23,7 @@ use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
-use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
-use nodeproof_kube::events::PodEvent;
+use nodeproof_kube::driver::{self, LoopConfig, PodsNews, ReportLoop};
 use nodeproof_kube::ConnectError;
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
@@ -403,7 +402,7 @@ pub async fn start_reporter(
     reloads: channel::Receiver<Arc<Config>>,
     shared: &Arc<Shared>,
     rounds: mpsc::Receiver<Vec<Condition>>,
-    pod_events: mpsc::Receiver<PodEvent>,
+    pod_events: mpsc::Receiver<PodsNews>,
     nodes: mpsc::Receiver<nodeproof_kube::client::NodeState>,
 ) -> Option<Reporter> {
     let c = match nodeproof_kube::connect(&config.report).await {
@@ -496,11 +495,12 @@ fn follow_report_policy(
                 || report.kubeconfig != started.kubeconfig
                 || report.host_root != started.host_root
                 || report.labels != started.labels
+                || report.runtimeclass_labels != started.runtimeclass_labels
                 || report.taint_kubeconfig != started.taint_kubeconfig;
             if needs_restart {
                 tracing::warn!(
                     nodeproof_check = "reporter",
-                    "report.node-name, kubeconfig, host-root, labels and taint-kubeconfig change only on restart"
+                    "report.node-name, kubeconfig, host-root, labels, runtimeclass-labels and taint-kubeconfig change only on restart"
                 );
             }
             let policy = report.policy();

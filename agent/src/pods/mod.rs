@@ -1,7 +1,9 @@
 //! Pods on this node and their seccomp references (issue 5): which profiles
 //! and RuntimeClasses they use, whether those work here, and the tracer's
-//! denials attributed to them.
+//! denials attributed to them; and the RuntimeClass contracts judged on
+//! this node (issue 14), whose labels steer the scheduler.
 
+pub mod contract;
 pub mod denials;
 pub mod handlers;
 pub mod node;

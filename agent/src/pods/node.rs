@@ -20,8 +20,10 @@ use nodeproof_findings::Condition;
 use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
+use nodeproof_kube::contract_labels::ContractVerdict;
 use nodeproof_kube::driver::{LoopConfig, ReportLoop};
 use nodeproof_kube::identity;
+use nodeproof_kube::marks::MarkPolicy;
 use nodeproof_kube::ConnectError;
 use nodeproof_seccomp::lint::LintOptions;
 use nodeproof_trace::{
@@ -81,6 +83,8 @@ pub struct PodsOnce {
     pub pods: usize,
     pub findings: Vec<PodFinding>,
     pub condition: Condition,
+    /// Every annotated RuntimeClass judged on this node.
+    pub contracts: Vec<ContractVerdict>,
 }
 
 /// The API client and the Node's name, found as the reporter finds them
@@ -192,6 +196,7 @@ pub async fn node_context(
         taints,
         handlers,
         lint: opts.lint.clone(),
+        gpu: verdict::gpu_conditions(&n),
     })
 }
 
@@ -258,6 +263,7 @@ pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
                 pods: state.index.len(),
                 findings: eval.new,
                 condition: eval.condition,
+                contracts: eval.contracts,
             })
         })
         .await
@@ -268,10 +274,12 @@ pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
 }
 
 /// Watches and reports until `stop` is set (checked every 200 ms), with the
-/// reporter's `policy` as `run` has it (`[report]`'s hysteresis and heartbeat).
+/// reporter's `policy` as `run` has it (`[report]`'s hysteresis and heartbeat)
+/// and its contract labels unless `report.runtimeclass-labels = false`.
 pub fn daemon(
     opts: &PodsOptions,
     policy: Policy,
+    contract_labels: bool,
     stop: &'static AtomicBool,
 ) -> Result<(), PodsRunError> {
     runtime()?.block_on(async {
@@ -282,6 +290,10 @@ pub fn daemon(
             reporter,
             LoopConfig {
                 policy,
+                marks: MarkPolicy {
+                    contract_labels,
+                    ..MarkPolicy::default()
+                },
                 ..LoopConfig::default()
             },
             std::process::id().into(),
@@ -358,6 +370,13 @@ pub fn render(r: &PodsOnce, root: &Path) -> String {
     );
     for f in &r.findings {
         s.push_str(&format!("{} {}\n", f.reason.as_str(), f.describe()));
+    }
+    for v in &r.contracts {
+        s.push_str(&format!("RuntimeClass {} {}", v.class, v.state));
+        if !v.cause.is_empty() {
+            s.push_str(&format!(": {}", v.cause));
+        }
+        s.push('\n');
     }
     s.push_str(&format!(
         "{} {} {}: {}\n",

@@ -15,6 +15,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 
 use crate::checks::profiles::{self, passes};
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
+use nodeproof_kube::contract::{self, Contract, ContractError};
 use nodeproof_kube::marks::Taint;
 use nodeproof_kube::refs::{PodRefs, Profile};
 use nodeproof_kube::taints::{self, Toleration};
@@ -27,6 +28,8 @@ pub enum Reason {
     ProfileMissing,
     ProfileInvalid,
     RuntimeClassMismatch,
+    /// The pod's RuntimeClass carries a contract this node does not meet.
+    RuntimeClassNotReady,
 }
 
 impl Reason {
@@ -35,6 +38,7 @@ impl Reason {
             Reason::ProfileMissing => "ProfileMissing",
             Reason::ProfileInvalid => "ProfileInvalid",
             Reason::RuntimeClassMismatch => "RuntimeClassMismatch",
+            Reason::RuntimeClassNotReady => "RuntimeClassNotReady",
         }
     }
 
@@ -44,6 +48,7 @@ impl Reason {
             Reason::ProfileMissing => "SeccompProfileMissing",
             Reason::ProfileInvalid => "SeccompProfileInvalid",
             Reason::RuntimeClassMismatch => "RuntimeClassMismatch",
+            Reason::RuntimeClassNotReady => "RuntimeClassNotReady",
         }
     }
 }
@@ -86,6 +91,8 @@ pub struct RuntimeClassInfo {
     /// `scheduling.tolerations`; `None` without `scheduling`, which the
     /// class documents as "supported by all nodes" (taints then not judged).
     pub tolerations: Option<Vec<Toleration>>,
+    /// Its contract annotations (`nodeproof_kube::contract`), when it has them.
+    pub contract: Option<Result<Contract, ContractError>>,
 }
 
 impl From<&RuntimeClass> for RuntimeClassInfo {
@@ -103,6 +110,10 @@ impl From<&RuntimeClass> for RuntimeClassInfo {
                     .map(Toleration::from)
                     .collect()
             }),
+            contract: contract::contract_of(
+                &rc.metadata.name.clone().unwrap_or_default(),
+                &rc.metadata.annotations.clone().unwrap_or_default(),
+            ),
         }
     }
 }
@@ -120,20 +131,45 @@ pub struct NodeContext {
     pub handlers: Option<BTreeSet<String>>,
     /// Runtime and arch; `no_new_privileges` is set per container.
     pub lint: LintOptions,
+    /// The statuses of `GPUDriverReady` and `GPUHealthy` as the Node shows
+    /// them (what the scheduler and the gate controller see too), for
+    /// contracts that require a GPU.
+    pub gpu: BTreeMap<ConditionType, ConditionStatus>,
 }
 
 impl NodeContext {
-    /// Takes the Node's labels and taints; true when either changed. The rest
-    /// of the Node (status, heartbeats every 10 s) does not change a verdict.
+    /// Takes the Node's labels, taints and GPU condition statuses; true when
+    /// any changed. The rest of the Node (heartbeats every 10 s, other
+    /// conditions) does not change a verdict.
     pub fn update_from(&mut self, node: &Node) -> bool {
         let (labels, taints) = labels_and_taints(node);
-        if labels == self.labels && taints == self.taints {
+        let gpu = gpu_conditions(node);
+        if labels == self.labels && taints == self.taints && gpu == self.gpu {
             return false;
         }
         self.labels = labels;
         self.taints = taints;
+        self.gpu = gpu;
         true
     }
+}
+
+/// The GPU conditions' statuses on a Node (absent ones are absent).
+pub fn gpu_conditions(node: &Node) -> BTreeMap<ConditionType, ConditionStatus> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let kind = ConditionType::parse(&c.type_)?;
+            matches!(
+                kind,
+                ConditionType::GPUDriverReady | ConditionType::GPUHealthy
+            )
+            .then(|| (kind, ConditionStatus::parse(&c.status)))
+        })
+        .collect()
 }
 
 /// What the judge reads from a Node: `metadata.labels` and `spec.taints`.
@@ -159,8 +195,10 @@ pub struct Judge {
     cache: HashMap<(PathBuf, bool), (Vec<u8>, ProfileReport)>,
 }
 
-enum FileVerdict {
+/// What a profile file is worth on this node, in one noNewPrivileges mode.
+pub(crate) enum FileVerdict {
     Missing,
+    /// The first thing wrong with it.
     Bad(String),
     Ok,
 }
@@ -235,7 +273,7 @@ impl Judge {
         out
     }
 
-    fn judge_file(&mut self, rel: &str, nnp: bool, node: &NodeContext) -> FileVerdict {
+    pub(crate) fn judge_file(&mut self, rel: &str, nnp: bool, node: &NodeContext) -> FileVerdict {
         let Some(path) = profile_path(&node.seccomp_root, rel) else {
             return FileVerdict::Bad(format!("{rel} leaves the seccomp root"));
         };
@@ -298,7 +336,7 @@ pub fn missing_class_message(name: &str) -> String {
     format!("RuntimeClass {name} does not exist")
 }
 
-fn runtime_class_problem(
+pub(crate) fn runtime_class_problem(
     name: &str,
     rc: Option<&RuntimeClassInfo>,
     pod_tolerations: &[Toleration],
@@ -449,6 +487,7 @@ mod tests {
                 check_listener: false,
                 ..LintOptions::default()
             },
+            gpu: BTreeMap::new(),
         }
     }
 
@@ -536,6 +575,7 @@ mod tests {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                     tolerations,
+                    contract: None,
                 },
             )
         })

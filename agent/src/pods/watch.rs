@@ -26,10 +26,13 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, Notify};
 use tracing::Instrument;
 
+use super::contract;
 use super::denials::{DenialAggregator, PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
 use nodeproof_findings::Condition;
 use nodeproof_kube::client::Reporter;
+use nodeproof_kube::contract::ContractState;
+use nodeproof_kube::contract_labels::ContractVerdict;
 use nodeproof_kube::driver::ReportLoop;
 use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
 use nodeproof_trace::SummaryRow;
@@ -92,6 +95,8 @@ pub struct Evaluation {
     pub new: Vec<PodFinding>,
     /// Pods with at least one unusable reference.
     pub failing_pods: usize,
+    /// Every annotated RuntimeClass, judged on this node.
+    pub contracts: Vec<ContractVerdict>,
 }
 
 /// The watched pods and classes and what was last said about them.
@@ -211,18 +216,45 @@ impl PodsState {
             .filter(|(_, since)| now.saturating_duration_since(**since) < CLASS_GRACE)
             .map(|(name, _)| name.clone())
             .collect();
+        let contracts = contract::judge_all(&mut self.judge, &self.classes, &self.node);
+        let not_ready: HashMap<&str, &ContractVerdict> = contracts
+            .iter()
+            .filter(|v| v.state == ContractState::NotReady)
+            .map(|v| (v.class.as_str(), v))
+            .collect();
         let findings: Vec<PodFinding> = pods
             .iter()
             .flat_map(|p| {
                 let held_class = p.runtime_class.as_ref().filter(|rc| held.contains(*rc));
-                self.judge
+                // Already bound here (the scheduler placed it before the label
+                // said not-ready, or it ignores the class's nodeSelector).
+                let unmet = p
+                    .runtime_class
+                    .as_deref()
+                    .and_then(|rc| not_ready.get(rc))
+                    .map(|v| PodFinding {
+                        namespace: p.namespace.clone(),
+                        pod: p.name.clone(),
+                        uid: p.uid.clone(),
+                        container: None,
+                        subject: v.class.clone(),
+                        reason: Reason::RuntimeClassNotReady,
+                        message: format!(
+                            "RuntimeClass {} is not ready on this node: {}",
+                            v.class, v.cause
+                        ),
+                    })
+                    .filter(|_| !p.finished);
+                let judged = self
+                    .judge
                     .judge_pod(p, &self.classes, &self.node)
                     .into_iter()
                     .filter(move |f| {
                         !(f.reason == Reason::RuntimeClassMismatch
                             && held_class
                                 .is_some_and(|rc| f.message == verdict::missing_class_message(rc)))
-                    })
+                    });
+                unmet.into_iter().chain(judged).collect::<Vec<_>>()
             })
             .collect();
         let root = self.node.seccomp_root.display().to_string();
@@ -243,6 +275,7 @@ impl PodsState {
             condition: verdict::condition(&findings, pods.len()),
             new,
             failing_pods,
+            contracts,
         }
     }
 }
@@ -345,6 +378,8 @@ pub struct Round {
     pub failing_pods: usize,
     /// `nodeproof_pod_seccomp_denials_total`, when denials are fed.
     pub denial_totals: Option<Vec<PodDenialTotal>>,
+    /// Every annotated RuntimeClass judged on this node (the contract labels).
+    pub contracts: Vec<ContractVerdict>,
 }
 
 /// How often files are judged again without an API change, and what else
@@ -391,6 +426,7 @@ pub async fn run<R: Reporter>(
     let report = async {
         while let Some(round) = rx.recv().await {
             lp.observe(round.at, std::slice::from_ref(&round.condition));
+            lp.observe_contracts(round.at, &round.contracts);
             for e in round.events {
                 lp.pod_event(round.at, e.pod, e.event_type, e.reason, &e.message);
             }
@@ -517,6 +553,7 @@ pub async fn rounds(
             events,
             failing_pods: eval.failing_pods,
             denial_totals,
+            contracts: eval.contracts,
         };
         if out.send(round).await.is_err() {
             break;
@@ -820,6 +857,7 @@ mod tests {
             taints: Vec::new(),
             handlers: None,
             lint: LintOptions::default(),
+            gpu: Default::default(),
         });
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ml", "uid": "u"},
@@ -880,6 +918,7 @@ mod tests {
                 check_listener: false,
                 ..LintOptions::default()
             },
+            gpu: Default::default(),
         };
         let pod = |name: &str, file: &str| -> Pod {
             serde_json::from_value(serde_json::json!({
@@ -926,6 +965,7 @@ mod tests {
             taints: Vec::new(),
             handlers: None,
             lint: LintOptions::default(),
+            gpu: Default::default(),
         });
         let gpu = serde_json::json!({"gpu": "true"});
         // The same labels and taints as read at start: nothing to judge again.

@@ -852,17 +852,20 @@ fn route(
                     if is_node && body["spec"].get("taints").is_some() {
                         return status(403, "Forbidden", "node is not allowed to modify taints");
                     }
-                    let labels = body["metadata"]["labels"].as_object();
-                    if is_node
-                        && labels.is_some_and(|l| {
-                            l.keys()
-                                .any(|k| k.contains("node-restriction.kubernetes.io/"))
-                        })
-                    {
-                        return status(403, "Forbidden", "is not allowed to modify labels");
-                    }
+                    let before = node["metadata"]["labels"].clone();
                     let mut node = node;
                     merge_json(&mut node, body);
+                    let forbidden = modified_labels(&before, &node["metadata"]["labels"])
+                        .into_iter()
+                        .filter(|k| forbidden_node_label(k))
+                        .collect::<Vec<_>>();
+                    if is_node && !forbidden.is_empty() {
+                        return status(
+                            403,
+                            "Forbidden",
+                            &format!("is not allowed to modify labels: {}", forbidden.join(", ")),
+                        );
+                    }
                     (200, s.set_node(name, node))
                 }
                 _ => status(404, "NotFound", "no such subresource"),
@@ -916,6 +919,56 @@ fn route(
 
 /// Strategic merge of a status patch: `conditions` merge by `type`,
 /// `$patch: delete` removes one; other fields merge as maps.
+/// Label keys whose value differs between two `metadata.labels` (added,
+/// changed or removed): NodeRestriction's `getModifiedLabels`.
+fn modified_labels(before: &Value, after: &Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let a = before.as_object().unwrap_or(&empty);
+    let b = after.as_object().unwrap_or(&empty);
+    let mut keys: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// What kube-apiserver's NodeRestriction admission forbids a node to change
+/// on its own Node (plugin/pkg/admission/noderestriction/admission.go,
+/// `getForbiddenLabels`): anything under `node-restriction.kubernetes.io`,
+/// and labels under `kubernetes.io` / `k8s.io` (or their subdomains) that
+/// are not the kubelet's own (pkg/kubelet/apis `IsKubeletLabel`: the
+/// well-known labels and the `kubelet.kubernetes.io` and
+/// `node.kubernetes.io` namespaces). Any other prefix, `nodeproof.dev/` and
+/// `runtimeclass.nodeproof.dev/` included, is the node's to set.
+fn forbidden_node_label(key: &str) -> bool {
+    const KUBELET_LABELS: [&str; 11] = [
+        "kubernetes.io/hostname",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    ];
+    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+    let under = |domain: &str| namespace == domain || namespace.ends_with(&format!(".{domain}"));
+    if under("node-restriction.kubernetes.io") {
+        return true;
+    }
+    let kubelet_label = KUBELET_LABELS.contains(&key)
+        || under("kubelet.kubernetes.io")
+        || under("node.kubernetes.io");
+    (under("kubernetes.io") || under("k8s.io")) && !kubelet_label
+}
+
 fn merge_status(node: &mut Value, patch: &Value) {
     let Some(status_patch) = patch.get("status").and_then(Value::as_object) else {
         return;

@@ -36,6 +36,8 @@ pub enum Check {
     StaticPodProfile,
     /// A seccomp reference of a pod bound to this node.
     PodProfile,
+    /// An annotated RuntimeClass's contract on this node.
+    RuntimeClassContract,
 }
 
 impl Check {
@@ -48,6 +50,7 @@ impl Check {
             Check::KubeletAccess => "kubelet-access",
             Check::StaticPodProfile => "static-pod-profile",
             Check::PodProfile => "pod-profile",
+            Check::RuntimeClassContract => "runtimeclass-contract",
         }
     }
 }

@@ -247,7 +247,8 @@ pub struct NodeState {
     pub uid: Option<String>,
     /// nodeproof's own condition types only.
     pub conditions: Vec<NodeCondition>,
-    /// nodeproof's own labels (`nodeproof.dev/`) only.
+    /// nodeproof's own labels only (`marks::owns_label`: `nodeproof.dev/`
+    /// and the RuntimeClass contract labels).
     pub labels: BTreeMap<String, String>,
     /// nodeproof's own taints only.
     pub taints: Vec<Taint>,
@@ -503,7 +504,7 @@ pub fn node_state(node: &Node) -> NodeState {
         .labels
         .iter()
         .flatten()
-        .filter(|(k, _)| k.starts_with(marks::PREFIX))
+        .filter(|(k, _)| marks::owns_label(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let taints = node

@@ -26,6 +26,10 @@ pub struct ReportConfig {
     /// Label the Node `nodeproof.dev/<condition>=true|false` (node identity suffices).
     #[serde(default)]
     pub labels: bool,
+    /// Label the Node `runtimeclass.nodeproof.dev/<class>=ready|not-ready`
+    /// for each RuntimeClass carrying `nodeproof.dev/localhost-profiles`
+    /// (default true; node identity suffices).
+    pub runtimeclass_labels: Option<bool>,
     /// Taint the Node while a GPU condition is bad, with this separate
     /// credential (deploy/rbac-taints.yaml); unset: no taints.
     pub taint_kubeconfig: Option<PathBuf>,
@@ -72,6 +76,11 @@ pub struct HysteresisConfig {
 }
 
 impl ReportConfig {
+    /// `runtimeclass-labels`, on unless turned off.
+    pub fn runtimeclass_labels(&self) -> bool {
+        self.runtimeclass_labels.unwrap_or(true)
+    }
+
     /// Every problem of the section, each naming its key.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -150,6 +150,7 @@ pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> 
         } else {
             Default::default()
         },
+        contract_labels: config.runtimeclass_labels(),
     };
     Ok(Connection {
         node,

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use super::client::{NodeState, Refusal, ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
+use super::contract_labels::{ContractLabels, ContractVerdict, LabelTransition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
 use super::ratelimit::{self, Limited, LoadPolicy, Pacing};
@@ -211,6 +212,8 @@ pub struct ReportLoop<R> {
     recorder: Recorder,
     node_uid: Option<String>,
     marks: MarkPolicy,
+    /// The RuntimeClass contract labels as the verdicts want them.
+    contracts: ContractLabels,
     /// Our labels and taints as last read or written.
     labels_on_node: BTreeMap<String, String>,
     taints_on_node: Vec<Taint>,
@@ -237,6 +240,7 @@ impl<R: Reporter> ReportLoop<R> {
             recorder: Recorder::new(config.events),
             node_uid: None,
             marks: config.marks,
+            contracts: ContractLabels::default(),
             labels_on_node: BTreeMap::new(),
             taints_on_node: Vec::new(),
             node_retry,
@@ -309,6 +313,41 @@ impl<R: Reporter> ReportLoop<R> {
         self.on_transitions(transitions);
     }
 
+    /// One verdict set of the RuntimeClass contracts (every annotated
+    /// class, judged on this node): the labels follow it with the
+    /// conditions' hysteresis, a class turned not ready is a Node Event.
+    pub fn observe_contracts(&mut self, now: SystemTime, verdicts: &[ContractVerdict]) {
+        let hysteresis = self.tracker.policy().hysteresis;
+        let transitions = self.contracts.observe(now, verdicts, hysteresis);
+        self.on_label_transitions(transitions);
+    }
+
+    /// The contract labels as published (hysteresis applied).
+    pub fn contracts(&self) -> &ContractLabels {
+        &self.contracts
+    }
+
+    fn on_label_transitions(&mut self, transitions: Vec<LabelTransition>) {
+        let node = self.reporter.node().to_string();
+        for t in transitions {
+            let from = t.from.map_or("none", |s| s.as_str());
+            tracing::info!(node = %node, runtime_class = %t.class, from, to = %t.to, cause = %t.cause, "RuntimeClass contract");
+            // Without the labels, nothing is said about them either.
+            let Some((event_type, reason, message)) =
+                t.event().filter(|_| self.marks.contract_labels)
+            else {
+                continue;
+            };
+            self.recorder.record(
+                t.at,
+                ObjectRef::node(&node, self.node_uid.clone()),
+                event_type,
+                reason,
+                &message,
+            );
+        }
+    }
+
     /// A finding about a pod (another check attaches it): an Event on the Pod.
     pub fn pod_event(
         &mut self,
@@ -358,7 +397,18 @@ impl<R: Reporter> ReportLoop<R> {
 
     /// Labels and taints that differ from the Node's (None: nothing to do).
     fn marks_due(&self) -> Option<MarksDue> {
-        let labels = marks::labels(&self.marks, self.tracker.conditions());
+        let mut labels = marks::labels(&self.marks, self.tracker.conditions());
+        if self.marks.contract_labels {
+            // Before the classes are judged the Node's contract labels stay as they are.
+            let contracts = self.contracts.wanted().unwrap_or_else(|| {
+                self.labels_on_node
+                    .iter()
+                    .filter(|(k, _)| crate::contract::is_contract_label(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            });
+            labels.extend(contracts);
+        }
         let labels = (labels != self.labels_on_node).then_some(labels);
         // Without taint kinds nothing is tainted, and nothing is untainted
         // either: that needs the taint credential, which is then absent.
@@ -446,6 +496,11 @@ impl<R: Reporter> ReportLoop<R> {
     async fn flush_node(&mut self, now: SystemTime) -> Result<(), ReportError> {
         if !self.tracker.is_resumed() {
             let state = self.read_node().await?;
+            if !self.contracts.is_resumed() {
+                let hysteresis = self.tracker.policy().hysteresis;
+                let transitions = self.contracts.resume(&state.labels, hysteresis);
+                self.on_label_transitions(transitions);
+            }
             let transitions = self.tracker.resume(state.conditions);
             self.on_transitions(transitions);
         }
@@ -531,8 +586,9 @@ impl<R: Reporter> ReportLoop<R> {
 /// The daemon's reporter: every check round arrives on `rounds` (each one
 /// counts towards hysteresis, even when equal to the one before), the API
 /// server is brought up to date on the real clock; the checks never wait on
-/// it (their sender uses `try_send`). Events about pods (the pods watcher's)
-/// arrive on `pod_events` and go out with the node's; the Node as the pods
+/// it (their sender uses `try_send`). What the pods watcher says (Events
+/// about pods, the RuntimeClass contract verdicts) arrives on `pods` and
+/// goes out with the node's; the Node as the pods
 /// watcher's watch of it sees it on `nodes` (see [`ReportLoop::node_seen`]);
 /// a reloaded policy on `policy`. `on_error` sees each failed flush (the loop is moved into the
 /// task, so this is how the daemon counts them while it runs), `on_drop`
@@ -541,7 +597,7 @@ impl<R: Reporter> ReportLoop<R> {
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
     mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
-    mut pod_events: Option<tokio::sync::mpsc::Receiver<PodEvent>>,
+    mut pods: Option<tokio::sync::mpsc::Receiver<PodsNews>>,
     mut nodes: Option<tokio::sync::mpsc::Receiver<NodeState>>,
     mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
     mut on_error: impl FnMut(&ReportError),
@@ -571,9 +627,12 @@ pub async fn run<R: Reporter>(
                 };
                 lp.observe(SystemTime::now(), &round);
             }
-            Some(e) = next_pod_event(&mut pod_events) => {
-                lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
-            }
+            Some(news) = next_pod_news(&mut pods) => match news {
+                PodsNews::Event(e) => {
+                    lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
+                }
+                PodsNews::Contracts(verdicts) => lp.observe_contracts(SystemTime::now(), &verdicts),
+            },
             Some(n) = next_node(&mut nodes) => {
                 lp.node_seen(&n);
             }
@@ -611,10 +670,19 @@ async fn next_node(
     }
 }
 
-/// The next pod event; pending forever without a source (or once it ended).
-async fn next_pod_event(
-    events: &mut Option<tokio::sync::mpsc::Receiver<PodEvent>>,
-) -> Option<PodEvent> {
+/// What the pods watcher hands the daemon's reporter.
+#[derive(Debug, Clone)]
+pub enum PodsNews {
+    /// A finding or denials on a pod: one Event.
+    Event(PodEvent),
+    /// One round's verdicts of every annotated RuntimeClass.
+    Contracts(Vec<ContractVerdict>),
+}
+
+/// The pods watcher's next news; pending forever without a source (or once it ended).
+async fn next_pod_news(
+    events: &mut Option<tokio::sync::mpsc::Receiver<PodsNews>>,
+) -> Option<PodsNews> {
     match events {
         Some(rx) => match rx.recv().await {
             Some(e) => Some(e),

@@ -6,6 +6,8 @@
 //! - `events`: pure dedup and rate-limit recorder;
 //! - `marks`: pure opt-in labels and taints from the conditions;
 //! - `contract`: RuntimeClass contracts (annotations, the Node label), pure;
+//! - `contract_labels`: this node's contract labels from the agent's
+//!   verdicts (hysteresis, continuity, stale cleanup), pure;
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
@@ -22,6 +24,7 @@ pub mod conditions;
 pub mod config;
 pub mod connect;
 pub mod contract;
+pub mod contract_labels;
 pub mod credentials;
 pub mod driver;
 pub mod events;

@@ -13,17 +13,39 @@ use serde_json::{json, Map, Value};
 use nodeproof_findings::{ConditionStatus, ConditionType};
 
 use super::conditions::NodeCondition;
+use super::contract;
 
 /// Every label and taint key nodeproof owns starts with this.
 pub const PREFIX: &str = "nodeproof.dev/";
 
-/// What to mark the Node with; both off by default.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What to mark the Node with: condition labels and taints off by default,
+/// contract labels on (they are written only for RuntimeClasses that carry
+/// the contract annotation, so a cluster without one gets none).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkPolicy {
     /// `nodeproof.dev/<condition>=true|false|unknown` for every own condition.
     pub labels: bool,
     /// Condition types whose False/Unknown status taints the Node NoSchedule.
     pub taint_kinds: BTreeSet<ConditionType>,
+    /// `runtimeclass.nodeproof.dev/<class>=ready|not-ready` for every
+    /// annotated RuntimeClass (`report.runtimeclass-labels`).
+    pub contract_labels: bool,
+}
+
+impl Default for MarkPolicy {
+    fn default() -> Self {
+        MarkPolicy {
+            labels: false,
+            taint_kinds: BTreeSet::new(),
+            contract_labels: true,
+        }
+    }
+}
+
+/// Whether nodeproof owns this Node label (it removes it when unwanted):
+/// its condition labels and the RuntimeClass contract labels.
+pub fn owns_label(key: &str) -> bool {
+    key.starts_with(PREFIX) || contract::is_contract_label(key)
 }
 
 impl MarkPolicy {
@@ -99,7 +121,7 @@ pub fn taints<'a>(
 /// (on the Node, no longer wanted) removed with null, others untouched.
 pub fn label_patch(on_node: &BTreeMap<String, String>, wanted: &BTreeMap<String, String>) -> Value {
     let mut labels = Map::new();
-    for key in on_node.keys().filter(|k| k.starts_with(PREFIX)) {
+    for key in on_node.keys().filter(|k| owns_label(k)) {
         if !wanted.contains_key(key) {
             labels.insert(key.clone(), Value::Null);
         }
@@ -168,6 +190,7 @@ mod tests {
         let p = MarkPolicy {
             labels: true,
             taint_kinds: MarkPolicy::default_taint_kinds(),
+            ..MarkPolicy::default()
         };
         let cs = [
             cond("GPUHealthy", "False"),
@@ -184,6 +207,10 @@ mod tests {
     fn patches_keep_others_and_drop_our_stale_ones() {
         let on_node: BTreeMap<_, _> = [
             ("nodeproof.dev/old".to_string(), "x".to_string()),
+            (
+                "runtimeclass.nodeproof.dev/gone".to_string(),
+                "ready".to_string(),
+            ),
             ("kubernetes.io/hostname".to_string(), "n1".to_string()),
         ]
         .into();
@@ -191,7 +218,7 @@ mod tests {
             [("nodeproof.dev/gpu-healthy".to_string(), "true".to_string())].into();
         assert_eq!(
             label_patch(&on_node, &wanted),
-            json!({"metadata":{"labels":{"nodeproof.dev/old":null,"nodeproof.dev/gpu-healthy":"true"}}})
+            json!({"metadata":{"labels":{"nodeproof.dev/old":null,"runtimeclass.nodeproof.dev/gone":null,"nodeproof.dev/gpu-healthy":"true"}}})
         );
         let theirs = json!({"key":"node.kubernetes.io/unschedulable","effect":"NoSchedule"});
         let stale =
