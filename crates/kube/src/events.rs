@@ -235,8 +235,9 @@ impl Recorder {
             self.forget_oldest();
         }
         let burst = self.config.burst as f64;
-        let entry = self.entries.entry(key).or_insert_with_key(|key| Entry {
-            name: event_name(&key.object.name, now),
+        let name = (!self.entries.contains_key(&key)).then(|| self.unused_name(&key.object, now));
+        let entry = self.entries.entry(key).or_insert_with(|| Entry {
+            name: name.unwrap_or_default(),
             event_type,
             count: 0,
             acked: 0,
@@ -249,6 +250,25 @@ impl Recorder {
         entry.count += 1;
         entry.last = now;
         entry.count
+    }
+
+    /// kubelet's name, `<object>.<nanoseconds hex>`, made unique among the
+    /// Events held: two Events about one object said at one instant (a
+    /// round's transitions share its time) would otherwise share a name, and
+    /// the second create, answered 409 AlreadyExists, would pass for written.
+    fn unused_name(&self, object: &ObjectRef, now: SystemTime) -> String {
+        let base = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        (0u128..)
+            .map(|bump| format!("{}.{:x}", object.name, base + bump))
+            .find(|name| {
+                !self.entries.iter().any(|(k, e)| {
+                    e.name == *name && k.object.event_namespace() == object.event_namespace()
+                })
+            })
+            .unwrap_or_default()
     }
 
     fn forget_oldest(&mut self) {
@@ -340,10 +360,14 @@ impl Recorder {
     /// The Event to update is gone (expired after the API server's event
     /// TTL): the next write creates it again under a new name.
     pub fn lost(&mut self, write: &EventWrite, now: SystemTime) {
+        if !self.entries.contains_key(write.key()) {
+            return;
+        }
+        let name = self.unused_name(&write.key().object, now);
         if let Some(e) = self.entries.get_mut(write.key()) {
             e.created = false;
             e.acked = 0;
-            e.name = event_name(&write.key().object.name, now);
+            e.name = name;
         }
     }
 
@@ -369,20 +393,25 @@ impl Recorder {
 }
 
 /// `<object>.<hex nanoseconds>`, kubelet's naming.
-fn event_name(object: &str, now: SystemTime) -> String {
-    let nanos = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    format!("{object}.{nanos:x}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    }
+
+    #[test]
+    fn events_said_at_one_instant_about_one_object_get_their_own_names() {
+        let mut r = Recorder::new(RecorderConfig::default());
+        let node = ObjectRef::node("n1", None);
+        for m in ["a", "b", "c"] {
+            r.record(t(0), node.clone(), EventType::Warning, "R", m);
+        }
+        let mut names: Vec<String> = r.due(t(0)).iter().map(|w| w.name().to_string()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 3, "{names:?}");
     }
 
     fn node() -> ObjectRef {
