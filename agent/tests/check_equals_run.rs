@@ -16,12 +16,24 @@ use support::agent::{reporting_config, seccomp_root, Agent};
 use support::apiserver::{Identity, TestApiServer};
 
 /// A node with a good and a refused profile on disk and a pod bound to it
-/// that references a profile the node lacks; the test server has the Node
-/// and a node identity for it.
+/// that references a profile the node lacks, two annotated RuntimeClasses
+/// (one whose contract this node meets, one it does not); the test server
+/// has the Node and a node identity for it.
 fn node_state(dir: &Path) -> (TestApiServer, String) {
     let server = TestApiServer::start();
     server.add_token("node-n1", Identity::Node("n1".into()));
     server.add_node("n1", json!([]));
+    for (name, profiles) in [
+        ("good", "profiles/good.json"),
+        ("vllm", "profiles/good.json,profiles/vllm-strict.json"),
+    ] {
+        server.put(
+            "runtimeclasses",
+            json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": name, "annotations": {"nodeproof.dev/localhost-profiles": profiles}},
+                "handler": "runc"}),
+        );
+    }
     server.put(
         "pods",
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -90,6 +102,35 @@ fn check_prints_and_writes_what_the_agent_writes() {
         "{seccomp:?}"
     );
     assert!(printed.iter().any(|c| c[0] == "SeccompTracingReady"));
+    // The contracts, as check judges them: what the agent labels the Node with.
+    let contracts: Vec<(String, String)> = serde_json::from_slice::<Value>(&out.stdout).unwrap()
+        ["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "runtimeclass-contract")
+        .map(|f| {
+            let state = if f["status"] == "ok" {
+                "ready"
+            } else {
+                "not-ready"
+            };
+            (
+                f["subject"].as_str().unwrap().to_string(),
+                state.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        contracts,
+        [
+            ("good".to_string(), "ready".to_string()),
+            ("vllm".to_string(), "not-ready".to_string())
+        ],
+        "{stderr}"
+    );
+    // check --report writes no contract label: only the watching agent does, with hysteresis.
+    assert_eq!(contract_labels(&server), Vec::new());
     // No NVIDIA device here: the GPU conditions are absent, in both.
     assert!(
         !printed.iter().any(|c| c[0].starts_with("GPU")),
@@ -120,4 +161,27 @@ fn check_prints_and_writes_what_the_agent_writes() {
         "the agent's round equals check's\n--- agent log ---\n{}",
         agent.log_text()
     );
+    let start = Instant::now();
+    while contract_labels(&agent_server) != contracts && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        contract_labels(&agent_server),
+        contracts,
+        "the agent labels what check judged\n--- agent log ---\n{}",
+        agent.log_text()
+    );
+}
+
+/// The Node's `runtimeclass.nodeproof.dev/` labels as (class, value).
+fn contract_labels(server: &TestApiServer) -> Vec<(String, String)> {
+    server.node("n1")["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| {
+            let class = k.strip_prefix("runtimeclass.nodeproof.dev/")?;
+            Some((class.to_string(), v.as_str()?.to_string()))
+        })
+        .collect()
 }

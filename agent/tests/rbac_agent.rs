@@ -189,13 +189,15 @@ fn good_profile() -> Vec<u8> {
 }
 
 /// check_equals_run.rs's node state (a good and a refused profile, a pod
-/// bound to n1 referencing a missing one), as the ServiceAccount, labels on.
+/// bound to n1 referencing a missing one), as the ServiceAccount, labels on,
+/// and an annotated RuntimeClass (its contract label is a PATCH of the Node too).
 fn node_state(server: &TestApiServer, dir: &Path) -> String {
     server.add_node("n1", json!([]));
     server.put(
         "runtimeclasses",
         json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-            "metadata": {"name": "runc"}, "handler": "runc"}),
+            "metadata": {"name": "runc", "annotations": {"nodeproof.dev/localhost-profiles": "profiles/good.json"}},
+            "handler": "runc"}),
     );
     server.put(
         "pods",

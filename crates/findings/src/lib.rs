@@ -37,6 +37,7 @@ pub enum Check {
     /// A seccomp reference of a pod bound to this node.
     PodProfile,
     /// An annotated RuntimeClass's contract on this node.
+    #[serde(rename = "runtimeclass-contract")]
     RuntimeClassContract,
 }
 
@@ -214,6 +215,11 @@ mod tests {
         assert_eq!(
             serde_json::to_value(Check::StaticPodProfile).unwrap(),
             "static-pod-profile"
+        );
+        // JSON says what the table says.
+        assert_eq!(
+            serde_json::to_value(Check::RuntimeClassContract).unwrap(),
+            Check::RuntimeClassContract.as_str()
         );
     }
 }

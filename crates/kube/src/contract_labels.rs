@@ -212,7 +212,7 @@ impl ContractLabels {
         })
     }
 
-    /// The published state of `class`, if any (for `nodeproof pods`).
+    /// The published state of `class`, if any.
     pub fn state(&self, class: &str) -> Option<ContractState> {
         let e = self.entries.get(&contract::label_key(class))?;
         e.class
