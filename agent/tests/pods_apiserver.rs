@@ -395,7 +395,9 @@ fn pods_once_from_the_command_line() {
     );
     let class = |tolerations: Value| {
         json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-            "metadata": {"name": "gpu"}, "handler": "runc",
+            "metadata": {"name": "gpu", "annotations":
+                {"nodeproof.dev/localhost-profiles": "profiles/vllm-strict.json"}},
+            "handler": "runc",
             "scheduling": {"tolerations": tolerations}})
     };
     server.put(
@@ -445,6 +447,16 @@ fn pods_once_from_the_command_line() {
         text.contains("RuntimeClassMismatch ml/sandboxed: RuntimeClass gpu: this node's taint dedicated=infer:NoExecute is not tolerated (by scheduling.tolerations nor the pod's)\n"),
         "{text}"
     );
+    // The class's contract is not met here either: the pod bound anyway is
+    // told so after its own finding, and the contract's verdict is printed.
+    assert!(
+        text.contains("RuntimeClassNotReady ml/sandboxed: RuntimeClass gpu is not ready on this node: this node's taint dedicated=infer:NoExecute is not tolerated (by scheduling.tolerations nor the pod's); profiles/vllm-strict.json: not found under"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nRuntimeClass gpu not-ready: this node's taint dedicated=infer:NoExecute"),
+        "{text}"
+    );
     // What the agent reports: the pods' first reason leads the one condition
     // (the root has no profiles, so the files say nothing).
     assert!(
@@ -460,12 +472,9 @@ fn pods_once_from_the_command_line() {
             {"key": "dedicated", "operator": "Equal", "value": "infer"}])),
     );
     let out = run();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("\nRuntimeClass gpu ready\n"), "{text}");
 }
 
 /// `advise --pod` without `--profile`: the pod from the API server, the

@@ -211,6 +211,88 @@ async fn flapping_input_is_absorbed_by_hysteresis() {
     assert!(c.server.events().is_empty());
 }
 
+/// The RuntimeClass contract labels through the real reporter and the test
+/// server, on a simulated clock: the conditions' hysteresis (2 to go
+/// not-ready, 3 to recover), a restart that reads the labels back and does
+/// not flap, and a class gone from the verdicts losing its label.
+#[tokio::test]
+async fn contract_labels_follow_hysteresis_and_survive_a_restart() {
+    use nodeproof_kube::contract::ContractState;
+    use nodeproof_kube::contract_labels::ContractVerdict;
+    let verdict = |class: &str, ready: bool| ContractVerdict {
+        class: class.into(),
+        state: if ready {
+            ContractState::Ready
+        } else {
+            ContractState::NotReady
+        },
+        cause: if ready {
+            String::new()
+        } else {
+            "profiles/vllm-strict.json: not found under /var/lib/kubelet/seccomp".into()
+        },
+    };
+    let label = |c: &Cluster, class: &str| {
+        c.server.node("n1")["metadata"]["labels"][format!("runtimeclass.nodeproof.dev/{class}")]
+            .as_str()
+            .map(str::to_string)
+    };
+    let not_ready_events = |c: &Cluster| {
+        c.server
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "RuntimeClassNotReady")
+            .count()
+    };
+    let c = cluster();
+    let mut first = c.report_loop(Policy::default()).await;
+    first.observe(t0(), &healthy());
+    first.observe_contracts(t0(), &[verdict("vllm", true), verdict("kata", false)]);
+    first.flush(t0()).await.unwrap();
+    assert_eq!(label(&c, "vllm").as_deref(), Some("ready"));
+    assert_eq!(label(&c, "kata").as_deref(), Some("not-ready"));
+    assert_eq!(not_ready_events(&c), 1);
+    // One bad round does not evict the class; the second does.
+    first.observe_contracts(
+        t0() + min(1),
+        &[verdict("vllm", false), verdict("kata", false)],
+    );
+    first.flush(t0() + min(1)).await.unwrap();
+    assert_eq!(label(&c, "vllm").as_deref(), Some("ready"));
+    first.observe_contracts(
+        t0() + min(2),
+        &[verdict("vllm", false), verdict("kata", false)],
+    );
+    first.flush(t0() + min(2)).await.unwrap();
+    assert_eq!(label(&c, "vllm").as_deref(), Some("not-ready"));
+    assert_eq!(not_ready_events(&c), 2);
+    drop(first);
+
+    // A restart: the labels are read back; one good round does not flip
+    // vllm back (3 needed), kata still not ready is not news.
+    let later = t0() + min(10);
+    let mut second = c.report_loop(Policy::default()).await;
+    second.observe(later, &healthy());
+    second.observe_contracts(later, &[verdict("vllm", true), verdict("kata", false)]);
+    second.flush(later).await.unwrap();
+    assert_eq!(label(&c, "vllm").as_deref(), Some("not-ready"));
+    assert_eq!(label(&c, "kata").as_deref(), Some("not-ready"));
+    assert_eq!(second.stats().label_writes, 0, "nothing changed");
+    assert_eq!(not_ready_events(&c), 2);
+    for s in [30, 60] {
+        let now = later + Duration::from_secs(s);
+        second.observe_contracts(now, &[verdict("vllm", true), verdict("kata", false)]);
+        second.flush(now).await.unwrap();
+    }
+    assert_eq!(label(&c, "vllm").as_deref(), Some("ready"));
+    // kata deleted (or un-annotated): its label goes at once.
+    let now = later + min(2);
+    second.observe_contracts(now, &[verdict("vllm", true)]);
+    second.flush(now).await.unwrap();
+    assert_eq!(label(&c, "kata"), None);
+    assert_eq!(second.stats().label_writes, 2);
+}
+
 #[tokio::test]
 async fn restart_keeps_transition_time_and_does_not_flap() {
     let c = cluster();

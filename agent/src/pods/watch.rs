@@ -254,7 +254,8 @@ impl PodsState {
                             && held_class
                                 .is_some_and(|rc| f.message == verdict::missing_class_message(rc)))
                     });
-                unmet.into_iter().chain(judged).collect::<Vec<_>>()
+                // The pod's own, more concrete findings lead.
+                judged.chain(unmet).collect::<Vec<_>>()
             })
             .collect();
         let root = self.node.seccomp_root.display().to_string();
@@ -954,6 +955,39 @@ mod tests {
                 "lastHeartbeatTime": heartbeat}]}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_gpu_condition_status_asks_for_a_judgement_its_heartbeat_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = PodsState::new(NodeContext {
+            seccomp_root: dir.path().to_path_buf(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            handlers: None,
+            lint: LintOptions::default(),
+            gpu: Default::default(),
+        });
+        let gpu = |status: &str, heartbeat: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1"},
+                "status": {"conditions": [
+                    {"type": "GPUHealthy", "status": status, "lastHeartbeatTime": heartbeat},
+                    {"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}
+            }))
+            .unwrap()
+        };
+        assert!(st.apply(Change::Node(gpu("True", "2026-11-29T20:00:00Z"))));
+        assert_eq!(
+            st.node.gpu,
+            [(
+                nodeproof_findings::ConditionType::GPUHealthy,
+                ConditionStatus::True
+            )]
+            .into()
+        );
+        assert!(!st.apply(Change::Node(gpu("True", "2026-11-29T20:00:10Z"))));
+        assert!(st.apply(Change::Node(gpu("False", "2026-11-29T20:00:20Z"))));
     }
 
     #[test]
