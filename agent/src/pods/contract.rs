@@ -17,7 +17,8 @@ use nodeproof_kube::contract_labels::ContractVerdict;
 /// How many problems a cause names before it only counts the rest.
 const NAMED: usize = 3;
 
-/// The verdict of every annotated class, in name order.
+/// The verdict of every annotated class, in name order. A file listed by
+/// several classes is read and judged once per round.
 pub fn judge_all(
     judge: &mut Judge,
     classes: &HashMap<String, RuntimeClassInfo>,
@@ -29,9 +30,13 @@ pub fn judge_all(
         .map(|(name, _)| name)
         .collect();
     names.sort();
+    let mut files = Files {
+        judge,
+        round: HashMap::new(),
+    };
     names
         .into_iter()
-        .map(|name| judge_class(judge, name, &classes[name], node))
+        .map(|name| judge_with(&mut files, name, &classes[name], node))
         .collect()
 }
 
@@ -42,11 +47,41 @@ pub fn judge_class(
     info: &RuntimeClassInfo,
     node: &NodeContext,
 ) -> ContractVerdict {
+    let mut files = Files {
+        judge,
+        round: HashMap::new(),
+    };
+    judge_with(&mut files, class, info, node)
+}
+
+/// The pods' judge, and what it said this round of each (file, mode).
+struct Files<'a> {
+    judge: &'a mut Judge,
+    round: HashMap<(String, bool), FileVerdict>,
+}
+
+impl Files<'_> {
+    fn judge(&mut self, rel: &str, nnp: bool, node: &NodeContext) -> FileVerdict {
+        if let Some(v) = self.round.get(&(rel.to_string(), nnp)) {
+            return v.clone();
+        }
+        let v = self.judge.judge_file(rel, nnp, node);
+        self.round.insert((rel.to_string(), nnp), v.clone());
+        v
+    }
+}
+
+fn judge_with(
+    files: &mut Files<'_>,
+    class: &str,
+    info: &RuntimeClassInfo,
+    node: &NodeContext,
+) -> ContractVerdict {
     let problems = match &info.contract {
         None => Vec::new(),
         // A contract that cannot be read cannot be met: said, never guessed around.
         Some(Err(e)) => vec![e.to_string()],
-        Some(Ok(contract)) => problems(judge, contract, info, node),
+        Some(Ok(contract)) => problems(files, contract, info, node),
     };
     let state = if problems.is_empty() {
         ContractState::Ready
@@ -70,7 +105,7 @@ pub fn judge_class(
 }
 
 fn problems(
-    judge: &mut Judge,
+    files: &mut Files<'_>,
     contract: &Contract,
     info: &RuntimeClassInfo,
     node: &NodeContext,
@@ -104,7 +139,7 @@ fn problems(
         // true) runs without noNewPrivileges, one with it false runs with it,
         // and runc loads the filter at different points for each.
         for nnp in [false, true] {
-            match judge.judge_file(rel, nnp, node) {
+            match files.judge(rel, nnp, node) {
                 FileVerdict::Ok => {}
                 FileVerdict::Missing => {
                     out.push(format!(

@@ -196,6 +196,7 @@ pub struct Judge {
 }
 
 /// What a profile file is worth on this node, in one noNewPrivileges mode.
+#[derive(Clone)]
 pub(crate) enum FileVerdict {
     Missing,
     /// The first thing wrong with it.
