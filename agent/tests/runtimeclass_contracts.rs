@@ -190,10 +190,17 @@ fn contracts_are_judged_labelled_cleared_and_said_once() {
                "metadata": {"name": "plain"}, "handler": "runc"}),
     );
 
+    // Left from a class deleted while no agent ran: removed once the classes are judged.
+    server.merge_node(
+        "n1",
+        json!({"metadata": {"labels": {label_key("ghost"): "ready"}}}),
+    );
+
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     let t = within("every contract labelled", &agent, || {
-        label(&server, "vllm").as_deref() == Some("ready")
+        label(&server, "ghost").is_none()
+            && label(&server, "vllm").as_deref() == Some("ready")
             && label(&server, &long_name()).as_deref() == Some("ready")
             && [
                 "missing",

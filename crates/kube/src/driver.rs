@@ -322,11 +322,6 @@ impl<R: Reporter> ReportLoop<R> {
         self.on_label_transitions(transitions);
     }
 
-    /// The contract labels as published (hysteresis applied).
-    pub fn contracts(&self) -> &ContractLabels {
-        &self.contracts
-    }
-
     fn on_label_transitions(&mut self, transitions: Vec<LabelTransition>) {
         let node = self.reporter.node().to_string();
         for t in transitions {
