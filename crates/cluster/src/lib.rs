@@ -5,3 +5,6 @@
 //! Kubernetes really has (scheduling gates, RuntimeClass `scheduling`,
 //! ValidatingAdmissionPolicy). It depends on `nodeproof-kube` for the shared
 //! vocabulary (contracts, toleration matching), never the other way.
+
+pub mod connect;
+pub mod policy;
