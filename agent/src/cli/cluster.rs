@@ -3,11 +3,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
 
+use nodeproof_cluster::check;
 use nodeproof_cluster::policy::{self, Mode};
+
+use super::{exit, parse_duration, Format, OutputArgs};
 
 #[derive(Subcommand)]
 pub(crate) enum ClusterCommand {
@@ -24,6 +28,25 @@ pub(crate) enum ClusterCommand {
         #[arg(long)]
         from: Option<PathBuf>,
     },
+    /// One-shot check of the cluster (Metrics API registered and serving, nodeproof on
+    /// every node, contracts, gated and misplaced pods); exit 0 all good, 1 problems,
+    /// 2 could not check.
+    Check {
+        /// Kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
+        /// Report pods held by scheduling gates for longer than this.
+        #[arg(long, value_parser = parse_duration, default_value = "10m")]
+        gated_longer_than: Duration,
+        /// nodeproof's conditions with an older lastHeartbeatTime are stale (three heartbeats).
+        #[arg(long, value_parser = parse_duration, default_value = "15m")]
+        heartbeat_max_age: Duration,
+        /// NodeMetrics with an older timestamp are stale.
+        #[arg(long, value_parser = parse_duration, default_value = "2m")]
+        metrics_max_age: Duration,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -39,7 +62,49 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
             kubeconfig,
             from,
         } => policy_command(mode, kubeconfig, from),
+        ClusterCommand::Check {
+            kubeconfig,
+            out,
+            gated_longer_than,
+            heartbeat_max_age,
+            metrics_max_age,
+        } => check_command(
+            kubeconfig,
+            out.output,
+            &check::Options {
+                gated_longer_than,
+                heartbeat_max_age,
+                metrics_max_age,
+            },
+        ),
     }
+}
+
+/// Exit 2: the cluster could not be read, so nothing was checked.
+const COULD_NOT_CHECK: u8 = 2;
+
+fn check_command(
+    kubeconfig: Option<PathBuf>,
+    output: Format,
+    opts: &check::Options,
+) -> Result<ExitCode> {
+    let read = runtime()?.block_on(async {
+        let client = nodeproof_cluster::connect::client(kubeconfig.as_deref()).await?;
+        anyhow::Ok(check::read(&client).await?)
+    });
+    let snapshot = match read {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("nodeproof cluster check: could not check: {e:#}");
+            return Ok(ExitCode::from(COULD_NOT_CHECK));
+        }
+    };
+    let report = check::evaluate(&snapshot, SystemTime::now(), opts);
+    match output {
+        Format::Text => print!("{}", check::render_text(&report)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(exit(report.ok()))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -6,5 +6,6 @@
 //! ValidatingAdmissionPolicy). It depends on `nodeproof-kube` for the shared
 //! vocabulary (contracts, toleration matching), never the other way.
 
+pub mod check;
 pub mod connect;
 pub mod policy;
