@@ -2,7 +2,7 @@
 //! token of a cluster reader, paged lists, the aggregation layer's
 //! APIService and NodeMetrics): a healthy cluster exits 0, each broken one
 //! exits 1 with its finding, unreadable credentials exit 2; and every
-//! request it made is allowed by deploy/rbac-cluster-check.yaml, every verb
+//! request it (and `cluster policy`) made is allowed by deploy/rbac-cluster-check.yaml, every verb
 //! of which is used.
 
 mod support;
@@ -316,6 +316,21 @@ fn the_cluster_check_role_allows_exactly_what_the_check_does() {
         assert_eq!(run.code, Some(1), "{}", run.stderr);
         log.extend(server.log());
     }
+    // `cluster policy` reads with the same role.
+    let server = healthy();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), TOKEN);
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["cluster", "policy", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    log.extend(server.log());
     let requests: BTreeSet<RequestInfo> = log
         .iter()
         .map(|l| request_info(&l.method, &l.path, &l.query))

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
 
 use nodeproof_cluster::check;
-use nodeproof_cluster::policy::{self, Mode};
+use nodeproof_cluster::policy::{self, GpuGate, Mode, MutatingVersion};
 
 use super::{exit, parse_duration, Format, OutputArgs};
 
@@ -27,6 +27,21 @@ pub(crate) enum ClusterCommand {
         /// Read the RuntimeClasses from this YAML file instead of the cluster.
         #[arg(long)]
         from: Option<PathBuf>,
+        /// Optional: also print a MutatingAdmissionPolicy adding a scheduling gate to pods
+        /// requesting nvidia.com/gpu in these namespaces (comma-separated).
+        #[arg(long, value_delimiter = ',', value_name = "NAMESPACES")]
+        gate_gpu: Vec<String>,
+        /// The gate --gate-gpu adds (the gate controller's config names it).
+        #[arg(
+            long,
+            default_value = "nodeproof.dev/gpu-driver-ready",
+            requires = "gate_gpu"
+        )]
+        gpu_gate: String,
+        /// The MutatingAdmissionPolicy version the cluster serves: v1alpha1 (1.32, 1.33),
+        /// v1beta1 (1.34, 1.35), v1 (1.36+); alpha and beta need the feature gate.
+        #[arg(long, value_enum, default_value_t = MutatingVersionArg::V1beta1, requires = "gate_gpu")]
+        mutating_version: MutatingVersionArg,
     },
     /// One-shot check of the cluster (Metrics API registered and serving, nodeproof on
     /// every node, contracts, gated and misplaced pods); exit 0 all good, 1 problems,
@@ -50,6 +65,13 @@ pub(crate) enum ClusterCommand {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum MutatingVersionArg {
+    V1alpha1,
+    V1beta1,
+    V1,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum ModeArg {
     Deny,
     Warn,
@@ -61,7 +83,21 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
             mode,
             kubeconfig,
             from,
-        } => policy_command(mode, kubeconfig, from),
+            gate_gpu,
+            gpu_gate,
+            mutating_version,
+        } => {
+            let gpu_gate = (!gate_gpu.is_empty()).then_some(GpuGate {
+                namespaces: gate_gpu,
+                gate: gpu_gate,
+                version: match mutating_version {
+                    MutatingVersionArg::V1alpha1 => MutatingVersion::V1alpha1,
+                    MutatingVersionArg::V1beta1 => MutatingVersion::V1beta1,
+                    MutatingVersionArg::V1 => MutatingVersion::V1,
+                },
+            });
+            policy_command(mode, kubeconfig, from, gpu_gate.as_ref())
+        }
         ClusterCommand::Check {
             kubeconfig,
             out,
@@ -118,6 +154,7 @@ fn policy_command(
     mode: ModeArg,
     kubeconfig: Option<PathBuf>,
     from: Option<PathBuf>,
+    gpu_gate: Option<&GpuGate>,
 ) -> Result<ExitCode> {
     let classes = match from {
         Some(path) => {
@@ -140,6 +177,6 @@ fn policy_command(
         ModeArg::Deny => Mode::Deny,
         ModeArg::Warn => Mode::Warn,
     };
-    print!("{}", policy::render(&contracts, mode)?);
+    print!("{}", policy::render(&contracts, mode, gpu_gate)?);
     Ok(ExitCode::SUCCESS)
 }

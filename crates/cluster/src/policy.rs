@@ -270,6 +270,159 @@ pub fn policies(contracts: &[Contract], mode: Mode) -> Vec<PolicyPair> {
         .collect()
 }
 
+/// The API version of MutatingAdmissionPolicy the cluster serves: alpha
+/// `v1alpha1` in Kubernetes 1.32 and 1.33, beta `v1beta1` from 1.34, both
+/// behind the `MutatingAdmissionPolicy` feature gate (off by default) and
+/// `--runtime-config=admissionregistration.k8s.io/<version>=true`; `v1`
+/// (GA) from 1.36. The three have the same fields for what is generated here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MutatingVersion {
+    V1alpha1,
+    V1beta1,
+    V1,
+}
+
+impl MutatingVersion {
+    pub fn api_version(self) -> &'static str {
+        match self {
+            MutatingVersion::V1alpha1 => "admissionregistration.k8s.io/v1alpha1",
+            MutatingVersion::V1beta1 => "admissionregistration.k8s.io/v1beta1",
+            MutatingVersion::V1 => "admissionregistration.k8s.io/v1",
+        }
+    }
+}
+
+/// The optional MutatingAdmissionPolicy: a scheduling gate added, at
+/// creation (the only time a gate can be added), to every pod in the
+/// opted-in namespaces that requests `nvidia.com/gpu`, for the gate
+/// controller to remove once a node that could host it is GPU-ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuGate {
+    /// The opted-in namespaces.
+    pub namespaces: Vec<String>,
+    /// The gate, e.g. `nodeproof.dev/gpu-driver-ready`.
+    pub gate: String,
+    pub version: MutatingVersion,
+}
+
+/// The extended resource the GPU gate looks for.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The name of the GPU gate's policy and binding.
+pub const GPU_GATE_POLICY: &str = "nodeproof-gpu-gate";
+
+/// The GPU gate's matchConditions: the pod asks for a GPU in a container or
+/// init container (limits, or requests: an extended resource's request
+/// defaults to its limit), and does not carry the gate yet (so a reinvoked
+/// or re-applied policy adds nothing twice).
+fn gpu_gate_conditions(gate: &str) -> Vec<(&'static str, String)> {
+    let gpu = cel_string(GPU_RESOURCE);
+    let asks = |field: &str| {
+        format!(
+            "(has(object.spec.{field}) && object.spec.{field}.exists(c, has(c.resources) && ((has(c.resources.limits) && {gpu} in c.resources.limits) || (has(c.resources.requests) && {gpu} in c.resources.requests))))"
+        )
+    };
+    vec![
+        (
+            "requests-gpu",
+            format!("{} || {}", asks("containers"), asks("initContainers")),
+        ),
+        (
+            "not-gated-yet",
+            format!(
+                "!has(object.spec.schedulingGates) || !object.spec.schedulingGates.exists(g, g.name == {})",
+                cel_string(gate)
+            ),
+        ),
+    ]
+}
+
+/// The GPU gate's policy and binding, as YAML-ready JSON (the k8s-openapi
+/// types of v1alpha1, with the chosen version's apiVersion).
+pub fn gpu_gate_documents(g: &GpuGate) -> Vec<serde_json::Value> {
+    use k8s_openapi::api::admissionregistration::v1alpha1 as map;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    let meta = ObjectMeta {
+        name: Some(GPU_GATE_POLICY.into()),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/managed-by".to_string(),
+            "nodeproof".to_string(),
+        )])),
+        ..Default::default()
+    };
+    let policy = map::MutatingAdmissionPolicy {
+        metadata: meta.clone(),
+        spec: Some(map::MutatingAdmissionPolicySpec {
+            // A failing mutation admits the pod ungated (as without the
+            // policy) rather than blocking every GPU workload.
+            failure_policy: Some("Ignore".into()),
+            reinvocation_policy: Some("Never".into()),
+            match_constraints: Some(map::MatchResources {
+                resource_rules: Some(vec![map::NamedRuleWithOperations {
+                    api_groups: Some(vec!["".into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into()]),
+                    resources: Some(vec!["pods".into()]),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(
+                gpu_gate_conditions(&g.gate)
+                    .into_iter()
+                    .map(|(name, expression)| map::MatchCondition {
+                        name: name.into(),
+                        expression,
+                    })
+                    .collect(),
+            ),
+            // Server-side apply merge: `schedulingGates` is a list map keyed
+            // by name (+listType=map, +listMapKey=name in core/v1 types.go),
+            // so the gate is added next to any others.
+            mutations: Some(vec![map::Mutation {
+                patch_type: "ApplyConfiguration".into(),
+                apply_configuration: Some(map::ApplyConfiguration {
+                    expression: Some(format!(
+                        "Object{{spec: Object.spec{{schedulingGates: [Object.spec.schedulingGates{{name: {}}}]}}}}",
+                        cel_string(&g.gate)
+                    )),
+                }),
+                json_patch: None,
+            }]),
+            ..Default::default()
+        }),
+    };
+    let binding = map::MutatingAdmissionPolicyBinding {
+        metadata: meta,
+        spec: Some(map::MutatingAdmissionPolicyBindingSpec {
+            policy_name: Some(GPU_GATE_POLICY.into()),
+            match_resources: Some(map::MatchResources {
+                // Set on every Namespace by kube-apiserver since 1.22.
+                namespace_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: "kubernetes.io/metadata.name".into(),
+                        operator: "In".into(),
+                        values: Some(g.namespaces.clone()),
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    };
+    [
+        serde_json::to_value(&policy),
+        serde_json::to_value(&binding),
+    ]
+    .into_iter()
+    .map(|v| {
+        let mut v = v.expect("k8s-openapi objects serialize");
+        v["apiVersion"] = serde_json::json!(g.version.api_version());
+        v
+    })
+    .collect()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("{source_name}: not YAML of RuntimeClasses")]
@@ -374,7 +527,11 @@ pub fn contracts(classes: &[RuntimeClass]) -> (Vec<Contract>, Vec<ContractError>
 /// RuntimeClass (its `scheduling.nodeSelector`, so the scheduler only picks
 /// nodes that meet the contract), then the policies and their bindings as
 /// YAML documents ready for `kubectl apply -f -`.
-pub fn render(contracts: &[Contract], mode: Mode) -> Result<String, PolicyError> {
+pub fn render(
+    contracts: &[Contract],
+    mode: Mode,
+    gpu_gate: Option<&GpuGate>,
+) -> Result<String, PolicyError> {
     if contracts.is_empty() {
         return Err(PolicyError::NoContracts);
     }
@@ -417,6 +574,25 @@ pub fn render(contracts: &[Contract], mode: Mode) -> Result<String, PolicyError>
             }
         }
     }
+    if let Some(g) = gpu_gate {
+        out.push_str(&format!(
+            "---\n# Optional: the scheduling gate {} on pods requesting {GPU_RESOURCE} in {}.\n# Needs MutatingAdmissionPolicy served as {} (see docs/cluster.md).\n",
+            g.gate,
+            g.namespaces.join(", "),
+            g.version.api_version()
+        ));
+        let docs = gpu_gate_documents(g);
+        for (i, doc) in docs.iter().enumerate() {
+            if i > 0 {
+                out.push_str("---\n");
+            }
+            let doc = serde_saphyr::to_string(doc).map_err(|e| PolicyError::Render(Box::new(e)))?;
+            out.push_str(&doc);
+            if !doc.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -451,7 +627,7 @@ mod tests {
             "f: document 0 is a Pod, not a RuntimeClass or a list of them"
         );
         assert!(matches!(
-            render(&[], Mode::Deny),
+            render(&[], Mode::Deny, None),
             Err(PolicyError::NoContracts)
         ));
     }

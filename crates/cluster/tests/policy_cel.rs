@@ -45,7 +45,7 @@ fn printed(
     Vec<ValidatingAdmissionPolicy>,
     Vec<ValidatingAdmissionPolicyBinding>,
 ) {
-    let text = policy::render(&contracts(), mode).expect("render");
+    let text = policy::render(&contracts(), mode, None).expect("render");
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
     let mut policies = Vec::new();
     let mut bindings = Vec::new();
@@ -441,7 +441,7 @@ fn bindings_name_their_policy_with_the_modes_actions() {
 
 #[test]
 fn the_output_says_which_node_selector_each_class_needs() {
-    let text = policy::render(&contracts(), Mode::Deny).unwrap();
+    let text = policy::render(&contracts(), Mode::Deny, None).unwrap();
     assert!(
         text.contains("#   vllm:\n#     scheduling:\n#       nodeSelector:\n#         runtimeclass.nodeproof.dev/vllm: ready\n"),
         "{text}"
@@ -449,4 +449,161 @@ fn the_output_says_which_node_selector_each_class_needs() {
     // The snippet is a comment: the whole output still applies as it is.
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     assert!(docs.iter().all(|d| d["kind"] != "RuntimeClass"));
+}
+
+// The optional GPU gate (MutatingAdmissionPolicy). Its matchConditions are
+// evaluated like the validations; its mutation builds Kubernetes' typed
+// `Object{...}` apply configuration, which cel-rust parses but cannot
+// evaluate (it has no Kubernetes object types), so only its parse is checked.
+
+use k8s_openapi::api::admissionregistration::v1alpha1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+};
+use nodeproof_cluster::policy::{GpuGate, MutatingVersion};
+
+const GATE: &str = "nodeproof.dev/gpu-driver-ready";
+
+fn gpu_gate(version: MutatingVersion) -> GpuGate {
+    GpuGate {
+        namespaces: vec!["ml".into(), "inference".into()],
+        gate: GATE.into(),
+        version,
+    }
+}
+
+/// The GPU gate's documents as printed (after the contracts' ones).
+fn printed_gate(version: MutatingVersion) -> Vec<Value> {
+    let text = policy::render(&contracts(), Mode::Deny, Some(&gpu_gate(version))).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    docs.into_iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("Mutating"))
+        })
+        .collect()
+}
+
+fn eval_bool(expression: &str, object: &Value) -> bool {
+    let mut ctx = cel::Context::default();
+    ctx.add_variable("object", object.clone()).unwrap();
+    match cel::Program::compile(expression)
+        .expect("compiles")
+        .execute(&ctx)
+    {
+        Ok(cel::Value::Bool(b)) => b,
+        other => panic!("{expression} on {object}: {other:?}"),
+    }
+}
+
+#[test]
+fn the_gpu_gate_matches_pods_asking_for_a_gpu_that_are_not_gated_yet() {
+    let docs = printed_gate(MutatingVersion::V1alpha1);
+    assert_eq!(docs.len(), 2);
+    let policy = MutatingAdmissionPolicy::deserialize(&docs[0]).expect("typed policy");
+    let binding = MutatingAdmissionPolicyBinding::deserialize(&docs[1]).expect("typed binding");
+    let spec = policy.spec.unwrap();
+    let conditions = spec.match_conditions.unwrap();
+    let matches = |pod_spec: Value| {
+        let pod = pod(pod_spec);
+        conditions.iter().all(|c| eval_bool(&c.expression, &pod))
+    };
+    let gpu = json!({"limits": {"nvidia.com/gpu": 2}});
+    let table = [
+        (
+            "GPU in a container's limits",
+            json!({"containers": [{"name": "a", "resources": gpu}]}),
+            true,
+        ),
+        (
+            "GPU in an init container's requests",
+            json!({"containers": [{"name": "a"}],
+                   "initContainers": [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": 1}}}]}),
+            true,
+        ),
+        (
+            "no GPU",
+            json!({"containers": [{"name": "a", "resources": {"limits": {"cpu": "2"}}}]}),
+            false,
+        ),
+        (
+            "no resources at all",
+            json!({"containers": [{"name": "a"}]}),
+            false,
+        ),
+        (
+            "already gated",
+            json!({"containers": [{"name": "a", "resources": gpu}], "schedulingGates": [{"name": GATE}]}),
+            false,
+        ),
+        (
+            "another controller's gate only",
+            json!({"containers": [{"name": "a", "resources": gpu}], "schedulingGates": [{"name": "example.com/quota"}]}),
+            true,
+        ),
+    ];
+    for (what, spec, want) in table {
+        assert_eq!(matches(spec), want, "{what}");
+    }
+    let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].operations.as_deref().unwrap(),
+        ["CREATE"],
+        "gates can only be added at creation"
+    );
+    let mutation = &spec.mutations.unwrap()[0];
+    assert_eq!(mutation.patch_type, "ApplyConfiguration");
+    let expression = mutation
+        .apply_configuration
+        .as_ref()
+        .unwrap()
+        .expression
+        .as_ref()
+        .unwrap();
+    assert!(expression.contains(&format!("'{GATE}'")), "{expression}");
+    cel::Program::compile(expression).expect("the mutation parses");
+    let selector = binding
+        .spec
+        .unwrap()
+        .match_resources
+        .unwrap()
+        .namespace_selector
+        .unwrap();
+    let req = &selector.match_expressions.unwrap()[0];
+    assert_eq!(
+        (
+            req.key.as_str(),
+            req.operator.as_str(),
+            req.values.as_deref().unwrap()
+        ),
+        (
+            "kubernetes.io/metadata.name",
+            "In",
+            &["ml".to_string(), "inference".to_string()][..]
+        )
+    );
+}
+
+#[test]
+fn the_gpu_gate_is_printed_in_the_clusters_version() {
+    let alpha = printed_gate(MutatingVersion::V1alpha1);
+    for (version, api) in [
+        (
+            MutatingVersion::V1beta1,
+            "admissionregistration.k8s.io/v1beta1",
+        ),
+        (MutatingVersion::V1, "admissionregistration.k8s.io/v1"),
+    ] {
+        let docs = printed_gate(version);
+        for (doc, a) in docs.iter().zip(&alpha) {
+            assert_eq!(doc["apiVersion"], api);
+            let mut same = doc.clone();
+            same["apiVersion"] = a["apiVersion"].clone();
+            assert_eq!(&same, a, "only the apiVersion differs");
+        }
+    }
+    // Without --gate-gpu nothing mutating is printed.
+    let text = policy::render(&contracts(), Mode::Deny, None).unwrap();
+    assert!(!text.contains("Mutating"));
 }
