@@ -293,6 +293,43 @@ fn findings_carry_what_explains_them() {
 }
 
 #[test]
+fn pods_are_read_in_pages_of_one_snapshot() {
+    let server = healthy();
+    for i in 0..1100 {
+        server.put(
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": format!("web-{i:04}"), "namespace": "web", "uid": format!("uid-web-{i}"),
+                                "creationTimestamp": ago(3600)},
+                   "spec": {"nodeName": if i % 2 == 0 { "n1" } else { "n2" }, "containers": [{"name": "web"}]},
+                   "status": {"phase": "Running"}}),
+        );
+    }
+    // The last in key order is the one that matters.
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "zz-gated", "namespace": "zz", "uid": "uid-zz",
+                            "creationTimestamp": ago(3600)},
+               "spec": {"containers": [{"name": "x"}], "schedulingGates": [{"name": "nodeproof.dev/seccomp-ready"}]}}),
+    );
+    server.clear_log();
+    let run = check(&server, &["-o", "json"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let found = findings(&run);
+    assert_eq!(kinds(&found), ["pod_gated"], "{found:#?}");
+    assert_eq!(found[0]["pod"], "zz-gated");
+    let pages: Vec<Logged> = server
+        .log()
+        .into_iter()
+        .filter(|l| l.path == "/api/v1/pods")
+        .collect();
+    assert_eq!(pages.len(), 3, "1103 pods in pages of 500");
+    assert!(pages.iter().all(|l| l.query.contains("limit=500")));
+    assert!(pages[1..].iter().all(|l| l.query.contains("continue=")));
+}
+
+#[test]
 fn unusable_credentials_exit_2() {
     let server = healthy();
     let dir = tempfile::tempdir().unwrap();

@@ -116,7 +116,8 @@ pub enum Finding {
     HeartbeatStale {
         node: String,
         conditions: Vec<ConditionType>,
-        age_seconds: u64,
+        /// Age of the oldest stale heartbeat; `None` when one has none at all.
+        age_seconds: Option<u64>,
     },
     /// A nodeproof condition that is not True.
     ConditionNotTrue {
@@ -290,25 +291,19 @@ fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<F
         out.push(Finding::NodeproofMissing { node: name });
         return false;
     }
-    let mut stale = Vec::new();
-    let mut oldest = Duration::ZERO;
-    for (kind, c) in &owned {
-        // A condition without a heartbeat was never beaten: stale.
-        let beat = time(&c.last_heartbeat_time).map_or(Duration::MAX, |t| age(now, t));
-        if beat > opts.heartbeat_max_age {
-            stale.push(*kind);
-            oldest = oldest.max(beat);
-        }
-    }
+    // Each stale condition and the age of its heartbeat (`None`: it has none).
+    let stale: Vec<(ConditionType, Option<Duration>)> = owned
+        .iter()
+        .map(|(kind, c)| (*kind, time(&c.last_heartbeat_time).map(|t| age(now, t))))
+        .filter(|(_, beat)| beat.is_none_or(|b| b > opts.heartbeat_max_age))
+        .collect();
     if !stale.is_empty() {
+        // A condition never beaten makes the node's age unknown.
+        let ages: Option<Vec<Duration>> = stale.iter().map(|(_, b)| *b).collect();
         out.push(Finding::HeartbeatStale {
             node: name.clone(),
-            conditions: stale,
-            age_seconds: if oldest == Duration::MAX {
-                u64::MAX
-            } else {
-                oldest.as_secs()
-            },
+            conditions: stale.iter().map(|(k, _)| *k).collect(),
+            age_seconds: ages.and_then(|a| a.into_iter().max()).map(|d| d.as_secs()),
         });
     }
     for (kind, c) in owned {
@@ -523,14 +518,13 @@ impl std::fmt::Display for Finding {
                 age_seconds,
             } => {
                 let list: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
-                if *age_seconds == u64::MAX {
-                    write!(f, "node {node}: {} have no heartbeat", list.join(", "))
-                } else {
-                    write!(
+                match age_seconds {
+                    None => write!(f, "node {node}: {} without a heartbeat", list.join(", ")),
+                    Some(age) => write!(
                         f,
-                        "node {node}: heartbeat of {} is {age_seconds}s old (agent stopped?)",
+                        "node {node}: heartbeat of {} is {age}s old (agent stopped?)",
                         list.join(", ")
-                    )
+                    ),
                 }
             }
             Finding::ConditionNotTrue {
@@ -924,7 +918,19 @@ mod tests {
                 vec![Finding::HeartbeatStale {
                     node: "n1".into(),
                     conditions: vec![ConditionType::SeccompProfilesReady],
-                    age_seconds: 1200,
+                    age_seconds: Some(1200),
+                }],
+            ),
+            (
+                "a condition without a heartbeat",
+                |f| {
+                    let list = f.nodes[0]["status"]["conditions"].as_array_mut().unwrap();
+                    list[1].as_object_mut().unwrap().remove("lastHeartbeatTime");
+                },
+                vec![Finding::HeartbeatStale {
+                    node: "n1".into(),
+                    conditions: vec![ConditionType::SeccompProfilesReady],
+                    age_seconds: None,
                 }],
             ),
             (
