@@ -4,6 +4,7 @@
 
 mod advise;
 mod check;
+mod cluster;
 mod daemon;
 mod gpu;
 mod logging;
@@ -110,6 +111,12 @@ pub(crate) enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// The cluster side, with cluster-reader credentials: admission policies from the
+    /// RuntimeClass contracts, and a one-shot check of the cluster.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
 }
 
 /// `-o text|json`, the same on every command that prints.
@@ -200,6 +207,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             node_name,
             out,
         } => pods::pods(&root, &config, once, kubeconfig, node_name, out.output),
+        Command::Cluster { command } => cluster::run(command),
     }
 }
 

@@ -23,6 +23,7 @@ use nodeproof_kube::config::ReportConfig;
 use nodeproof_kube::contract_labels::ContractVerdict;
 use nodeproof_kube::driver::{LoopConfig, ReportLoop};
 use nodeproof_kube::identity;
+use nodeproof_kube::list::list_all;
 use nodeproof_kube::marks::MarkPolicy;
 use nodeproof_kube::ConnectError;
 use nodeproof_seccomp::lint::LintOptions;
@@ -211,24 +212,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, PodsRunError> {
 /// end on a node whose API server does not answer (kube-rs's own timeouts
 /// are per request, and a list is several).
 const ONCE_DEADLINE: Duration = Duration::from_secs(20);
-
-/// Every page of a list: client-go's pagers ask 500 at a time, so one
-/// response never holds a big cluster's objects at once.
-async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut params = params.limit(500);
-    let mut items = Vec::new();
-    loop {
-        let page = api.list(&params).await?;
-        items.extend(page.items);
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(items),
-        }
-    }
-}
 
 /// Lists this node's pods and the RuntimeClasses once and judges them.
 pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {

@@ -37,6 +37,9 @@ pub enum Identity {
     /// under the Node authorizer; what RBAC allows it is checked against the
     /// request log by `tests/rbac_agent.rs`.
     AgentServiceAccount,
+    /// `nodeproof cluster check`'s reader (deploy/rbac-cluster-check.yaml);
+    /// see the "Cluster check" section.
+    ClusterReader,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +98,8 @@ struct State {
     namespaces: BTreeMap<String, NamespacePhase>,
     /// The CA client certificates are verified against (see "Write failures").
     client_ca_der: Vec<u8>,
+    /// APIServices, NodeMetrics and Events (see "Cluster check").
+    cluster: ClusterState,
 }
 
 impl State {
@@ -726,6 +731,9 @@ fn route(
     if let Some(answer) = identity_route(&who, method, &parts) {
         return answer;
     }
+    if let Some(answer) = cluster_check_route(s, method, uri, &parts) {
+        return answer;
+    }
     let strategic = content_type == "application/strategic-merge-patch+json";
     if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
         let selector = query_param(uri, "fieldSelector");
@@ -1341,6 +1349,9 @@ pub fn user_name(who: &Identity) -> String {
             "system:serviceaccount:kube-system:nodeproof-taints".into()
         }
         Identity::AgentServiceAccount => "system:serviceaccount:kube-system:nodeproof".into(),
+        Identity::ClusterReader => {
+            "system:serviceaccount:kube-system:nodeproof-cluster-check".into()
+        }
     }
 }
 
@@ -1414,5 +1425,177 @@ impl TestApiServer {
         let path = dir.join(format!("{token}-cert.kubeconfig"));
         std::fs::write(&path, text).unwrap();
         path
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cluster check (branch `policy`): the aggregation layer's APIServices
+// (`apiregistration.k8s.io/v1`), the Metrics API's NodeMetrics behind it
+// (`metrics.k8s.io/v1beta1`), and a cluster-wide list of core Events.
+// ---------------------------------------------------------------------------
+
+#[derive(Default)]
+struct ClusterState {
+    /// APIServices by name.
+    api_services: BTreeMap<String, Value>,
+    /// NodeMetrics by node name, as metrics-server serves them.
+    node_metrics: BTreeMap<String, Value>,
+}
+
+/// The APIService the Metrics API is registered as.
+const METRICS_API_SERVICE: &str = "v1beta1.metrics.k8s.io";
+
+impl TestApiServer {
+    /// Registers (or replaces) the Metrics API's APIService with its
+    /// `Available` condition, as kube-aggregator's availability controller
+    /// sets it (`Passed`, or e.g. `FailedDiscoveryCheck` / `MissingEndpoints`).
+    pub fn set_metrics_api_service(&self, available: bool, reason: &str, message: &str) {
+        let svc = json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": METRICS_API_SERVICE},
+            "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
+                     "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443},
+                     "groupPriorityMinimum": 100, "versionPriority": 100},
+            "status": {"conditions": [{"type": "Available",
+                "status": if available { "True" } else { "False" },
+                "reason": reason, "message": message,
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        });
+        let mut st = self.state.lock().unwrap();
+        st.cluster
+            .api_services
+            .insert(METRICS_API_SERVICE.into(), svc);
+    }
+
+    /// Unregisters the Metrics API (metrics-server uninstalled).
+    pub fn remove_metrics_api_service(&self) {
+        self.state
+            .lock()
+            .unwrap()
+            .cluster
+            .api_services
+            .remove(METRICS_API_SERVICE);
+    }
+
+    /// metrics-server's NodeMetrics of `node`, scraped at `timestamp` (RFC 3339).
+    pub fn set_node_metrics(&self, node: &str, timestamp: &str) {
+        let m = json!({
+            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetrics",
+            "metadata": {"name": node, "creationTimestamp": timestamp},
+            "timestamp": timestamp, "window": "15s",
+            "usage": {"cpu": "250m", "memory": "1024Mi"},
+        });
+        self.state
+            .lock()
+            .unwrap()
+            .cluster
+            .node_metrics
+            .insert(node.into(), m);
+    }
+
+    pub fn remove_node_metrics(&self, node: &str) {
+        self.state.lock().unwrap().cluster.node_metrics.remove(node);
+    }
+
+    /// An Event as another component (the gate controller, the scheduler)
+    /// recorded it, listed by `GET /api/v1/events`.
+    pub fn add_event(&self, event: Value) {
+        let mut st = self.state.lock().unwrap();
+        let ns = event["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let mut ev = event;
+        ev["metadata"]["resourceVersion"] = json!(st.next_rv());
+        st.events.insert((ns, name), ev);
+    }
+}
+
+/// The requests of this section:
+/// - `GET /apis/apiregistration.k8s.io/v1/apiservices/<name>`: the object
+///   or 404;
+/// - `GET /apis/metrics.k8s.io/v1beta1/nodes`: what kube-aggregator
+///   answers for a group it proxies: 404 when no APIService registers it
+///   (the path is then nobody's), 503 when the APIService is not Available
+///   (the proxy has no healthy backend), else metrics-server's list (it has
+///   no pagination: `limit` is ignored and no `continue` is sent);
+/// - `GET /api/v1/events` (all namespaces), with the `involvedObject.kind`
+///   field selector, paged with `limit`/`continue` in key order.
+fn cluster_check_route(
+    s: &mut State,
+    method: &Method,
+    uri: &Uri,
+    parts: &[&str],
+) -> Option<(u16, Value)> {
+    if method != Method::GET {
+        return None;
+    }
+    match parts {
+        ["apis", "apiregistration.k8s.io", "v1", "apiservices", name] => {
+            Some(match s.cluster.api_services.get(*name) {
+                Some(svc) => (200, svc.clone()),
+                None => status(
+                    404,
+                    "NotFound",
+                    &format!("apiservices.apiregistration.k8s.io \"{name}\" not found"),
+                ),
+            })
+        }
+        ["apis", "metrics.k8s.io", "v1beta1", "nodes"] => {
+            let Some(svc) = s.cluster.api_services.get(METRICS_API_SERVICE) else {
+                return Some(status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ));
+            };
+            let available = svc["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Available" && c["status"] == "True");
+            if !available {
+                return Some(status(503, "ServiceUnavailable", "service unavailable"));
+            }
+            let items: Vec<Value> = s.cluster.node_metrics.values().cloned().collect();
+            Some((
+                200,
+                json!({"apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetricsList",
+                       "metadata": {}, "items": items}),
+            ))
+        }
+        ["api", "v1", "events"] => {
+            let selector = query_param(uri, "fieldSelector");
+            let kind = selector
+                .as_deref()
+                .and_then(|sel| sel.strip_prefix("involvedObject.kind="));
+            let limit: usize = query_param(uri, "limit")
+                .and_then(|l| l.parse().ok())
+                .filter(|l| *l > 0)
+                .unwrap_or(usize::MAX);
+            let after = query_param(uri, "continue").filter(|c| !c.is_empty());
+            let mut matching = s
+                .events
+                .iter()
+                .map(|((ns, name), ev)| (format!("{ns}/{name}"), ev))
+                .filter(|(key, _)| after.as_ref().is_none_or(|a| key > a))
+                .filter(|(_, ev)| kind.is_none_or(|k| ev["involvedObject"]["kind"] == k));
+            let items: Vec<(String, Value)> = matching
+                .by_ref()
+                .take(limit)
+                .map(|(k, ev)| (k, ev.clone()))
+                .collect();
+            let mut metadata = json!({"resourceVersion": s.rv.to_string()});
+            if let (true, Some((last, _))) = (matching.next().is_some(), items.last()) {
+                metadata["continue"] = json!(last);
+            }
+            let items: Vec<Value> = items.into_iter().map(|(_, ev)| ev).collect();
+            Some((
+                200,
+                json!({"apiVersion": "v1", "kind": "EventList", "metadata": metadata, "items": items}),
+            ))
+        }
+        _ => None,
     }
 }

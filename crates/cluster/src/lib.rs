@@ -5,3 +5,11 @@
 //! Kubernetes really has (scheduling gates, RuntimeClass `scheduling`,
 //! ValidatingAdmissionPolicy). It depends on `nodeproof-kube` for the shared
 //! vocabulary (contracts, toleration matching), never the other way.
+//!
+//! - `policy`: `cluster policy`, admission policies from the contracts;
+//! - `check`: `cluster check`, one snapshot judged purely (`check::evaluate`);
+//! - `connect`: a cluster reader's client. See docs/cluster.md.
+
+pub mod check;
+pub mod connect;
+pub mod policy;

@@ -14,6 +14,7 @@
 //! - `driver`: the loop that brings the API server to the desired state;
 //! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
 //!   first-write spread, backoff jitter);
+//! - `list`: paged lists (500 a page, as client-go's pagers);
 //! - `connect`: node name, credentials and clients from the `[report]` section;
 //! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
 //! - `config`: that section; `refs`/`taints`: pods' seccomp references and
@@ -29,6 +30,7 @@ pub mod credentials;
 pub mod driver;
 pub mod events;
 pub mod identity;
+pub mod list;
 pub mod marks;
 pub mod ratelimit;
 pub mod refs;

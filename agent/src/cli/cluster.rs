@@ -1,0 +1,182 @@
+//! `nodeproof cluster policy|check`: the cluster side, with a cluster
+//! reader's credentials (see docs/cluster.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use clap::{Subcommand, ValueEnum};
+
+use nodeproof_cluster::check;
+use nodeproof_cluster::policy::{self, GpuGate, Mode, MutatingVersion};
+
+use super::{exit, parse_duration, Format, OutputArgs};
+
+#[derive(Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// Print ValidatingAdmissionPolicies (and bindings) that hold pods of each annotated
+    /// RuntimeClass to its Localhost seccomp profiles, ready for `kubectl apply -f -`.
+    Policy {
+        /// Deny: refuse such pods; warn: admit them with a warning and an audit annotation.
+        #[arg(long, value_enum, default_value_t = ModeArg::Deny)]
+        mode: ModeArg,
+        /// Kubeconfig to read the RuntimeClasses with (default: KUBECONFIG, ~/.kube/config, in-cluster).
+        #[arg(long, conflicts_with = "from")]
+        kubeconfig: Option<PathBuf>,
+        /// Read the RuntimeClasses from this YAML file instead of the cluster.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Optional: also print a MutatingAdmissionPolicy adding a scheduling gate to pods
+        /// requesting nvidia.com/gpu in these namespaces (comma-separated).
+        #[arg(long, value_delimiter = ',', value_name = "NAMESPACES")]
+        gate_gpu: Vec<String>,
+        /// The gate --gate-gpu adds (the gate controller's config names it).
+        #[arg(
+            long,
+            default_value = "nodeproof.dev/gpu-driver-ready",
+            requires = "gate_gpu"
+        )]
+        gpu_gate: String,
+        /// The MutatingAdmissionPolicy version the cluster serves: v1alpha1 (1.32, 1.33),
+        /// v1beta1 (1.34, 1.35), v1 (1.36+); alpha and beta need the feature gate.
+        #[arg(long, value_enum, default_value_t = MutatingVersionArg::V1beta1, requires = "gate_gpu")]
+        mutating_version: MutatingVersionArg,
+    },
+    /// One-shot check of the cluster (Metrics API registered and serving, nodeproof on
+    /// every node, contracts, gated and misplaced pods); exit 0 all good, 1 problems,
+    /// 2 could not check.
+    Check {
+        /// Kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
+        /// Report pods held by scheduling gates for longer than this.
+        #[arg(long, value_parser = parse_duration, default_value = "10m")]
+        gated_longer_than: Duration,
+        /// nodeproof's conditions with an older lastHeartbeatTime are stale (three heartbeats).
+        #[arg(long, value_parser = parse_duration, default_value = "15m")]
+        heartbeat_max_age: Duration,
+        /// NodeMetrics with an older timestamp are stale.
+        #[arg(long, value_parser = parse_duration, default_value = "2m")]
+        metrics_max_age: Duration,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum MutatingVersionArg {
+    V1alpha1,
+    V1beta1,
+    V1,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ModeArg {
+    Deny,
+    Warn,
+}
+
+pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
+    match command {
+        ClusterCommand::Policy {
+            mode,
+            kubeconfig,
+            from,
+            gate_gpu,
+            gpu_gate,
+            mutating_version,
+        } => {
+            let gpu_gate = (!gate_gpu.is_empty()).then_some(GpuGate {
+                namespaces: gate_gpu,
+                gate: gpu_gate,
+                version: match mutating_version {
+                    MutatingVersionArg::V1alpha1 => MutatingVersion::V1alpha1,
+                    MutatingVersionArg::V1beta1 => MutatingVersion::V1beta1,
+                    MutatingVersionArg::V1 => MutatingVersion::V1,
+                },
+            });
+            policy_command(mode, kubeconfig, from, gpu_gate.as_ref())
+        }
+        ClusterCommand::Check {
+            kubeconfig,
+            out,
+            gated_longer_than,
+            heartbeat_max_age,
+            metrics_max_age,
+        } => check_command(
+            kubeconfig,
+            out.output,
+            &check::Options {
+                gated_longer_than,
+                heartbeat_max_age,
+                metrics_max_age,
+            },
+        ),
+    }
+}
+
+/// Exit 2: the cluster could not be read, so nothing was checked.
+const COULD_NOT_CHECK: u8 = 2;
+
+fn check_command(
+    kubeconfig: Option<PathBuf>,
+    output: Format,
+    opts: &check::Options,
+) -> Result<ExitCode> {
+    let read = runtime()?.block_on(async {
+        let client = nodeproof_cluster::connect::client(kubeconfig.as_deref()).await?;
+        anyhow::Ok(check::read(&client).await?)
+    });
+    let snapshot = match read {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("nodeproof cluster check: could not check: {e:#}");
+            return Ok(ExitCode::from(COULD_NOT_CHECK));
+        }
+    };
+    let report = check::evaluate(&snapshot, SystemTime::now(), opts);
+    match output {
+        Format::Text => print!("{}", check::render_text(&report)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(exit(report.ok()))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
+}
+
+fn policy_command(
+    mode: ModeArg,
+    kubeconfig: Option<PathBuf>,
+    from: Option<PathBuf>,
+    gpu_gate: Option<&GpuGate>,
+) -> Result<ExitCode> {
+    let classes = match from {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            policy::runtime_classes_from_yaml(&path.display().to_string(), &text)?
+        }
+        None => runtime()?.block_on(async {
+            let client = nodeproof_cluster::connect::client(kubeconfig.as_deref()).await?;
+            policy::runtime_classes(&client)
+                .await
+                .context("cannot list RuntimeClasses")
+        })?,
+    };
+    let (contracts, unusable) = policy::contracts(&classes);
+    for e in &unusable {
+        eprintln!("skipped: {e}");
+    }
+    let mode = match mode {
+        ModeArg::Deny => Mode::Deny,
+        ModeArg::Warn => Mode::Warn,
+    };
+    print!("{}", policy::render(&contracts, mode, gpu_gate)?);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1056 @@
+//! `nodeproof cluster check`: the second article's upgrade checklist as one
+//! command. The cluster is read once into a [`Snapshot`] (paged lists,
+//! [`read`]); [`evaluate`] judges it at a given time into a [`Report`] of
+//! typed [`Finding`]s, purely.
+//!
+//! What is checked:
+//! - the Metrics API is registered **and** serves data, separately: the
+//!   APIService `v1beta1.metrics.k8s.io` is Available=True (the aggregator
+//!   reaches its backend), and NodeMetrics (`/apis/metrics.k8s.io/v1beta1/nodes`)
+//!   are there and fresh for every Ready node (an Available APIService whose
+//!   metrics-server cannot scrape a kubelet serves no metrics for that node);
+//! - every node runs nodeproof (at least one of its conditions is on the
+//!   Node) and its heartbeat is fresh; nodeproof's conditions that are not
+//!   True, with their reasons;
+//! - each RuntimeClass contract: on how many nodes it is ready (the
+//!   `runtimeclass.nodeproof.dev/<class>` labels), a problem when on none;
+//! - pods held by scheduling gates longer than a threshold, their gates and
+//!   the latest Event about them (the gate controller's "waiting for ...");
+//! - pods bound to a node where their class's contract is not ready.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde::Serialize;
+
+use nodeproof_findings::{ConditionStatus, ConditionType};
+use nodeproof_kube::contract::{self, Contract, ContractState};
+
+/// The APIService the Metrics API is served through.
+pub const METRICS_API_SERVICE: &str = "v1beta1.metrics.k8s.io";
+
+/// One node's metrics as the Metrics API serves them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeMetric {
+    pub node: String,
+    /// When the metrics were scraped (`timestamp`).
+    pub timestamp: Option<SystemTime>,
+}
+
+/// What `GET /apis/metrics.k8s.io/v1beta1/nodes` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeMetricsRead {
+    Served(Vec<NodeMetric>),
+    /// An error status: 404 when nothing serves the group, 503 when the
+    /// aggregator cannot reach the backend.
+    NotServed {
+        code: u16,
+        message: String,
+    },
+}
+
+/// What the check reads from the cluster.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// `None`: not registered.
+    pub metrics_api_service: Option<APIService>,
+    pub node_metrics: NodeMetricsRead,
+    pub nodes: Vec<Node>,
+    pub runtime_classes: Vec<RuntimeClass>,
+    pub pods: Vec<Pod>,
+    /// Events about pods (the gate controller's included); read only when
+    /// some pod is gated.
+    pub pod_events: Vec<Event>,
+}
+
+/// Thresholds.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// A pod gated longer than this is reported.
+    pub gated_longer_than: Duration,
+    /// A nodeproof condition whose `lastHeartbeatTime` is older is stale:
+    /// three heartbeats of the agent's default 5 minutes, the gate
+    /// controller's rule too (beyond it a condition counts as Unknown).
+    pub heartbeat_max_age: Duration,
+    /// NodeMetrics older than this are stale. metrics-server scrapes every
+    /// `--metric-resolution` (15 s by default).
+    pub metrics_max_age: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            gated_longer_than: Duration::from_secs(600),
+            heartbeat_max_age: 3 * nodeproof_kube::conditions::Policy::default().heartbeat,
+            metrics_max_age: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A problem `cluster check` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "finding", rename_all = "snake_case")]
+pub enum Finding {
+    /// No APIService `v1beta1.metrics.k8s.io`: the Metrics API is not installed.
+    MetricsApiNotRegistered,
+    /// Registered, but the aggregator does not report it Available.
+    MetricsApiNotAvailable {
+        status: ConditionStatus,
+        reason: String,
+        message: String,
+    },
+    /// The NodeMetrics list failed.
+    NodeMetricsNotServed { code: u16, message: String },
+    /// A Ready node without NodeMetrics.
+    NodeMetricsMissing { node: String },
+    /// A Ready node whose NodeMetrics are older than the window.
+    NodeMetricsStale { node: String, age_seconds: u64 },
+    /// None of nodeproof's conditions on the Node.
+    NodeproofMissing { node: String },
+    /// nodeproof's conditions not refreshed within the heartbeat window:
+    /// its agent is gone or cannot write.
+    HeartbeatStale {
+        node: String,
+        conditions: Vec<ConditionType>,
+        /// Age of the oldest stale heartbeat; `None` when one has none at all.
+        age_seconds: Option<u64>,
+    },
+    /// A nodeproof condition that is not True.
+    ConditionNotTrue {
+        node: String,
+        condition: ConditionType,
+        status: ConditionStatus,
+        reason: String,
+        message: String,
+    },
+    /// An annotation that cannot be a contract.
+    ContractUnusable { class: String, error: String },
+    /// A contract ready on no node: its pods cannot be scheduled.
+    ContractReadyNowhere { class: String, nodes: usize },
+    /// A pod held by scheduling gates longer than the threshold.
+    PodGated {
+        namespace: String,
+        pod: String,
+        gates: Vec<String>,
+        gated_seconds: u64,
+        /// The latest Event about the pod: `Reason: message`.
+        last_event: Option<String>,
+    },
+    /// A pod bound to a node where its class's contract is not ready.
+    PodOnNotReadyNode {
+        namespace: String,
+        pod: String,
+        node: String,
+        class: String,
+        /// The node's label value; `None` when the node has no label.
+        label: Option<String>,
+    },
+}
+
+/// One contract's state across the nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContractSummary {
+    pub class: String,
+    pub label: String,
+    pub ready: usize,
+    pub not_ready: usize,
+    /// Nodes without the label (no agent, or an agent that has not judged it).
+    pub unlabelled: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub nodes: usize,
+    pub ready_nodes: usize,
+    /// Nodes with nodeproof's conditions.
+    pub nodeproof_nodes: usize,
+    pub contracts: Vec<ContractSummary>,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+fn time(t: &Option<Time>) -> Option<SystemTime> {
+    t.as_ref().map(|t| SystemTime::from(t.0))
+}
+
+fn age(now: SystemTime, then: SystemTime) -> Duration {
+    now.duration_since(then).unwrap_or_default()
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+/// The kubelet's `Ready` condition is True.
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Judge the snapshot at `now`.
+pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
+    let mut findings = Vec::new();
+    metrics_api(snap, now, opts, &mut findings);
+    let mut nodeproof_nodes = 0;
+    for node in &snap.nodes {
+        if node_conditions(node, now, opts, &mut findings) {
+            nodeproof_nodes += 1;
+        }
+    }
+    let (contracts, summaries) = contracts(snap, &mut findings);
+    gated_pods(snap, now, opts, &mut findings);
+    misplaced_pods(snap, &contracts, &mut findings);
+    Report {
+        nodes: snap.nodes.len(),
+        ready_nodes: snap.nodes.iter().filter(|n| node_ready(n)).count(),
+        nodeproof_nodes,
+        contracts: summaries,
+        findings,
+    }
+}
+
+/// Registered and Available, then served and fresh for every Ready node:
+/// two checks, because either can fail without the other (the article's
+/// point: an APIService can be Available while metrics-server has nothing
+/// for a node whose kubelet it cannot scrape).
+fn metrics_api(snap: &Snapshot, now: SystemTime, opts: &Options, out: &mut Vec<Finding>) {
+    match &snap.metrics_api_service {
+        None => out.push(Finding::MetricsApiNotRegistered),
+        Some(svc) => {
+            let available = svc
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "Available");
+            let status = available.map_or(ConditionStatus::Unknown, |c| {
+                ConditionStatus::parse(&c.status)
+            });
+            if status != ConditionStatus::True {
+                out.push(Finding::MetricsApiNotAvailable {
+                    status,
+                    reason: available.and_then(|c| c.reason.clone()).unwrap_or_default(),
+                    message: available
+                        .and_then(|c| c.message.clone())
+                        .unwrap_or_else(|| "no Available condition".into()),
+                });
+            }
+        }
+    }
+    let metrics = match &snap.node_metrics {
+        NodeMetricsRead::NotServed { code, message } => {
+            out.push(Finding::NodeMetricsNotServed {
+                code: *code,
+                message: message.clone(),
+            });
+            return;
+        }
+        NodeMetricsRead::Served(m) => m,
+    };
+    let by_node: BTreeMap<&str, &NodeMetric> =
+        metrics.iter().map(|m| (m.node.as_str(), m)).collect();
+    for node in snap.nodes.iter().filter(|n| node_ready(n)) {
+        let name = name_of(&node.metadata);
+        match by_node.get(name.as_str()).and_then(|m| m.timestamp) {
+            None => out.push(Finding::NodeMetricsMissing { node: name }),
+            Some(t) if age(now, t) > opts.metrics_max_age => out.push(Finding::NodeMetricsStale {
+                node: name,
+                age_seconds: age(now, t).as_secs(),
+            }),
+            Some(_) => {}
+        }
+    }
+}
+
+/// nodeproof's conditions on one node; whether there are any.
+fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<Finding>) -> bool {
+    let name = name_of(&node.metadata);
+    let owned: Vec<_> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((ConditionType::parse(&c.type_)?, c)))
+        .collect();
+    if owned.is_empty() {
+        out.push(Finding::NodeproofMissing { node: name });
+        return false;
+    }
+    // Each stale condition and the age of its heartbeat (`None`: it has none).
+    let stale: Vec<(ConditionType, Option<Duration>)> = owned
+        .iter()
+        .map(|(kind, c)| (*kind, time(&c.last_heartbeat_time).map(|t| age(now, t))))
+        .filter(|(_, beat)| beat.is_none_or(|b| b > opts.heartbeat_max_age))
+        .collect();
+    if !stale.is_empty() {
+        // A condition never beaten makes the node's age unknown.
+        let ages: Option<Vec<Duration>> = stale.iter().map(|(_, b)| *b).collect();
+        out.push(Finding::HeartbeatStale {
+            node: name.clone(),
+            conditions: stale.iter().map(|(k, _)| *k).collect(),
+            age_seconds: ages.and_then(|a| a.into_iter().max()).map(|d| d.as_secs()),
+        });
+    }
+    for (kind, c) in owned {
+        let status = ConditionStatus::parse(&c.status);
+        if status != ConditionStatus::True {
+            out.push(Finding::ConditionNotTrue {
+                node: name.clone(),
+                condition: kind,
+                status,
+                reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
+            });
+        }
+    }
+    true
+}
+
+fn contracts(snap: &Snapshot, out: &mut Vec<Finding>) -> (Vec<Contract>, Vec<ContractSummary>) {
+    let mut good = Vec::new();
+    for rc in &snap.runtime_classes {
+        let class = name_of(&rc.metadata);
+        let annotations = rc.metadata.annotations.clone().unwrap_or_default();
+        match contract::contract_of(&class, &annotations) {
+            Some(Ok(c)) => good.push(c),
+            Some(Err(e)) => out.push(Finding::ContractUnusable {
+                class,
+                error: e.to_string(),
+            }),
+            None => {}
+        }
+    }
+    good.sort_by(|a, b| a.class.cmp(&b.class));
+    let summaries: Vec<ContractSummary> = good
+        .iter()
+        .map(|c| {
+            let label = c.label_key();
+            let mut s = ContractSummary {
+                class: c.class.clone(),
+                label: label.clone(),
+                ready: 0,
+                not_ready: 0,
+                unlabelled: 0,
+            };
+            for node in &snap.nodes {
+                match node_label(node, &label).and_then(ContractState::parse) {
+                    Some(ContractState::Ready) => s.ready += 1,
+                    Some(ContractState::NotReady) => s.not_ready += 1,
+                    None => s.unlabelled += 1,
+                }
+            }
+            s
+        })
+        .collect();
+    for s in &summaries {
+        if s.ready == 0 {
+            out.push(Finding::ContractReadyNowhere {
+                class: s.class.clone(),
+                nodes: snap.nodes.len(),
+            });
+        }
+    }
+    (good, summaries)
+}
+
+fn node_label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// `spec.schedulingGates` (GA in 1.30): a pod is not scheduled while any
+/// remains, and gates can only be removed after creation, so a gated pod's
+/// creation time is when its wait began.
+fn gated_pods(snap: &Snapshot, now: SystemTime, opts: &Options, out: &mut Vec<Finding>) {
+    for pod in &snap.pods {
+        let gates: Vec<String> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|g| g.name.clone())
+            .collect();
+        if gates.is_empty() {
+            continue;
+        }
+        let Some(created) = time(&pod.metadata.creation_timestamp) else {
+            continue;
+        };
+        let gated = age(now, created);
+        if gated <= opts.gated_longer_than {
+            continue;
+        }
+        let (namespace, name) = (
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            name_of(&pod.metadata),
+        );
+        out.push(Finding::PodGated {
+            last_event: last_event(&snap.pod_events, pod),
+            namespace,
+            pod: name,
+            gates,
+            gated_seconds: gated.as_secs(),
+        });
+    }
+}
+
+/// The latest Event about `pod` (by uid when the Event has one, else by
+/// namespace and name), as `Reason: message`.
+fn last_event(events: &[Event], pod: &Pod) -> Option<String> {
+    let about = |e: &&Event| {
+        let o = &e.involved_object;
+        o.kind.as_deref() == Some("Pod")
+            && match (&o.uid, &pod.metadata.uid) {
+                (Some(a), Some(b)) => a == b,
+                _ => o.namespace == pod.metadata.namespace && o.name == pod.metadata.name,
+            }
+    };
+    let when = |e: &Event| {
+        e.event_time
+            .as_ref()
+            .map(|t| SystemTime::from(t.0))
+            .or_else(|| time(&e.last_timestamp))
+            .or_else(|| time(&e.first_timestamp))
+            .or_else(|| time(&e.metadata.creation_timestamp))
+    };
+    events
+        .iter()
+        .filter(about)
+        .max_by_key(|e| when(e))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.as_deref().unwrap_or(""),
+                e.message.as_deref().unwrap_or("")
+            )
+        })
+}
+
+/// Running (or about to run) pods bound to a node whose label for their
+/// class is not `ready`: scheduled before the class had its nodeSelector,
+/// or the node went not-ready after.
+fn misplaced_pods(snap: &Snapshot, contracts: &[Contract], out: &mut Vec<Finding>) {
+    let nodes: BTreeMap<String, &Node> = snap
+        .nodes
+        .iter()
+        .map(|n| (name_of(&n.metadata), n))
+        .collect();
+    let by_class: BTreeMap<&str, &Contract> =
+        contracts.iter().map(|c| (c.class.as_str(), c)).collect();
+    for pod in &snap.pods {
+        let Some(spec) = &pod.spec else { continue };
+        let finished = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        let (Some(node), Some(class), false) =
+            (&spec.node_name, &spec.runtime_class_name, finished)
+        else {
+            continue;
+        };
+        let Some(c) = by_class.get(class.as_str()) else {
+            continue;
+        };
+        // A node gone from the list is the node lifecycle controller's business.
+        let Some(n) = nodes.get(node) else { continue };
+        let label = node_label(n, &c.label_key());
+        if label.and_then(ContractState::parse) != Some(ContractState::Ready) {
+            out.push(Finding::PodOnNotReadyNode {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod: name_of(&pod.metadata),
+                node: node.clone(),
+                class: class.clone(),
+                label: label.map(str::to_string),
+            });
+        }
+    }
+}
+
+/// The one-line text of a finding.
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::MetricsApiNotRegistered => write!(
+                f,
+                "metrics API: APIService {METRICS_API_SERVICE} is not registered (metrics-server not installed?)"
+            ),
+            Finding::MetricsApiNotAvailable {
+                status,
+                reason,
+                message,
+            } => write!(
+                f,
+                "metrics API: APIService {METRICS_API_SERVICE} Available={status} {reason}: {message}"
+            ),
+            Finding::NodeMetricsNotServed { code, message } => write!(
+                f,
+                "metrics API: GET /apis/metrics.k8s.io/v1beta1/nodes answered {code}: {message}"
+            ),
+            Finding::NodeMetricsMissing { node } => {
+                write!(f, "metrics API: no NodeMetrics for Ready node {node}")
+            }
+            Finding::NodeMetricsStale { node, age_seconds } => write!(
+                f,
+                "metrics API: NodeMetrics of node {node} are {age_seconds}s old"
+            ),
+            Finding::NodeproofMissing { node } => {
+                write!(f, "node {node}: no nodeproof conditions (agent not running?)")
+            }
+            Finding::HeartbeatStale {
+                node,
+                conditions,
+                age_seconds,
+            } => {
+                let list: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
+                match age_seconds {
+                    None => write!(f, "node {node}: {} without a heartbeat", list.join(", ")),
+                    Some(age) => write!(
+                        f,
+                        "node {node}: heartbeat of {} is {age}s old (agent stopped?)",
+                        list.join(", ")
+                    ),
+                }
+            }
+            Finding::ConditionNotTrue {
+                node,
+                condition,
+                status,
+                reason,
+                message,
+            } => write!(f, "node {node}: {condition}={status} {reason}: {message}"),
+            Finding::ContractUnusable { error, .. } => write!(f, "{error}"),
+            Finding::ContractReadyNowhere { class, nodes } => write!(
+                f,
+                "RuntimeClass {class}: contract ready on none of {nodes} nodes; its pods cannot be scheduled"
+            ),
+            Finding::PodGated {
+                namespace,
+                pod,
+                gates,
+                gated_seconds,
+                last_event,
+            } => {
+                write!(
+                    f,
+                    "pod {namespace}/{pod}: gated for {gated_seconds}s by {}",
+                    gates.join(", ")
+                )?;
+                match last_event {
+                    Some(e) => write!(f, " ({e})"),
+                    None => write!(f, " (no event says why)"),
+                }
+            }
+            Finding::PodOnNotReadyNode {
+                namespace,
+                pod,
+                node,
+                class,
+                label,
+            } => write!(
+                f,
+                "pod {namespace}/{pod}: bound to node {node} where RuntimeClass {class} is {}",
+                label.as_deref().unwrap_or("not judged (no label)")
+            ),
+        }
+    }
+}
+
+/// The text report.
+pub fn render_text(report: &Report) -> String {
+    let mut out = format!(
+        "nodes: {} ({} Ready, {} with nodeproof)\n",
+        report.nodes, report.ready_nodes, report.nodeproof_nodes
+    );
+    for c in &report.contracts {
+        out.push_str(&format!(
+            "contract {}: ready on {} of {} nodes ({} not-ready, {} unlabelled)\n",
+            c.class,
+            c.ready,
+            c.ready + c.not_ready + c.unlabelled,
+            c.not_ready,
+            c.unlabelled
+        ));
+    }
+    if report.findings.is_empty() {
+        out.push_str("ok: no problems found\n");
+    } else {
+        out.push_str(&format!("{} problems:\n", report.findings.len()));
+        for f in &report.findings {
+            out.push_str(&format!("  {f}\n"));
+        }
+    }
+    out
+}
+
+pub use read::{read, ReadError};
+
+/// Reading the snapshot: paged lists with a cluster reader's credentials.
+mod read {
+    use super::*;
+    use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+    use nodeproof_kube::list::list_all;
+
+    #[derive(Debug, thiserror::Error)]
+    pub enum ReadError {
+        #[error("cannot read {what}")]
+        Read {
+            what: &'static str,
+            #[source]
+            source: Box<kube::Error>,
+        },
+    }
+
+    fn failed(what: &'static str) -> impl FnOnce(kube::Error) -> ReadError {
+        move |e| ReadError::Read {
+            what,
+            source: Box::new(e),
+        }
+    }
+
+    /// The NodeMetrics resource (no k8s-openapi type: metrics.k8s.io is an
+    /// aggregated API, not part of the core OpenAPI).
+    fn node_metrics_resource() -> ApiResource {
+        ApiResource {
+            group: "metrics.k8s.io".into(),
+            version: "v1beta1".into(),
+            api_version: "metrics.k8s.io/v1beta1".into(),
+            kind: "NodeMetrics".into(),
+            plural: "nodes".into(),
+        }
+    }
+
+    pub async fn read(client: &kube::Client) -> Result<Snapshot, ReadError> {
+        let services: Api<APIService> = Api::all(client.clone());
+        let metrics_api_service = services
+            .get_opt(METRICS_API_SERVICE)
+            .await
+            .map_err(failed("APIService v1beta1.metrics.k8s.io"))?;
+        let metrics: Api<DynamicObject> = Api::all_with(client.clone(), &node_metrics_resource());
+        let node_metrics = match list_all(&metrics, ListParams::default()).await {
+            Ok(items) => NodeMetricsRead::Served(
+                items
+                    .into_iter()
+                    .map(|m| NodeMetric {
+                        node: m.metadata.name.clone().unwrap_or_default(),
+                        timestamp: m.data["timestamp"]
+                            .as_str()
+                            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                            .map(SystemTime::from),
+                    })
+                    .collect(),
+            ),
+            // Forbidden is this command's credentials, not the Metrics API.
+            Err(kube::Error::Api(s)) if s.code != 401 && s.code != 403 => {
+                NodeMetricsRead::NotServed {
+                    code: s.code,
+                    message: s.message.clone(),
+                }
+            }
+            Err(e) => return Err(failed("NodeMetrics")(e)),
+        };
+        let nodes = list_all(&Api::<Node>::all(client.clone()), ListParams::default())
+            .await
+            .map_err(failed("Nodes"))?;
+        let runtime_classes = list_all(
+            &Api::<RuntimeClass>::all(client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(failed("RuntimeClasses"))?;
+        let pods = list_all(&Api::<Pod>::all(client.clone()), ListParams::default())
+            .await
+            .map_err(failed("Pods"))?;
+        let gated = pods.iter().any(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty())
+        });
+        // Events live an hour (kube-apiserver's --event-ttl): the list is
+        // bounded; read only when a gated pod may need one.
+        let pod_events = if gated {
+            list_all(
+                &Api::<Event>::all(client.clone()),
+                ListParams::default().fields("involvedObject.kind=Pod"),
+            )
+            .await
+            .map_err(failed("Events"))?
+        } else {
+            Vec::new()
+        };
+        Ok(Snapshot {
+            metrics_api_service,
+            node_metrics,
+            nodes,
+            runtime_classes,
+            pods,
+            pod_events,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn at(secs_ago: u64) -> String {
+        nodeproof_kube::conditions::rfc3339(
+            SystemTime::UNIX_EPOCH + Duration::from_secs(NOW - secs_ago),
+        )
+    }
+
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(NOW)
+    }
+
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).expect("fixture")
+    }
+
+    fn node(name: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": {"runtimeclass.nodeproof.dev/vllm": "ready"}},
+        "status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+            {"type": "SeccompProfilesReady", "status": "True", "reason": "ProfilesOK",
+             "message": "3 profiles ok", "lastHeartbeatTime": at(60)},
+        ]}})
+    }
+
+    /// A healthy cluster: two Ready nodes running nodeproof, the Metrics
+    /// API Available and fresh, a contract ready on both, a pod of the class
+    /// on n1, a pod gated for a minute.
+    struct Fixture {
+        service: Option<Value>,
+        metrics: NodeMetricsRead,
+        nodes: Vec<Value>,
+        classes: Vec<Value>,
+        pods: Vec<Value>,
+        events: Vec<Value>,
+    }
+
+    fn healthy() -> Fixture {
+        Fixture {
+            service: Some(json!({"metadata": {"name": METRICS_API_SERVICE},
+                "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Passed"}]}})),
+            metrics: NodeMetricsRead::Served(
+                ["n1", "n2"]
+                    .map(|n| NodeMetric {
+                        node: n.into(),
+                        timestamp: Some(now() - Duration::from_secs(10)),
+                    })
+                    .to_vec(),
+            ),
+            nodes: vec![node("n1"), node("n2")],
+            classes: vec![json!({"metadata": {"name": "vllm",
+                "annotations": {"nodeproof.dev/localhost-profiles": "profiles/vllm-strict.json"}},
+                "handler": "runc"})],
+            pods: vec![
+                json!({"metadata": {"name": "server", "namespace": "ml", "uid": "u1"},
+                       "spec": {"nodeName": "n1", "runtimeClassName": "vllm", "containers": []},
+                       "status": {"phase": "Running"}}),
+                json!({"metadata": {"name": "waiting", "namespace": "ml", "uid": "u2",
+                                    "creationTimestamp": at(60)},
+                       "spec": {"schedulingGates": [{"name": "nodeproof.dev/gpu-driver-ready"}],
+                                "containers": []}}),
+            ],
+            events: vec![],
+        }
+    }
+
+    impl Fixture {
+        fn evaluate(self) -> Vec<Finding> {
+            let snap = Snapshot {
+                metrics_api_service: self.service.map(typed),
+                node_metrics: self.metrics,
+                nodes: self.nodes.into_iter().map(typed).collect(),
+                runtime_classes: self.classes.into_iter().map(typed).collect(),
+                pods: self.pods.into_iter().map(typed).collect(),
+                pod_events: self.events.into_iter().map(typed).collect(),
+            };
+            evaluate(&snap, now(), &Options::default()).findings
+        }
+    }
+
+    fn set_condition(node: &mut Value, kind: &str, patch: Value) {
+        let list = node["status"]["conditions"].as_array_mut().unwrap();
+        let c = list.iter_mut().find(|c| c["type"] == kind).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+    }
+
+    #[test]
+    fn a_healthy_cluster_has_no_findings_and_counts_its_contracts() {
+        let f = healthy();
+        let snap = Snapshot {
+            metrics_api_service: f.service.map(typed),
+            node_metrics: f.metrics,
+            nodes: f.nodes.into_iter().map(typed).collect(),
+            runtime_classes: f.classes.into_iter().map(typed).collect(),
+            pods: f.pods.into_iter().map(typed).collect(),
+            pod_events: vec![],
+        };
+        let r = evaluate(&snap, now(), &Options::default());
+        assert!(r.ok(), "{:?}", r.findings);
+        assert_eq!((r.nodes, r.ready_nodes, r.nodeproof_nodes), (2, 2, 2));
+        assert_eq!(
+            r.contracts,
+            [ContractSummary {
+                class: "vllm".into(),
+                label: "runtimeclass.nodeproof.dev/vllm".into(),
+                ready: 2,
+                not_ready: 0,
+                unlabelled: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn each_broken_part_is_one_finding() {
+        type Break = fn(&mut Fixture);
+        let table: Vec<(&str, Break, Vec<Finding>)> = vec![
+            ("APIService missing", |f| f.service = None, vec![Finding::MetricsApiNotRegistered]),
+            (
+                "APIService Available=False",
+                |f| {
+                    f.service = Some(json!({"metadata": {"name": METRICS_API_SERVICE},
+                        "status": {"conditions": [{"type": "Available", "status": "False",
+                            "reason": "FailedDiscoveryCheck",
+                            "message": "failing or missing response from https://10.96.0.5:443"}]}}))
+                },
+                vec![Finding::MetricsApiNotAvailable {
+                    status: ConditionStatus::False,
+                    reason: "FailedDiscoveryCheck".into(),
+                    message: "failing or missing response from https://10.96.0.5:443".into(),
+                }],
+            ),
+            (
+                "APIService without conditions yet",
+                |f| f.service = Some(json!({"metadata": {"name": METRICS_API_SERVICE}})),
+                vec![Finding::MetricsApiNotAvailable {
+                    status: ConditionStatus::Unknown,
+                    reason: String::new(),
+                    message: "no Available condition".into(),
+                }],
+            ),
+            (
+                "NodeMetrics not served",
+                |f| {
+                    f.metrics = NodeMetricsRead::NotServed {
+                        code: 503,
+                        message: "service unavailable".into(),
+                    }
+                },
+                vec![Finding::NodeMetricsNotServed {
+                    code: 503,
+                    message: "service unavailable".into(),
+                }],
+            ),
+            (
+                "registered but no NodeMetrics for a node",
+                |f| {
+                    if let NodeMetricsRead::Served(m) = &mut f.metrics {
+                        m.retain(|m| m.node != "n2");
+                    }
+                },
+                vec![Finding::NodeMetricsMissing { node: "n2".into() }],
+            ),
+            (
+                "stale NodeMetrics",
+                |f| {
+                    if let NodeMetricsRead::Served(m) = &mut f.metrics {
+                        m[0].timestamp = Some(now() - Duration::from_secs(300));
+                    }
+                },
+                vec![Finding::NodeMetricsStale {
+                    node: "n1".into(),
+                    age_seconds: 300,
+                }],
+            ),
+            (
+                "a NotReady node needs no metrics",
+                |f| {
+                    set_condition(&mut f.nodes[1], "Ready", json!({"status": "False"}));
+                    if let NodeMetricsRead::Served(m) = &mut f.metrics {
+                        m.retain(|m| m.node != "n2");
+                    }
+                },
+                vec![],
+            ),
+            (
+                "a node without nodeproof",
+                |f| {
+                    f.nodes[1]["status"]["conditions"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|c| c["type"] == "Ready")
+                },
+                vec![Finding::NodeproofMissing { node: "n2".into() }],
+            ),
+            (
+                "stale heartbeat",
+                |f| {
+                    set_condition(
+                        &mut f.nodes[0],
+                        "SeccompProfilesReady",
+                        json!({"lastHeartbeatTime": at(1200)}),
+                    )
+                },
+                vec![Finding::HeartbeatStale {
+                    node: "n1".into(),
+                    conditions: vec![ConditionType::SeccompProfilesReady],
+                    age_seconds: Some(1200),
+                }],
+            ),
+            (
+                "a condition without a heartbeat",
+                |f| {
+                    let list = f.nodes[0]["status"]["conditions"].as_array_mut().unwrap();
+                    list[1].as_object_mut().unwrap().remove("lastHeartbeatTime");
+                },
+                vec![Finding::HeartbeatStale {
+                    node: "n1".into(),
+                    conditions: vec![ConditionType::SeccompProfilesReady],
+                    age_seconds: None,
+                }],
+            ),
+            (
+                "False condition with its reason",
+                |f| {
+                    set_condition(
+                        &mut f.nodes[1],
+                        "SeccompProfilesReady",
+                        json!({"status": "False", "reason": "ProfileMissing",
+                               "message": "profiles/vllm-strict.json: missing"}),
+                    )
+                },
+                vec![Finding::ConditionNotTrue {
+                    node: "n2".into(),
+                    condition: ConditionType::SeccompProfilesReady,
+                    status: ConditionStatus::False,
+                    reason: "ProfileMissing".into(),
+                    message: "profiles/vllm-strict.json: missing".into(),
+                }],
+            ),
+            (
+                "a contract ready nowhere (and the pod bound to a not-ready node)",
+                |f| {
+                    for n in &mut f.nodes {
+                        n["metadata"]["labels"]["runtimeclass.nodeproof.dev/vllm"] = json!("not-ready");
+                    }
+                },
+                vec![
+                    Finding::ContractReadyNowhere {
+                        class: "vllm".into(),
+                        nodes: 2,
+                    },
+                    Finding::PodOnNotReadyNode {
+                        namespace: "ml".into(),
+                        pod: "server".into(),
+                        node: "n1".into(),
+                        class: "vllm".into(),
+                        label: Some("not-ready".into()),
+                    },
+                ],
+            ),
+            (
+                "a pod on a node without the label",
+                |f| f.nodes[0]["metadata"]["labels"] = json!({}),
+                vec![Finding::PodOnNotReadyNode {
+                    namespace: "ml".into(),
+                    pod: "server".into(),
+                    node: "n1".into(),
+                    class: "vllm".into(),
+                    label: None,
+                }],
+            ),
+            (
+                "a finished pod on a not-ready node is history",
+                |f| {
+                    f.nodes[0]["metadata"]["labels"] = json!({});
+                    f.pods[0]["status"]["phase"] = json!("Succeeded");
+                },
+                vec![],
+            ),
+            (
+                "a long-gated pod with the gate controller's event",
+                |f| {
+                    f.pods[1]["metadata"]["creationTimestamp"] = json!(at(1800));
+                    let ev = |reason: &str, message: &str, secs: u64| {
+                        json!({"metadata": {"name": format!("waiting.{secs}"), "namespace": "ml"},
+                               "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "waiting", "uid": "u2"},
+                               "reason": reason, "message": message, "lastTimestamp": at(secs)})
+                    };
+                    f.events = vec![
+                        ev("Old", "older", 900),
+                        ev("WaitingForNodes",
+                           "waiting for nodeproof.dev/gpu-driver-ready: 0 of 2 matching nodes ready", 30),
+                    ];
+                },
+                vec![Finding::PodGated {
+                    namespace: "ml".into(),
+                    pod: "waiting".into(),
+                    gates: vec!["nodeproof.dev/gpu-driver-ready".into()],
+                    gated_seconds: 1800,
+                    last_event: Some(
+                        "WaitingForNodes: waiting for nodeproof.dev/gpu-driver-ready: 0 of 2 matching nodes ready"
+                            .into(),
+                    ),
+                }],
+            ),
+            (
+                "an unusable contract annotation",
+                |f| {
+                    f.classes.push(json!({"metadata": {"name": "bad",
+                        "annotations": {"nodeproof.dev/localhost-profiles": "/abs.json"}}, "handler": "runc"}))
+                },
+                vec![Finding::ContractUnusable {
+                    class: "bad".into(),
+                    error: "RuntimeClass bad: nodeproof.dev/localhost-profiles entry \"/abs.json\" is not a relative path below the seccomp root".into(),
+                }],
+            ),
+        ];
+        for (what, broken, want) in table {
+            let mut f = healthy();
+            broken(&mut f);
+            assert_eq!(f.evaluate(), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn findings_read_as_one_line_each() {
+        let f = Finding::PodGated {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            gates: vec!["a".into(), "b".into()],
+            gated_seconds: 700,
+            last_event: None,
+        };
+        assert_eq!(
+            f.to_string(),
+            "pod ml/p: gated for 700s by a, b (no event says why)"
+        );
+        let json = serde_json::to_value(&f).unwrap();
+        assert_eq!(json["finding"], "pod_gated");
+        assert_eq!(json["gated_seconds"], 700);
+    }
+}
