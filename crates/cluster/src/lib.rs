@@ -5,3 +5,5 @@
 //! Kubernetes really has (scheduling gates, RuntimeClass `scheduling`,
 //! ValidatingAdmissionPolicy). It depends on `nodeproof-kube` for the shared
 //! vocabulary (contracts, toleration matching), never the other way.
+
+pub mod gate;
