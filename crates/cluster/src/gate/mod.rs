@@ -18,8 +18,11 @@
 
 pub mod affinity;
 pub mod config;
+pub mod controller;
 pub mod event;
 pub mod judge;
+pub mod leader;
+pub mod metrics;
 pub mod node;
 pub mod pod;
 pub mod resources;
