@@ -5,6 +5,7 @@
 mod advise;
 mod check;
 mod daemon;
+mod gate;
 mod gpu;
 mod logging;
 mod pods;
@@ -110,6 +111,9 @@ pub(crate) enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// Cluster mode: remove configured scheduling gates from pods once a node that
+    /// could host them reports the conditions each gate waits for ([gate] config).
+    GateController(gate::GateArgs),
 }
 
 /// `-o text|json`, the same on every command that prints.
@@ -200,6 +204,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             node_name,
             out,
         } => pods::pods(&root, &config, once, kubeconfig, node_name, out.output),
+        Command::GateController(args) => gate::gate_controller(&config, args),
     }
 }
 
