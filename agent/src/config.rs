@@ -343,7 +343,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "invalid config c.toml: 4:15: unknown variant `GPUReady`, expected one of \
-             `SeccompProfilesReady`, `SeccompTracingReady`, `GPUDriverReady`, `GPUHealthy`"
+             `SeccompProfilesReady`, `SeccompTracingReady`, `GPUDriverReady`, `GPUHealthy`; \
+             3:1: missing field `conditions`; gate.stale-heartbeats must be at least 1"
         );
         let text = "[gate]\nstale-heartbeats = 0\n[gate.gates.\"x/\"]\nruntime-class-contract = true\nconditions = []\n";
         let e = Config::parse(text, Path::new("c.toml")).unwrap_err();

@@ -4,3 +4,4 @@ pub mod agent;
 pub mod apiserver;
 pub mod cgroup;
 pub mod conditions;
+pub mod rbac;
