@@ -8,7 +8,7 @@
 //! before and after (a heartbeat-only write, most Node writes). A heartbeat
 //! going stale is a change too, found by [`Gatekeeper::tick`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -60,6 +60,10 @@ pub struct Gatekeeper {
     stale: HashMap<String, u8>,
     classes: HashMap<String, ClassFacts>,
     pods: HashMap<PodKey, PodEntry>,
+    /// label key → value → the nodes carrying it: a pod with a nodeSelector
+    /// is judged against the nodes of its rarest pair only (the others
+    /// cannot match it, so the verdict is the same).
+    by_label: HashMap<String, HashMap<String, HashSet<String>>>,
 }
 
 impl Gatekeeper {
@@ -70,6 +74,7 @@ impl Gatekeeper {
             stale: HashMap::new(),
             classes: HashMap::new(),
             pods: HashMap::new(),
+            by_label: HashMap::new(),
         }
     }
 
@@ -152,6 +157,14 @@ impl Gatekeeper {
         let name = facts.name.clone();
         self.stale
             .insert(name.clone(), facts.stale_set(now, self.policy.stale_after));
+        if let Some(old) = self.nodes.get(&name) {
+            if old.labels != facts.labels {
+                unindex(&mut self.by_label, old);
+                index(&mut self.by_label, &facts);
+            }
+        } else {
+            index(&mut self.by_label, &facts);
+        }
         let before = self.nodes.insert(name, facts);
         let after = &self.nodes[&node_name(node)];
         if before
@@ -166,7 +179,10 @@ impl Gatekeeper {
     pub fn delete_node(&mut self, name: &str) -> Vec<PodKey> {
         self.stale.remove(name);
         match self.nodes.remove(name) {
-            Some(before) => self.affected([Some(&before), None]),
+            Some(before) => {
+                unindex(&mut self.by_label, &before);
+                self.affected([Some(&before), None])
+            }
             None => vec![],
         }
     }
@@ -211,13 +227,19 @@ impl Gatekeeper {
     /// Judge one pod at `now`; `None` when it is no longer tracked.
     pub fn judge(&self, key: &str, now: SystemTime) -> Option<Decision> {
         let e = self.pods.get(key)?;
-        let verdicts = judge(
-            &e.needs,
-            &self.policy,
-            self.nodes.values(),
-            &self.classes,
-            now,
-        );
+        let verdicts = match self.candidates(&e.needs) {
+            Some(names) => {
+                let nodes = names.iter().filter_map(|n| self.nodes.get(n));
+                judge(&e.needs, &self.policy, nodes, &self.classes, now)
+            }
+            None => judge(
+                &e.needs,
+                &self.policy,
+                self.nodes.values(),
+                &self.classes,
+                now,
+            ),
+        };
         let mut release = Vec::new();
         let mut waiting = Vec::new();
         for v in verdicts {
@@ -246,6 +268,22 @@ impl Gatekeeper {
         }
     }
 
+    /// The nodes carrying the rarest pair of the pod's merged nodeSelector;
+    /// `None`: no selector (every node is a candidate) or no placement.
+    fn candidates(&self, needs: &PodNeeds) -> Option<&HashSet<String>> {
+        static NONE: std::sync::OnceLock<HashSet<String>> = std::sync::OnceLock::new();
+        let p = placement(needs, &self.classes).ok()?;
+        p.selector
+            .iter()
+            .map(|(k, v)| {
+                self.by_label
+                    .get(k)
+                    .and_then(|values| values.get(v))
+                    .unwrap_or_else(|| NONE.get_or_init(HashSet::new))
+            })
+            .min_by_key(|set| set.len())
+    }
+
     fn of_class(&self, class: &str) -> Vec<PodKey> {
         let mut keys: Vec<PodKey> = self
             .pods
@@ -271,6 +309,33 @@ impl Gatekeeper {
             .collect();
         keys.sort();
         keys
+    }
+}
+
+fn index(by_label: &mut HashMap<String, HashMap<String, HashSet<String>>>, node: &NodeFacts) {
+    for (k, v) in &node.labels {
+        by_label
+            .entry(k.clone())
+            .or_default()
+            .entry(v.clone())
+            .or_default()
+            .insert(node.name.clone());
+    }
+}
+
+fn unindex(by_label: &mut HashMap<String, HashMap<String, HashSet<String>>>, node: &NodeFacts) {
+    for (k, v) in &node.labels {
+        if let Some(values) = by_label.get_mut(k) {
+            if let Some(names) = values.get_mut(v) {
+                names.remove(&node.name);
+                if names.is_empty() {
+                    values.remove(v);
+                }
+            }
+            if values.is_empty() {
+                by_label.remove(k);
+            }
+        }
     }
 }
 
@@ -368,6 +433,45 @@ mod tests {
         assert_eq!(g.delete_node("b1"), ["ml/any", "ml/pb"]);
         assert_eq!(g.gated_by_gate()[GPU], 3);
         assert_eq!(g.gated_by_gate()["nodeproof.dev/seccomp-ready"], 0);
+    }
+
+    #[test]
+    fn the_label_index_judges_as_every_node_would() {
+        let mut g = Gatekeeper::new(GateConfig::default().policy());
+        let mut all = Vec::new();
+        for (i, (pool, status)) in [("a", "False"), ("a", "True"), ("b", "True"), ("c", "False")]
+            .into_iter()
+            .enumerate()
+        {
+            let n = node(&format!("n{i}"), pool, status, t(0));
+            g.upsert_node(&n, t(0));
+            all.push(NodeFacts::of(&n));
+        }
+        // Relabelled and deleted nodes leave the index.
+        g.upsert_node(&node("n3", "a", "False", t(0)), t(0));
+        all[3] = NodeFacts::of(&node("n3", "a", "False", t(0)));
+        g.delete_node("n2");
+        all.remove(2);
+        for spec in [
+            json!({"nodeSelector": {"pool": "a"}}),
+            json!({"nodeSelector": {"pool": "b"}}),
+            json!({"nodeSelector": {"pool": "c"}}),
+            json!({"nodeSelector": {"pool": "a", "missing": "x"}}),
+            json!({}),
+        ] {
+            let p = pod("p", spec.clone());
+            g.upsert_pod(&p);
+            let needs = PodNeeds::of(&p, g.policy()).unwrap();
+            let every = judge(&needs, g.policy(), &all, &HashMap::new(), t(1));
+            let d = g.judge("ml/p", t(1)).unwrap();
+            let want: Vec<Verdict> = every.iter().filter(|v| !v.release).cloned().collect();
+            assert_eq!(d.waiting, want, "{spec}");
+            assert_eq!(
+                d.release.len(),
+                every.iter().filter(|v| v.release).count(),
+                "{spec}"
+            );
+        }
     }
 
     #[test]
