@@ -283,19 +283,32 @@ fn a_stale_heartbeat_never_releases() {
     );
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(gates(&server, "ml/vllm-0"), [FOREIGN_GATE, GPU_GATE]);
-    // The agent comes back: fresh heartbeats release it.
+    // Meanwhile the other controller removes its gate: ours moves to index 0.
+    let mut pod = server.pod("ml/vllm-0").unwrap();
+    pod["spec"]["schedulingGates"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    server.put("pods", pod);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(gates(&server, "ml/vllm-0"), [GPU_GATE]);
+    assert_eq!(
+        server.schedulable_at("ml/vllm-0"),
+        None,
+        "still gated by ours"
+    );
+    // The agent comes back: fresh heartbeats release it, and with the last
+    // gate gone the pod is schedulable.
     set_conditions(&server, "gpu-1", gpu_conditions("True", "Ok", 0));
     assert!(
-        wait_until(Duration::from_secs(5), || gates(&server, "ml/vllm-0")
-            == [FOREIGN_GATE]),
+        wait_until(Duration::from_secs(5), || server
+            .schedulable_at("ml/vllm-0")
+            .is_some()),
         "{}",
         c.log_text()
     );
-    // A second pod, and the heartbeat goes stale again while nobody writes: waits.
-    assert!(wait_until(Duration::from_secs(10), || pod_events(
-        &server, "vllm-1"
-    )
-    .is_empty()));
+    assert!(gates(&server, "ml/vllm-0").is_empty());
+    // A second pod, after the heartbeat went stale again while nobody wrote: waits.
     std::thread::sleep(Duration::from_secs(7)); // 6 s = 3 heartbeats of 2 s
     put_pod(&server, "vllm-1", "gpu");
     assert!(

@@ -138,7 +138,9 @@ fn main() {
     let pods = args.get(1).copied().unwrap_or(20_000);
     let now = SystemTime::now();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let node_objects: Vec<Node> = (0..nodes).map(|i| node(i, !i.is_multiple_of(6), now)).collect();
+    let node_objects: Vec<Node> = (0..nodes)
+        .map(|i| node(i, !i.is_multiple_of(6), now))
+        .collect();
     let pod_objects: Vec<Pod> = (0..pods).map(|i| pod(i, &mut rng)).collect();
     let (rss0, _) = memory();
 
@@ -167,7 +169,9 @@ fn main() {
 
     // A heartbeat on every node (the common Node write): nothing to re-judge.
     let later = now + Duration::from_secs(60);
-    let beats: Vec<Node> = (0..nodes).map(|i| node(i, !i.is_multiple_of(6), later)).collect();
+    let beats: Vec<Node> = (0..nodes)
+        .map(|i| node(i, !i.is_multiple_of(6), later))
+        .collect();
     let t = Instant::now();
     let mut rejudge = 0;
     for n in &beats {

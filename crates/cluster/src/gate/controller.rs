@@ -401,12 +401,7 @@ async fn remove_gate(
     gate: &str,
     index: usize,
 ) -> Result<(), kube::Error> {
-    let ops = serde_json::json!([
-        {"op": "test", "path": "/metadata/uid", "value": needs.uid},
-        {"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": gate},
-        {"op": "remove", "path": format!("/spec/schedulingGates/{index}")},
-    ]);
-    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    let patch = removal_patch(&needs.uid, gate, index);
     let api: Api<Pod> = Api::namespaced(client.clone(), &needs.namespace);
     api.patch(
         &needs.name,
@@ -417,9 +412,49 @@ async fn remove_gate(
     .map(|_| ())
 }
 
+/// Removes the gate at `index` only if the pod is still the one judged
+/// (uid) and that entry is still `gate`.
+pub fn removal_patch(uid: &str, gate: &str, index: usize) -> json_patch::Patch {
+    let ops = serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": gate},
+        {"op": "remove", "path": format!("/spec/schedulingGates/{index}")},
+    ]);
+    serde_json::from_value(ops).expect("three well-formed RFC 6902 operations")
+}
+
 /// A failed `test` (422: kube-apiserver answers a JSON patch that does not
 /// apply with UnprocessableEntity), a conflict, or a pod gone: the pod
 /// changed, which the watch will show.
 fn is_race(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if matches!(s.code, 404 | 409 | 422))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(gates: &[&str]) -> serde_json::Value {
+        let gates: Vec<_> = gates.iter().map(|g| json!({"name": g})).collect();
+        json!({"metadata": {"uid": "u1"}, "spec": {"schedulingGates": gates}})
+    }
+
+    #[test]
+    fn the_removal_removes_exactly_that_gate_or_nothing() {
+        let ours = "nodeproof.dev/gpu-driver-ready";
+        let mut p = pod(&["example.com/quota", ours]);
+        json_patch::patch(&mut p, &removal_patch("u1", ours, 1)).unwrap();
+        assert_eq!(p, pod(&["example.com/quota"]));
+        // Another controller removed its gate first: ours moved to 0, the test fails.
+        let mut moved = pod(&[ours]);
+        assert!(json_patch::patch(&mut moved, &removal_patch("u1", ours, 1)).is_err());
+        assert_eq!(moved, pod(&[ours]), "nothing removed");
+        // Index 0 now holds another gate: never removed in our name.
+        let mut other = pod(&["example.com/quota", ours]);
+        assert!(json_patch::patch(&mut other, &removal_patch("u1", ours, 0)).is_err());
+        // Another pod under the same name.
+        let mut again = pod(&[ours]);
+        assert!(json_patch::patch(&mut again, &removal_patch("u2", ours, 0)).is_err());
+    }
 }
