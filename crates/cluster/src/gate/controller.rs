@@ -15,7 +15,7 @@
 //! nothing is removed, and the pod is judged again from what the watch
 //! delivers next: never another controller's gate, never one twice.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -66,6 +66,7 @@ pub async fn run(
         leading: false,
         dirty: BTreeSet::new(),
         retry: BTreeSet::new(),
+        pending_events: BTreeMap::new(),
     };
     let mut pods = watch_stream(
         Api::<Pod>::all(client.clone()),
@@ -109,6 +110,9 @@ pub async fn run(
                 let now = SystemTime::now();
                 c.apply(&mut sync.classes, ev, now, Kind::Class);
             }
+            // More to do from the last round (pending Events): go on, after
+            // whatever the watches delivered meanwhile.
+            _ = std::future::ready(()), if c.leading && sync.all_listed() && !c.pending_events.is_empty() => {}
             _ = tick.tick() => {
                 let now = SystemTime::now();
                 let stale = c.gk.tick(now);
@@ -180,7 +184,12 @@ struct Controller {
     dirty: BTreeSet<PodKey>,
     /// Pods whose writes failed: judged again at the next tick.
     retry: BTreeSet<PodKey>,
+    /// The Event message each waiting pod should carry, not yet written.
+    pending_events: BTreeMap<PodKey, String>,
 }
+
+/// Event writes per round of the loop (see `Controller::process`).
+const EVENTS_PER_ROUND: usize = 100;
 
 impl Controller {
     fn apply<K: Resource + ResourceExt>(
@@ -244,6 +253,7 @@ impl Controller {
             Kind::Pod => {
                 self.gk.delete_pod(key);
                 self.events.forget(&key.to_string());
+                self.pending_events.remove(key);
             }
             Kind::Node => {
                 let keys = self.gk.delete_node(key);
@@ -257,26 +267,55 @@ impl Controller {
     }
 
     /// Judges the dirty pods and carries out the decisions, while leading.
+    /// Still the leader? Checked before every write.
+    fn still_leading(&mut self, leader: &watch::Receiver<bool>) -> bool {
+        if !*leader.borrow() {
+            self.leading = false;
+            self.metrics.set_leader(false);
+        }
+        self.leading
+    }
+
+    /// Judges the dirty pods; removes what can go first (it is what pods
+    /// wait for), then writes at most [`EVENTS_PER_ROUND`] of the pending
+    /// Events, so that a large judgement (the first one, or a pool of nodes
+    /// changing) takes turns with the watches instead of holding them.
     async fn process(&mut self, leader: &watch::Receiver<bool>) {
         let dirty = std::mem::take(&mut self.dirty);
-        for key in dirty {
-            if !*leader.borrow() {
-                self.leading = false;
-                self.metrics.set_leader(false);
+        let now = SystemTime::now();
+        let decisions: Vec<Decision> = dirty.iter().filter_map(|k| self.gk.judge(k, now)).collect();
+        for d in decisions {
+            if !self.still_leading(leader) {
                 return;
             }
-            let now = SystemTime::now();
-            let Some(decision) = self.gk.judge(&key, now) else {
+            let key = d.key.clone();
+            match self.release(d, now).await {
+                Some(message) => {
+                    self.pending_events.insert(key, message);
+                }
+                None => {
+                    self.pending_events.remove(&key);
+                }
+            }
+        }
+        for _ in 0..EVENTS_PER_ROUND {
+            let Some((key, message)) = self.pending_events.pop_first() else {
+                break;
+            };
+            if !self.still_leading(leader) {
+                return;
+            }
+            let Some(needs) = self.gk.pod(&key).map(|e| e.needs.clone()) else {
                 continue;
             };
-            self.carry_out(decision, now).await;
+            self.write_event(&needs, &message, SystemTime::now()).await;
         }
     }
 
-    async fn carry_out(&mut self, mut d: Decision, now: SystemTime) {
-        let Some(needs) = self.gk.pod(&d.key).map(|e| e.needs.clone()) else {
-            return;
-        };
+    /// Removes the gates `d` releases; the message of the Event the pod
+    /// should carry, if it still waits.
+    async fn release(&mut self, mut d: Decision, now: SystemTime) -> Option<String> {
+        let needs = self.gk.pod(&d.key).map(|e| e.needs.clone())?;
         // Highest index first: removing it leaves the lower ones in place.
         d.release.sort_by_key(|r| std::cmp::Reverse(r.1));
         for (gate, index) in &d.release {
@@ -294,20 +333,21 @@ impl Controller {
                     // list, and the pod is judged again from it.
                     tracing::debug!(error = %e, "gate moved before the patch; judged again");
                     self.retry.insert(d.key.clone());
-                    return;
+                    return None;
                 }
                 Err(e) => {
                     self.metrics.failed(Failure::Release);
                     tracing::warn!(error = %e, "removing the scheduling gate failed; retrying");
                     self.retry.insert(d.key.clone());
-                    return;
+                    return None;
                 }
             }
         }
-        match d.message() {
-            Some(message) => self.write_event(&needs, &message, now).await,
-            None => self.events.forget(&d.key),
+        let message = d.message();
+        if message.is_none() {
+            self.events.forget(&d.key);
         }
+        message
     }
 
     async fn write_event(&mut self, needs: &PodNeeds, message: &str, now: SystemTime) {
