@@ -177,9 +177,7 @@ fn pod_events(server: &TestApiServer, name: &str) -> Vec<Value> {
 }
 
 fn lease_holder(server: &TestApiServer) -> Option<String> {
-    server.lease(NS, LEASE)?["spec"]["holderIdentity"]
-        .as_str()
-        .map(String::from)
+    lease_holder_of(server, LEASE)
 }
 
 /// Successful gate removals of pod `name`.
@@ -628,4 +626,180 @@ fn the_manifest_parses_its_config_is_valid_and_its_rbac_is_exactly_what_the_cont
             );
         }
     }
+}
+
+/// The test API server's Lease and pod-patch semantics the controller relies
+/// on, as kube-apiserver has them, through kube-rs.
+#[test]
+fn the_test_server_serves_leases_and_gate_removal_as_kube_apiserver() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    put_pod(&server, "p", "gpu");
+    let kubeconfig = server.kubeconfig(dir.path(), "sa-gate");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let k = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let code = |e: kube::Error| match e {
+            kube::Error::Api(s) => s.code,
+            other => panic!("{other}"),
+        };
+        let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "l"}})).unwrap();
+        let created = leases.create(&PostParams::default(), &lease).await.unwrap();
+        assert_eq!(
+            code(
+                leases
+                    .create(&PostParams::default(), &lease)
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        // update: a stale resourceVersion is a conflict.
+        let mut stale = created.clone();
+        stale.metadata.resource_version = Some("1".into());
+        assert_eq!(
+            code(
+                leases
+                    .replace("l", &PostParams::default(), &stale)
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        leases
+            .replace("l", &PostParams::default(), &created)
+            .await
+            .unwrap();
+        // Server-side apply: another manager's holderIdentity is a conflict unless forced.
+        let take = |who: &str| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "spec": {"holderIdentity": who, "leaseDurationSeconds": 3}})
+        };
+        let pp = |m: &str| PatchParams::apply(m);
+        leases
+            .patch("l", &pp("a"), &Patch::Apply(take("a")))
+            .await
+            .unwrap();
+        leases
+            .patch("l", &pp("a"), &Patch::Apply(take("a")))
+            .await
+            .unwrap();
+        assert_eq!(
+            code(
+                leases
+                    .patch("l", &pp("b"), &Patch::Apply(take("b")))
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        // Released (fields set to null by strategic merge): free to take.
+        let release = json!({"spec": {"holderIdentity": null, "leaseDurationSeconds": null}});
+        leases
+            .patch(
+                "l",
+                &PatchParams {
+                    field_manager: Some("b".into()),
+                    ..Default::default()
+                },
+                &Patch::Strategic(release),
+            )
+            .await
+            .unwrap();
+        leases
+            .patch("l", &pp("b"), &Patch::Apply(take("b")))
+            .await
+            .unwrap();
+        assert_eq!(lease_holder_of(&server, "l").as_deref(), Some("b"));
+        assert_eq!(
+            code(
+                leases
+                    .patch("l", &pp("a"), &Patch::Apply(take("a")))
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        leases
+            .patch(
+                "l",
+                &PatchParams::apply("a").force(),
+                &Patch::Apply(take("a")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(lease_holder_of(&server, "l").as_deref(), Some("a"));
+
+        // Pods: a gate may be removed, never added; nothing else may change.
+        let pods: Api<Pod> = Api::namespaced(client, "ml");
+        let json_patch = |ops: Value| Patch::Json::<()>(serde_json::from_value(ops).unwrap());
+        let add = json_patch(
+            json!([{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "x/y"}}]),
+        );
+        assert_eq!(
+            code(
+                pods.patch("p", &PatchParams::default(), &add)
+                    .await
+                    .unwrap_err()
+            ),
+            422
+        );
+        let other =
+            json_patch(json!([{"op": "replace", "path": "/spec/nodeSelector/pool", "value": "b"}]));
+        assert_eq!(
+            code(
+                pods.patch("p", &PatchParams::default(), &other)
+                    .await
+                    .unwrap_err()
+            ),
+            422
+        );
+        let wrong = json_patch(
+            json!([{"op": "test", "path": "/spec/schedulingGates/0/name", "value": GPU_GATE},
+                                      {"op": "remove", "path": "/spec/schedulingGates/0"}]),
+        );
+        assert_eq!(
+            code(
+                pods.patch("p", &PatchParams::default(), &wrong)
+                    .await
+                    .unwrap_err()
+            ),
+            422
+        );
+        assert_eq!(gates(&server, "ml/p"), [FOREIGN_GATE, GPU_GATE]);
+        let remove = json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates/1"}]));
+        pods.patch("p", &PatchParams::default(), &remove)
+            .await
+            .unwrap();
+        assert_eq!(server.schedulable_at("ml/p"), None);
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates/0"}])),
+        )
+        .await
+        .unwrap();
+        assert!(
+            server.schedulable_at("ml/p").is_some(),
+            "schedulable once the last gate is gone"
+        );
+    });
+}
+
+fn lease_holder_of(server: &TestApiServer, name: &str) -> Option<String> {
+    server.lease(NS, name)?["spec"]["holderIdentity"]
+        .as_str()
+        .map(String::from)
 }

@@ -1316,6 +1316,7 @@ fn identity_route(who: &Identity, method: &Method, parts: &[&str]) -> Option<(u1
             let user = user_name(who);
             let groups = match who {
                 Identity::Node(_) => json!(["system:nodes", "system:authenticated"]),
+                Identity::GateControllerServiceAccount => json!(["system:serviceaccounts", "system:serviceaccounts:nodeproof", "system:authenticated"]),
                 _ => json!(["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]),
             };
             Some((
