@@ -50,17 +50,17 @@ fn term_matches(
     if exprs.is_empty() && fields.is_empty() {
         return Some(false);
     }
-    // Every requirement is parsed before any is matched: one invalid
-    // requirement makes the whole term an error, whatever the others say.
-    let exprs: Vec<bool> = exprs
-        .iter()
-        .map(|r| label_requirement(r, labels))
-        .collect::<Option<_>>()?;
-    let fields: Vec<bool> = fields
-        .iter()
-        .map(|r| field_requirement(r, name))
-        .collect::<Option<_>>()?;
-    Some(exprs.into_iter().chain(fields).all(|b| b))
+    // Every requirement is checked for validity, even after one failed to
+    // match: one invalid requirement makes the whole term an error,
+    // whatever the others say.
+    let mut all = true;
+    for r in exprs {
+        all &= label_requirement(r, labels)?;
+    }
+    for r in fields {
+        all &= field_requirement(r, name)?;
+    }
+    Some(all)
 }
 
 /// One `matchExpressions` requirement (`nodeSelectorRequirementsAsSelector`

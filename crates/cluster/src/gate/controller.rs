@@ -47,6 +47,11 @@ pub struct Options {
 pub enum ControllerError {
     #[error(transparent)]
     Leader(#[from] LeaderError),
+    /// The leader election task ended on its own (it logged why): this
+    /// replica can no longer know whether it leads, so it stops and is
+    /// restarted.
+    #[error("leader election on Lease {namespace}/{name} ended")]
+    ElectionEnded { namespace: String, name: String },
 }
 
 /// Runs until `stop` turns true: then leaves leader election (releasing the
@@ -94,8 +99,11 @@ pub async fn run(
                     }
                 }
                 if changed.is_err() {
-                    // The election task ended (it logged why): act no more.
-                    break;
+                    c.metrics.set_leader(false);
+                    return Err(ControllerError::ElectionEnded {
+                        namespace: opts.lease.namespace.clone(),
+                        name: opts.lease.name.clone(),
+                    });
                 }
             }
             Some(ev) = pods.next() => {

@@ -109,6 +109,47 @@ impl fmt::Display for NotReady {
     }
 }
 
+/// A [`NotReady`] borrowing from the node and the pod, so that the loop over
+/// the nodes allocates nothing; made owned once per distinct reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Why<'a> {
+    Lacks(&'a str),
+    Contract {
+        label: &'a str,
+        state: Option<ContractState>,
+    },
+    Missing(ConditionType),
+    Stale(ConditionType),
+    Condition {
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: &'a str,
+    },
+}
+
+impl Why<'_> {
+    fn owned(self) -> NotReady {
+        match self {
+            Why::Lacks(r) => NotReady::Lacks(r.to_string()),
+            Why::Contract { label, state } => NotReady::Contract {
+                label: label.to_string(),
+                state,
+            },
+            Why::Missing(k) => NotReady::Missing(k),
+            Why::Stale(k) => NotReady::Stale(k),
+            Why::Condition {
+                kind,
+                status,
+                reason,
+            } => NotReady::Condition {
+                kind,
+                status,
+                reason: reason.to_string(),
+            },
+        }
+    }
+}
+
 /// One gate of one pod, judged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -222,40 +263,37 @@ pub fn could_host(p: &Placement<'_>, node: &NodeFacts) -> bool {
 }
 
 /// Whether `node` (which could host the pod) is ready for `gate`; the first reason if not.
-fn readiness(
-    pod: &PodNeeds,
-    p: &Placement<'_>,
+fn readiness<'a>(
+    pod: &'a PodNeeds,
+    p: &Placement<'a>,
     gate: &Gate,
-    node: &NodeFacts,
+    node: &'a NodeFacts,
     now: SystemTime,
     stale_after: Duration,
-) -> Result<(), NotReady> {
+) -> Result<(), Why<'a>> {
     for (resource, want) in &pod.extended {
         if node.allocatable.get(resource).copied().unwrap_or(0) < *want {
-            return Err(NotReady::Lacks(resource.clone()));
+            return Err(Why::Lacks(resource));
         }
     }
     if let (true, Some(label)) = (gate.contract, p.contract_label) {
         let state = node.labels.get(label).and_then(|v| ContractState::parse(v));
         if state != Some(ContractState::Ready) {
-            return Err(NotReady::Contract {
-                label: label.to_string(),
-                state,
-            });
+            return Err(Why::Contract { label, state });
         }
     }
     for kind in &gate.conditions {
         let Some(c) = node.conditions.get(kind) else {
-            return Err(NotReady::Missing(*kind));
+            return Err(Why::Missing(*kind));
         };
         if c.stale(now, stale_after) {
-            return Err(NotReady::Stale(*kind));
+            return Err(Why::Stale(*kind));
         }
         if c.status != ConditionStatus::True {
-            return Err(NotReady::Condition {
+            return Err(Why::Condition {
                 kind: *kind,
                 status: c.status,
-                reason: c.reason.clone(),
+                reason: &c.reason,
             });
         }
     }
@@ -292,20 +330,22 @@ pub fn judge<'n>(
             return verdicts;
         }
     };
+    let mut why: Vec<HashMap<Why<'_>, usize>> = vec![HashMap::new(); gates.len()];
     for node in nodes {
         if !could_host(&p, node) {
             continue;
         }
-        for (v, gate) in verdicts.iter_mut().zip(&gates) {
+        for ((v, gate), why) in verdicts.iter_mut().zip(&gates).zip(&mut why) {
             v.matching += 1;
             match readiness(pod, &p, gate, node, now, policy.stale_after) {
                 Ok(()) => v.ready += 1,
-                Err(r) => *v.reasons.entry(r).or_insert(0) += 1,
+                Err(r) => *why.entry(r).or_insert(0) += 1,
             }
         }
     }
-    for v in &mut verdicts {
+    for (v, why) in verdicts.iter_mut().zip(why) {
         v.release = v.ready > 0;
+        v.reasons = why.into_iter().map(|(r, n)| (r.owned(), n)).collect();
     }
     verdicts
 }
