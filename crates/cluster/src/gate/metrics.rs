@@ -24,7 +24,6 @@ pub enum Failure {
     Release,
     Event,
     Watch,
-    Lease,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
