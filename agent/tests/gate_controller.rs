@@ -803,3 +803,40 @@ fn lease_holder_of(server: &TestApiServer, name: &str) -> Option<String> {
         .as_str()
         .map(String::from)
 }
+
+#[test]
+fn a_leader_stopped_by_sigterm_releases_the_lease_and_the_other_takes_it_within_one_duration() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    let mut a = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    assert!(
+        wait_until(Duration::from_secs(20), || lease_holder(&server).as_deref()
+            == Some("a")),
+        "{}",
+        a.log_text()
+    );
+    let b = Controller::start(&server, dir.path(), "b", &config(60, 3));
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = Instant::now();
+    kill(Pid::from_raw(a.child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", a.log_text());
+    // Released on the way out, before the process ended.
+    assert_eq!(lease_holder(&server), None, "{}", a.log_text());
+    assert!(
+        wait_until(Duration::from_secs(LEASE_S + 5), || lease_holder(&server)
+            .as_deref()
+            == Some("b")),
+        "{}",
+        b.log_text()
+    );
+    let handover = stopped.elapsed();
+    eprintln!("handover after SIGTERM: {handover:?} (lease {LEASE_S} s)");
+    assert!(
+        handover <= Duration::from_secs(LEASE_S) + Duration::from_millis(500),
+        "{handover:?}"
+    );
+}
