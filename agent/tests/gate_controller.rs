@@ -306,17 +306,52 @@ fn a_stale_heartbeat_never_releases() {
         c.log_text()
     );
     assert!(gates(&server, "ml/vllm-0").is_empty());
-    // A second pod, after the heartbeat went stale again while nobody wrote: waits.
-    std::thread::sleep(Duration::from_secs(7)); // 6 s = 3 heartbeats of 2 s
-    put_pod(&server, "vllm-1", "gpu");
-    assert!(
-        wait_until(Duration::from_secs(10), || pod_events(&server, "vllm-1")
+    // A pod waiting on a node whose agent then falls silent: with no Node
+    // write at all, the heartbeat ages past 3 × 2 s and the Event says so
+    // (found by the controller's clock, not by a watch event).
+    add_node(
+        &server,
+        "gpu-2",
+        "slow",
+        8,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    put_pod(&server, "vllm-1", "slow");
+    let silent = Instant::now();
+    let before = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False NVMLInitFailed)"
+    );
+    let stale = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=Unknown StaleHeartbeat)"
+    );
+    let says = |m: &str| {
+        pod_events(&server, "vllm-1")
             .iter()
-            .any(|e| e["message"] == want.as_str())),
+            .any(|e| e["message"] == m)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || says(&before)),
         "{:#?}\n{}",
         pod_events(&server, "vllm-1"),
         c.log_text()
     );
+    assert!(
+        wait_until(Duration::from_secs(12), || says(&stale)),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-1"),
+        c.log_text()
+    );
+    // metav1.Time has whole seconds: the heartbeat written is up to 1 s older than the write.
+    let after = silent.elapsed();
+    assert!(
+        after >= Duration::from_secs(5),
+        "not before 3 heartbeats: {after:?}"
+    );
+    // One Event, updated (the pod may first have been judged before the
+    // node's labels arrived on their own watch: "0 of 0", then the reason).
+    let events = pod_events(&server, "vllm-1");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert!(events[0]["count"].as_i64() >= Some(2), "{events:#?}");
     assert_eq!(gates(&server, "ml/vllm-1"), [FOREIGN_GATE, GPU_GATE]);
 }
 
