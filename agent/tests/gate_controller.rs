@@ -875,3 +875,58 @@ fn a_leader_stopped_by_sigterm_releases_the_lease_and_the_other_takes_it_within_
         "{handover:?}"
     );
 }
+
+#[test]
+fn the_seccomp_gate_waits_for_the_runtime_class_contract_label() {
+    const SECCOMP_GATE: &str = "nodeproof.dev/seccomp-ready";
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.add_node(
+        "n1",
+        json!([{"type": "SeccompProfilesReady", "status": "True", "reason": "ProfilesOk",
+                "lastHeartbeatTime": ago(0)}]),
+    );
+    server.merge_node(
+        "n1",
+        json!({"metadata": {"labels": {"runtimeclass.nodeproof.dev/vllm": "not-ready"}}}),
+    );
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "runc",
+            "metadata": {"name": "vllm", "annotations": {
+                "nodeproof.dev/localhost-profiles": "profiles/vllm-strict.json"}}}),
+    );
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": "vllm-0", "uid": "uid-vllm-0"},
+            "spec": {"runtimeClassName": "vllm", "schedulingGates": [{"name": SECCOMP_GATE}],
+                     "containers": [{"name": "vllm", "image": "vllm"}]}}),
+    );
+    // The default gates: gpu-driver-ready and seccomp-ready with the contract.
+    let c = Controller::start(&server, dir.path(), "a", "[gate]\nheartbeat-s = 60\n");
+    let want = format!(
+        "waiting for {SECCOMP_GATE}: 0 of 1 matching nodes ready (1 runtimeclass.nodeproof.dev/vllm=not-ready)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == want.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    assert_eq!(gates(&server, "ml/vllm-0"), [SECCOMP_GATE]);
+    // The node agent finds the class's profiles fine and labels the node ready.
+    server.merge_node(
+        "n1",
+        json!({"metadata": {"labels": {"runtimeclass.nodeproof.dev/vllm": "ready"}}}),
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .schedulable_at("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+}
