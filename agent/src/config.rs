@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use nodeproof_cluster::gate::config::GateConfig;
 use nodeproof_gpu::GpuConfig;
 use nodeproof_kube::config::ReportConfig;
 
@@ -28,6 +29,9 @@ pub struct Config {
     pub report: ReportConfig,
     #[serde(default)]
     pub daemon: DaemonConfig,
+    /// `nodeproof gate-controller` only (cluster mode).
+    #[serde(default)]
+    pub gate: GateConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +169,7 @@ impl Config {
         problems.extend(config.gpu.problems());
         problems.extend(config.report.problems());
         problems.extend(config.daemon.problems());
+        problems.extend(config.gate.problems());
         if !problems.is_empty() {
             return Err(ConfigError::Problems {
                 path: path.to_path_buf(),
@@ -302,7 +307,7 @@ mod tests {
                  4:1: unknown field `ecc-max`, expected one of `ecc-volatile-uncorrected-max`, \
                  `ecc-aggregate-uncorrected-max`, `retired-pages-pending`, `row-remap-pending`, \
                  `row-remap-failed`; \
-                 5:2: unknown field `nope`, expected one of `seccomp`, `gpu`, `report`, `daemon`",
+                 5:2: unknown field `nope`, expected one of `seccomp`, `gpu`, `report`, `daemon`, `gate`",
             ),
             (
                 "[report.hysteresis.GPUHealthy]\nto-bad = -1\nto_good = 1\n",
@@ -318,6 +323,36 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn gate_section_typed_with_positions() {
+        let text = "[gate]\nheartbeat-s = 60\n[gate.gates.\"nodeproof.dev/gpu-driver-ready\"]\n\
+                    conditions = [\"GPUDriverReady\", \"GPUHealthy\"]\n";
+        let c = Config::parse(text, Path::new("c.toml")).unwrap();
+        let p = c.gate.policy();
+        assert_eq!(p.stale_after, Duration::from_secs(180));
+        assert_eq!(p.gates.len(), 1, "a gates table replaces the defaults");
+        assert_eq!(
+            p.gates[0].conditions,
+            [ConditionType::GPUDriverReady, ConditionType::GPUHealthy]
+        );
+        let text = "[gate]\nstale-heartbeats = 0\n[gate.gates.\"x/\"]\n\
+                    conditions = [\"GPUReady\"]\nruntime-class-contract = true\n";
+        let e = Config::parse(text, Path::new("c.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config c.toml: 4:15: unknown variant `GPUReady`, expected one of \
+             `SeccompProfilesReady`, `SeccompTracingReady`, `GPUDriverReady`, `GPUHealthy`; \
+             3:1: missing field `conditions`; gate.stale-heartbeats must be at least 1"
+        );
+        let text = "[gate]\nstale-heartbeats = 0\n[gate.gates.\"x/\"]\nruntime-class-contract = true\nconditions = []\n";
+        let e = Config::parse(text, Path::new("c.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config c.toml: gate.stale-heartbeats must be at least 1; \
+             gate.gates.\"x/\": not a qualified name (a scheduling gate's name is `prefix/name` or `name`, as a label key)"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod advise;
 mod check;
 mod cluster;
 mod daemon;
+mod gate;
 mod gpu;
 mod logging;
 mod pods;
@@ -117,6 +118,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: cluster::ClusterCommand,
     },
+    /// Cluster mode: remove configured scheduling gates from pods once a node that
+    /// could host them reports the conditions each gate waits for ([gate] config).
+    GateController(gate::GateArgs),
 }
 
 /// `-o text|json`, the same on every command that prints.
@@ -208,6 +212,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             out,
         } => pods::pods(&root, &config, once, kubeconfig, node_name, out.output),
         Command::Cluster { command } => cluster::run(command),
+        Command::GateController(args) => gate::gate_controller(&config, args),
     }
 }
 

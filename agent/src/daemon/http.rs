@@ -120,12 +120,27 @@ pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     limits: Limits,
+    stop: watch::Receiver<bool>,
+) {
+    let registry = metrics::registry(shared.clone());
+    let routes: Routes =
+        Box::new(move |method, path, now| route(method, path, &shared, &registry, now));
+    serve_routes(listener, routes, limits, stop).await;
+}
+
+/// Method, path and the time → status, content type and body: what a server
+/// answers (the agent's [`route`], or another command's, e.g. the gate
+/// controller's `/metrics`).
+pub type Routes = Box<dyn Fn(&str, &str, Instant) -> (u16, &'static str, String) + Send + Sync>;
+
+/// [`serve`] with other routes, under the same bounds.
+pub async fn serve_routes(
+    listener: TcpListener,
+    routes: Routes,
+    limits: Limits,
     mut stop: watch::Receiver<bool>,
 ) {
-    let app = Arc::new(App {
-        registry: metrics::registry(shared.clone()),
-        shared,
-    });
+    let app = Arc::new(App { routes });
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .keep_alive(true)
@@ -244,8 +259,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 struct App {
-    shared: Arc<Shared>,
-    registry: Registry,
+    routes: Routes,
 }
 
 impl App {
@@ -256,13 +270,7 @@ impl App {
         let (code, content_type, body) = if req.body().size_hint().exact() != Some(0) {
             (413, TEXT, "request bodies are not accepted\n".to_string())
         } else {
-            route(
-                req.method().as_str(),
-                req.uri().path(),
-                &self.shared,
-                &self.registry,
-                Instant::now(),
-            )
+            (self.routes)(req.method().as_str(), req.uri().path(), Instant::now())
         };
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() =

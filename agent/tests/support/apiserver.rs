@@ -40,6 +40,9 @@ pub enum Identity {
     /// `nodeproof cluster check`'s reader (deploy/rbac-cluster-check.yaml);
     /// see the "Cluster check" section.
     ClusterReader,
+    /// The gate controller's ServiceAccount (deploy/gate-controller.yaml);
+    /// its RBAC is checked against the request log by `tests/gate_controller.rs`.
+    GateControllerServiceAccount,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +103,8 @@ struct State {
     client_ca_der: Vec<u8>,
     /// APIServices, NodeMetrics and Events (see "Cluster check").
     cluster: ClusterState,
+    /// See "Scheduling gates and leases" below.
+    gate: GateState,
 }
 
 impl State {
@@ -406,7 +411,9 @@ fn selects(selector: Option<&str>, obj: &Value) -> bool {
         return true;
     };
     if let Some(node) = s.strip_prefix("spec.nodeName=") {
-        return obj["spec"]["nodeName"].as_str() == Some(node);
+        // An absent field is the empty string to a field selector:
+        // `spec.nodeName=` selects the unbound pods.
+        return obj["spec"]["nodeName"].as_str().unwrap_or("") == node;
     }
     if let Some(name) = s.strip_prefix("metadata.name=") {
         return obj["metadata"]["name"].as_str() == Some(name);
@@ -732,6 +739,9 @@ fn route(
         return answer;
     }
     if let Some(answer) = cluster_check_route(s, method, uri, &parts) {
+        return answer;
+    }
+    if let Some(answer) = gate_route(s, &who, method, uri, &parts, content_type, body) {
         return answer;
     }
     let strategic = content_type == "application/strategic-merge-patch+json";
@@ -1352,6 +1362,9 @@ pub fn user_name(who: &Identity) -> String {
         Identity::ClusterReader => {
             "system:serviceaccount:kube-system:nodeproof-cluster-check".into()
         }
+        Identity::GateControllerServiceAccount => {
+            "system:serviceaccount:nodeproof:nodeproof-gate-controller".into()
+        }
     }
 }
 
@@ -1367,6 +1380,7 @@ fn identity_route(who: &Identity, method: &Method, parts: &[&str]) -> Option<(u1
             let user = user_name(who);
             let groups = match who {
                 Identity::Node(_) => json!(["system:nodes", "system:authenticated"]),
+                Identity::GateControllerServiceAccount => json!(["system:serviceaccounts", "system:serviceaccounts:nodeproof", "system:authenticated"]),
                 _ => json!(["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]),
             };
             Some((
@@ -1597,5 +1611,343 @@ fn cluster_check_route(
             ))
         }
         _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Scheduling gates and leases (branch `gate`): pods' RFC 6902 JSON patch
+// (with `test`) under the pod update rules that matter to gates, Leases
+// (create, get, update with resourceVersion conflicts, server-side apply
+// with field-ownership conflicts, strategic merge), and when each pod
+// became schedulable.
+// ---------------------------------------------------------------------------
+
+#[derive(Default)]
+struct GateState {
+    /// Leases by `ns/name`.
+    leases: BTreeMap<String, Value>,
+    /// Server-side apply's ownership of Lease `spec` fields: (lease, field) → field manager.
+    lease_owners: BTreeMap<(String, String), String>,
+    /// When each pod (`ns/name`) lost its last scheduling gate.
+    schedulable_at: BTreeMap<String, Instant>,
+}
+
+impl TestApiServer {
+    /// The pod `ns/name` as stored.
+    pub fn pod(&self, key: &str) -> Option<Value> {
+        self.state
+            .lock()
+            .unwrap()
+            .objects
+            .get(&("pods", key.to_string()))
+            .cloned()
+    }
+
+    /// When the pod's last scheduling gate was removed: from then on the
+    /// scheduler considers it (`None`: still gated, or never was).
+    pub fn schedulable_at(&self, key: &str) -> Option<Instant> {
+        self.state
+            .lock()
+            .unwrap()
+            .gate
+            .schedulable_at
+            .get(key)
+            .copied()
+    }
+
+    pub fn lease(&self, ns: &str, name: &str) -> Option<Value> {
+        self.state
+            .lock()
+            .unwrap()
+            .gate
+            .leases
+            .get(&format!("{ns}/{name}"))
+            .cloned()
+    }
+}
+
+/// The pod's `spec.schedulingGates` names.
+fn gate_names(pod: &Value) -> Vec<String> {
+    pod["spec"]["schedulingGates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["name"].as_str().map(String::from))
+        .collect()
+}
+
+fn invalid(kind: &str, name: &str, detail: &str) -> (u16, Value) {
+    status(
+        422,
+        "Invalid",
+        &format!("{kind} \"{name}\" is invalid: {detail}"),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gate_route(
+    s: &mut State,
+    who: &Identity,
+    method: &Method,
+    uri: &Uri,
+    parts: &[&str],
+    content_type: &str,
+    body: &Value,
+) -> Option<(u16, Value)> {
+    match (method.as_str(), parts) {
+        ("PATCH", ["api", "v1", "namespaces", ns, "pods", name]) => {
+            Some(patch_pod(s, who, ns, name, content_type, body))
+        }
+        (_, ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) => {
+            let manager = query_param(uri, "fieldManager");
+            let force = query_param(uri, "force").as_deref() == Some("true");
+            Some(lease_request(
+                s,
+                method.as_str(),
+                ns,
+                rest,
+                content_type,
+                body,
+                manager,
+                force,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// A JSON patch of a pod, as kube-apiserver applies one: the RFC 6902 ops
+/// on the stored object (a failed `test`, or a path that is not there: 422,
+/// as `applyJSPatch` answers), then pod update validation: the spec may not
+/// change but for the scheduling gates, and gates may only be removed
+/// (`validateSchedulingGates` on update: "only deletion is allowed").
+fn patch_pod(
+    s: &mut State,
+    who: &Identity,
+    ns: &str,
+    name: &str,
+    content_type: &str,
+    body: &Value,
+) -> (u16, Value) {
+    if matches!(who, Identity::Node(_)) {
+        return status(
+            403,
+            "Forbidden",
+            "a node may patch only the status of its pods",
+        );
+    }
+    if content_type != "application/json-patch+json" {
+        return status(
+            415,
+            "UnsupportedMediaType",
+            "only JSON patch is served for pods here",
+        );
+    }
+    let key = format!("{ns}/{name}");
+    let Some(before) = s.objects.get(&("pods", key.clone())).cloned() else {
+        return status(404, "NotFound", &format!("pods \"{name}\" not found"));
+    };
+    let patch: json_patch::Patch = match serde_json::from_value(body.clone()) {
+        Ok(p) => p,
+        Err(e) => return status(400, "BadRequest", &format!("invalid JSON patch: {e}")),
+    };
+    let mut after = before.clone();
+    if let Err(e) = json_patch::patch(&mut after, &patch) {
+        return status(422, "", &e.to_string());
+    }
+    for field in ["name", "namespace", "uid"] {
+        if after["metadata"][field] != before["metadata"][field] {
+            return invalid(
+                "Pod",
+                name,
+                &format!("metadata.{field}: Invalid value: field is immutable"),
+            );
+        }
+    }
+    let without_gates = |p: &Value| {
+        let mut spec = p["spec"].clone();
+        if let Some(o) = spec.as_object_mut() {
+            o.remove("schedulingGates");
+        }
+        spec
+    };
+    if without_gates(&after) != without_gates(&before) {
+        return invalid("Pod", name, "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative) and `spec.schedulingGates`");
+    }
+    let old_gates = gate_names(&before);
+    let new_gates = gate_names(&after);
+    if let Some(added) = new_gates.iter().find(|g| !old_gates.contains(g)) {
+        return invalid(
+            "Pod",
+            name,
+            &format!("spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate '{added}'"),
+        );
+    }
+    if after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"] {
+        return status(409, "Conflict", &format!("Operation cannot be fulfilled on pods \"{name}\": the object has been modified; please apply your changes to the latest version and try again"));
+    }
+    let rv = s.next_rv();
+    after["metadata"]["resourceVersion"] = json!(rv);
+    if !old_gates.is_empty() && new_gates.is_empty() {
+        s.gate.schedulable_at.insert(key.clone(), Instant::now());
+    }
+    s.objects.insert(("pods", key), after.clone());
+    let rv = s.rv;
+    s.changes
+        .push((rv, "pods", Some(before), Some(after.clone())));
+    (200, after)
+}
+
+/// The `spec` fields of a Lease object.
+fn spec_fields(lease: &Value) -> Vec<(String, Value)> {
+    lease["spec"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lease_request(
+    s: &mut State,
+    method: &str,
+    ns: &str,
+    rest: &[&str],
+    content_type: &str,
+    body: &Value,
+    manager: Option<String>,
+    force: bool,
+) -> (u16, Value) {
+    let manager = manager.unwrap_or_else(|| "unknown".into());
+    match (method, rest) {
+        ("POST", []) => {
+            let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let key = format!("{ns}/{name}");
+            if s.gate.leases.contains_key(&key) {
+                return status(
+                    409,
+                    "AlreadyExists",
+                    &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+                );
+            }
+            let mut lease = body.clone();
+            lease["metadata"]["namespace"] = json!(ns);
+            lease["metadata"]["resourceVersion"] = json!(s.next_rv());
+            for (field, _) in spec_fields(&lease) {
+                s.gate
+                    .lease_owners
+                    .insert((key.clone(), field), manager.clone());
+            }
+            s.gate.leases.insert(key, lease.clone());
+            (201, lease)
+        }
+        ("GET", [name]) => match s.gate.leases.get(&format!("{ns}/{name}")) {
+            Some(l) => (200, l.clone()),
+            None => status(
+                404,
+                "NotFound",
+                &format!("leases.coordination.k8s.io \"{name}\" not found"),
+            ),
+        },
+        ("PUT", [name]) => {
+            let key = format!("{ns}/{name}");
+            let Some(current) = s.gate.leases.get(&key).cloned() else {
+                return status(
+                    404,
+                    "NotFound",
+                    &format!("leases.coordination.k8s.io \"{name}\" not found"),
+                );
+            };
+            if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+                return status(409, "Conflict", &format!("Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"));
+            }
+            let mut lease = body.clone();
+            for (field, v) in spec_fields(&lease) {
+                if current["spec"][&field] != v {
+                    s.gate
+                        .lease_owners
+                        .insert((key.clone(), field), manager.clone());
+                }
+            }
+            lease["metadata"]["resourceVersion"] = json!(s.next_rv());
+            s.gate.leases.insert(key, lease.clone());
+            (200, lease)
+        }
+        ("PATCH", [name]) => {
+            let key = format!("{ns}/{name}");
+            let apply = content_type == "application/apply-patch+yaml";
+            let merge = matches!(
+                content_type,
+                "application/strategic-merge-patch+json" | "application/merge-patch+json"
+            );
+            if !apply && !merge {
+                return status(
+                    415,
+                    "UnsupportedMediaType",
+                    "apply, strategic or merge patch only here",
+                );
+            }
+            let current = s.gate.leases.get(&key).cloned();
+            if merge && current.is_none() {
+                return status(
+                    404,
+                    "NotFound",
+                    &format!("leases.coordination.k8s.io \"{name}\" not found"),
+                );
+            }
+            let mut lease = current.clone().unwrap_or_else(|| {
+                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                       "metadata": {"name": name, "namespace": ns}, "spec": {}})
+            });
+            if apply {
+                // Server-side apply: a field this manager sets to another
+                // value than the live one, while another manager owns it,
+                // is a conflict unless forced (fieldmanager's
+                // ConflictError: 409, reason Conflict).
+                let conflicts: Vec<String> = spec_fields(body)
+                    .into_iter()
+                    .filter(|(f, v)| {
+                        let live = &lease["spec"][f];
+                        !live.is_null()
+                            && live != v
+                            && s.gate
+                                .lease_owners
+                                .get(&(key.clone(), f.clone()))
+                                .is_some_and(|o| *o != manager)
+                    })
+                    .map(|(f, _)| {
+                        let owner = &s.gate.lease_owners[&(key.clone(), f.clone())];
+                        format!("conflict with \"{owner}\": .spec.{f}")
+                    })
+                    .collect();
+                if !conflicts.is_empty() && !force {
+                    return status(
+                        409,
+                        "Conflict",
+                        &format!(
+                            "Apply failed with {} conflict(s): {}",
+                            conflicts.len(),
+                            conflicts.join(", ")
+                        ),
+                    );
+                }
+            }
+            for (field, v) in spec_fields(body) {
+                if v.is_null() {
+                    lease["spec"].as_object_mut().map(|o| o.remove(&field));
+                    s.gate.lease_owners.remove(&(key.clone(), field));
+                } else {
+                    lease["spec"][&field] = v;
+                    s.gate
+                        .lease_owners
+                        .insert((key.clone(), field), manager.clone());
+                }
+            }
+            lease["metadata"]["resourceVersion"] = json!(s.next_rv());
+            s.gate.leases.insert(key, lease.clone());
+            (if current.is_some() { 200 } else { 201 }, lease)
+        }
+        _ => status(405, "MethodNotAllowed", "not served for leases here"),
     }
 }

@@ -1,9 +1,9 @@
 //! RBAC as kube-apiserver decides it, for checking a deploy/ manifest
 //! against a test's request log: a request path mapped to (verb, apiGroup,
-//! resource, subresource) as the RequestInfoFactory does
+//! resource, subresource, namespace, name) as the RequestInfoFactory does
 //! (k8s.io/apiserver/pkg/endpoints/request/requestinfo.go), and RBAC's
 //! RuleAllows (k8s.io/kubernetes/pkg/apis/rbac/v1/evaluation_helpers.go).
-//! Used by rbac_agent.rs and cluster_check.rs.
+//! Used by rbac_agent.rs, cluster_check.rs and gate_controller.rs.
 
 #![allow(dead_code)]
 

@@ -6,10 +6,13 @@
 //! ValidatingAdmissionPolicy). It depends on `nodeproof-kube` for the shared
 //! vocabulary (contracts, toleration matching), never the other way.
 //!
+//! - `gate`: the scheduling-gate controller (`nodeproof gate-controller`),
+//!   docs/gate-controller.md;
 //! - `policy`: `cluster policy`, admission policies from the contracts;
 //! - `check`: `cluster check`, one snapshot judged purely (`check::evaluate`);
 //! - `connect`: a cluster reader's client. See docs/cluster.md.
 
 pub mod check;
 pub mod connect;
+pub mod gate;
 pub mod policy;

@@ -1,0 +1,158 @@
+//! `nodeproof gate-controller`: the scheduling-gate controller, cluster
+//! mode (deploy/gate-controller.yaml, docs/gate-controller.md). The work is
+//! in `nodeproof_cluster::gate`; this picks the client, the Lease and the
+//! `/metrics` listener.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use nodeproof::config::Config;
+use nodeproof::daemon::http;
+use nodeproof_cluster::gate::controller::{self, Options};
+use nodeproof_cluster::gate::leader::LeaseOptions;
+use nodeproof_cluster::gate::metrics::{self, GateMetrics};
+
+use super::parse_duration;
+
+/// The ServiceAccount's namespace, in every pod that mounts its token.
+const IN_CLUSTER_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+#[derive(clap::Args)]
+pub(crate) struct GateArgs {
+    /// Kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The Lease's namespace (default: $POD_NAMESPACE, then the ServiceAccount's).
+    #[arg(long)]
+    namespace: Option<String>,
+    #[arg(long, default_value = "nodeproof-gate-controller")]
+    lease_name: String,
+    /// This replica's name in the Lease (default: $POD_NAME, then the hostname).
+    #[arg(long)]
+    identity: Option<String>,
+    /// How long the Lease holds after its last renewal (whole seconds, at least 2s).
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+    /// The holder renews this long before the Lease expires (whole seconds, less than the duration).
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    lease_grace: Duration,
+    /// `/metrics` and `/healthz`.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    listen: SocketAddr,
+}
+
+pub(crate) fn gate_controller(config: &Config, args: GateArgs) -> Result<ExitCode> {
+    if args.lease_grace >= args.lease_duration {
+        anyhow::bail!(
+            "--lease-grace ({:?}) must be shorter than --lease-duration ({:?})",
+            args.lease_grace,
+            args.lease_duration
+        );
+    }
+    let namespace = match args
+        .namespace
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+    {
+        Some(ns) => ns,
+        None => std::fs::read_to_string(IN_CLUSTER_NAMESPACE)
+            .map(|s| s.trim().to_string())
+            .with_context(|| {
+                format!("no --namespace, no POD_NAMESPACE, and cannot read {IN_CLUSTER_NAMESPACE}")
+            })?,
+    };
+    let identity = match args.identity.or_else(|| std::env::var("POD_NAME").ok()) {
+        Some(id) => id,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .context("no --identity, no POD_NAME, and no hostname")?,
+    };
+    let opts = Options {
+        policy: config.gate.policy(),
+        lease: LeaseOptions {
+            namespace,
+            name: args.lease_name,
+            identity,
+            duration: args.lease_duration,
+            grace: args.lease_grace,
+        },
+        tick: Duration::from_secs(1),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(run(args.kubeconfig, args.listen, opts))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run(kubeconfig: Option<PathBuf>, listen: SocketAddr, opts: Options) -> Result<()> {
+    let client = client(kubeconfig).await?;
+    let (gate_metrics, registry) = GateMetrics::new();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let listener = http::bind(listen).await?;
+    let routes: http::Routes = Box::new(move |method, path, _now| {
+        const TEXT: &str = "text/plain; charset=utf-8";
+        if method != "GET" && method != "HEAD" {
+            return (405, TEXT, "only GET\n".into());
+        }
+        match path {
+            "/metrics" => match metrics::render(&registry) {
+                Ok(body) => (200, metrics::CONTENT_TYPE, body),
+                Err(_) => (500, TEXT, "cannot encode the metrics\n".into()),
+            },
+            "/healthz" => (200, TEXT, "ok\n".into()),
+            _ => (404, TEXT, "not found\n".into()),
+        }
+    });
+    let server = tokio::spawn(http::serve_routes(
+        listener,
+        routes,
+        http::Limits::default(),
+        stop.clone(),
+    ));
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install the SIGTERM/SIGINT handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("stopping: the Lease is released if held");
+        let _ = stop_tx.send(true);
+    });
+    tracing::info!(
+        lease = %format!("{}/{}", opts.lease.namespace, opts.lease.name),
+        identity = %opts.lease.identity,
+        gates = ?opts.policy.gates.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
+        "gate controller starting"
+    );
+    controller::run(client, opts, gate_metrics, stop).await?;
+    let _ = server.await;
+    Ok(())
+}
+
+async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
+    let config = match &kubeconfig {
+        Some(path) => {
+            let k = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(k, &Default::default())
+                .await
+                .with_context(|| format!("unusable kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no in-cluster credentials and no kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("cannot build the API client")
+}

@@ -1,0 +1,932 @@
+//! The real `nodeproof gate-controller` against the test API server: gates
+//! released when a matching node turns ready and not before, never on a
+//! stale heartbeat, foreign gates untouched, the aggregated Event updated
+//! and not repeated, two replicas with the leader killed, and
+//! deploy/gate-controller.yaml: its types, its config, and its RBAC
+//! against every request the controller made.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use serde_json::{json, Value};
+
+use support::agent::{free_port, get};
+use support::apiserver::{Identity, Logged, TestApiServer};
+use support::rbac::{coverage, request_info, rule_allows, RequestInfo};
+
+const MANIFEST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../deploy/gate-controller.yaml"
+);
+const GPU_GATE: &str = "nodeproof.dev/gpu-driver-ready";
+const FOREIGN_GATE: &str = "example.com/quota";
+const NS: &str = "nodeproof";
+const LEASE: &str = "nodeproof-gate-controller";
+/// The tests' lease: 3 s, renewed 1 s before expiry.
+const LEASE_S: u64 = 3;
+
+/// A running controller; SIGKILLed on drop (or by the test).
+struct Controller {
+    child: Child,
+    log: PathBuf,
+    port: u16,
+}
+
+impl Controller {
+    fn start(server: &TestApiServer, dir: &Path, identity: &str, config: &str) -> Controller {
+        let kubeconfig = server.kubeconfig(dir, "sa-gate");
+        let config_path = dir.join(format!("{identity}.toml"));
+        std::fs::write(&config_path, config).unwrap();
+        let log = dir.join(format!("{identity}.log"));
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .arg("gate-controller")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--namespace", NS, "--identity", identity])
+            .arg(format!("--lease-duration={LEASE_S}s"))
+            .arg("--lease-grace=1s")
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .env("NODEPROOF_LOG", "info,nodeproof_cluster=debug")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Controller { child, log, port }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn server() -> TestApiServer {
+    let server = TestApiServer::start();
+    server.add_token("sa-gate", Identity::GateControllerServiceAccount);
+    server
+}
+
+fn config(heartbeat_s: u64, stale_heartbeats: u32) -> String {
+    format!(
+        "[gate]\nheartbeat-s = {heartbeat_s}\nstale-heartbeats = {stale_heartbeats}\n\
+         [gate.gates.\"{GPU_GATE}\"]\nconditions = [\"GPUDriverReady\", \"GPUHealthy\"]\n"
+    )
+}
+
+/// RFC 3339, `age` seconds ago.
+fn ago(age: u64) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    k8s_openapi::jiff::Timestamp::from_second(now - age as i64)
+        .unwrap()
+        .to_string()
+}
+
+/// nodeproof's GPU conditions as the agent writes them, heartbeat `age` seconds ago.
+fn gpu_conditions(driver: &str, reason: &str, age: u64) -> Value {
+    json!([
+        {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+        {"type": "GPUDriverReady", "status": driver, "reason": reason,
+         "lastHeartbeatTime": ago(age), "lastTransitionTime": ago(600)},
+        {"type": "GPUHealthy", "status": "True", "reason": "Healthy",
+         "lastHeartbeatTime": ago(age), "lastTransitionTime": ago(600)},
+    ])
+}
+
+/// A node with `gpus` allocatable and a `pool` label.
+fn add_node(server: &TestApiServer, name: &str, pool: &str, gpus: u32, conditions: Value) {
+    server.add_node(name, conditions);
+    let mut alloc = json!({"cpu": "16"});
+    if gpus > 0 {
+        alloc["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    server.merge_node(
+        name,
+        json!({"metadata": {"labels": {"pool": pool}}, "status": {"allocatable": alloc}}),
+    );
+}
+
+fn set_conditions(server: &TestApiServer, name: &str, conditions: Value) {
+    // merge_json replaces arrays whole, as a status update by the agent would leave them.
+    server.merge_node(name, json!({"status": {"conditions": conditions}}));
+}
+
+/// A pending pod with the foreign gate first, then ours, asking for one GPU in `pool`.
+fn put_pod(server: &TestApiServer, name: &str, pool: &str) {
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": name, "uid": format!("uid-{name}"),
+                         "creationTimestamp": ago(0)},
+            "spec": {"nodeSelector": {"pool": pool},
+                     "schedulingGates": [{"name": FOREIGN_GATE}, {"name": GPU_GATE}],
+                     "containers": [{"name": "vllm", "image": "vllm",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}),
+    );
+}
+
+fn gates(server: &TestApiServer, key: &str) -> Vec<String> {
+    server.pod(key).unwrap()["spec"]["schedulingGates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done()
+}
+
+/// The Events about pod `name`.
+fn pod_events(server: &TestApiServer, name: &str) -> Vec<Value> {
+    server
+        .events()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Pod" && e["involvedObject"]["name"] == name)
+        .collect()
+}
+
+fn lease_holder(server: &TestApiServer) -> Option<String> {
+    lease_holder_of(server, LEASE)
+}
+
+/// Successful gate removals of pod `name`.
+fn removals(log: &[Logged], name: &str) -> usize {
+    log.iter()
+        .filter(|l| {
+            l.method == "PATCH"
+                && l.path == format!("/api/v1/namespaces/ml/pods/{name}")
+                && l.status == 200
+        })
+        .count()
+}
+
+#[test]
+fn gate_released_when_a_matching_node_turns_ready_and_not_before_foreign_gates_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    add_node(
+        &server,
+        "gpu-1",
+        "gpu",
+        8,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    // Ready, but in another pool: never a reason to release.
+    add_node(
+        &server,
+        "other-1",
+        "other",
+        8,
+        gpu_conditions("True", "Ok", 0),
+    );
+    // In the pool, without GPUs.
+    add_node(&server, "cpu-1", "gpu", 0, gpu_conditions("True", "Ok", 0));
+    put_pod(&server, "vllm-0", "gpu");
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    let want = format!(
+        "waiting for {GPU_GATE}: 0 of 2 matching nodes ready (1 lack nvidia.com/gpu, 1 GPUDriverReady=False NVMLInitFailed)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == want.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    // Judged and waiting: still gated a while later.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(gates(&server, "ml/vllm-0"), [FOREIGN_GATE, GPU_GATE]);
+    assert_eq!(removals(&server.log(), "vllm-0"), 0);
+
+    let ready = Instant::now();
+    set_conditions(&server, "gpu-1", gpu_conditions("True", "Ok", 0));
+    assert!(
+        wait_until(Duration::from_secs(10), || gates(&server, "ml/vllm-0")
+            == [FOREIGN_GATE]),
+        "{}",
+        c.log_text()
+    );
+    let latency = ready.elapsed();
+    eprintln!("gate release latency after the node turned ready: {latency:?}");
+    assert!(latency <= Duration::from_secs(2), "{latency:?}");
+    // The other controller's gate stays, so the pod is not schedulable yet.
+    assert_eq!(server.schedulable_at("ml/vllm-0"), None);
+    assert_eq!(removals(&server.log(), "vllm-0"), 1);
+    // Once the other controller removes its gate, the pod is schedulable.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(gates(&server, "ml/vllm-0"), [FOREIGN_GATE], "never touched");
+    assert_eq!(removals(&server.log(), "vllm-0"), 1, "removed once");
+    let (code, metrics) = get(c.port, "/metrics");
+    assert_eq!(code, 200);
+    for line in [
+        format!("nodeproof_gate_releases_total{{gate=\"{GPU_GATE}\"}} 1"),
+        format!("nodeproof_gate_gated_pods{{gate=\"{GPU_GATE}\"}} 0"),
+        "nodeproof_gate_leader 1".to_string(),
+    ] {
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+}
+
+#[test]
+fn a_stale_heartbeat_never_releases() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    // Every condition True, but last written 30 s ago with heartbeats every 2 s:
+    // the agent is gone, and so is what it said.
+    add_node(&server, "gpu-1", "gpu", 8, gpu_conditions("True", "Ok", 30));
+    put_pod(&server, "vllm-0", "gpu");
+    let c = Controller::start(&server, dir.path(), "a", &config(2, 3));
+    let want = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=Unknown StaleHeartbeat)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == want.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(gates(&server, "ml/vllm-0"), [FOREIGN_GATE, GPU_GATE]);
+    // Meanwhile the other controller removes its gate: ours moves to index 0.
+    let mut pod = server.pod("ml/vllm-0").unwrap();
+    pod["spec"]["schedulingGates"]
+        .as_array_mut()
+        .unwrap()
+        .remove(0);
+    server.put("pods", pod);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(gates(&server, "ml/vllm-0"), [GPU_GATE]);
+    assert_eq!(
+        server.schedulable_at("ml/vllm-0"),
+        None,
+        "still gated by ours"
+    );
+    // The agent comes back: fresh heartbeats release it, and with the last
+    // gate gone the pod is schedulable.
+    set_conditions(&server, "gpu-1", gpu_conditions("True", "Ok", 0));
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .schedulable_at("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+    assert!(gates(&server, "ml/vllm-0").is_empty());
+    // A pod waiting on a node whose agent then falls silent: with no Node
+    // write at all, the heartbeat ages past 3 × 2 s and the Event says so
+    // (found by the controller's clock, not by a watch event).
+    add_node(
+        &server,
+        "gpu-2",
+        "slow",
+        8,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    put_pod(&server, "vllm-1", "slow");
+    let silent = Instant::now();
+    let before = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False NVMLInitFailed)"
+    );
+    let stale = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=Unknown StaleHeartbeat)"
+    );
+    let says = |m: &str| {
+        pod_events(&server, "vllm-1")
+            .iter()
+            .any(|e| e["message"] == m)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || says(&before)),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-1"),
+        c.log_text()
+    );
+    assert!(
+        wait_until(Duration::from_secs(12), || says(&stale)),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-1"),
+        c.log_text()
+    );
+    // metav1.Time has whole seconds: the heartbeat written is up to 1 s older than the write.
+    let after = silent.elapsed();
+    assert!(
+        after >= Duration::from_secs(5),
+        "not before 3 heartbeats: {after:?}"
+    );
+    // One Event, updated (the pod may first have been judged before the
+    // node's labels arrived on their own watch: "0 of 0", then the reason).
+    let events = pod_events(&server, "vllm-1");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert!(events[0]["count"].as_i64() >= Some(2), "{events:#?}");
+    assert_eq!(gates(&server, "ml/vllm-1"), [FOREIGN_GATE, GPU_GATE]);
+}
+
+/// The Event scenario; its request log feeds the RBAC test.
+fn event_scenario() -> Vec<Logged> {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    add_node(
+        &server,
+        "gpu-1",
+        "gpu",
+        8,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    put_pod(&server, "vllm-0", "gpu");
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    let first = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False NVMLInitFailed)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == first.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    // Heartbeats alone, many times: nothing new to say, nothing written.
+    for _ in 0..5 {
+        set_conditions(
+            &server,
+            "gpu-1",
+            gpu_conditions("False", "NVMLInitFailed", 0),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let events = pod_events(&server, "vllm-0");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["count"], 1);
+    // A new reason: the same Event, patched.
+    set_conditions(
+        &server,
+        "gpu-1",
+        gpu_conditions("False", "DriverNotLoaded", 0),
+    );
+    let second = format!(
+        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False DriverNotLoaded)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == second.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    let events = pod_events(&server, "vllm-0");
+    assert_eq!(events.len(), 1, "updated, not repeated: {events:#?}");
+    assert_eq!(events[0]["count"], 2);
+    assert_eq!(events[0]["reason"], "SchedulingGated");
+    assert_eq!(events[0]["involvedObject"]["uid"], "uid-vllm-0");
+    let log = server.log();
+    let posts = log
+        .iter()
+        .filter(|l| l.method == "POST" && l.path.ends_with("/events"))
+        .count();
+    assert_eq!(posts, 1);
+    // And released.
+    set_conditions(&server, "gpu-1", gpu_conditions("True", "Ok", 0));
+    assert!(
+        wait_until(Duration::from_secs(5), || gates(&server, "ml/vllm-0")
+            == [FOREIGN_GATE]),
+        "{}",
+        c.log_text()
+    );
+    server.log()
+}
+
+#[test]
+fn the_aggregated_event_is_updated_not_repeated() {
+    event_scenario();
+}
+
+#[test]
+fn two_replicas_leader_killed_the_other_takes_over_within_the_lease_and_releases_each_gate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    add_node(&server, "a-1", "a", 8, gpu_conditions("True", "Ok", 0));
+    add_node(
+        &server,
+        "b-1",
+        "b",
+        8,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    let mut a = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    assert!(
+        wait_until(Duration::from_secs(20), || lease_holder(&server).as_deref()
+            == Some("a")),
+        "{}",
+        a.log_text()
+    );
+    let b = Controller::start(&server, dir.path(), "b", &config(60, 3));
+    // Pool a's pods are released by a; pool b's wait.
+    for i in 0..3 {
+        put_pod(&server, &format!("a-{i}"), "a");
+        put_pod(&server, &format!("b-{i}"), "b");
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || (0..3).all(|i| gates(
+            &server,
+            &format!("ml/a-{i}")
+        ) == [
+            FOREIGN_GATE
+        ])),
+        "{}",
+        a.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(lease_holder(&server).as_deref(), Some("a"), "b waits");
+    a.kill();
+    let killed = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(LEASE_S + 5), || lease_holder(&server)
+            .as_deref()
+            == Some("b")),
+        "{}",
+        b.log_text()
+    );
+    let takeover = killed.elapsed();
+    eprintln!("takeover after the leader was killed: {takeover:?} (lease {LEASE_S} s)");
+    // The lease expires at most LEASE_S after the kill; kube-lease-manager
+    // then force-releases it and waits 0.1..1 s before taking it.
+    assert!(takeover <= Duration::from_secs(LEASE_S + 2), "{takeover:?}");
+    set_conditions(&server, "b-1", gpu_conditions("True", "Ok", 0));
+    assert!(
+        wait_until(Duration::from_secs(10), || (0..3).all(|i| gates(
+            &server,
+            &format!("ml/b-{i}")
+        ) == [
+            FOREIGN_GATE
+        ])),
+        "{}",
+        b.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = server.log();
+    for i in 0..3 {
+        for pool in ["a", "b"] {
+            let name = format!("{pool}-{i}");
+            assert_eq!(removals(&log, &name), 1, "{name} released exactly once");
+            assert_eq!(gates(&server, &format!("ml/{name}")), [FOREIGN_GATE]);
+        }
+    }
+}
+
+/// The manifest's ServiceAccount, and the rules bound to it: (namespace of
+/// a Role, or None for a ClusterRole; rule).
+fn bound_rules(docs: &[Value]) -> (ServiceAccount, Vec<(Option<String>, PolicyRule)>) {
+    let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind).cloned();
+    let sa: ServiceAccount =
+        serde_json::from_value(of_kind("ServiceAccount").next().expect("a ServiceAccount"))
+            .unwrap();
+    let binds_sa = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && Some(&s.name) == sa.metadata.name.as_ref()
+                && s.namespace == sa.metadata.namespace
+        })
+    };
+    let mut rules = Vec::new();
+    let cluster_roles: Vec<ClusterRole> = of_kind("ClusterRole")
+        .map(|d| serde_json::from_value(d).unwrap())
+        .collect();
+    for b in of_kind("ClusterRoleBinding")
+        .map(|d| serde_json::from_value::<ClusterRoleBinding>(d).unwrap())
+    {
+        assert!(
+            binds_sa(&b.subjects),
+            "{:?} binds another subject",
+            b.metadata.name
+        );
+        let role = cluster_roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(&b.role_ref.name))
+            .expect("bound ClusterRole");
+        rules.extend(role.rules.iter().flatten().map(|r| (None, r.clone())));
+    }
+    let roles: Vec<Role> = of_kind("Role")
+        .map(|d| serde_json::from_value(d).unwrap())
+        .collect();
+    for b in of_kind("RoleBinding").map(|d| serde_json::from_value::<RoleBinding>(d).unwrap()) {
+        assert!(
+            binds_sa(&b.subjects),
+            "{:?} binds another subject",
+            b.metadata.name
+        );
+        assert_eq!(b.role_ref.kind, "Role");
+        let role = roles
+            .iter()
+            .find(|r| {
+                r.metadata.name.as_deref() == Some(&b.role_ref.name)
+                    && r.metadata.namespace == b.metadata.namespace
+            })
+            .expect("bound Role in the binding's namespace");
+        rules.extend(
+            role.rules
+                .iter()
+                .flatten()
+                .map(|r| (role.metadata.namespace.clone(), r.clone())),
+        );
+    }
+    (sa, rules)
+}
+
+#[test]
+fn the_manifest_parses_its_config_is_valid_and_its_rbac_is_exactly_what_the_controller_uses() {
+    let text = std::fs::read_to_string(MANIFEST).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    let (sa, rules) = bound_rules(&docs);
+    assert_eq!(
+        sa.metadata.name.as_deref(),
+        Some("nodeproof-gate-controller")
+    );
+    assert_eq!(sa.metadata.namespace.as_deref(), Some(NS));
+    let deployment: Deployment = serde_json::from_value(
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap()
+            .clone(),
+    )
+    .unwrap();
+    let spec = deployment.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name, sa.metadata.name);
+    let args = pod.containers[0].args.clone().unwrap();
+    assert_eq!(args[0], "gate-controller");
+    let cm: ConfigMap = serde_json::from_value(
+        docs.iter()
+            .find(|d| d["kind"] == "ConfigMap")
+            .unwrap()
+            .clone(),
+    )
+    .unwrap();
+    let config =
+        nodeproof::config::Config::parse(&cm.data.unwrap()["config.toml"], Path::new("configmap"))
+            .expect("the ConfigMap's config is valid");
+    assert_eq!(config.gate.policy().gates.len(), 2);
+
+    // Every request of the controller's scenarios, as its ServiceAccount.
+    let log = event_scenario();
+    let requests: BTreeSet<RequestInfo> = log
+        .iter()
+        .filter(|l| l.status != 401)
+        .map(|l| request_info(&l.method, &l.path, &l.query))
+        .collect();
+    let summary: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}/{} {} {}",
+                r.verb, r.api_group, r.resource, r.namespace, r.name
+            )
+        })
+        .collect();
+    eprintln!("requests as RequestInfo: {summary:#?}");
+    // A Role's rule applies in its namespace only.
+    let allows = |ns: &Option<String>, rule: &PolicyRule, verb: &str, r: &RequestInfo| {
+        ns.as_ref().is_none_or(|n| *n == r.namespace) && rule_allows(rule, verb, r)
+    };
+    let uncovered: Vec<&RequestInfo> = requests
+        .iter()
+        .filter(|r| {
+            !rules
+                .iter()
+                .any(|(ns, rule)| rule.verbs.iter().any(|v| allows(ns, rule, v, r)))
+        })
+        .collect();
+    assert!(
+        uncovered.is_empty(),
+        "not allowed by {MANIFEST}: {uncovered:#?}"
+    );
+    let plain: Vec<(String, PolicyRule)> = rules
+        .iter()
+        .map(|(ns, r)| (format!("{ns:?}"), r.clone()))
+        .collect();
+    let (_, unused) = coverage(&plain, &requests);
+    assert!(
+        unused.is_empty(),
+        "more than the controller needs: {unused:#?}"
+    );
+    for (i, (ns, rule)) in rules.iter().enumerate() {
+        for v in 0..rule.verbs.len() {
+            let mut fewer = rules.clone();
+            fewer[i].1.verbs.remove(v);
+            let refused = requests.iter().any(|r| {
+                !fewer
+                    .iter()
+                    .any(|(n, rl)| rl.verbs.iter().any(|vb| allows(n, rl, vb, r)))
+            });
+            assert!(
+                refused,
+                "removing {} from rule {i} ({ns:?}) refuses nothing",
+                rule.verbs[v]
+            );
+        }
+    }
+}
+
+/// The test API server's Lease and pod-patch semantics the controller relies
+/// on, as kube-apiserver has them, through kube-rs.
+#[test]
+fn the_test_server_serves_leases_and_gate_removal_as_kube_apiserver() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    put_pod(&server, "p", "gpu");
+    let kubeconfig = server.kubeconfig(dir.path(), "sa-gate");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let k = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let code = |e: kube::Error| match e {
+            kube::Error::Api(s) => s.code,
+            other => panic!("{other}"),
+        };
+        let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "l"}})).unwrap();
+        let created = leases.create(&PostParams::default(), &lease).await.unwrap();
+        assert_eq!(
+            code(
+                leases
+                    .create(&PostParams::default(), &lease)
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        // update: a stale resourceVersion is a conflict.
+        let mut stale = created.clone();
+        stale.metadata.resource_version = Some("1".into());
+        assert_eq!(
+            code(
+                leases
+                    .replace("l", &PostParams::default(), &stale)
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        leases
+            .replace("l", &PostParams::default(), &created)
+            .await
+            .unwrap();
+        // Server-side apply: another manager's holderIdentity is a conflict unless forced.
+        let take = |who: &str| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "spec": {"holderIdentity": who, "leaseDurationSeconds": 3}})
+        };
+        let pp = |m: &str| PatchParams::apply(m);
+        leases
+            .patch("l", &pp("a"), &Patch::Apply(take("a")))
+            .await
+            .unwrap();
+        leases
+            .patch("l", &pp("a"), &Patch::Apply(take("a")))
+            .await
+            .unwrap();
+        assert_eq!(
+            code(
+                leases
+                    .patch("l", &pp("b"), &Patch::Apply(take("b")))
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        // Released (fields set to null by strategic merge): free to take.
+        let release = json!({"spec": {"holderIdentity": null, "leaseDurationSeconds": null}});
+        leases
+            .patch(
+                "l",
+                &PatchParams {
+                    field_manager: Some("b".into()),
+                    ..Default::default()
+                },
+                &Patch::Strategic(release),
+            )
+            .await
+            .unwrap();
+        leases
+            .patch("l", &pp("b"), &Patch::Apply(take("b")))
+            .await
+            .unwrap();
+        assert_eq!(lease_holder_of(&server, "l").as_deref(), Some("b"));
+        assert_eq!(
+            code(
+                leases
+                    .patch("l", &pp("a"), &Patch::Apply(take("a")))
+                    .await
+                    .unwrap_err()
+            ),
+            409
+        );
+        leases
+            .patch(
+                "l",
+                &PatchParams::apply("a").force(),
+                &Patch::Apply(take("a")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(lease_holder_of(&server, "l").as_deref(), Some("a"));
+
+        // Pods: a gate may be removed, never added; nothing else may change.
+        let pods: Api<Pod> = Api::namespaced(client, "ml");
+        let json_patch = |ops: Value| Patch::Json::<()>(serde_json::from_value(ops).unwrap());
+        let add = json_patch(
+            json!([{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "x/y"}}]),
+        );
+        assert_eq!(
+            code(
+                pods.patch("p", &PatchParams::default(), &add)
+                    .await
+                    .unwrap_err()
+            ),
+            422
+        );
+        let other =
+            json_patch(json!([{"op": "replace", "path": "/spec/nodeSelector/pool", "value": "b"}]));
+        assert_eq!(
+            code(
+                pods.patch("p", &PatchParams::default(), &other)
+                    .await
+                    .unwrap_err()
+            ),
+            422
+        );
+        let wrong = json_patch(
+            json!([{"op": "test", "path": "/spec/schedulingGates/0/name", "value": GPU_GATE},
+                                      {"op": "remove", "path": "/spec/schedulingGates/0"}]),
+        );
+        assert_eq!(
+            code(
+                pods.patch("p", &PatchParams::default(), &wrong)
+                    .await
+                    .unwrap_err()
+            ),
+            422
+        );
+        assert_eq!(gates(&server, "ml/p"), [FOREIGN_GATE, GPU_GATE]);
+        let remove = json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates/1"}]));
+        pods.patch("p", &PatchParams::default(), &remove)
+            .await
+            .unwrap();
+        assert_eq!(server.schedulable_at("ml/p"), None);
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates/0"}])),
+        )
+        .await
+        .unwrap();
+        assert!(
+            server.schedulable_at("ml/p").is_some(),
+            "schedulable once the last gate is gone"
+        );
+    });
+}
+
+fn lease_holder_of(server: &TestApiServer, name: &str) -> Option<String> {
+    server.lease(NS, name)?["spec"]["holderIdentity"]
+        .as_str()
+        .map(String::from)
+}
+
+#[test]
+fn a_leader_stopped_by_sigterm_releases_the_lease_and_the_other_takes_it_within_one_duration() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    let mut a = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    assert!(
+        wait_until(Duration::from_secs(20), || lease_holder(&server).as_deref()
+            == Some("a")),
+        "{}",
+        a.log_text()
+    );
+    let b = Controller::start(&server, dir.path(), "b", &config(60, 3));
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = Instant::now();
+    kill(Pid::from_raw(a.child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", a.log_text());
+    // Released on the way out, before the process ended.
+    assert_eq!(lease_holder(&server), None, "{}", a.log_text());
+    assert!(
+        wait_until(Duration::from_secs(LEASE_S + 5), || lease_holder(&server)
+            .as_deref()
+            == Some("b")),
+        "{}",
+        b.log_text()
+    );
+    let handover = stopped.elapsed();
+    eprintln!("handover after SIGTERM: {handover:?} (lease {LEASE_S} s)");
+    assert!(
+        handover <= Duration::from_secs(LEASE_S) + Duration::from_millis(500),
+        "{handover:?}"
+    );
+}
+
+#[test]
+fn the_seccomp_gate_waits_for_the_runtime_class_contract_label() {
+    const SECCOMP_GATE: &str = "nodeproof.dev/seccomp-ready";
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.add_node(
+        "n1",
+        json!([{"type": "SeccompProfilesReady", "status": "True", "reason": "ProfilesOk",
+                "lastHeartbeatTime": ago(0)}]),
+    );
+    server.merge_node(
+        "n1",
+        json!({"metadata": {"labels": {"runtimeclass.nodeproof.dev/vllm": "not-ready"}}}),
+    );
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "runc",
+            "metadata": {"name": "vllm", "annotations": {
+                "nodeproof.dev/localhost-profiles": "profiles/vllm-strict.json"}}}),
+    );
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": "vllm-0", "uid": "uid-vllm-0"},
+            "spec": {"runtimeClassName": "vllm", "schedulingGates": [{"name": SECCOMP_GATE}],
+                     "containers": [{"name": "vllm", "image": "vllm"}]}}),
+    );
+    // The default gates: gpu-driver-ready and seccomp-ready with the contract.
+    let c = Controller::start(&server, dir.path(), "a", "[gate]\nheartbeat-s = 60\n");
+    let want = format!(
+        "waiting for {SECCOMP_GATE}: 0 of 1 matching nodes ready (1 runtimeclass.nodeproof.dev/vllm=not-ready)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == want.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    assert_eq!(gates(&server, "ml/vllm-0"), [SECCOMP_GATE]);
+    // The node agent finds the class's profiles fine and labels the node ready.
+    server.merge_node(
+        "n1",
+        json!({"metadata": {"labels": {"runtimeclass.nodeproof.dev/vllm": "ready"}}}),
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .schedulable_at("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+}

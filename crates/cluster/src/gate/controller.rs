@@ -1,0 +1,508 @@
+//! The controller's I/O: watches of Pods, Nodes and RuntimeClasses feed the
+//! [`Gatekeeper`]; while this replica leads, each pod a change could affect
+//! is judged, its releasable gates removed and its Event written.
+//!
+//! Pods are watched with the field selector `spec.nodeName=` (server-side:
+//! only unbound pods; a gated pod is never bound, the scheduler does not
+//! consider it). There is no field selector for `spec.schedulingGates`, so
+//! which of those pods carry a configured gate is decided here, client-side
+//! ([`PodNeeds::of`]); the others are dropped on arrival.
+//!
+//! A gate is removed with an RFC 6902 JSON patch on the pod: `test` that the
+//! pod is the same (uid) and that the entry at the index is still that gate,
+//! then `remove` that index. A concurrent change of the gates (another
+//! controller removing its own) shifts the index, the `test` fails (422),
+//! nothing is removed, and the pod is judged again from what the watch
+//! delivers next: never another controller's gate, never one twice.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::watch;
+
+use super::config::Policy;
+use super::event::{event_body, event_patch, EventBook, EventWrite};
+use super::leader::{elect, LeaderError, LeaseOptions};
+use super::metrics::{Failure, GateMetrics};
+use super::pod::{PodKey, PodNeeds};
+use super::state::{pod_key, Decision, Gatekeeper};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub policy: Policy,
+    pub lease: LeaseOptions,
+    /// How often heartbeats are checked for staleness and failed writes retried.
+    pub tick: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    /// The leader election task ended on its own (it logged why): this
+    /// replica can no longer know whether it leads, so it stops and is
+    /// restarted.
+    #[error("leader election on Lease {namespace}/{name} ended")]
+    ElectionEnded { namespace: String, name: String },
+}
+
+/// Runs until `stop` turns true: then leaves leader election (releasing the
+/// lease if held) and returns.
+pub async fn run(
+    client: Client,
+    opts: Options,
+    metrics: Arc<GateMetrics>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ControllerError> {
+    let (mut leader, election) = elect(client.clone(), &opts.lease).await?;
+    let mut c = Controller {
+        client: client.clone(),
+        gk: Gatekeeper::new(opts.policy.clone()),
+        events: EventBook::default(),
+        metrics,
+        leading: false,
+        dirty: BTreeSet::new(),
+        retry: BTreeSet::new(),
+        pending_events: BTreeMap::new(),
+    };
+    let mut pods = watch_stream(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().fields("spec.nodeName="),
+    );
+    let mut nodes = watch_stream(Api::<Node>::all(client.clone()), watcher::Config::default());
+    let mut classes = watch_stream(
+        Api::<RuntimeClass>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let mut sync = Sync::default();
+    let mut tick = tokio::time::interval(opts.tick);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            changed = leader.changed() => {
+                let leads = changed.is_ok() && *leader.borrow_and_update();
+                if leads != c.leading {
+                    tracing::info!(identity = %opts.lease.identity, leads, "leadership changed");
+                    c.leading = leads;
+                    c.metrics.set_leader(leads);
+                    if leads {
+                        c.dirty.extend(c.gk.pod_keys());
+                    }
+                }
+                if changed.is_err() {
+                    c.metrics.set_leader(false);
+                    return Err(ControllerError::ElectionEnded {
+                        namespace: opts.lease.namespace.clone(),
+                        name: opts.lease.name.clone(),
+                    });
+                }
+            }
+            Some(ev) = pods.next() => {
+                let now = SystemTime::now();
+                c.apply(&mut sync.pods, ev, now, Kind::Pod);
+            }
+            Some(ev) = nodes.next() => {
+                let now = SystemTime::now();
+                c.apply(&mut sync.nodes, ev, now, Kind::Node);
+            }
+            Some(ev) = classes.next() => {
+                let now = SystemTime::now();
+                c.apply(&mut sync.classes, ev, now, Kind::Class);
+            }
+            // More to do from the last round (pending Events): go on, after
+            // whatever the watches delivered meanwhile.
+            _ = std::future::ready(()), if c.leading && sync.all_listed() && !c.pending_events.is_empty() => {}
+            _ = tick.tick() => {
+                let now = SystemTime::now();
+                let stale = c.gk.tick(now);
+                c.dirty.extend(stale);
+                let retry = std::mem::take(&mut c.retry);
+                c.dirty.extend(retry);
+                for (gate, n) in c.gk.gated_by_gate() {
+                    c.metrics.set_gated(&gate, n);
+                }
+            }
+        }
+        if c.leading && sync.all_listed() {
+            c.process(&leader).await;
+        }
+    }
+    c.metrics.set_leader(false);
+    drop(leader);
+    // The election task releases the lease when it sees the receiver gone.
+    let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+    Ok(())
+}
+
+fn watch_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> std::pin::Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send>>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher(api, config).default_backoff().boxed()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Pod,
+    Node,
+    Class,
+}
+
+/// A watch's (re)list: names seen since `Init`, to drop the rest at `InitDone`.
+#[derive(Debug, Default)]
+struct Listing {
+    seen: Option<HashSet<String>>,
+    listed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Sync {
+    pods: Listing,
+    nodes: Listing,
+    classes: Listing,
+}
+
+impl Sync {
+    /// Nothing is judged before every kind was listed once: a pod judged
+    /// against half the nodes would get a wrong Event.
+    fn all_listed(&self) -> bool {
+        self.pods.listed && self.nodes.listed && self.classes.listed
+    }
+}
+
+struct Controller {
+    client: Client,
+    gk: Gatekeeper,
+    events: EventBook,
+    metrics: Arc<GateMetrics>,
+    leading: bool,
+    /// Pods to judge at the next chance.
+    dirty: BTreeSet<PodKey>,
+    /// Pods whose writes failed: judged again at the next tick.
+    retry: BTreeSet<PodKey>,
+    /// The Event message each waiting pod should carry, not yet written.
+    pending_events: BTreeMap<PodKey, String>,
+}
+
+/// Event writes per round of the loop (see `Controller::process`).
+const EVENTS_PER_ROUND: usize = 100;
+
+impl Controller {
+    fn apply<K: Resource + ResourceExt>(
+        &mut self,
+        listing: &mut Listing,
+        ev: Result<watcher::Event<K>, watcher::Error>,
+        now: SystemTime,
+        kind: Kind,
+    ) where
+        Controller: Upsert<K>,
+    {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                // The watcher retries with backoff; said once per failure.
+                self.metrics.failed(Failure::Watch);
+                tracing::warn!(?kind, error = %e, "watch failed; retrying");
+                return;
+            }
+        };
+        match ev {
+            watcher::Event::Init => listing.seen = Some(HashSet::new()),
+            watcher::Event::InitApply(o) => {
+                if let Some(seen) = &mut listing.seen {
+                    seen.insert(Self::key_of(&o));
+                }
+                self.upsert(&o, now);
+            }
+            watcher::Event::InitDone => {
+                let seen = listing.seen.take().unwrap_or_default();
+                for gone in self.known(kind).into_iter().filter(|k| !seen.contains(k)) {
+                    self.remove(kind, &gone);
+                }
+                listing.listed = true;
+            }
+            watcher::Event::Apply(o) => self.upsert(&o, now),
+            watcher::Event::Delete(o) => {
+                let key = Self::key_of(&o);
+                self.remove(kind, &key);
+            }
+        }
+    }
+
+    fn key_of<K: ResourceExt>(o: &K) -> String {
+        match o.namespace() {
+            Some(ns) => format!("{ns}/{}", o.name_any()),
+            None => o.name_any(),
+        }
+    }
+
+    fn known(&self, kind: Kind) -> Vec<String> {
+        match kind {
+            Kind::Pod => self.gk.pod_keys(),
+            Kind::Node => self.gk.node_names(),
+            Kind::Class => self.gk.class_names(),
+        }
+    }
+
+    fn remove(&mut self, kind: Kind, key: &str) {
+        match kind {
+            Kind::Pod => {
+                self.gk.delete_pod(key);
+                self.events.forget(&key.to_string());
+                self.pending_events.remove(key);
+            }
+            Kind::Node => {
+                let keys = self.gk.delete_node(key);
+                self.dirty.extend(keys);
+            }
+            Kind::Class => {
+                let keys = self.gk.delete_class(key);
+                self.dirty.extend(keys);
+            }
+        }
+    }
+
+    /// Judges the dirty pods and carries out the decisions, while leading.
+    /// Still the leader? Checked before every write.
+    fn still_leading(&mut self, leader: &watch::Receiver<bool>) -> bool {
+        if !*leader.borrow() {
+            self.leading = false;
+            self.metrics.set_leader(false);
+        }
+        self.leading
+    }
+
+    /// Judges the dirty pods; removes what can go first (it is what pods
+    /// wait for), then writes at most [`EVENTS_PER_ROUND`] of the pending
+    /// Events, so that a large judgement (the first one, or a pool of nodes
+    /// changing) takes turns with the watches instead of holding them.
+    async fn process(&mut self, leader: &watch::Receiver<bool>) {
+        let dirty = std::mem::take(&mut self.dirty);
+        let now = SystemTime::now();
+        let decisions: Vec<Decision> = dirty.iter().filter_map(|k| self.gk.judge(k, now)).collect();
+        for d in decisions {
+            if !self.still_leading(leader) {
+                return;
+            }
+            let key = d.key.clone();
+            match self.release(d, now).await {
+                Some(message) => {
+                    self.pending_events.insert(key, message);
+                }
+                None => {
+                    self.pending_events.remove(&key);
+                }
+            }
+        }
+        for _ in 0..EVENTS_PER_ROUND {
+            let Some((key, message)) = self.pending_events.pop_first() else {
+                break;
+            };
+            if !self.still_leading(leader) {
+                return;
+            }
+            let Some(needs) = self.gk.pod(&key).map(|e| e.needs.clone()) else {
+                continue;
+            };
+            self.write_event(&needs, &message, SystemTime::now()).await;
+        }
+    }
+
+    /// Removes the gates `d` releases; the message of the Event the pod
+    /// should carry, if it still waits.
+    async fn release(&mut self, mut d: Decision, now: SystemTime) -> Option<String> {
+        let needs = self.gk.pod(&d.key).map(|e| e.needs.clone())?;
+        // Highest index first: removing it leaves the lower ones in place.
+        d.release.sort_by_key(|r| std::cmp::Reverse(r.1));
+        for (gate, index) in &d.release {
+            let span = tracing::info_span!("release", pod = %d.key, gate = %gate, index);
+            let _g = span.enter();
+            match remove_gate(&self.client, &needs, gate, *index).await {
+                Ok(()) => {
+                    self.gk.mark_released(&d.key, gate);
+                    let age = needs.created.and_then(|c| now.duration_since(c).ok());
+                    self.metrics.released(gate, age);
+                    tracing::info!("scheduling gate removed");
+                }
+                Err(e) if is_race(&e) => {
+                    // The gates changed under us: the watch brings the new
+                    // list, and the pod is judged again from it.
+                    tracing::debug!(error = %e, "gate moved before the patch; judged again");
+                    self.retry.insert(d.key.clone());
+                    return None;
+                }
+                Err(e) => {
+                    self.metrics.failed(Failure::Release);
+                    tracing::warn!(error = %e, "removing the scheduling gate failed; retrying");
+                    self.retry.insert(d.key.clone());
+                    return None;
+                }
+            }
+        }
+        let message = d.message();
+        if message.is_none() {
+            self.events.forget(&d.key);
+        }
+        message
+    }
+
+    async fn write_event(&mut self, needs: &PodNeeds, message: &str, now: SystemTime) {
+        let Some(mut write) = self.events.next(needs, message) else {
+            return;
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &needs.namespace);
+        loop {
+            let result = match &write {
+                EventWrite::Create { name, message } => {
+                    let body: Event =
+                        match serde_json::from_value(event_body(needs, name, message, now)) {
+                            Ok(b) => b,
+                            Err(e) => {
+                                tracing::error!(error = %e, "cannot build the Event");
+                                return;
+                            }
+                        };
+                    api.create(&PostParams::default(), &body).await.map(|_| ())
+                }
+                EventWrite::Update {
+                    name,
+                    message,
+                    count,
+                } => api
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Strategic(event_patch(message, *count, now)),
+                    )
+                    .await
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(()) => return,
+                Err(kube::Error::Api(s))
+                    if s.code == 409 && matches!(write, EventWrite::Create { .. }) =>
+                {
+                    // Written by the leader before this one: update it.
+                    match self.events.exists(&needs.key) {
+                        Some(update) => write = update,
+                        None => return,
+                    }
+                }
+                Err(e) => {
+                    self.metrics.failed(Failure::Event);
+                    tracing::warn!(pod = %needs.key, error = %e, "writing the pod's Event failed; retrying");
+                    self.events.failed(&needs.key);
+                    self.retry.insert(needs.key.clone());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Adding or changing one object of a watched kind.
+trait Upsert<K> {
+    fn upsert(&mut self, o: &K, now: SystemTime);
+}
+
+impl Upsert<Pod> for Controller {
+    fn upsert(&mut self, o: &Pod, _now: SystemTime) {
+        let before = self.gk.pod(&pod_key(o)).is_some();
+        let keys = self.gk.upsert_pod(o);
+        if keys.is_empty() && before {
+            self.events.forget(&pod_key(o));
+        }
+        self.dirty.extend(keys);
+    }
+}
+
+impl Upsert<Node> for Controller {
+    fn upsert(&mut self, o: &Node, now: SystemTime) {
+        let keys = self.gk.upsert_node(o, now);
+        self.dirty.extend(keys);
+    }
+}
+
+impl Upsert<RuntimeClass> for Controller {
+    fn upsert(&mut self, o: &RuntimeClass, _now: SystemTime) {
+        let keys = self.gk.upsert_class(o);
+        self.dirty.extend(keys);
+    }
+}
+
+/// The guarded removal of `gate` at `index`.
+async fn remove_gate(
+    client: &Client,
+    needs: &PodNeeds,
+    gate: &str,
+    index: usize,
+) -> Result<(), kube::Error> {
+    let patch = removal_patch(&needs.uid, gate, index);
+    let api: Api<Pod> = Api::namespaced(client.clone(), &needs.namespace);
+    api.patch(
+        &needs.name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Removes the gate at `index` only if the pod is still the one judged
+/// (uid) and that entry is still `gate`.
+pub fn removal_patch(uid: &str, gate: &str, index: usize) -> json_patch::Patch {
+    let ops = serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": gate},
+        {"op": "remove", "path": format!("/spec/schedulingGates/{index}")},
+    ]);
+    serde_json::from_value(ops).expect("three well-formed RFC 6902 operations")
+}
+
+/// A failed `test` (422: kube-apiserver answers a JSON patch that does not
+/// apply with UnprocessableEntity), a conflict, or a pod gone: the pod
+/// changed, which the watch will show.
+fn is_race(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if matches!(s.code, 404 | 409 | 422))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(gates: &[&str]) -> serde_json::Value {
+        let gates: Vec<_> = gates.iter().map(|g| json!({"name": g})).collect();
+        json!({"metadata": {"uid": "u1"}, "spec": {"schedulingGates": gates}})
+    }
+
+    #[test]
+    fn the_removal_removes_exactly_that_gate_or_nothing() {
+        let ours = "nodeproof.dev/gpu-driver-ready";
+        let mut p = pod(&["example.com/quota", ours]);
+        json_patch::patch(&mut p, &removal_patch("u1", ours, 1)).unwrap();
+        assert_eq!(p, pod(&["example.com/quota"]));
+        // Another controller removed its gate first: ours moved to 0, the test fails.
+        let mut moved = pod(&[ours]);
+        assert!(json_patch::patch(&mut moved, &removal_patch("u1", ours, 1)).is_err());
+        assert_eq!(moved, pod(&[ours]), "nothing removed");
+        // Index 0 now holds another gate: never removed in our name.
+        let mut other = pod(&["example.com/quota", ours]);
+        assert!(json_patch::patch(&mut other, &removal_patch("u1", ours, 0)).is_err());
+        // Another pod under the same name.
+        let mut again = pod(&[ours]);
+        assert!(json_patch::patch(&mut again, &removal_patch("u2", ours, 0)).is_err());
+    }
+}

@@ -1,0 +1,707 @@
+//! Whether a gate may go: at least one node could host the pod and reports
+//! everything the gate waits for. Pure, with `now` passed in.
+//!
+//! "Could host" is the scheduler's filters that depend on the node alone
+//! and never on what else runs there: the pod's `nodeSelector` and required
+//! node affinity (NodeAffinity), its tolerations against NoSchedule and
+//! NoExecute taints (TaintToleration), `spec.unschedulable` (NodeUnschedulable),
+//! each with the RuntimeClass's `scheduling` merged in. Of those nodes, one
+//! is *ready* for a gate when its allocatable covers every extended resource
+//! the pod requests, its contract label is `ready` (when the gate asks for
+//! the contract) and every condition the gate names is True with a fresh
+//! heartbeat. Not simulated: CPU/memory fit, pod (anti-)affinity, topology
+//! spread, volumes; the scheduler still decides where the pod goes.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::NodeSelector;
+
+use nodeproof_findings::{ConditionStatus, ConditionType};
+use nodeproof_kube::contract::ContractState;
+use nodeproof_kube::marks::Taint;
+use nodeproof_kube::taints::{tolerates, untolerated, Toleration};
+
+use super::affinity;
+use super::config::{Gate, Policy};
+use super::node::NodeFacts;
+use super::pod::{ClassFacts, PodNeeds};
+
+/// `v1.TaintNodeUnschedulable`: the NodeUnschedulable filter lets a pod
+/// onto a cordoned node only when it tolerates this taint (whether or not
+/// the node carries it).
+const UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+
+/// Why no node is even considered.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Blocked {
+    /// The pod names a RuntimeClass this controller has not seen.
+    ClassNotFound(String),
+    /// The class's `scheduling.nodeSelector` contradicts the pod's (the
+    /// RuntimeClass admission plugin refuses such a pod at creation; a class
+    /// changed since then can still get here).
+    SelectorConflict { class: String, key: String },
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Blocked::ClassNotFound(c) => write!(f, "RuntimeClass {c} not found"),
+            Blocked::SelectorConflict { class, key } => write!(
+                f,
+                "RuntimeClass {class}'s scheduling.nodeSelector contradicts the pod's on {key}"
+            ),
+        }
+    }
+}
+
+/// Why a node that could host the pod is not ready for a gate (the first
+/// failing check, in the order below).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotReady {
+    /// Allocatable below the request (or absent).
+    Lacks(String),
+    /// The contract label is not `ready` (`None`: absent or unreadable).
+    Contract {
+        label: String,
+        state: Option<ContractState>,
+    },
+    /// The condition is absent on the node.
+    Missing(ConditionType),
+    /// Its heartbeat is older than the policy's `stale_after`: Unknown, whatever it says.
+    Stale(ConditionType),
+    /// False or Unknown, with its reason.
+    Condition {
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: String,
+    },
+}
+
+impl fmt::Display for NotReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotReady::Lacks(r) => write!(f, "lack {r}"),
+            NotReady::Contract {
+                label,
+                state: Some(s),
+            } => write!(f, "{label}={s}"),
+            NotReady::Contract { label, state: None } => write!(f, "without {label}"),
+            NotReady::Missing(k) => write!(f, "without {k}"),
+            NotReady::Stale(k) => write!(f, "{k}=Unknown StaleHeartbeat"),
+            NotReady::Condition {
+                kind,
+                status,
+                reason,
+            } if reason.is_empty() => {
+                write!(f, "{kind}={}", status.as_str())
+            }
+            NotReady::Condition {
+                kind,
+                status,
+                reason,
+            } => {
+                write!(f, "{kind}={} {reason}", status.as_str())
+            }
+        }
+    }
+}
+
+/// A [`NotReady`] borrowing from the node and the pod, so that the loop over
+/// the nodes allocates nothing; made owned once per distinct reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Why<'a> {
+    Lacks(&'a str),
+    Contract {
+        label: &'a str,
+        state: Option<ContractState>,
+    },
+    Missing(ConditionType),
+    Stale(ConditionType),
+    Condition {
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: &'a str,
+    },
+}
+
+impl Why<'_> {
+    fn owned(self) -> NotReady {
+        match self {
+            Why::Lacks(r) => NotReady::Lacks(r.to_string()),
+            Why::Contract { label, state } => NotReady::Contract {
+                label: label.to_string(),
+                state,
+            },
+            Why::Missing(k) => NotReady::Missing(k),
+            Why::Stale(k) => NotReady::Stale(k),
+            Why::Condition {
+                kind,
+                status,
+                reason,
+            } => NotReady::Condition {
+                kind,
+                status,
+                reason: reason.to_string(),
+            },
+        }
+    }
+}
+
+/// One gate of one pod, judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub gate: String,
+    /// At least one matching node is ready.
+    pub release: bool,
+    /// Nodes that could host the pod.
+    pub matching: usize,
+    /// Of those, ready for this gate.
+    pub ready: usize,
+    /// Why the others are not: how many nodes for each first reason.
+    pub reasons: BTreeMap<NotReady, usize>,
+    pub blocked: Option<Blocked>,
+}
+
+impl Verdict {
+    /// The Event's message: "waiting for nodeproof.dev/gpu-driver-ready: 0 of
+    /// 12 matching nodes ready (8 GPUDriverReady=False NVMLInitFailed, 4 lack
+    /// nvidia.com/gpu)"; the reasons most frequent first.
+    pub fn message(&self) -> String {
+        if let Some(b) = &self.blocked {
+            return format!("waiting for {}: {b}", self.gate);
+        }
+        let mut line = format!(
+            "waiting for {}: {} of {} matching nodes ready",
+            self.gate, self.ready, self.matching
+        );
+        if self.matching == 0 {
+            line.push_str(" (no node matches the pod's nodeSelector, affinity and tolerations)");
+            return line;
+        }
+        let mut hist: Vec<(&NotReady, &usize)> = self.reasons.iter().collect();
+        hist.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        if !hist.is_empty() {
+            let parts: Vec<String> = hist.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            line.push_str(&format!(" ({})", parts.join(", ")));
+        }
+        line
+    }
+}
+
+/// Where the pod may go: its own constraints with its RuntimeClass's merged
+/// in (the RuntimeClass admission plugin merges them into the pod at
+/// creation; merging the class as it is now again is a no-op for an
+/// unchanged class).
+#[derive(Debug, Clone)]
+pub struct Placement<'a> {
+    pub selector: Cow<'a, BTreeMap<String, String>>,
+    pub affinity: Option<&'a NodeSelector>,
+    pub tolerations: Cow<'a, [Toleration]>,
+    pub contract_label: Option<&'a str>,
+    /// Tolerates `node.kubernetes.io/unschedulable:NoSchedule`.
+    pub tolerates_unschedulable: bool,
+}
+
+pub fn placement<'a>(
+    pod: &'a PodNeeds,
+    classes: &'a HashMap<String, ClassFacts>,
+) -> Result<Placement<'a>, Blocked> {
+    let class = match &pod.runtime_class {
+        None => None,
+        Some(name) => Some(
+            classes
+                .get(name)
+                .ok_or_else(|| Blocked::ClassNotFound(name.clone()))?,
+        ),
+    };
+    let mut selector = Cow::Borrowed(&pod.node_selector);
+    let mut tolerations = Cow::Borrowed(&pod.tolerations[..]);
+    if let (Some(class), Some(name)) = (class, &pod.runtime_class) {
+        for (k, v) in &class.node_selector {
+            match selector.get(k) {
+                Some(own) if own != v => {
+                    return Err(Blocked::SelectorConflict {
+                        class: name.clone(),
+                        key: k.clone(),
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    selector.to_mut().insert(k.clone(), v.clone());
+                }
+            }
+        }
+        for t in &class.tolerations {
+            if !tolerations.contains(t) {
+                tolerations.to_mut().push(t.clone());
+            }
+        }
+    }
+    let unschedulable = Taint {
+        key: UNSCHEDULABLE.into(),
+        value: String::new(),
+        effect: "NoSchedule".into(),
+    };
+    let tolerates_unschedulable = tolerations.iter().any(|t| tolerates(t, &unschedulable));
+    Ok(Placement {
+        selector,
+        affinity: pod.affinity.as_ref(),
+        tolerations,
+        contract_label: class.and_then(|c| c.contract_label.as_deref()),
+        tolerates_unschedulable,
+    })
+}
+
+/// The scheduler's node-only filters.
+pub fn could_host(p: &Placement<'_>, node: &NodeFacts) -> bool {
+    (!node.unschedulable || p.tolerates_unschedulable)
+        && affinity::matches(&p.selector, p.affinity, &node.labels, &node.name)
+        && untolerated(&p.tolerations, &node.taints).is_empty()
+}
+
+/// Whether `node` (which could host the pod) is ready for `gate`; the first reason if not.
+fn readiness<'a>(
+    pod: &'a PodNeeds,
+    p: &Placement<'a>,
+    gate: &Gate,
+    node: &'a NodeFacts,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Result<(), Why<'a>> {
+    for (resource, want) in &pod.extended {
+        if node.allocatable.get(resource).copied().unwrap_or(0) < *want {
+            return Err(Why::Lacks(resource));
+        }
+    }
+    if let (true, Some(label)) = (gate.contract, p.contract_label) {
+        let state = node.labels.get(label).and_then(|v| ContractState::parse(v));
+        if state != Some(ContractState::Ready) {
+            return Err(Why::Contract { label, state });
+        }
+    }
+    for kind in &gate.conditions {
+        let Some(c) = node.conditions.get(kind) else {
+            return Err(Why::Missing(*kind));
+        };
+        if c.stale(now, stale_after) {
+            return Err(Why::Stale(*kind));
+        }
+        if c.status != ConditionStatus::True {
+            return Err(Why::Condition {
+                kind: *kind,
+                status: c.status,
+                reason: &c.reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Every configured gate of `pod`, judged against `nodes` at `now`, in one
+/// pass over the nodes.
+pub fn judge<'n>(
+    pod: &PodNeeds,
+    policy: &Policy,
+    nodes: impl IntoIterator<Item = &'n NodeFacts>,
+    classes: &HashMap<String, ClassFacts>,
+    now: SystemTime,
+) -> Vec<Verdict> {
+    let gates: Vec<&Gate> = pod.gates.iter().filter_map(|g| policy.gate(g)).collect();
+    let mut verdicts: Vec<Verdict> = gates
+        .iter()
+        .map(|g| Verdict {
+            gate: g.name.clone(),
+            release: false,
+            matching: 0,
+            ready: 0,
+            reasons: BTreeMap::new(),
+            blocked: None,
+        })
+        .collect();
+    let p = match placement(pod, classes) {
+        Ok(p) => p,
+        Err(b) => {
+            for v in &mut verdicts {
+                v.blocked = Some(b.clone());
+            }
+            return verdicts;
+        }
+    };
+    let mut why: Vec<HashMap<Why<'_>, usize>> = vec![HashMap::new(); gates.len()];
+    for node in nodes {
+        if !could_host(&p, node) {
+            continue;
+        }
+        for ((v, gate), why) in verdicts.iter_mut().zip(&gates).zip(&mut why) {
+            v.matching += 1;
+            match readiness(pod, &p, gate, node, now, policy.stale_after) {
+                Ok(()) => v.ready += 1,
+                Err(r) => *why.entry(r).or_insert(0) += 1,
+            }
+        }
+    }
+    for (v, why) in verdicts.iter_mut().zip(why) {
+        v.release = v.ready > 0;
+        v.reasons = why.into_iter().map(|(r, n)| (r.owned(), n)).collect();
+    }
+    verdicts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::config::GateConfig;
+    use crate::gate::node::NodeCondition;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::{json, Value};
+
+    const T0: u64 = 1_800_000_000;
+
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(T0)
+    }
+
+    fn policy() -> Policy {
+        GateConfig::default().policy()
+    }
+
+    const GPU: &str = "nodeproof.dev/gpu-driver-ready";
+    const SECCOMP: &str = "nodeproof.dev/seccomp-ready";
+
+    /// A pod with the GPU gate and `spec` merged into its spec.
+    fn pod(spec: Value) -> PodNeeds {
+        let mut v = json!({"metadata": {"namespace": "ml", "name": "p", "uid": "u"},
+            "spec": {"containers": [{"name": "c"}], "schedulingGates": [{"name": GPU}, {"name": SECCOMP}]}});
+        for (k, val) in spec.as_object().unwrap() {
+            v["spec"][k] = val.clone();
+        }
+        let pod: Pod = serde_json::from_value(v).unwrap();
+        PodNeeds::of(&pod, &policy()).unwrap()
+    }
+
+    /// A GPU node, every condition True and fresh.
+    fn node(name: &str) -> NodeFacts {
+        let mut n = NodeFacts {
+            name: name.into(),
+            ..NodeFacts::default()
+        };
+        n.allocatable.insert("nvidia.com/gpu".into(), 8000);
+        for k in ConditionType::ALL {
+            n.conditions.insert(
+                k,
+                NodeCondition {
+                    status: ConditionStatus::True,
+                    reason: "Ok".into(),
+                    heartbeat: Some(now() - Duration::from_secs(60)),
+                },
+            );
+        }
+        n
+    }
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: String::new(),
+            effect: effect.into(),
+        }
+    }
+
+    fn gpu_verdict(
+        pod: &PodNeeds,
+        nodes: &[NodeFacts],
+        classes: &HashMap<String, ClassFacts>,
+    ) -> Verdict {
+        judge(pod, &policy(), nodes, classes, now())
+            .into_iter()
+            .find(|v| v.gate == GPU)
+            .unwrap()
+    }
+
+    #[test]
+    fn placement_table() {
+        let mut labelled = node("n");
+        labelled.labels.insert("pool".into(), "gpu".into());
+        labelled.labels.insert("gen".into(), "9".into());
+        let mut tainted = labelled.clone();
+        tainted.taints.push(taint("nvidia.com/gpu", "NoSchedule"));
+        let mut executing = labelled.clone();
+        executing.taints.push(taint("dedicated", "NoExecute"));
+        let mut soft = labelled.clone();
+        soft.taints.push(taint("soft", "PreferNoSchedule"));
+        let mut cordoned = labelled.clone();
+        cordoned.unschedulable = true;
+        let aff = |op: &str, values: &[&str]| {
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": op, "values": values}]}]}}})
+        };
+        let tol_all = json!([{"operator": "Exists"}]);
+        let cases: Vec<(&str, Value, &NodeFacts, bool)> = vec![
+            ("no constraints", json!({}), &labelled, true),
+            (
+                "nodeSelector matches",
+                json!({"nodeSelector": {"pool": "gpu"}}),
+                &labelled,
+                true,
+            ),
+            (
+                "nodeSelector differs",
+                json!({"nodeSelector": {"pool": "cpu"}}),
+                &labelled,
+                false,
+            ),
+            (
+                "affinity Gt",
+                json!({"affinity": aff("Gt", &["8"])}),
+                &labelled,
+                true,
+            ),
+            (
+                "affinity Lt",
+                json!({"affinity": aff("Lt", &["8"])}),
+                &labelled,
+                false,
+            ),
+            (
+                "affinity NotIn",
+                json!({"affinity": aff("NotIn", &["9"])}),
+                &labelled,
+                false,
+            ),
+            ("untolerated NoSchedule", json!({}), &tainted, false),
+            (
+                "tolerated NoSchedule",
+                json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
+                &tainted,
+                true,
+            ),
+            (
+                "toleration for another effect",
+                json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]}),
+                &tainted,
+                false,
+            ),
+            ("untolerated NoExecute", json!({}), &executing, false),
+            (
+                "PreferNoSchedule needs no toleration",
+                json!({}),
+                &soft,
+                true,
+            ),
+            ("cordoned", json!({}), &cordoned, false),
+            (
+                "cordoned, unschedulable tolerated",
+                json!({"tolerations": [{"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"}]}),
+                &cordoned,
+                true,
+            ),
+            (
+                "cordoned, tolerate everything",
+                json!({"tolerations": tol_all}),
+                &cordoned,
+                true,
+            ),
+            (
+                "cordoned, NoExecute only",
+                json!({"tolerations": [{"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoExecute"}]}),
+                &cordoned,
+                false,
+            ),
+        ];
+        for (what, spec, n, want) in cases {
+            let p = pod(spec);
+            let classes = HashMap::new();
+            let pl = placement(&p, &classes).unwrap();
+            assert_eq!(could_host(&pl, n), want, "{what}");
+            let v = gpu_verdict(&p, std::slice::from_ref(n), &classes);
+            assert_eq!((v.matching, v.release), (usize::from(want), want), "{what}");
+        }
+    }
+
+    #[test]
+    fn extended_resources_table() {
+        let mut small = node("small");
+        small.allocatable.insert("nvidia.com/gpu".into(), 1000);
+        let mut none = node("none");
+        none.allocatable.clear();
+        let gpus = |n: &str| json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": n}}}]});
+        let cases = [
+            (gpus("1"), &small, true),
+            (gpus("2"), &small, false),
+            (gpus("8"), &node("big"), true),
+            (gpus("9"), &node("big"), false),
+            (gpus("1"), &none, false),
+            (json!({}), &none, true),
+            (
+                json!({"containers": [{"name": "c", "resources": {"limits": {"example.com/fpga": "1"}}}]}),
+                &node("big"),
+                false,
+            ),
+        ];
+        for (i, (spec, n, want)) in cases.into_iter().enumerate() {
+            let v = gpu_verdict(&pod(spec), std::slice::from_ref(n), &HashMap::new());
+            assert_eq!(
+                v.matching, 1,
+                "case {i}: resources never make a node unmatched"
+            );
+            assert_eq!(v.release, want, "case {i}: {v:?}");
+            if !want {
+                assert!(
+                    matches!(v.reasons.keys().next(), Some(NotReady::Lacks(_))),
+                    "case {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn conditions_and_heartbeats() {
+        let p = pod(json!({}));
+        let stale_after = policy().stale_after;
+        let mut down = node("down");
+        let c = down
+            .conditions
+            .get_mut(&ConditionType::GPUDriverReady)
+            .unwrap();
+        c.status = ConditionStatus::False;
+        c.reason = "NVMLInitFailed".into();
+        let mut silent = node("silent");
+        for c in silent.conditions.values_mut() {
+            c.heartbeat = Some(now() - stale_after - Duration::from_secs(1));
+        }
+        let mut just_in_time = node("edge");
+        for c in just_in_time.conditions.values_mut() {
+            c.heartbeat = Some(now() - stale_after);
+        }
+        let mut bare = node("bare");
+        bare.conditions.remove(&ConditionType::GPUHealthy);
+        let v = gpu_verdict(
+            &p,
+            &[down.clone(), silent.clone(), bare.clone()],
+            &HashMap::new(),
+        );
+        assert!(!v.release);
+        assert_eq!((v.matching, v.ready), (3, 0));
+        assert_eq!(
+            v.message(),
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 3 matching nodes ready \
+             (1 without GPUHealthy, 1 GPUDriverReady=Unknown StaleHeartbeat, 1 GPUDriverReady=False NVMLInitFailed)"
+        );
+        assert!(gpu_verdict(&p, &[silent, just_in_time], &HashMap::new()).release);
+        // A True condition with the only stale heartbeat never releases.
+        let mut one = node("one");
+        one.conditions
+            .get_mut(&ConditionType::GPUHealthy)
+            .unwrap()
+            .heartbeat = None;
+        assert!(!gpu_verdict(&p, &[one], &HashMap::new()).release);
+    }
+
+    #[test]
+    fn the_issue_message() {
+        let p = pod(
+            json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        );
+        let mut nodes = Vec::new();
+        for i in 0..8 {
+            let mut n = node(&format!("bad{i}"));
+            let c = n
+                .conditions
+                .get_mut(&ConditionType::GPUDriverReady)
+                .unwrap();
+            c.status = ConditionStatus::False;
+            c.reason = "NVMLInitFailed".into();
+            nodes.push(n);
+        }
+        for i in 0..4 {
+            let mut n = node(&format!("cpu{i}"));
+            n.allocatable.clear();
+            nodes.push(n);
+        }
+        let mut elsewhere = node("other-pool");
+        elsewhere.taints.push(taint("dedicated", "NoSchedule"));
+        nodes.push(elsewhere);
+        let v = gpu_verdict(&p, &nodes, &HashMap::new());
+        assert_eq!(
+            v.message(),
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 12 matching nodes ready \
+             (8 GPUDriverReady=False NVMLInitFailed, 4 lack nvidia.com/gpu)"
+        );
+    }
+
+    #[test]
+    fn runtime_class_scheduling_and_contract() {
+        let class = ClassFacts {
+            node_selector: BTreeMap::from([(
+                "runtimeclass.nodeproof.dev/vllm".into(),
+                "ready".into(),
+            )]),
+            tolerations: vec![Toleration {
+                key: "gpu".into(),
+                operator: "Exists".into(),
+                ..Toleration::default()
+            }],
+            contract_label: Some("runtimeclass.nodeproof.dev/vllm".into()),
+        };
+        let classes = HashMap::from([("vllm".to_string(), class)]);
+        let p = pod(json!({"runtimeClassName": "vllm"}));
+        let mut ready = node("ready");
+        ready
+            .labels
+            .insert("runtimeclass.nodeproof.dev/vllm".into(), "ready".into());
+        ready.taints.push(taint("gpu", "NoSchedule")); // tolerated through the class
+        let mut not_ready = node("not-ready");
+        not_ready
+            .labels
+            .insert("runtimeclass.nodeproof.dev/vllm".into(), "not-ready".into());
+        let verdicts = judge(&p, &policy(), [&ready, &not_ready], &classes, now());
+        let seccomp = verdicts.iter().find(|v| v.gate == SECCOMP).unwrap();
+        // The class's nodeSelector keeps the not-ready node out of "matching".
+        assert_eq!((seccomp.matching, seccomp.ready), (1, 1));
+        assert!(verdicts.iter().all(|v| v.release));
+        // A class without the nodeSelector: the contract label is what the seccomp gate checks.
+        let mut loose = classes.clone();
+        loose.get_mut("vllm").unwrap().node_selector.clear();
+        let verdicts = judge(&p, &policy(), [&not_ready], &loose, now());
+        let seccomp = verdicts.iter().find(|v| v.gate == SECCOMP).unwrap();
+        assert!(!seccomp.release);
+        assert_eq!(
+            seccomp.message(),
+            "waiting for nodeproof.dev/seccomp-ready: 0 of 1 matching nodes ready \
+             (1 runtimeclass.nodeproof.dev/vllm=not-ready)"
+        );
+        // The GPU gate does not ask for the contract.
+        assert!(verdicts.iter().find(|v| v.gate == GPU).unwrap().release);
+        // A class not seen yet, or contradicting the pod, blocks every gate.
+        let v = judge(&p, &policy(), [&ready], &HashMap::new(), now());
+        assert!(v
+            .iter()
+            .all(|v| !v.release && v.blocked == Some(Blocked::ClassNotFound("vllm".into()))));
+        assert_eq!(
+            v[0].message(),
+            "waiting for nodeproof.dev/gpu-driver-ready: RuntimeClass vllm not found"
+        );
+        let p = pod(
+            json!({"runtimeClassName": "vllm", "nodeSelector": {"runtimeclass.nodeproof.dev/vllm": "not-ready"}}),
+        );
+        let v = judge(&p, &policy(), [&not_ready], &classes, now());
+        assert!(matches!(
+            v[0].blocked,
+            Some(Blocked::SelectorConflict { .. })
+        ));
+    }
+
+    #[test]
+    fn no_matching_node_says_so() {
+        let p = pod(json!({"nodeSelector": {"pool": "tpu"}}));
+        let v = gpu_verdict(&p, &[node("a")], &HashMap::new());
+        assert_eq!(
+            v.message(),
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 0 matching nodes ready \
+             (no node matches the pod's nodeSelector, affinity and tolerations)"
+        );
+    }
+}
