@@ -91,12 +91,21 @@ struct np_task_state {
 	__u32 _pad;
 };
 
+/*
+ * NP_CLASSIC_ONLY builds the second object, seccomp_trace_classic.bpf.o: the
+ * classic-tracepoint programs (with and without BTF) and the maps they use,
+ * nothing else. A kernel without task storage (Linux < 5.11: creating the map
+ * fails with EINVAL) or without tp_btf/fexit then still loads the tracepoint
+ * strategy: a feature one strategy needs never stops another from loading.
+ */
+#ifndef NP_CLASSIC_ONLY
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct np_task_state);
 } np_task_store SEC(".maps");
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -220,12 +229,14 @@ static __always_inline void np_emit_x(struct task_struct *task, __s32 nr, __s32 
 	np_stat(NP_STAT_SAMPLES);
 }
 
+#ifndef NP_CLASSIC_ONLY /* tp_btf's sched_switch only */
 static __always_inline unsigned int np_run_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
 		return BPF_CORE_READ(t, __state);
 	return (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)t, state);
 }
+#endif
 
 /* A confined task outside any traced syscall body is going to sleep
  * interruptibly: it waits for a USER_NOTIF answer (see the top comment). */
@@ -286,6 +297,7 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
 	np_skipped_x(task, st, nr, ret, 1);
 }
 
+#ifndef NP_CLASSIC_ONLY
 /* ---------------------------------------------------------------- tp_btf */
 
 /*
@@ -481,6 +493,8 @@ int np_fexit_seccomp(__u64 *ctx)
 	np_emit(task, nr, (rv < 0 && rv >= -MAX_ERRNO) ? -rv : 0, NP_ACT_ERRNO);
 	return 0;
 }
+
+#endif /* NP_CLASSIC_ONLY */
 
 /* ---------------------------------------------------------- tracepoint */
 

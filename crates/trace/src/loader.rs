@@ -289,7 +289,7 @@ fn try_strategy<'a>(
     cfg: &TracerConfig,
     btf: Result<&'a Btf, &String>,
     loader: &mut EbpfLoader<'a>,
-    object: &mut Option<Ebpf>,
+    object: &mut Option<(Object, Ebpf)>,
 ) -> Result<(Ebpf, Option<u32>), ProbeAttempt> {
     let fail = |reason, detail: String| ProbeAttempt {
         strategy,
@@ -320,9 +320,16 @@ fn try_strategy<'a>(
             ))
         }
     };
+    let kind = Object::of(strategy);
+    if object.as_ref().is_some_and(|(k, _)| *k != kind) {
+        *object = None;
+    }
     let bpf = match object {
-        Some(bpf) => bpf,
-        None => object.insert(load_object(loader, btf).map_err(|(r, d)| fail(r, d))?),
+        Some((_, bpf)) => bpf,
+        None => {
+            let loaded = load_object(loader, btf, kind, strategy).map_err(|(r, d)| fail(r, d))?;
+            &mut object.insert((kind, loaded)).1
+        }
     };
     let progs = programs(strategy);
     // Every program is verified before any is attached: a refusal (fexit
@@ -335,23 +342,74 @@ fn try_strategy<'a>(
         *object = None;
         return Err(fail(reason, detail));
     }
-    let mut bpf = object.take().expect("the object was just loaded");
+    let (_, mut bpf) = object.take().expect("the object was just loaded");
     unload_others(&mut bpf, progs);
     Ok((bpf, None))
 }
 
-/// The embedded object with the kernel's BTF: maps created, no program loaded.
+/// The two embedded objects. Each strategy loads the one that holds its
+/// programs, so a map only another strategy needs (task storage) is never
+/// created for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Object {
+    /// Every program and map: fexit and tp_btf.
+    Full,
+    /// The classic-tracepoint programs and their maps (no task storage).
+    Classic,
+}
+
+impl Object {
+    fn of(strategy: Strategy) -> Self {
+        match strategy {
+            Strategy::Fexit | Strategy::TpBtf => Self::Full,
+            Strategy::Tracepoint => Self::Classic,
+        }
+    }
+
+    fn bytes(self) -> &'static [u8] {
+        match self {
+            Self::Full => bpf::SECCOMP_TRACE,
+            Self::Classic => bpf::SECCOMP_TRACE_CLASSIC,
+        }
+    }
+}
+
+/// The task-storage map of the fexit and tp_btf programs (kernel 5.11+).
+const TASK_STORAGE_MAP: &str = "np_task_store";
+
+/// An embedded object with the kernel's BTF: maps created, no program loaded.
 fn load_object<'a>(
     loader: &mut EbpfLoader<'a>,
     btf: &'a Btf,
+    kind: Object,
+    strategy: Strategy,
 ) -> Result<Ebpf, (FailureReason, String)> {
     loader.btf(Some(btf));
-    loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
-        (
-            FailureReason::from_errno(errno_in(&e)),
-            format!("creating maps: {}", error_chain(&e)),
-        )
-    })
+    loader
+        .load(kind.bytes())
+        .map_err(|e| map_creation_error(&e, strategy))
+}
+
+/// A map the kernel would not create; task storage, which kernels before
+/// 5.11 lack (BPF_MAP_TYPE_TASK_STORAGE came with bpf-lsm task storage in
+/// 5.11; older kernels answer EINVAL for the unknown map type), is named.
+fn map_creation_error(e: &aya::EbpfError, strategy: Strategy) -> (FailureReason, String) {
+    let reason = FailureReason::from_errno(errno_in(e));
+    match e {
+        aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, .. })
+            if name == TASK_STORAGE_MAP =>
+        {
+            (
+                FailureReason::KernelUnsupported,
+                format!(
+                    "no task storage maps on this kernel (BPF_MAP_TYPE_TASK_STORAGE, Linux 5.11+), \
+                     where the {strategy} programs keep per-task state: {}",
+                    error_chain(e)
+                ),
+            )
+        }
+        _ => (reason, format!("creating maps: {}", error_chain(e))),
+    }
 }
 
 /// Unloads what refused strategies loaded and the chosen one does not use.
@@ -485,7 +543,7 @@ fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReas
         .override_global("np_sample_tgid", &sample_pid, true)
         .override_global("np_off_seccomp_mode", &offset, true)
         .override_global("np_off_stack", &stack, true)
-        .load(bpf::SECCOMP_TRACE)
+        .load(bpf::SECCOMP_TRACE_CLASSIC)
         .map_err(|e| {
             (
                 FailureReason::from_errno(errno_in(&e)),
@@ -563,7 +621,7 @@ fn probe_offsets() -> Result<ProbedOffsets, (FailureReason, String)> {
             .allow_unsupported_maps()
             .btf(None)
             .override_global("np_probe_tid", &tid, true)
-            .load(bpf::SECCOMP_TRACE)
+            .load(bpf::SECCOMP_TRACE_CLASSIC)
             .map_err(|e| {
                 (
                     FailureReason::from_errno(errno_in(&e)),
