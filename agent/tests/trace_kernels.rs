@@ -40,16 +40,20 @@ fn needs() -> Vec<Need> {
 /// stderr (the refusals, at info) and final JSON summary between markers.
 const SCRIPT: &str = r#"
 echo "@@ kernel $(uname -r)"
-run() {
-  if [ "$1" = auto ]; then S=""; else S="--strategy $1"; fi
-  NODEPROOF_LOG=info /bin/nodeproof trace $S -o json >/tmp/out.$1 2>/tmp/err.$1 &
+# Starts `nodeproof trace $2...` into /tmp/$1.{out,err}; T is its pid, alive once loaded.
+start() {
+  name=$1; shift
+  NODEPROOF_LOG=info /bin/nodeproof trace "$@" -o json >/tmp/$name.out 2>/tmp/$name.err &
   T=$!
   i=0
-  while ! grep -q "strategy loaded" /tmp/err.$1; do
+  while ! grep -q "strategy loaded" /tmp/$name.err; do
     kill -0 $T 2>/dev/null || break
     i=$((i+1)); [ $i -gt 600 ] && break
     sleep 0.2
   done
+}
+run() {
+  if [ "$1" = auto ]; then start $1; else start $1 --strategy $1; fi
   if kill -0 $T 2>/dev/null; then
     /bin/np_wl errno; /bin/np_wl kill; /bin/np_wl kill; /bin/np_wl trap; /bin/np_busy busy
     sleep 1
@@ -57,11 +61,29 @@ run() {
   fi
   wait $T
   echo "@@ status $1 $?"
-  echo "@@ stderr $1"; cat /tmp/err.$1
-  echo "@@ summary $1"; grep '"summary"' /tmp/out.$1
+  echo "@@ stderr $1"; cat /tmp/$1.err
+  echo "@@ summary $1"; grep '"summary"' /tmp/$1.out
   echo "@@ end $1"
 }
 for s in auto fexit tp_btf tracepoint; do run $s; done
+# Run counts of one program (name prefix $2) of strategy $1: before, after an
+# unconfined getppid loop, after a confined one.
+echo 1 > /proc/sys/kernel/bpf_stats_enabled
+runcnt() {
+  start runcnt-$1 --strategy $1
+  if kill -0 $T 2>/dev/null; then
+    A=$(/bin/np_runcnt $2); /bin/np_busy unconfined
+    B=$(/bin/np_runcnt $2); /bin/np_busy confined
+    C=$(/bin/np_runcnt $2)
+    echo "@@ runcnt $1 $A $B $C"
+    kill -INT $T
+  fi
+  wait $T
+}
+runcnt fexit np_fexit_seccom
+runcnt tp_btf np_btf_enter
+# Each run's own status is on its "@@ status" line; a refused strategy's is not the script's.
+exit 0
 "#;
 
 /// One trace run in the guest.
@@ -70,6 +92,8 @@ struct Run {
     status: Option<i32>,
     stderr: String,
     summary: Option<serde_json::Value>,
+    /// A program's run_cnt before, after 20000 unconfined and after 20000 confined syscalls.
+    runcnt: Option<[u64; 3]>,
 }
 
 fn parse(output: &str) -> BTreeMap<String, Run> {
@@ -84,6 +108,15 @@ fn parse(output: &str) -> BTreeMap<String, Run> {
                 "status" => {
                     runs.entry(name.to_string()).or_default().status =
                         words.next().and_then(|s| s.parse().ok());
+                }
+                "runcnt" => {
+                    let n: Vec<u64> = words
+                        .next()
+                        .unwrap_or("")
+                        .split(' ')
+                        .filter_map(|w| w.parse().ok())
+                        .collect();
+                    runs.entry(name.to_string()).or_default().runcnt = n.try_into().ok();
                 }
                 "stderr" => section = Some((name.to_string(), "stderr")),
                 "summary" => section = Some((name.to_string(), "summary")),
@@ -159,18 +192,46 @@ struct Expect {
     refused: &'static [(&'static str, &'static str, &'static str)],
 }
 
-fn build_workload(dir: &Path) -> PathBuf {
-    let out = dir.join("np_wl");
-    let src = repo().join("agent/tests/support/np_wl.c");
+/// Builds `support/<name>.c` static into `dir`.
+fn build_static(dir: &Path, name: &str, libs: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let src = repo().join(format!("agent/tests/support/{name}.c"));
     let st = Command::new("gcc")
         .args(["-static", "-O2", "-o"])
         .arg(&out)
         .arg(&src)
-        .args(["-lseccomp", "-lpthread"])
+        .args(libs)
         .status()
         .expect("gcc");
     assert!(st.success(), "gcc -static failed on {}", src.display());
     out
+}
+
+/// The fexit program runs only for tasks with seccomp work (the kernel calls
+/// __secure_computing only when SYSCALL_WORK_SECCOMP is set): an unconfined
+/// loop adds no run, a confined one at least one per syscall. tp_btf's
+/// sys_enter runs for every task's every syscall: the contrast.
+fn assert_run_counts(suite: Suite, runs: &BTreeMap<String, Run>, fexit_loads: bool) {
+    const CALLS: u64 = 20000;
+    let fexit = runs.get("fexit").and_then(|r| r.runcnt);
+    let tp_btf = runs.get("tp_btf").and_then(|r| r.runcnt);
+    eprintln!(
+        "{}: run_cnt [before, after {CALLS} unconfined getppid, after {CALLS} confined]: fexit {fexit:?}, tp_btf enter {tp_btf:?}",
+        suite.name()
+    );
+    if !fexit_loads {
+        assert_eq!(fexit, None);
+        return;
+    }
+    let [a, b, c] = fexit.expect("fexit run counts");
+    assert_eq!(b - a, 0, "fexit ran for an unconfined task");
+    assert!(
+        c - b >= CALLS,
+        "fexit ran {} times for {CALLS} confined calls",
+        c - b
+    );
+    let [a, b, _] = tp_btf.expect("tp_btf run counts");
+    assert!(b - a >= CALLS, "tp_btf sys_enter ran {} times", b - a);
 }
 
 fn matrix(suite: Suite, expect: Expect) {
@@ -185,13 +246,15 @@ fn matrix(suite: Suite, expect: Expect) {
         .unwrap_or_else(|e| panic!("fetching {}'s kernel: {e}", suite.name()));
     let work = cache.join(format!("run-{}", suite.name()));
     std::fs::create_dir_all(&work).unwrap();
-    let wl = build_workload(&work);
+    let wl = build_static(&work, "np_wl", &["-lseccomp", "-lpthread"]);
+    let runcnt = build_static(&work, "np_runcnt", &[]);
     let fs = Initramfs::new(&work.join("root")).unwrap();
     fs.add_binary(Path::new(env!("CARGO_BIN_EXE_nodeproof")), "/bin/nodeproof")
         .unwrap();
     fs.add_file(&wl, "/bin/np_wl").unwrap();
     // The same program under another name: its comm tells its rows apart.
     fs.add_file(&wl, "/bin/np_busy").unwrap();
+    fs.add_file(&runcnt, "/bin/np_runcnt").unwrap();
     fs.set_script(SCRIPT).unwrap();
     let initrd = work.join("initrd.cpio.gz");
     fs.pack(&initrd).unwrap();
@@ -238,6 +301,9 @@ fn matrix(suite: Suite, expect: Expect) {
             auto.stderr
         );
     }
+
+    let fexit_loads = !expect.refused.iter().any(|(s, _, _)| *s == "fexit");
+    assert_run_counts(suite, &runs, fexit_loads);
 
     for s in STRATEGIES {
         let run = runs

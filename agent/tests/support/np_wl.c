@@ -7,7 +7,9 @@
  *   kill   symlink -> KILL_PROCESS (the process dies on its first call)
  *   trap   link -> TRAP x3, SIGSYS caught
  *   busy   unconfined getppid x20000, then confined (allow-all but chmod)
- *          getppid x20000 and nanosleep x20: no denial at all */
+ *          getppid x20000 and nanosleep x20: no denial at all
+ *   unconfined  getppid x20000 without a filter
+ *   confined    getppid x20000 under an allow-all-but-chmod filter */
 #include <errno.h>
 #include <pthread.h>
 #include <seccomp.h>
@@ -96,6 +98,13 @@ int main(int argc, char **argv)
 			nanosleep(&ts, NULL);
 		return 0;
 	}
-	fprintf(stderr, "usage: np_wl errno|kill|trap|busy\n");
+	if (!strcmp(mode, "unconfined") || !strcmp(mode, "confined")) {
+		if (!strcmp(mode, "confined"))
+			filter(SCMP_SYS(chmod), SCMP_ACT_ERRNO(EPERM));
+		for (int i = 0; i < 20000; i++)
+			syscall(SYS_getppid);
+		return 0;
+	}
+	fprintf(stderr, "usage: np_wl errno|kill|trap|busy|unconfined|confined\n");
 	return 64;
 }
