@@ -12,6 +12,7 @@
 //!   output and exit status, under a hard timeout (KVM does not work on these
 //!   machines, so TCG: about a minute to the script).
 
+use nodeproof_testkit::BUSYBOX;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,6 @@ use std::time::{Duration, Instant};
 
 /// The Debian mirror the machine's sources use (see /etc/apt/sources.list.d/debian.sources).
 pub const MIRROR: &str = "http://deb.debian.org/debian";
-/// busybox from Debian's busybox-static: the guest's shell and tools.
-pub const BUSYBOX: &str = "/bin/busybox";
 /// The executables the harness runs on the host.
 pub const TOOLS: &[&str] = &[
     "qemu-system-x86_64",
@@ -235,7 +234,8 @@ pub struct Initramfs {
 }
 
 impl Initramfs {
-    /// A fresh tree in `dir` (emptied first) with busybox and its applet links.
+    /// A fresh tree in `dir` (emptied first) with busybox (Debian's
+    /// busybox-static, the one `Need::Busybox` checks) and its applet links.
     pub fn new(dir: &Path) -> Result<Self, VmError> {
         let _ = fs::remove_dir_all(dir);
         for sub in ["bin", "sbin", "proc", "sys", "dev", "tmp", "run", "etc"] {
