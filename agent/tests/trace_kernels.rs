@@ -9,7 +9,8 @@
 //! answered with an error, every filter installed after the tracer attached,
 //! and none for a busy confined-but-allowed and unconfined workload. Under
 //! fexit and tp_btf, bpf_prog_info's run_cnt shows which tasks each program
-//! runs for. Kernels are fetched with apt into target/kernels/
+//! runs for. Then `nodeproof run` must answer /readyz and name the same
+//! strategy in its metrics. Kernels are fetched with apt into target/kernels/
 //! (first run only). Needs root, qemu-system-x86_64 and cpio (`cargo xtask
 //! setup`); skips with one line without them, fails under NODEPROOF_REQUIRE=1.
 
@@ -86,6 +87,22 @@ runcnt() {
 }
 runcnt fexit np_fexit_seccom
 runcnt tp_btf np_btf_enter
+# The daemon: /readyz answers 200 and the strategy metric names the one in use.
+ip link set lo up
+mkdir -p /tmp/seccomp
+printf '[seccomp]\nroot = "/tmp/seccomp"\n[report]\nkubeconfig = "/nonexistent"\n[daemon]\nlisten = "127.0.0.1:9464"\n' >/tmp/config.toml
+NODE_NAME=vm /bin/nodeproof run --config /tmp/config.toml >/tmp/daemon.log 2>&1 &
+D=$!
+i=0
+until wget -q -O /dev/null http://127.0.0.1:9464/readyz 2>/dev/null; do
+  i=$((i+1)); [ $i -gt 600 ] && break
+  kill -0 $D 2>/dev/null || break
+  sleep 0.2
+done
+[ $i -le 600 ] && kill -0 $D 2>/dev/null && echo "@@ readyz ok"
+wget -q -O - http://127.0.0.1:9464/metrics | grep '^nodeproof_seccomp_tracing_strategy{.*} 1' | sed 's/.*strategy="\([a-z_]*\)".*/@@ daemon-strategy \1/'
+kill -TERM $D; wait $D
+echo "@@ daemon-log"; tail -n 20 /tmp/daemon.log; echo "@@ end daemon"
 # Each run's own status is on its "@@ status" line; a refused strategy's is not the script's.
 exit 0
 "#;
@@ -321,6 +338,22 @@ fn matrix(suite: Suite, expect: Expect) {
             auto.stderr
         );
     }
+
+    // The daemon reaches ready with the same strategy as `nodeproof trace`.
+    assert!(
+        guest.output.lines().any(|l| l.trim_end() == "@@ readyz ok"),
+        "the daemon never answered /readyz: {}",
+        show()
+    );
+    let daemon_strategy = guest
+        .output
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix("@@ daemon-strategy "));
+    eprintln!(
+        "{}: the daemon is ready, tracing with {daemon_strategy:?}",
+        suite.name()
+    );
+    assert_eq!(daemon_strategy, Some(expect.chosen), "{}", show());
 
     let fexit_loads = !expect.refused.iter().any(|(s, _, _)| *s == "fexit");
     assert_run_counts(suite, &runs, fexit_loads);
