@@ -588,6 +588,34 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 	return 0;
 }
 
+/* fexit where task storage (5.11), bpf_task_pt_regs (5.15) and
+ * bpf_get_func_ret (5.17) are missing, e.g. Debian 11's 5.10: the return
+ * value is the context slot after __secure_computing's one argument (const
+ * struct seccomp_data *; 6.15 dropped it, and there the verifier refuses this
+ * slot and np_fexit_seccomp serves), pt_regs at the top of the kernel stack,
+ * the trap mark in the tid-keyed hash np_tp_signal writes. */
+SEC("fexit/__secure_computing")
+int np_fexit_compat(__u64 *ctx)
+{
+	if ((int)ctx[1] != -1)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0; /* KILL (mode DEAD): counted at sched_process_exit */
+	struct pt_regs *regs = np_tp_regs(task);
+	long nr = (long)BPF_CORE_READ(regs, orig_ax);
+	long rv = (long)BPF_CORE_READ(regs, ax);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && st->trap) {
+		st->trap = 0;
+		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
+		return 0;
+	}
+	np_emit(task, nr, (rv < 0 && rv >= -MAX_ERRNO) ? -rv : 0, NP_ACT_ERRNO);
+	return 0;
+}
+
 /* SIGSYS from seccomp on a tid-keyed task (classic tracepoint strategies):
  * the next skipped exit of this thread is a TRAP, not an ERRNO. */
 static __always_inline void np_tid_mark_trap(__u32 tid, int err)
