@@ -223,6 +223,8 @@ fn expected_counts(strategy: &str) -> BTreeMap<(String, String, String, i64), u6
 /// the reason and a phrase of its detail.
 struct Expect {
     chosen: &'static str,
+    /// fexit loads its variant without task storage (np_fexit_compat).
+    fexit_fallback: bool,
     refused: &'static [(&'static str, &'static str, &'static str)],
 }
 
@@ -394,6 +396,14 @@ fn matrix(suite: Suite, expect: Expect) {
                 let summary = run.summary.as_ref().expect("a summary");
                 assert_eq!(summary["strategy"], s);
                 assert_eq!(summary["lost_counts"], 0);
+                if s == "fexit" {
+                    assert_eq!(
+                        run.stderr.contains("loaded its fallback variant"),
+                        expect.fexit_fallback,
+                        "{}",
+                        run.stderr
+                    );
+                }
                 let got = counts(summary);
                 eprintln!("{}: {s} counts {got:?}", suite.name());
                 assert_eq!(got, expected_counts(s), "{s} on {}", suite.name());
@@ -407,8 +417,8 @@ fn bullseye_5_10() {
     matrix(
         Suite::Bullseye,
         Expect {
-            // Its variant without task storage (np_fexit_compat).
             chosen: "fexit",
+            fexit_fallback: true,
             refused: &[("tp_btf", "KernelUnsupported", "task storage")],
         },
     );
@@ -420,6 +430,7 @@ fn bookworm_6_1() {
         Suite::Bookworm,
         Expect {
             chosen: "fexit",
+            fexit_fallback: false,
             refused: &[],
         },
     );
@@ -431,6 +442,7 @@ fn trixie_6_12() {
         Suite::Trixie,
         Expect {
             chosen: "fexit",
+            fexit_fallback: false,
             refused: &[],
         },
     );
