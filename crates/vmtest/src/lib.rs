@@ -384,12 +384,16 @@ pub fn boot(kernel: &Path, initrd: &Path, timeout: Duration) -> Result<GuestRun,
             tool: "qemu-system-x86_64",
             source,
         })?;
-    let mut stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = stdout.read_to_end(&mut buf);
-        buf
-    });
+    // Both pipes are drained as qemu writes: a full pipe would stall the guest.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let reader = drain(Box::new(child.stdout.take().expect("piped")));
+    let errors = drain(Box::new(child.stderr.take().expect("piped")));
     let finished = loop {
         match child.try_wait().map_err(|source| VmError::Spawn {
             tool: "qemu-system-x86_64",
@@ -404,7 +408,13 @@ pub fn boot(kernel: &Path, initrd: &Path, timeout: Duration) -> Result<GuestRun,
         let _ = child.kill();
         let _ = child.wait();
     }
-    let output = String::from_utf8_lossy(&reader.join().unwrap_or_default()).replace("\r\n", "\n");
+    let mut output =
+        String::from_utf8_lossy(&reader.join().unwrap_or_default()).replace("\r\n", "\n");
+    let qemu_stderr = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
+    if !qemu_stderr.trim().is_empty() {
+        output.push_str("\n[qemu stderr]\n");
+        output.push_str(&qemu_stderr);
+    }
     if finished.is_none() {
         return Err(VmError::Timeout { timeout, output });
     }
