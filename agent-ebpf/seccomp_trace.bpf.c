@@ -91,12 +91,21 @@ struct np_task_state {
 	__u32 _pad;
 };
 
+/*
+ * NP_CLASSIC_ONLY builds the second object, seccomp_trace_classic.bpf.o: the
+ * classic-tracepoint programs (with and without BTF) and the maps they use,
+ * nothing else. A kernel without task storage (Linux < 5.11: creating the map
+ * fails with EINVAL) or without tp_btf/fexit then still loads the tracepoint
+ * strategy: a feature one strategy needs never stops another from loading.
+ */
+#ifndef NP_CLASSIC_ONLY
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct np_task_state);
 } np_task_store SEC(".maps");
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -220,12 +229,14 @@ static __always_inline void np_emit_x(struct task_struct *task, __s32 nr, __s32 
 	np_stat(NP_STAT_SAMPLES);
 }
 
+#ifndef NP_CLASSIC_ONLY /* tp_btf's sched_switch only */
 static __always_inline unsigned int np_run_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
 		return BPF_CORE_READ(t, __state);
 	return (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)t, state);
 }
+#endif
 
 /* A confined task outside any traced syscall body is going to sleep
  * interruptibly: it waits for a USER_NOTIF answer (see the top comment). */
@@ -286,6 +297,7 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
 	np_skipped_x(task, st, nr, ret, 1);
 }
 
+#ifndef NP_CLASSIC_ONLY
 /* ---------------------------------------------------------------- tp_btf */
 
 /*
@@ -482,6 +494,8 @@ int np_fexit_seccomp(__u64 *ctx)
 	return 0;
 }
 
+#endif /* NP_CLASSIC_ONLY */
+
 /* ---------------------------------------------------------- tracepoint */
 
 struct np_tp_sys_enter {
@@ -571,6 +585,34 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 		return 0;
 	}
 	np_skipped(task, st, ctx->id, ctx->ret);
+	return 0;
+}
+
+/* fexit where task storage (5.11), bpf_task_pt_regs (5.15) and
+ * bpf_get_func_ret (5.17) are missing, e.g. Debian 11's 5.10: the return
+ * value is the context slot after __secure_computing's one argument (const
+ * struct seccomp_data *; 6.15 dropped it, and there the verifier refuses this
+ * slot and np_fexit_seccomp serves), pt_regs at the top of the kernel stack,
+ * the trap mark in the tid-keyed hash np_tp_signal writes. */
+SEC("fexit/__secure_computing")
+int np_fexit_compat(__u64 *ctx)
+{
+	if ((int)ctx[1] != -1)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
+		return 0; /* KILL (mode DEAD): counted at sched_process_exit */
+	struct pt_regs *regs = np_tp_regs(task);
+	long nr = (long)BPF_CORE_READ(regs, orig_ax);
+	long rv = (long)BPF_CORE_READ(regs, ax);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
+	if (st && st->trap) {
+		st->trap = 0;
+		np_emit(task, nr, st->trap_data, NP_ACT_TRAP);
+		return 0;
+	}
+	np_emit(task, nr, (rv < 0 && rv >= -MAX_ERRNO) ? -rv : 0, NP_ACT_ERRNO);
 	return 0;
 }
 

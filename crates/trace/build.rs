@@ -8,7 +8,17 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const OBJECTS: &[&str] = &["seccomp_trace", "empty"];
+/// (object, source, extra clang flags): the classic-tracepoint object is the
+/// same source without the programs and maps that need tp_btf, fexit or task storage.
+const OBJECTS: &[(&str, &str, &[&str])] = &[
+    ("seccomp_trace", "seccomp_trace", &[]),
+    (
+        "seccomp_trace_classic",
+        "seccomp_trace",
+        &["-DNP_CLASSIC_ONLY"],
+    ),
+    ("empty", "empty", &[]),
+];
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(nodeproof_bpf_stub)");
@@ -35,8 +45,8 @@ fn main() {
 
     match (have_clang, arch) {
         (true, Some(arch)) => {
-            for name in OBJECTS {
-                compile(&clang, arch, &src, &out, name);
+            for (name, source, flags) in OBJECTS {
+                compile(&clang, arch, &src, &out, name, source, flags);
             }
         }
         (have_clang, arch) => {
@@ -45,15 +55,23 @@ fn main() {
                 arch.is_some()
             );
             println!("cargo::rustc-cfg=nodeproof_bpf_stub");
-            for name in OBJECTS {
+            for (name, _, _) in OBJECTS {
                 std::fs::write(out.join(format!("{name}.bpf.o")), b"").expect("write stub object");
             }
         }
     }
 }
 
-fn compile(clang: &str, arch: &str, src: &Path, out: &Path, name: &str) {
-    let input = src.join(format!("{name}.bpf.c"));
+fn compile(
+    clang: &str,
+    arch: &str,
+    src: &Path,
+    out: &Path,
+    name: &str,
+    source: &str,
+    flags: &[&str],
+) {
+    let input = src.join(format!("{source}.bpf.c"));
     let output = out.join(format!("{name}.bpf.o"));
     let status = Command::new(clang)
         // -mcpu=v3: BPF atomics (cmpxchg) and 32-bit jumps; kernels >= 5.1 run it.
@@ -61,6 +79,7 @@ fn compile(clang: &str, arch: &str, src: &Path, out: &Path, name: &str) {
             "-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-mcpu=v3",
         ])
         .arg(format!("-D__TARGET_ARCH_{arch}"))
+        .args(flags)
         .arg("-I")
         .arg(src)
         .arg("-c")

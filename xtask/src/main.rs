@@ -44,6 +44,14 @@ const PACKAGES: &[(&str, &str)] = &[
         "setfacl: the preflight tests grant and deny access with POSIX ACLs",
     ),
     (
+        "qemu-system-x86",
+        "boots Debian's 5.10/6.1/6.12 kernels under TCG for the tracer's kernel matrix (agent/tests/trace_kernels.rs)",
+    ),
+    (
+        "cpio",
+        "packs that matrix's initramfs",
+    ),
+    (
         "dpkg-dev",
         "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
     ),

@@ -5,6 +5,11 @@
 pub static SECCOMP_TRACE: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/seccomp_trace.bpf.o"));
 
+/// The classic-tracepoint programs only (`-DNP_CLASSIC_ONLY`): no task
+/// storage, tp_btf or fexit, so kernels before 5.11 create its maps.
+pub static SECCOMP_TRACE_CLASSIC: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/seccomp_trace_classic.bpf.o"));
+
 /// An empty tp_btf sys_enter/sys_exit pair: the overhead floor the benchmark compares against.
 pub static EMPTY_PAIR: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/empty.bpf.o"));

@@ -137,6 +137,28 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
     }
 }
 
+/// fexit for kernels before task storage (5.11), bpf_task_pt_regs (5.15) and
+/// bpf_get_func_ret (5.17): the return value from the context, the per-task
+/// trap mark in the tid-keyed hash, signal and exit on classic tracepoints.
+const FEXIT_COMPAT_PROGRAMS: &[(&str, Attach)] = &[
+    ("np_tp_signal", Attach::Tp("signal", "signal_generate")),
+    ("np_tp_proc_exit", Attach::Tp("sched", "sched_process_exit")),
+    ("np_fexit_compat", Attach::Fexit("__secure_computing")),
+];
+
+/// A strategy's variants in the order tried, each with the object that holds
+/// its programs: a map only another strategy needs is never created for it.
+fn variants(strategy: Strategy) -> Vec<(Object, &'static [(&'static str, Attach)])> {
+    match strategy {
+        Strategy::Fexit => vec![
+            (Object::Full, programs(strategy)),
+            (Object::Classic, FEXIT_COMPAT_PROGRAMS),
+        ],
+        Strategy::TpBtf => vec![(Object::Full, programs(strategy))],
+        Strategy::Tracepoint => vec![(Object::Classic, programs(strategy))],
+    }
+}
+
 /// The tracepoint strategy's programs when there is no BTF: no CO-RE reads,
 /// `seccomp.mode` at a probed offset (see `probe_offsets`).
 const BTF_FREE_PROGRAMS: &[(&str, Attach)] = &[
@@ -289,7 +311,7 @@ fn try_strategy<'a>(
     cfg: &TracerConfig,
     btf: Result<&'a Btf, &String>,
     loader: &mut EbpfLoader<'a>,
-    object: &mut Option<Ebpf>,
+    object: &mut Option<(Object, Ebpf)>,
 ) -> Result<(Ebpf, Option<u32>), ProbeAttempt> {
     let fail = |reason, detail: String| ProbeAttempt {
         strategy,
@@ -320,38 +342,122 @@ fn try_strategy<'a>(
             ))
         }
     };
+    // The first variant that loads wins; a refusal names every variant's reason.
+    let mut refused: Option<(FailureReason, String)> = None;
+    for (kind, progs) in variants(strategy) {
+        match load_variant(strategy, kind, progs, btf, loader, object) {
+            Ok(bpf) => {
+                if let Some((_, detail)) = &refused {
+                    tracing::info!(%strategy, variant = ?kind, first = %detail, "seccomp tracing strategy loaded its fallback variant");
+                }
+                return Ok((bpf, None));
+            }
+            Err((reason, detail)) => {
+                refused = Some(match refused {
+                    None => (reason, detail),
+                    Some((first, before)) => (
+                        first,
+                        format!("{before}; without task storage, bpf_get_func_ret and bpf_task_pt_regs: {detail}"),
+                    ),
+                })
+            }
+        }
+    }
+    let (reason, detail) = refused.expect("every strategy has a variant");
+    Err(fail(reason, detail))
+}
+
+/// One variant of a strategy: its object's maps (shared with the strategies
+/// tried before it when the object is the same), then its programs.
+fn load_variant<'a>(
+    strategy: Strategy,
+    kind: Object,
+    progs: &[(&'static str, Attach)],
+    btf: &'a Btf,
+    loader: &mut EbpfLoader<'a>,
+    object: &mut Option<(Object, Ebpf)>,
+) -> Result<Ebpf, (FailureReason, String)> {
+    if object.as_ref().is_some_and(|(k, _)| *k != kind) {
+        *object = None;
+    }
     let bpf = match object {
-        Some(bpf) => bpf,
-        None => object.insert(load_object(loader, btf).map_err(|(r, d)| fail(r, d))?),
+        Some((_, bpf)) => bpf,
+        None => {
+            let loaded = load_object(loader, btf, kind, strategy)?;
+            &mut object.insert((kind, loaded)).1
+        }
     };
-    let progs = programs(strategy);
     // Every program is verified before any is attached: a refusal (fexit
     // under lockdown, say) then leaves nothing running, and the programs it
     // did load stay loaded for the next strategy that shares them.
-    load_programs(bpf, progs, Some(btf)).map_err(|(r, d)| fail(r, d))?;
-    if let Err((reason, detail)) = attach_programs(bpf, progs) {
+    load_programs(bpf, progs, Some(btf))?;
+    if let Err(e) = attach_programs(bpf, progs) {
         // Some of its programs ran for a moment and wrote to the maps: the
         // next strategy starts from a fresh object.
         *object = None;
-        return Err(fail(reason, detail));
+        return Err(e);
     }
-    let mut bpf = object.take().expect("the object was just loaded");
+    let (_, mut bpf) = object.take().expect("the object was just loaded");
     unload_others(&mut bpf, progs);
-    Ok((bpf, None))
+    Ok(bpf)
 }
 
-/// The embedded object with the kernel's BTF: maps created, no program loaded.
+/// The two embedded objects. Each strategy loads the one that holds its
+/// programs, so a map only another strategy needs (task storage) is never
+/// created for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Object {
+    /// Every program and map: fexit and tp_btf.
+    Full,
+    /// The classic-tracepoint programs and their maps (no task storage).
+    Classic,
+}
+
+impl Object {
+    fn bytes(self) -> &'static [u8] {
+        match self {
+            Self::Full => bpf::SECCOMP_TRACE,
+            Self::Classic => bpf::SECCOMP_TRACE_CLASSIC,
+        }
+    }
+}
+
+/// The task-storage map of the fexit and tp_btf programs (kernel 5.11+).
+const TASK_STORAGE_MAP: &str = "np_task_store";
+
+/// An embedded object with the kernel's BTF: maps created, no program loaded.
 fn load_object<'a>(
     loader: &mut EbpfLoader<'a>,
     btf: &'a Btf,
+    kind: Object,
+    strategy: Strategy,
 ) -> Result<Ebpf, (FailureReason, String)> {
     loader.btf(Some(btf));
-    loader.load(bpf::SECCOMP_TRACE).map_err(|e| {
-        (
-            FailureReason::from_errno(errno_in(&e)),
-            format!("creating maps: {}", error_chain(&e)),
-        )
-    })
+    loader
+        .load(kind.bytes())
+        .map_err(|e| map_creation_error(&e, strategy))
+}
+
+/// A map the kernel would not create; task storage, which kernels before
+/// 5.11 lack (BPF_MAP_TYPE_TASK_STORAGE came with bpf-lsm task storage in
+/// 5.11; older kernels answer EINVAL for the unknown map type), is named.
+fn map_creation_error(e: &aya::EbpfError, strategy: Strategy) -> (FailureReason, String) {
+    let reason = FailureReason::from_errno(errno_in(e));
+    match e {
+        aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, .. })
+            if name == TASK_STORAGE_MAP =>
+        {
+            (
+                FailureReason::KernelUnsupported,
+                format!(
+                    "no task storage maps on this kernel (BPF_MAP_TYPE_TASK_STORAGE, Linux 5.11+), \
+                     where the {strategy} programs keep per-task state: {}",
+                    error_chain(e)
+                ),
+            )
+        }
+        _ => (reason, format!("creating maps: {}", error_chain(e))),
+    }
 }
 
 /// Unloads what refused strategies loaded and the chosen one does not use.
@@ -485,7 +591,7 @@ fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReas
         .override_global("np_sample_tgid", &sample_pid, true)
         .override_global("np_off_seccomp_mode", &offset, true)
         .override_global("np_off_stack", &stack, true)
-        .load(bpf::SECCOMP_TRACE)
+        .load(bpf::SECCOMP_TRACE_CLASSIC)
         .map_err(|e| {
             (
                 FailureReason::from_errno(errno_in(&e)),
@@ -563,7 +669,7 @@ fn probe_offsets() -> Result<ProbedOffsets, (FailureReason, String)> {
             .allow_unsupported_maps()
             .btf(None)
             .override_global("np_probe_tid", &tid, true)
-            .load(bpf::SECCOMP_TRACE)
+            .load(bpf::SECCOMP_TRACE_CLASSIC)
             .map_err(|e| {
                 (
                     FailureReason::from_errno(errno_in(&e)),
