@@ -560,6 +560,7 @@ fn package_of(tool: &str) -> &str {
         "timeout" => "coreutils",
         "cc" => "gcc",
         "busybox" => "busybox-static",
+        "qemu-system-x86_64" => "qemu-system-x86",
         other => other,
     }
 }
@@ -628,6 +629,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(m.what, "`systemd-nspawn-nodeproof-none` on PATH");
         assert_eq!(package_of("systemd-nspawn"), "systemd-container");
+        assert_eq!(package_of("qemu-system-x86_64"), "qemu-system-x86");
         assert!(Need::Tool("sh").check().is_ok());
     }
 
