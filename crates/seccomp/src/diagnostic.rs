@@ -81,6 +81,8 @@ codes! {
     NativeArchUnlisted => "native-arch-unlisted",
     RuntimeSyscallDenied => "runtime-syscall-denied",
     EntrypointSyscallDenied => "entrypoint-syscall-denied",
+    /// A privilege drop of runc init answered with errno 0: it "succeeds" without running.
+    PrivilegeDropSkipped => "privilege-drop-skipped",
     CrossArchModel => "cross-arch-model",
     // Lints beyond acceptance.
     AllowByDefault => "allow-by-default",
