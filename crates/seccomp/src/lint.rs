@@ -186,10 +186,15 @@ fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> Profile
         d.span.get_or_insert(json::Span { start: 0, end: 0 });
         d.locate(&index);
     }
-    // Errors first, then by position, so the first line is the cause.
-    report
-        .diagnostics
-        .sort_by_key(|d| (d.severity, d.span.map_or(usize::MAX, |s| s.start)));
+    // Errors first, a start that fails every time before one that fails
+    // only sometimes, then by position, so the first line is the cause.
+    report.diagnostics.sort_by_key(|d| {
+        (
+            d.severity,
+            d.code == Code::RuntimeSyscallDeniedIntermittently,
+            d.span.map_or(usize::MAX, |s| s.start),
+        )
+    });
     report
 }
 
@@ -322,7 +327,8 @@ fn predict(
                 Code::NativeArchUnlisted,
                 "/architectures",
                 format!(
-                    "`architectures` {listed}, so runc's -ENOSYS stub does not cover {}: syscalls numbered above every one the profile names (such as a newer libc's rseq or clone3) get the default action {} instead of failing with ENOSYS",
+                    "`architectures` {listed}{}, so runc's -ENOSYS stub does not cover {}: syscalls numbered above every one the profile names (such as a newer libc's rseq or clone3) get the default action {} instead of failing with ENOSYS",
+                    if profile.architectures.is_empty() { "" } else { " (libseccomp adds the native arch to the filter anyway, without runc's stub)" },
                     opts.arch, spec.default_action
                 ),
             )
@@ -419,9 +425,34 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
             .with_help("prefer an allow list: defaultAction SCMP_ACT_ERRNO with the needed syscalls allowed"),
         );
     }
+    if p.default_action == "SCMP_ACT_TRACE" {
+        report.diagnostics.push(
+            Diagnostic::warning(
+                Code::TraceWithoutTracer,
+                "/defaultAction",
+                "`SCMP_ACT_TRACE` hands each call to a ptrace tracer, and no tracer is attached to a container: the kernel fails every syscall the rules do not name with ENOSYS (a blanket ENOSYS)",
+            )
+            .with_help("say what is meant: defaultAction SCMP_ACT_ERRNO with defaultErrnoRet 38 (ENOSYS)"),
+        );
+    }
     let errno_like = |a: &str| matches!(a, "SCMP_ACT_ERRNO" | "SCMP_ACT_TRACE");
     let mut check_errno = |errno: Option<u64>, action: &str, pointer: String| {
         let Some(e) = errno else { return };
+        if action == "SCMP_ACT_TRACE" {
+            // libseccomp takes any 16-bit message for TRACE, and without a
+            // tracer the call fails with ENOSYS whatever the value.
+            if e > 0xffff {
+                report.diagnostics.push(
+                    Diagnostic::warning(
+                        Code::ErrnoOutOfRange,
+                        pointer,
+                        format!("errnoRet {e} does not fit: runc keeps the low 16 bits, so a tracer would get message {}; without a tracer the call fails with ENOSYS either way", e & 0xffff),
+                    )
+                    .with_help("use a value below 65536"),
+                );
+            }
+            return;
+        }
         if !errno_like(action) {
             report.diagnostics.push(
                 Diagnostic::warning(
@@ -469,6 +500,21 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
     }
     for rule in &p.syscalls {
         for arg in &rule.args {
+            if arg.op == "SCMP_CMP_MASKED_EQ" && arg.value == 0 && arg.value_two != 0 {
+                report.diagnostics.push(
+                    Diagnostic::warning(
+                        Code::MaskZero,
+                        format!("{}/value", arg.pointer),
+                        // libseccomp's _db_rule_gen_arg_64/_32 skip a masked
+                        // comparison whose mask word is 0.
+                        format!(
+                            "SCMP_CMP_MASKED_EQ takes `value` as the mask: with mask 0 libseccomp leaves the comparison out, so it matches every call, though (arg & 0) can never equal valueTwo {}",
+                            arg.value_two
+                        ),
+                    )
+                    .with_help("put the mask in `value` and the expected bits in `valueTwo`"),
+                );
+            }
             if arg.value_two != 0 && arg.op != "SCMP_CMP_MASKED_EQ" {
                 report.diagnostics.push(Diagnostic::warning(
                     Code::ValueTwoIgnored,
@@ -625,6 +671,20 @@ fn answer(action: Action) -> Option<Answer> {
     }
 }
 
+/// For a call init makes in some starts only: how often and why.
+fn intermittently(need: &InitSyscall, action: Action, opts: &LintOptions) -> String {
+    let Some(cause) = need.intermittent_cause() else {
+        return String::new();
+    };
+    let enosys = matches!(answer(action), Some(Answer::Errno(runc_init::ENOSYS)));
+    let rate = need
+        .observed_rate(opts.no_new_privileges, enosys)
+        .map_or(String::new(), |(failed, runs)| {
+            format!(" (in {failed} of {runs} starts with runc 1.1.5 here)")
+        });
+    format!(" intermittently{rate}: {cause}")
+}
+
 /// Where the rule giving `need` its `action` is, or the default action.
 fn rule_pointer(spec: &FilterSpec, need: &InitSyscall, action: Action) -> String {
     spec.rules
@@ -664,6 +724,7 @@ fn runtime_denial(
 ) -> Diagnostic {
     let pointer = rule_pointer(spec, need, action);
     let (code, who) = match need.phase {
+        Phase::RuncInit if need.flaky => (Code::RuntimeSyscallDeniedIntermittently, "runc init"),
         Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),
         Phase::Entrypoint => (
             Code::EntrypointSyscallDenied,
@@ -679,10 +740,11 @@ fn runtime_denial(
         code,
         pointer,
         format!(
-            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}{}, so the container fails to start",
+            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}{}, so the container fails to start{}",
             need.name,
             if action == Action::Errno(0) { " (0 without running, which this caller does not take for success)" } else { "" },
             fallbacks.map_or(String::new(), |alts| format!(" and denies its fallback `{}` too", alts.join("`, `"))),
+            intermittently(need, action, opts),
         ),
     )
     .with_help(match answer(action) {

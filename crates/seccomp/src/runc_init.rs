@@ -167,6 +167,30 @@ impl InitSyscall {
         (!msg.is_empty()).then_some(msg)
     }
 
+    /// How many of the learner's starts failed when this call's name alone
+    /// was denied in that mode: (failed, runs), from `evidence`.
+    pub fn observed_rate(&self, no_new_privileges: bool, enosys: bool) -> Option<(u32, u32)> {
+        let key = format!(
+            "deny NNP={} {} \u{2192} ",
+            no_new_privileges,
+            if enosys { "ENOSYS" } else { "EPERM" }
+        );
+        let rest = &self.evidence[self.evidence.find(&key)? + key.len()..];
+        let (failed, rest) = rest.split_once('/')?;
+        let runs = rest.split(' ').next()?;
+        Some((failed.parse().ok()?, runs.parse().ok()?))
+    }
+
+    /// Why denying this call breaks only some starts, for the entries the
+    /// learner found flaky.
+    pub fn intermittent_cause(&self) -> Option<&'static str> {
+        INTERMITTENT_CAUSES
+            .iter()
+            .find(|(n, _)| *n == self.name)
+            .map(|(_, cause)| *cause)
+            .filter(|_| self.flaky)
+    }
+
     pub fn in_mode(&self, no_new_privileges: bool) -> bool {
         if no_new_privileges {
             self.in_nnp_true
@@ -180,6 +204,18 @@ impl InitSyscall {
 /// another syscall; denying both breaks the start (measured: denying brk+mmap →
 /// exit 127, exit_group+exit → exit 139 or a hang).
 pub const FALLBACKS: &[(&str, &[&str])] = &[("brk", &["mmap"]), ("exit_group", &["exit"])];
+
+/// What makes init's call of these names depend on the run (docs/runc-init-syscalls.md).
+pub const INTERMITTENT_CAUSES: &[(&str, &str)] = &[
+    (
+        "futex",
+        "Go's scheduler makes a futex wake on init's locked thread in some starts only",
+    ),
+    (
+        "rt_sigreturn",
+        "a signal (Go's SIGURG preemption) reaches init's locked thread in some starts only",
+    ),
+];
 
 /// runc 1.1.5+ds1 (Debian 12, go1.19.8, libseccomp 2.5.4), x86_64, busybox-static `/bin/true`.
 ///
