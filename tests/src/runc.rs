@@ -157,6 +157,8 @@ pub struct RuncOracle {
     busybox: PathBuf,
     base_config: Value,
     counter: AtomicU64,
+    /// Seconds `timeout` gives one `runc run`.
+    timeout_s: u32,
 }
 
 impl RuncOracle {
@@ -223,7 +225,15 @@ impl RuncOracle {
             busybox,
             base_config,
             counter: AtomicU64::new(0),
+            timeout_s: RUN_TIMEOUT_S,
         })
+    }
+
+    /// The same oracle giving each `runc run` `seconds` before it counts as a
+    /// hang (a start takes well under one; campaigns meet many hangs).
+    pub fn with_timeout(mut self, seconds: u32) -> RuncOracle {
+        self.timeout_s = seconds;
+        self
     }
 
     pub fn runc(&self) -> &Path {
@@ -335,7 +345,7 @@ impl RuncOracle {
         // (a KILL_THREAD default leaves init's other threads waiting).
         let out = Command::new("timeout")
             .args(["-k", "5"])
-            .arg(RUN_TIMEOUT_S.to_string())
+            .arg(self.timeout_s.to_string())
             .args(wrapper)
             .arg(&self.runc)
             .arg("--root")
@@ -429,6 +439,7 @@ mod tests {
             busybox: PathBuf::from("/bin/busybox"),
             base_config: json!({"process": {}, "root": {}, "linux": {}}),
             counter: AtomicU64::new(0),
+            timeout_s: RUN_TIMEOUT_S,
         };
         let raw = b"\xef\xbb\xbf{\"defaultAction\":\"A\",\"DEFAULTACTION\":\"B\",";
         let out = oracle
