@@ -1,7 +1,7 @@
 //! The differential campaign (tests/src/campaign.rs) against real runc: a
 //! bounded count per run with a seed that changes each run and is printed.
 //! `NP_CAMPAIGN_SEED` replays a run, `NP_CAMPAIGN_CASES` sizes it (default
-//! 100 profiles × 2 modes, about two minutes), `NP_CAMPAIGN_RERUNS` bounds the
+//! 60 profiles × 2 modes, about two minutes), `NP_CAMPAIGN_RERUNS` bounds the
 //! re-runs that tell an intermittent failure from a disagreement (default
 //! 20). `cargo xtask campaign` runs a longer one.
 
@@ -30,7 +30,7 @@ fn campaign_agrees_with_real_runc() {
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
     let seed = env_or("NP_CAMPAIGN_SEED", clock);
-    let n = env_or("NP_CAMPAIGN_CASES", 100) as usize;
+    let n = env_or("NP_CAMPAIGN_CASES", 60) as usize;
     let reruns = env_or("NP_CAMPAIGN_RERUNS", 20) as usize;
     eprintln!("campaign: seed {seed}, {n} profiles × 2 modes (replay: NP_CAMPAIGN_SEED={seed} NP_CAMPAIGN_CASES={n})");
     // A start takes well under a second; hangs (KILL_THREAD, close answered 0) need not wait 20.
