@@ -148,6 +148,7 @@ struct RunSpec<'a> {
     args: &'a [&'a str],
     wrapper: &'a [OsString],
     cgroups_path: Option<&'a str>,
+    timeout_s: u32,
 }
 
 /// Runs profiles through real runc. Cheap to share between threads.
@@ -253,6 +254,31 @@ impl RuncOracle {
             })
     }
 
+    /// Like [`RuncOracle::run`], giving this one run `timeout_s` seconds.
+    pub fn run_with_timeout(
+        &self,
+        profile_bytes: &[u8],
+        no_new_privileges: bool,
+        args: &[&str],
+        timeout_s: u32,
+    ) -> RuncRun {
+        self.run_full(&RunSpec {
+            profile: profile_bytes,
+            nnp: no_new_privileges,
+            args,
+            wrapper: &[],
+            cgroups_path: None,
+            timeout_s,
+        })
+        .unwrap_or_else(|e| RuncRun {
+            verdict: Verdict::StartFailed,
+            exit: -1,
+            stderr: format!("nodeproof oracle error: {e}"),
+            init_started: false,
+            timed_out: false,
+        })
+    }
+
     /// Like [`RuncOracle::run`], with `wrapper` (e.g. `strace -f -ff -o ...`) put in
     /// front of `runc run`, inside the timeout.
     pub fn run_wrapped(
@@ -268,6 +294,7 @@ impl RuncOracle {
             args,
             wrapper,
             cgroups_path: None,
+            timeout_s: self.timeout_s,
         })
     }
 
@@ -287,6 +314,7 @@ impl RuncOracle {
             args,
             wrapper: &[],
             cgroups_path: Some(cgroups_path),
+            timeout_s: self.timeout_s,
         })
     }
 
@@ -321,6 +349,7 @@ impl RuncOracle {
             args,
             wrapper,
             cgroups_path,
+            timeout_s,
         } = *spec;
         let rootfs = bundle.join("rootfs");
         fs::create_dir_all(rootfs.join("bin")).map_err(io_err("mkdir rootfs"))?;
@@ -345,7 +374,7 @@ impl RuncOracle {
         // (a KILL_THREAD default leaves init's other threads waiting).
         let out = Command::new("timeout")
             .args(["-k", "5"])
-            .arg(self.timeout_s.to_string())
+            .arg(timeout_s.to_string())
             .args(wrapper)
             .arg(&self.runc)
             .arg("--root")
