@@ -33,6 +33,10 @@ pub const NEAR_ALLOW_ALL: &str = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls"
 
 pub const ENOSYS: u32 = 38;
 
+/// The answers each name is denied with: EPERM, ENOSYS, 0 (success without
+/// running) and EINVAL for "any other errno".
+pub const ERRNO_CLASSES: [u32; 4] = [1, ENOSYS, 0, 22];
+
 /// Go runtime syscalls the locked init thread can make at any moment (signal
 /// returns, scheduler sleeps, heap growth) that a few traces may miss; their
 /// denial is measured too, and they enter the table only if it ever broke a run.
@@ -386,13 +390,14 @@ pub fn short_message(stderr: &str) -> String {
     line.replace('\\', "").replace('"', "'")
 }
 
-/// Denies each of `names` alone in each mode with EPERM and ENOSYS, `reps` times.
+/// Denies each of `names` alone in each mode with each of [`ERRNO_CLASSES`], `reps` times.
 pub fn measure_fatality(oracle: &RuncOracle, names: &[String], reps: usize) -> Vec<Fatality> {
     let jobs: Vec<(String, bool, u32)> = names
         .iter()
         .flat_map(|n| {
-            [(true, 1), (true, ENOSYS), (false, 1), (false, ENOSYS)]
-                .map(|(nnp, e)| (n.clone(), nnp, e))
+            [true, false]
+                .into_iter()
+                .flat_map(|nnp| ERRNO_CLASSES.map(|e| (n.clone(), nnp, e)))
         })
         .collect();
     let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
@@ -467,7 +472,9 @@ pub fn minimize_allowlist(
     cur
 }
 
-/// Renders the learned table as the body of `agent/src/profile/runc_init.rs`'s constant.
+/// Renders the learned table as the body of `crates/seccomp/src/runc_init.rs`'s
+/// constant. `ignores`, `only_after` and `skipped_drop` come from runs with
+/// rules on arguments and from runc's source, and are kept by hand.
 pub fn render_table(obs: &[Observed], fat: &[Fatality], runs: usize) -> String {
     let mut s = String::new();
     for o in obs {
@@ -524,7 +531,7 @@ pub fn render_table(obs: &[Observed], fat: &[Fatality], runs: usize) -> String {
         let flaky = fat.iter().filter(|f| f.name == o.name).any(|f| !f.stable());
         let _ = writeln!(
             s,
-            "    InitSyscall {{\n        name: {:?},\n        args: [{}],\n        phase: {},\n        in_nnp_true: {},\n        in_nnp_false: {},\n        fatal_eperm: {},\n        fatal_enosys: {},\n        flaky: {flaky},\n        evidence: {:?},\n    }},",
+            "    InitSyscall {{\n        name: {:?},\n        args: [{}],\n        phase: {},\n        in_nnp_true: {},\n        in_nnp_false: {},\n        fatal_eperm: {},\n        fatal_enosys: {},\n        fatal_success: {},\n        fatal_other: {},\n        ignores: &[],\n        only_after: None,\n        skipped_drop: None,\n        flaky: {flaky},\n        evidence: {:?},\n    }},",
             o.name,
             o.args.iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>().join(", "),
             o.phase.rust_name(),
@@ -532,6 +539,8 @@ pub fn render_table(obs: &[Observed], fat: &[Fatality], runs: usize) -> String {
             o.runs_nnp_false > 0,
             fatal(1),
             fatal(ENOSYS),
+            fatal(0),
+            fatal(22),
             ev,
         );
     }

@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests.
 
+pub mod campaign;
 pub mod learn;
 pub mod runc;
 

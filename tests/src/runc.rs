@@ -148,6 +148,7 @@ struct RunSpec<'a> {
     args: &'a [&'a str],
     wrapper: &'a [OsString],
     cgroups_path: Option<&'a str>,
+    timeout_s: u32,
 }
 
 /// Runs profiles through real runc. Cheap to share between threads.
@@ -157,6 +158,8 @@ pub struct RuncOracle {
     busybox: PathBuf,
     base_config: Value,
     counter: AtomicU64,
+    /// Seconds `timeout` gives one `runc run`.
+    timeout_s: u32,
 }
 
 impl RuncOracle {
@@ -223,7 +226,15 @@ impl RuncOracle {
             busybox,
             base_config,
             counter: AtomicU64::new(0),
+            timeout_s: RUN_TIMEOUT_S,
         })
+    }
+
+    /// The same oracle giving each `runc run` `seconds` before it counts as a
+    /// hang (a start takes well under one; campaigns meet many hangs).
+    pub fn with_timeout(mut self, seconds: u32) -> RuncOracle {
+        self.timeout_s = seconds;
+        self
     }
 
     pub fn runc(&self) -> &Path {
@@ -243,6 +254,31 @@ impl RuncOracle {
             })
     }
 
+    /// Like [`RuncOracle::run`], giving this one run `timeout_s` seconds.
+    pub fn run_with_timeout(
+        &self,
+        profile_bytes: &[u8],
+        no_new_privileges: bool,
+        args: &[&str],
+        timeout_s: u32,
+    ) -> RuncRun {
+        self.run_full(&RunSpec {
+            profile: profile_bytes,
+            nnp: no_new_privileges,
+            args,
+            wrapper: &[],
+            cgroups_path: None,
+            timeout_s,
+        })
+        .unwrap_or_else(|e| RuncRun {
+            verdict: Verdict::StartFailed,
+            exit: -1,
+            stderr: format!("nodeproof oracle error: {e}"),
+            init_started: false,
+            timed_out: false,
+        })
+    }
+
     /// Like [`RuncOracle::run`], with `wrapper` (e.g. `strace -f -ff -o ...`) put in
     /// front of `runc run`, inside the timeout.
     pub fn run_wrapped(
@@ -258,6 +294,7 @@ impl RuncOracle {
             args,
             wrapper,
             cgroups_path: None,
+            timeout_s: self.timeout_s,
         })
     }
 
@@ -277,6 +314,7 @@ impl RuncOracle {
             args,
             wrapper: &[],
             cgroups_path: Some(cgroups_path),
+            timeout_s: self.timeout_s,
         })
     }
 
@@ -311,6 +349,7 @@ impl RuncOracle {
             args,
             wrapper,
             cgroups_path,
+            timeout_s,
         } = *spec;
         let rootfs = bundle.join("rootfs");
         fs::create_dir_all(rootfs.join("bin")).map_err(io_err("mkdir rootfs"))?;
@@ -335,7 +374,7 @@ impl RuncOracle {
         // (a KILL_THREAD default leaves init's other threads waiting).
         let out = Command::new("timeout")
             .args(["-k", "5"])
-            .arg(RUN_TIMEOUT_S.to_string())
+            .arg(timeout_s.to_string())
             .args(wrapper)
             .arg(&self.runc)
             .arg("--root")
@@ -429,6 +468,7 @@ mod tests {
             busybox: PathBuf::from("/bin/busybox"),
             base_config: json!({"process": {}, "root": {}, "linux": {}}),
             counter: AtomicU64::new(0),
+            timeout_s: RUN_TIMEOUT_S,
         };
         let raw = b"\xef\xbb\xbf{\"defaultAction\":\"A\",\"DEFAULTACTION\":\"B\",";
         let out = oracle

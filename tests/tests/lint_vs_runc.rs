@@ -152,6 +152,14 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         assert!(len(hi) <= 4096 + 4, "{} instructions", len(hi));
         (padded(lo), padded(hi))
     };
+    let deny = |name: &str, errno: u16| {
+        format!(r#"{{"names":["{name}"],"action":"SCMP_ACT_ERRNO","errnoRet":{errno}}}"#)
+    };
+    let deny_prctl = |option: u32, errno: u16| {
+        format!(
+            r#"{{"names":["prctl"],"action":"SCMP_ACT_ERRNO","errnoRet":{errno},"args":[{{"index":0,"value":{option},"op":"SCMP_CMP_EQ"}}]}}"#
+        )
+    };
     // The runtime default itself is among the profiles of profiles/.
     vec![
         ("misspelled args", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","agrs":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}"#).into_bytes()),
@@ -200,6 +208,30 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("no architectures, 4096 instructions with the no-op stub", fits),
         ("no architectures, over 4096 only by the no-op stub", over),
         ("kill default below rseq, only x86 listed", kill_below_rseq(Some(&["SCMP_ARCH_X86"]))),
+        // errnoRet 0: the call returns 0 without running; many of init's callers carry on.
+        ("setuid answered 0", allow(&deny("setuid", 0)).into_bytes()),
+        ("setgid answered 0", allow(&deny("setgid", 0)).into_bytes()),
+        ("setgroups answered 0", allow(&deny("setgroups", 0)).into_bytes()),
+        ("capset answered 0", allow(&deny("capset", 0)).into_bytes()),
+        ("getdents64 answered 0", allow(&deny("getdents64", 0)).into_bytes()),
+        ("mprotect answered 0", allow(&deny("mprotect", 0)).into_bytes()),
+        ("chdir answered 0", allow(&deny("chdir", 0)).into_bytes()),
+        ("getppid answered 0", allow(&deny("getppid", 0)).into_bytes()),
+        ("newfstatat answered 0", allow(&deny("newfstatat", 0)).into_bytes()),
+        ("getcwd answered 0", allow(&deny("getcwd", 0)).into_bytes()),
+        ("fstatfs answered 0", allow(&deny("fstatfs", 0)).into_bytes()),
+        // runc's eaccess: only EPERM/ENOSYS from faccessat2 fall back to access(2).
+        ("faccessat2 answered EINVAL", allow(&deny("faccessat2", 22)).into_bytes()),
+        ("faccessat2 and its fallback denied", allow(&[deny("faccessat2", 1), deny("faccessat", 1)].join(",")).into_bytes()),
+        ("faccessat2 traced, fallback denied", allow(&[r#"{"names":["faccessat2"],"action":"SCMP_ACT_TRACE"}"#.to_string(), deny("faccessat", 13)].join(",")).into_bytes()),
+        ("eaccess fallback with uid != euid", allow(&[deny("getuid", 1), deny("faccessat2", 38), deny("faccessat", 1)].join(",")).into_bytes()),
+        // Errors runc's capability library ignores.
+        ("PR_CAPBSET_DROP answered EINVAL", allow(&deny_prctl(24, 22)).into_bytes()),
+        ("PR_CAPBSET_DROP answered EACCES", allow(&deny_prctl(24, 13)).into_bytes()),
+        ("PR_CAP_AMBIENT answered EPERM", allow(&deny_prctl(47, 1)).into_bytes()),
+        ("PR_CAP_AMBIENT answered EINVAL", allow(&deny_prctl(47, 22)).into_bytes()),
+        ("PR_SET_KEEPCAPS answered 0", allow(&deny_prctl(8, 0)).into_bytes()),
+        ("PR_SET_KEEPCAPS answered EINVAL", allow(&deny_prctl(8, 22)).into_bytes()),
     ]
 }
 

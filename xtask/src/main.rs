@@ -183,6 +183,36 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
+        "campaign" => {
+            setup()?;
+            // The differential campaign against real runc, longer than CI's
+            // bounded run: `cargo xtask campaign [CASES [SEED]]`.
+            let cases = rest.first().map_or("2000", String::as_str);
+            let mut test = Command::new("cargo");
+            test.args([
+                "test",
+                "-p",
+                "nodeproof-e2e",
+                "--test",
+                "campaign",
+                "--",
+                "--nocapture",
+            ])
+            .env("NP_CAMPAIGN_CASES", cases)
+            .env("NODEPROOF_REQUIRE", "1");
+            if let Some(seed) = rest.get(1) {
+                test.env("NP_CAMPAIGN_SEED", seed);
+            }
+            eprintln!("+ {test:?}");
+            let status = test
+                .current_dir(root())
+                .status()
+                .context("running the campaign")?;
+            if !status.success() {
+                bail!("the campaign found disagreements ({status})");
+            }
+            Ok(())
+        }
         "bench" => {
             setup()?;
             // Each prints its figures and ratios; a name narrows the run to one of them.
@@ -210,7 +240,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles\n  deb     the same files as a Debian package (cargo-deb)"
+                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runc (default 2000 profiles, a new seed)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles\n  deb     the same files as a Debian package (cargo-deb)"
             );
             if cmd == "help" {
                 Ok(())

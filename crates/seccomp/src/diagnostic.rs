@@ -81,6 +81,10 @@ codes! {
     NativeArchUnlisted => "native-arch-unlisted",
     RuntimeSyscallDenied => "runtime-syscall-denied",
     EntrypointSyscallDenied => "entrypoint-syscall-denied",
+    /// A denied call that breaks only the starts where init happens to make it.
+    RuntimeSyscallDeniedIntermittently => "runtime-syscall-denied-intermittently",
+    /// A privilege drop of runc init answered with errno 0: it "succeeds" without running.
+    PrivilegeDropSkipped => "privilege-drop-skipped",
     CrossArchModel => "cross-arch-model",
     // Lints beyond acceptance.
     AllowByDefault => "allow-by-default",
@@ -90,6 +94,10 @@ codes! {
     ErrnoOutOfRange => "errno-out-of-range",
     ConditionsSplit => "conditions-split",
     ValueTwoIgnored => "value-two-ignored",
+    /// SCMP_CMP_MASKED_EQ with mask (`value`) 0: the comparison does not depend on the argument.
+    MaskZero => "mask-zero",
+    /// defaultAction SCMP_ACT_TRACE: no tracer is attached, so every other call fails with ENOSYS.
+    TraceWithoutTracer => "trace-without-tracer",
     EmptyNames => "empty-names",
 }
 

@@ -18,7 +18,7 @@ use crate::json::{self, LineIndex, Node};
 use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
-use crate::runc_init::{self, InitSyscall, Phase};
+use crate::runc_init::{self, Answer, InitSyscall, Kept, Phase};
 use crate::syscalls::resolve_syscall;
 use crate::template::{self, TemplateContext};
 
@@ -186,10 +186,15 @@ fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> Profile
         d.span.get_or_insert(json::Span { start: 0, end: 0 });
         d.locate(&index);
     }
-    // Errors first, then by position, so the first line is the cause.
-    report
-        .diagnostics
-        .sort_by_key(|d| (d.severity, d.span.map_or(usize::MAX, |s| s.start)));
+    // Errors first, a start that fails every time before one that fails
+    // only sometimes, then by position, so the first line is the cause.
+    report.diagnostics.sort_by_key(|d| {
+        (
+            d.severity,
+            d.code == Code::RuntimeSyscallDeniedIntermittently,
+            d.span.map_or(usize::MAX, |s| s.start),
+        )
+    });
     report
 }
 
@@ -322,7 +327,8 @@ fn predict(
                 Code::NativeArchUnlisted,
                 "/architectures",
                 format!(
-                    "`architectures` {listed}, so runc's -ENOSYS stub does not cover {}: syscalls numbered above every one the profile names (such as a newer libc's rseq or clone3) get the default action {} instead of failing with ENOSYS",
+                    "`architectures` {listed}{}, so runc's -ENOSYS stub does not cover {}: syscalls numbered above every one the profile names (such as a newer libc's rseq or clone3) get the default action {} instead of failing with ENOSYS",
+                    if profile.architectures.is_empty() { "" } else { " (libseccomp adds the native arch to the filter anyway, without runc's stub)" },
                     opts.arch, spec.default_action
                 ),
             )
@@ -419,9 +425,34 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
             .with_help("prefer an allow list: defaultAction SCMP_ACT_ERRNO with the needed syscalls allowed"),
         );
     }
+    if p.default_action == "SCMP_ACT_TRACE" {
+        report.diagnostics.push(
+            Diagnostic::warning(
+                Code::TraceWithoutTracer,
+                "/defaultAction",
+                "`SCMP_ACT_TRACE` hands each call to a ptrace tracer, and no tracer is attached to a container: the kernel fails every syscall the rules do not name with ENOSYS (a blanket ENOSYS)",
+            )
+            .with_help("say what is meant: defaultAction SCMP_ACT_ERRNO with defaultErrnoRet 38 (ENOSYS)"),
+        );
+    }
     let errno_like = |a: &str| matches!(a, "SCMP_ACT_ERRNO" | "SCMP_ACT_TRACE");
     let mut check_errno = |errno: Option<u64>, action: &str, pointer: String| {
         let Some(e) = errno else { return };
+        if action == "SCMP_ACT_TRACE" {
+            // libseccomp takes any 16-bit message for TRACE, and without a
+            // tracer the call fails with ENOSYS whatever the value.
+            if e > 0xffff {
+                report.diagnostics.push(
+                    Diagnostic::warning(
+                        Code::ErrnoOutOfRange,
+                        pointer,
+                        format!("errnoRet {e} does not fit: runc keeps the low 16 bits, so a tracer would get message {}; without a tracer the call fails with ENOSYS either way", e & 0xffff),
+                    )
+                    .with_help("use a value below 65536"),
+                );
+            }
+            return;
+        }
         if !errno_like(action) {
             report.diagnostics.push(
                 Diagnostic::warning(
@@ -469,6 +500,21 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
     }
     for rule in &p.syscalls {
         for arg in &rule.args {
+            if arg.op == "SCMP_CMP_MASKED_EQ" && arg.value == 0 && arg.value_two != 0 {
+                report.diagnostics.push(
+                    Diagnostic::warning(
+                        Code::MaskZero,
+                        format!("{}/value", arg.pointer),
+                        // libseccomp's _db_rule_gen_arg_64/_32 skip a masked
+                        // comparison whose mask word is 0.
+                        format!(
+                            "SCMP_CMP_MASKED_EQ takes `value` as the mask: with mask 0 libseccomp leaves the comparison out, so it matches every call, though (arg & 0) can never equal valueTwo {}",
+                            arg.value_two
+                        ),
+                    )
+                    .with_help("put the mask in `value` and the expected bits in `valueTwo`"),
+                );
+            }
             if arg.value_two != 0 && arg.op != "SCMP_CMP_MASKED_EQ" {
                 report.diagnostics.push(Diagnostic::warning(
                     Code::ValueTwoIgnored,
@@ -533,21 +579,48 @@ fn predict_runtime_needs(
     opts: &LintOptions,
     report: &mut ProfileReport,
 ) -> bool {
+    let in_mode = || {
+        runc_init::RUNC_1_1_5
+            .iter()
+            .filter(|n| n.in_mode(opts.no_new_privileges))
+    };
     // One diagnostic per syscall name, though the table lists some names with several argument sets.
     let mut reported: Vec<&str> = Vec::new();
-    for need in runc_init::RUNC_1_1_5
-        .iter()
-        .filter(|n| n.in_mode(opts.no_new_privileges))
-    {
+    let mut kept: Vec<&str> = Vec::new();
+    for need in in_mode() {
         if reported.contains(&need.name) {
             continue;
+        }
+        if let Some(branch) = need.only_after {
+            // A fallback's calls are made only when init takes that branch.
+            let answer_of = |name: &str| {
+                in_mode()
+                    .find(|n| n.name == name)
+                    .and_then(|n| filter_action(compiled, opts.arch, n.name, n.args))
+                    .and_then(answer)
+            };
+            if !branch.taken(&answer_of) {
+                continue;
+            }
         }
         let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
             continue;
         };
-        let fallbacks = if denial_is_fatal(action, need) {
+        let Some(answer) = answer(action) else {
+            continue;
+        };
+        let fallbacks = if need.fails_on(answer) {
             None
         } else {
+            // Not run, and runc carries on: what the call should have dropped stays.
+            if let Some(what) = need.skipped_drop {
+                if !kept.contains(&need.name) {
+                    kept.push(need.name);
+                    report
+                        .diagnostics
+                        .push(skipped_drop(spec, need, action, what));
+                }
+            }
             // Denied alone it is harmless only while the caller's fallback is allowed.
             let Some((_, alternatives)) =
                 runc_init::FALLBACKS.iter().find(|(n, _)| *n == need.name)
@@ -587,14 +660,59 @@ fn filter_action(
         .and_then(Action::from_ret)
 }
 
-fn denial_is_fatal(action: Action, need: &InitSyscall) -> bool {
+/// What the caller of a call answered with `action` gets back; `None` when the call runs.
+fn answer(action: Action) -> Option<Answer> {
     match action {
-        Action::Allow | Action::Log | Action::Notify => false,
-        // No tracer: the kernel fails a TRACE syscall with ENOSYS.
-        Action::Trace(_) | Action::Errno(38) => need.fatal_enosys,
-        Action::Errno(_) => need.fatal_eperm,
-        Action::KillThread | Action::KillProcess | Action::Trap => true,
+        Action::Allow | Action::Log | Action::Notify => None,
+        // No tracer: the kernel fails a TRACE syscall with ENOSYS (seccomp_run_filters → -ENOSYS).
+        Action::Trace(_) => Some(Answer::Errno(runc_init::ENOSYS)),
+        Action::Errno(e) => Some(Answer::Errno(e)),
+        Action::KillThread | Action::KillProcess | Action::Trap => Some(Answer::Killed),
     }
+}
+
+/// For a call init makes in some starts only: how often and why.
+fn intermittently(need: &InitSyscall, action: Action, opts: &LintOptions) -> String {
+    let Some(cause) = need.intermittent_cause() else {
+        return String::new();
+    };
+    let enosys = matches!(answer(action), Some(Answer::Errno(runc_init::ENOSYS)));
+    let rate = need
+        .observed_rate(opts.no_new_privileges, enosys)
+        .map_or(String::new(), |(failed, runs)| {
+            format!(" (in {failed} of {runs} starts with runc 1.1.5 here)")
+        });
+    format!(" intermittently{rate}: {cause}")
+}
+
+/// Where the rule giving `need` its `action` is, or the default action.
+fn rule_pointer(spec: &FilterSpec, need: &InitSyscall, action: Action) -> String {
+    spec.rules
+        .iter()
+        .find(|r| r.syscall == need.name && r.action == action)
+        .map_or_else(
+            || "/defaultAction".to_string(),
+            |r| format!("{}/names/{}", r.origin.pointer, r.origin.name_index),
+        )
+}
+
+/// A privilege drop of runc init answered with success without running: the
+/// container starts, with what the drop should have taken away.
+fn skipped_drop(spec: &FilterSpec, need: &InitSyscall, action: Action, what: Kept) -> Diagnostic {
+    Diagnostic::error(
+        Code::PrivilegeDropSkipped,
+        rule_pointer(spec, need, action),
+        format!(
+            "runc init drops privileges with `{}` after the filter is loaded, and the profile answers it with {action}{}: the call does not run, runc carries on, and the container starts with {}",
+            need.name,
+            if action == Action::Errno(0) { " (0, success)" } else { ", an error runc ignores here" },
+            what.describe()
+        ),
+    )
+    .with_help(format!(
+        "allow `{}`; to keep it from running, deny it with EPERM (errnoRet 1) so that the start fails instead of going on without the drop",
+        need.name
+    ))
 }
 
 fn runtime_denial(
@@ -604,15 +722,9 @@ fn runtime_denial(
     opts: &LintOptions,
     fallbacks: Option<&[&str]>,
 ) -> Diagnostic {
-    let pointer = spec
-        .rules
-        .iter()
-        .find(|r| r.syscall == need.name && r.action == action)
-        .map_or_else(
-            || "/defaultAction".to_string(),
-            |r| format!("{}/names/{}", r.origin.pointer, r.origin.name_index),
-        );
+    let pointer = rule_pointer(spec, need, action);
     let (code, who) = match need.phase {
+        Phase::RuncInit if need.flaky => (Code::RuntimeSyscallDeniedIntermittently, "runc init"),
         Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),
         Phase::Entrypoint => (
             Code::EntrypointSyscallDenied,
@@ -628,15 +740,20 @@ fn runtime_denial(
         code,
         pointer,
         format!(
-            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}, so the container fails to start",
+            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}{}, so the container fails to start{}",
             need.name,
+            if action == Action::Errno(0) { " (0 without running, which this caller does not take for success)" } else { "" },
             fallbacks.map_or(String::new(), |alts| format!(" and denies its fallback `{}` too", alts.join("`, `"))),
+            intermittently(need, action, opts),
         ),
     )
-    .with_help(match need.observed_failure(opts.no_new_privileges, matches!(action, Action::Errno(38) | Action::Trace(_))) {
-        Some(seen) => format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
-        None => format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
-    })
+    .with_help(match answer(action) {
+        Some(Answer::Errno(e @ (runc_init::EPERM | runc_init::ENOSYS))) => need.observed_failure(opts.no_new_privileges, e == runc_init::ENOSYS),
+        _ => None,
+    }.map_or_else(
+        || format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
+        |seen| format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
+    ))
 }
 
 #[cfg(test)]

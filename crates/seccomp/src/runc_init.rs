@@ -39,13 +39,120 @@ pub struct InitSyscall {
     pub fatal_eperm: bool,
     /// Same with `errnoRet: 38` (ENOSYS).
     pub fatal_enosys: bool,
+    /// Same with `errnoRet: 0`: the call returns 0 without running, which
+    /// most callers take for success (close-exec-fds and the exec fifo do not).
+    pub fatal_success: bool,
+    /// Same with any other errno (measured with EINVAL and EACCES).
+    pub fatal_other: bool,
+    /// Errnos this use's caller ignores whatever the per-name measurement
+    /// says, measured with rules conditioned on its arguments (runc's
+    /// capability library skips EINVAL from the bounding-set and ambient calls).
+    pub ignores: &'static [u16],
+    /// Made only on this branch of init (runc's eaccess fallback); `None`:
+    /// made on every start.
+    pub only_after: Option<Branch>,
+    /// What the container keeps when this call is answered with success
+    /// without running (errno 0): a security finding, not a start failure.
+    pub skipped_drop: Option<Kept>,
     /// The outcome of denying it varies between runs (signals, Go scheduling):
     /// `fatal_*` then means "can break the start".
     pub flaky: bool,
     pub evidence: &'static str,
 }
 
+/// A branch of runc 1.1.5's `system.Eaccess` (libcontainer/system/linux.go),
+/// its exec.LookPath check before `execve`: `faccessat2(path, X_OK,
+/// AT_EACCESS)`; only EPERM and ENOSYS fall back, to getuid/geteuid/getgid/
+/// getegid, and when both pairs compare equal, `access(2)` (faccessat on
+/// x86_64). Unequal ids take x/sys' `Faccessat(AT_EACCESS)` emulation
+/// (newfstatat + mode bits), which makes no further call of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Branch {
+    /// faccessat2 was answered EPERM or ENOSYS: the id calls are made.
+    EaccessFallback,
+    /// ... and uid == euid, gid == egid: `access(2)` is made.
+    EaccessAccess,
+}
+
+impl Branch {
+    /// Whether the branch is taken, given what each call is answered with
+    /// (`None`: the call runs).
+    pub fn taken(self, answer_of: &dyn Fn(&str) -> Option<Answer>) -> bool {
+        let fallback = matches!(answer_of("faccessat2"), Some(Answer::Errno(EPERM | ENOSYS)));
+        match self {
+            Branch::EaccessFallback => fallback,
+            Branch::EaccessAccess => {
+                // Go's os.Getuid & co. use RawSyscallNoError: a denied call's
+                // -errno is the id (0 for errno 0). runc init runs as root here.
+                let id = |name: &str| match answer_of(name) {
+                    None | Some(Answer::Killed) => 0,
+                    Some(Answer::Errno(e)) => -i64::from(e),
+                };
+                fallback && id("getuid") == id("geteuid") && id("getgid") == id("getegid")
+            }
+        }
+    }
+}
+
+/// What runc init drops only through a call a profile can answer with success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// `setuid` not run: the process stays uid 0, whatever `runAsUser` says.
+    Uid,
+    /// `setgid` not run: the process stays gid 0, whatever `runAsGroup` says.
+    Gid,
+    /// `setgroups` not run: runc init's supplementary groups stay.
+    Groups,
+    /// `capset` not run: the process keeps every capability runc init has.
+    Capabilities,
+    /// `prctl(PR_CAPBSET_DROP)` not run: the bounding set stays full.
+    BoundingSet,
+}
+
+impl Kept {
+    /// What the container process silently keeps, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kept::Uid => "runc init's root user (uid 0), whatever runAsUser says",
+            Kept::Gid => "runc init's root group (gid 0), whatever runAsGroup says",
+            Kept::Groups => "runc init's supplementary groups, whatever supplementalGroups says",
+            Kept::Capabilities => {
+                "all of runc init's capabilities, whatever the pod's capabilities drop"
+            }
+            Kept::BoundingSet => {
+                "a full capability bounding set, so file capabilities can regain what was dropped"
+            }
+        }
+    }
+}
+
+/// What a denied call hands back to its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The errno, 0 meaning "returned 0 without running".
+    Errno(u16),
+    /// The thread or process is killed, or SIGSYS is raised: no caller survives it.
+    Killed,
+}
+
+/// errno values the table's measurements are keyed on.
+pub const EPERM: u16 = 1;
+pub const EINVAL: u16 = 22;
+pub const ENOSYS: u16 = 38;
+
 impl InitSyscall {
+    /// Whether the start fails when this call is answered with `answer`.
+    pub fn fails_on(&self, answer: Answer) -> bool {
+        match answer {
+            Answer::Killed => true,
+            Answer::Errno(e) if self.ignores.contains(&e) => false,
+            Answer::Errno(0) => self.fatal_success,
+            Answer::Errno(EPERM) => self.fatal_eperm,
+            Answer::Errno(ENOSYS) => self.fatal_enosys,
+            Answer::Errno(_) => self.fatal_other,
+        }
+    }
+
     /// What runc or the container printed when this syscall alone was denied
     /// in that mode, from the learner's record in `evidence`.
     pub fn observed_failure(&self, no_new_privileges: bool, enosys: bool) -> Option<&'static str> {
@@ -58,6 +165,30 @@ impl InitSyscall {
         let rest = rest.split(';').next()?;
         let msg = rest.split_once("): ").map(|(_, m)| m)?.trim();
         (!msg.is_empty()).then_some(msg)
+    }
+
+    /// How many of the learner's starts failed when this call's name alone
+    /// was denied in that mode: (failed, runs), from `evidence`.
+    pub fn observed_rate(&self, no_new_privileges: bool, enosys: bool) -> Option<(u32, u32)> {
+        let key = format!(
+            "deny NNP={} {} \u{2192} ",
+            no_new_privileges,
+            if enosys { "ENOSYS" } else { "EPERM" }
+        );
+        let rest = &self.evidence[self.evidence.find(&key)? + key.len()..];
+        let (failed, rest) = rest.split_once('/')?;
+        let runs = rest.split(' ').next()?;
+        Some((failed.parse().ok()?, runs.parse().ok()?))
+    }
+
+    /// Why denying this call breaks only some starts, for the entries the
+    /// learner found flaky.
+    pub fn intermittent_cause(&self) -> Option<&'static str> {
+        INTERMITTENT_CAUSES
+            .iter()
+            .find(|(n, _)| *n == self.name)
+            .map(|(_, cause)| *cause)
+            .filter(|_| self.flaky)
     }
 
     pub fn in_mode(&self, no_new_privileges: bool) -> bool {
@@ -74,7 +205,23 @@ impl InitSyscall {
 /// exit 127, exit_group+exit → exit 139 or a hang).
 pub const FALLBACKS: &[(&str, &[&str])] = &[("brk", &["mmap"]), ("exit_group", &["exit"])];
 
+/// What makes init's call of these names depend on the run (docs/runc-init-syscalls.md).
+pub const INTERMITTENT_CAUSES: &[(&str, &str)] = &[
+    (
+        "futex",
+        "Go's scheduler makes a futex wake on init's locked thread in some starts only",
+    ),
+    (
+        "rt_sigreturn",
+        "a signal (Go's SIGURG preemption) reaches init's locked thread in some starts only",
+    ),
+];
+
 /// runc 1.1.5+ds1 (Debian 12, go1.19.8, libseccomp 2.5.4), x86_64, busybox-static `/bin/true`.
+///
+/// `fatal_success` and `fatal_other` were measured like `fatal_eperm` (one
+/// name denied, 3 runs per mode) with `errnoRet` 0, 22 (EINVAL) and 13
+/// (EACCES); prctl's entries per option, with a rule on `args[0]`.
 pub const RUNC_1_1_5: &[InitSyscall] = &[
     InitSyscall {
         name: "futex",
@@ -84,6 +231,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: true,
         evidence: "strace: seen in 4/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 1/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=true ENOSYS → 2/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=false EPERM → 1/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=false ENOSYS → 3/6 failed (exit 1): runc run failed: cannot start an already running container",
     },
@@ -95,6 +247,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=true ENOSYS → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: container process is already dead",
     },
@@ -106,6 +263,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=true ENOSYS → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: open /proc/self/fd: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: open /proc/self/fd: function not implemented",
     },
@@ -117,6 +279,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: true,
         evidence: "strace: seen in 4/5 NNP=true runs, 4/5 NNP=false runs; deny NNP=true EPERM → 1/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=true ENOSYS → 2/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=false EPERM → 1/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=false ENOSYS → 3/6 failed (exit 1): runc run failed: cannot start an already running container",
     },
@@ -128,6 +295,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=true ENOSYS → 6/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: cannot start an already running container; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: cannot start an already running container",
     },
@@ -139,6 +311,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -150,6 +327,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=true ENOSYS → 6/6 failed (exit 1): runc run failed: container process is already dead; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: open /proc/self/fd: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: open /proc/self/fd: function not implemented",
     },
@@ -161,6 +343,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; returns -1 EPERM even when allowed",
     },
@@ -172,6 +359,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): ensure /proc/self/fd is on procfs: operation not permitted; deny NNP=true ENOSYS → 6/6 failed (exit 1): ensure /proc/self/fd is on procfs: function not implemented; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: ensure /proc/self/fd is on procfs: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: ensure /proc/self/fd is on procfs: function not implemented",
     },
@@ -183,6 +375,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): readdirent /proc/self/fd: operation not permitted; deny NNP=true ENOSYS → 6/6 failed (exit 1): readdirent /proc/self/fd: function not implemented; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: readdirent /proc/self/fd: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: error closing exec fds: readdirent /proc/self/fd: function not implemented",
     },
@@ -194,6 +391,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 1): exec /bin/true: operation not permitted; deny NNP=true ENOSYS → 6/6 failed (exit 1): exec /bin/true: function not implemented; deny NNP=false EPERM → 6/6 failed (exit 1): exec /bin/true: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): exec /bin/true: function not implemented",
     },
@@ -205,6 +407,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -216,6 +423,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 127): cannot set %fs base address for thread-local storage; deny NNP=true ENOSYS → 6/6 failed (exit 127): cannot set %fs base address for thread-local storage; deny NNP=false EPERM → 6/6 failed (exit 127): cannot set %fs base address for thread-local storage; deny NNP=false ENOSYS → 6/6 failed (exit 127): cannot set %fs base address for thread-local storage",
     },
@@ -227,6 +439,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -238,6 +455,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -249,6 +471,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -260,6 +487,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -271,6 +503,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -282,6 +519,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -293,6 +535,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=true EPERM → 6/6 failed (exit 127): : error while loading shared libraries: cannot apply additional memory protection after relocation: Operation not permitted; deny NNP=true ENOSYS → 6/6 failed (exit 127): : error while loading shared libraries: cannot apply additional memory protection after relocation: Function not implemented; deny NNP=false EPERM → 6/6 failed (exit 127): : error while loading shared libraries: cannot apply additional memory protection after relocation: Operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 127): : error while loading shared libraries: cannot apply additional memory protection after relocation: Function not implemented",
     },
@@ -304,6 +551,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented",
     },
@@ -315,6 +567,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -326,6 +583,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 5/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -337,6 +599,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: true,
         evidence: "strace: seen in 1/5 NNP=true runs, 3/5 NNP=false runs; returns -1 EAGAIN even when allowed; deny NNP=true EPERM → 1/6 failed (exit 139): ; deny NNP=true ENOSYS → 1/6 failed (exit 139): ; deny NNP=false EPERM → 1/6 failed (exit 139): ; deny NNP=false ENOSYS → 1/6 failed (exit 139): ",
     },
@@ -348,6 +615,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs",
     },
@@ -359,6 +631,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: chdir to cwd ('/') set in config.json failed: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: chdir to cwd ('/') set in config.json failed: function not implemented",
     },
@@ -370,6 +647,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: function not implemented",
     },
@@ -381,6 +663,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: read /proc/self/status: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: read /proc/self/status: function not implemented",
     },
@@ -392,8 +679,13 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[EINVAL],
+        only_after: None,
+        skipped_drop: Some(Kept::BoundingSet),
         flaky: false,
-        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented",
+        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented; per option (rule on args[0] == 24): EPERM, ENOSYS, EACCES → 3/3 failed (unable to apply bounding set), EINVAL and 0 → 3/3 started (runc's capability library ignores EINVAL from PR_CAPBSET_DROP)",
     },
     InitSyscall {
         name: "prctl",
@@ -403,8 +695,13 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
-        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented",
+        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented; per option (rule on args[0] == 8): EPERM, ENOSYS, EINVAL, EACCES → 3/3 failed (unable to set keep caps), 0 → 3/3 started",
     },
     InitSyscall {
         name: "newfstatat",
@@ -414,6 +711,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: stat /dev/null: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: stat /dev/null: function not implemented",
     },
@@ -425,6 +727,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: fstat /dev/stdin: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: fstat /dev/stdin: function not implemented",
     },
@@ -436,6 +743,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: Some(Kept::Groups),
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: setgroups: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: setgroups: function not implemented",
     },
@@ -447,6 +759,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: Some(Kept::Gid),
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: function not implemented",
     },
@@ -458,6 +775,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: Some(Kept::Uid),
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to setup user: function not implemented",
     },
@@ -469,6 +791,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: true,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: failed to verify if current working directory is safe: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: failed to verify if current working directory is safe: function not implemented",
     },
@@ -480,6 +807,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: Some(Kept::Capabilities),
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply caps: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply caps: function not implemented",
     },
@@ -489,10 +821,15 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         phase: Phase::RuncInit,
         in_nnp_true: false,
         in_nnp_false: true,
-        fatal_eperm: true,
-        fatal_enosys: true,
+        fatal_eperm: false,
+        fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
-        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented",
+        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented; per option (rule on args[0] == 47): 0, EPERM, ENOSYS, EINVAL, EACCES → 3/3 started (the capability library ignores PR_CAP_AMBIENT errors)",
     },
     InitSyscall {
         name: "prctl",
@@ -500,10 +837,15 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         phase: Phase::RuncInit,
         in_nnp_true: false,
         in_nnp_false: true,
-        fatal_eperm: true,
-        fatal_enosys: true,
+        fatal_eperm: false,
+        fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
-        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; returns -1 EPERM even when allowed; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented",
+        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; returns -1 EPERM even when allowed; deny NNP=false EPERM → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: operation not permitted; deny NNP=false ENOSYS → 6/6 failed (exit 1): runc run failed: unable to start container process: unable to apply bounding set: function not implemented; per option (rule on args[0] == 47): 0, EPERM, ENOSYS, EINVAL, EACCES → 3/3 started (the capability library ignores PR_CAP_AMBIENT errors)",
     },
     InitSyscall {
         name: "getppid",
@@ -513,6 +855,11 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: true,
         fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
         evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EPERM → 6/6 failed (exit 2): github.com/opencontainers/runc/main.go:162 +0x1253; deny NNP=false ENOSYS → 6/6 failed (exit 2): github.com/opencontainers/runc/main.go:162 +0x1253",
     },
@@ -524,8 +871,93 @@ pub const RUNC_1_1_5: &[InitSyscall] = &[
         in_nnp_false: true,
         fatal_eperm: false,
         fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: None,
+        skipped_drop: None,
         flaky: false,
-        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs",
+        evidence: "strace: seen in 0/5 NNP=true runs, 5/5 NNP=false runs; deny NNP=false EINVAL → 3/3 failed (exit 1): runc run failed: unable to start container process: exec /bin/true: invalid argument; EACCES → 3/3 failed: exec /bin/true: permission denied; EPERM, ENOSYS, TRACE (no tracer), 0 → started (runc's Eaccess falls back on EPERM/ENOSYS only)",
+    },
+    InitSyscall {
+        name: "getuid",
+        args: [0x0, 0x0, 0x0, 0x0, 0x0, 0x0],
+        phase: Phase::RuncInit,
+        in_nnp_true: false,
+        in_nnp_false: true,
+        fatal_eperm: false,
+        fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: Some(Branch::EaccessFallback),
+        skipped_drop: None,
+        flaky: false,
+        evidence: "strace with faccessat2 denied (EPERM), NNP=false: made after it; deny with faccessat2 EPERM or ENOSYS, this errno 0/1/22 → 3/3 started each",
+    },
+    InitSyscall {
+        name: "geteuid",
+        args: [0x0, 0x0, 0x0, 0x0, 0x0, 0x0],
+        phase: Phase::RuncInit,
+        in_nnp_true: false,
+        in_nnp_false: true,
+        fatal_eperm: false,
+        fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: Some(Branch::EaccessFallback),
+        skipped_drop: None,
+        flaky: false,
+        evidence: "strace with faccessat2 denied (EPERM), NNP=false: made after it; deny with faccessat2 EPERM or ENOSYS, this errno 0/1/22 → 3/3 started each",
+    },
+    InitSyscall {
+        name: "getgid",
+        args: [0x0, 0x0, 0x0, 0x0, 0x0, 0x0],
+        phase: Phase::RuncInit,
+        in_nnp_true: false,
+        in_nnp_false: true,
+        fatal_eperm: false,
+        fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: Some(Branch::EaccessFallback),
+        skipped_drop: None,
+        flaky: false,
+        evidence: "strace with faccessat2 denied (EPERM), NNP=false: made after it; deny with faccessat2 EPERM or ENOSYS, this errno 0/1/22 → 3/3 started each",
+    },
+    InitSyscall {
+        name: "getegid",
+        args: [0x0, 0x0, 0x0, 0x0, 0x0, 0x0],
+        phase: Phase::RuncInit,
+        in_nnp_true: false,
+        in_nnp_false: true,
+        fatal_eperm: false,
+        fatal_enosys: false,
+        fatal_success: false,
+        fatal_other: false,
+        ignores: &[],
+        only_after: Some(Branch::EaccessFallback),
+        skipped_drop: None,
+        flaky: false,
+        evidence: "strace with faccessat2 denied (EPERM), NNP=false: made after it; deny with faccessat2 EPERM or ENOSYS, this errno 0/1/22 → 3/3 started each",
+    },
+    InitSyscall {
+        name: "faccessat",
+        args: [0xffffffffffffff9c, 0xc00013dad0, 0x1, 0x0, 0x0, 0x0],
+        phase: Phase::RuncInit,
+        in_nnp_true: false,
+        in_nnp_false: true,
+        fatal_eperm: true,
+        fatal_enosys: true,
+        fatal_success: false,
+        fatal_other: true,
+        ignores: &[],
+        only_after: Some(Branch::EaccessAccess),
+        skipped_drop: None,
+        flaky: false,
+        evidence: "strace with faccessat2 denied (EPERM), NNP=false: faccessat(AT_FDCWD, \"/bin/true\", X_OK) = 0; deny with faccessat2 EPERM or ENOSYS: errno 0 → 3/3 started, EPERM → 3/3 failed (exit 1): runc run failed: unable to start container process: exec /bin/true: operation not permitted, EINVAL → 3/3 failed: exec /bin/true: invalid argument; with getuid (EPERM) or getegid (errno 5) denied as well → 2/2 started",
     },
 ];
 
