@@ -9,6 +9,7 @@
 //! (a signal or a futex wake on init's thread), not a disagreement.
 
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::diagnostic::Code;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
 use nodeproof_seccomp::runc_init::RUNC_1_1_5;
@@ -54,6 +55,35 @@ impl Rng {
 pub struct Case {
     pub name: String,
     pub profile: Vec<u8>,
+    /// A shape the model is known not to predict (docs/runc-init-syscalls.md,
+    /// "Known gaps"): a disagreement there is counted apart, not failed.
+    pub known_gap: Option<KnownGap>,
+}
+
+/// What the model does not predict yet, by the case's own structure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnownGap {
+    /// A condition on an argument the call does not take: the kernel passes
+    /// all six registers (`syscall_get_arguments`), and the unused ones hold
+    /// whatever was left there, which the init table cannot know.
+    UnusedArgument { index: u8, arity: u8 },
+}
+
+/// How many arguments each call of runc 1.1.5's init table takes on x86_64
+/// (its `SYSCALL_DEFINEn` in the kernel; `faccessat` is the 3-argument one).
+fn arity(name: &str) -> Option<u8> {
+    Some(match name {
+        "getegid" | "geteuid" | "getgid" | "getpid" | "getppid" | "getuid" | "rt_sigreturn" => 0,
+        "brk" | "chdir" | "close" | "exit_group" | "set_tid_address" | "setgid" | "setuid" => 1,
+        "arch_prctl" | "capget" | "capset" | "fstat" | "fstatfs" | "getcwd" | "set_robust_list"
+        | "setgroups" => 2,
+        "execve" | "faccessat" | "fcntl" | "getdents64" | "getrandom" | "mprotect" | "read"
+        | "readlink" | "write" => 3,
+        "epoll_ctl" | "faccessat2" | "newfstatat" | "openat" | "prlimit64" | "rseq" => 4,
+        "prctl" => 5,
+        "futex" => 6,
+        _ => return None,
+    })
 }
 
 /// The families the generator draws from.
@@ -255,6 +285,7 @@ fn decoder(r: &mut Rng) -> Case {
     Case {
         name: format!("decoder: {what}: {deny_text}"),
         profile: text.into_bytes(),
+        known_gap: None,
     }
 }
 
@@ -275,6 +306,7 @@ fn one_denied(r: &mut Rng) -> Case {
     Case {
         name: format!("denied: {}", v["syscalls"]),
         profile: v.to_string().into_bytes(),
+        known_gap: None,
     }
 }
 
@@ -316,9 +348,14 @@ fn conditional(r: &mut Rng) -> Case {
     let mut deny = rule(&[need.name], &action(r));
     deny["args"] = json!(conds);
     let v = json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [deny]});
+    let known_gap = arity(need.name).and_then(|arity| {
+        let index = used.iter().copied().max()? as u8;
+        (index >= arity).then_some(KnownGap::UnusedArgument { index, arity })
+    });
     Case {
         name: format!("conditional: {deny}"),
         profile: v.to_string().into_bytes(),
+        known_gap,
     }
 }
 
@@ -354,6 +391,7 @@ fn allowlist(r: &mut Rng) -> Case {
             v["defaultAction"], errno, v["architectures"]
         ),
         profile: serde_json::to_vec_pretty(&v).expect("serializes"),
+        known_gap: None,
     }
 }
 
@@ -452,6 +490,7 @@ fn size(r: &mut Rng) -> Case {
             len(n)
         ),
         profile: padded(n),
+        known_gap: None,
     }
 }
 
@@ -490,11 +529,24 @@ pub enum Judgement {
     IntermittentNotSeen {
         reruns: usize,
     },
+    /// A disagreement on a case of a [`KnownGap`]: said, counted apart.
+    KnownGap(KnownGap, String),
+    /// runc gave no verdict: it was still running at `RUN_TIMEOUT_S` (libseccomp
+    /// adding thousands of rules), so there is nothing to compare.
+    NoVerdict(String),
     Disagree(String),
 }
 
-/// `profile lint`'s outcome for `profile` in a mode, with its first diagnostic.
-pub fn predict(profile: &[u8], nnp: bool) -> (Outcome, String) {
+/// `profile lint`'s prediction for `profile` in a mode.
+pub struct Prediction {
+    pub outcome: Outcome,
+    /// The first diagnostic, as `profile lint` prints it.
+    pub first: String,
+    /// Whether the start is said to fail only intermittently.
+    pub intermittent: bool,
+}
+
+pub fn predict(profile: &[u8], nnp: bool) -> Prediction {
     let opts = LintOptions {
         runtime: Runtime::Containerd,
         no_new_privileges: nnp,
@@ -505,7 +557,15 @@ pub fn predict(profile: &[u8], nnp: bool) -> (Outcome, String) {
     let first = r.diagnostics.first().map_or_else(String::new, |d| {
         format!("{}[{}]: {}", d.severity, d.code, d.message)
     });
-    (r.outcome, first)
+    let intermittent = r
+        .diagnostics
+        .iter()
+        .any(|d| d.code == Code::RuntimeSyscallDeniedIntermittently);
+    Prediction {
+        outcome: r.outcome,
+        first,
+        intermittent,
+    }
 }
 
 pub fn expected(v: Verdict) -> Outcome {
@@ -518,7 +578,11 @@ pub fn expected(v: Verdict) -> Outcome {
 
 /// One case in one mode through real runc, re-run as the module doc says.
 pub fn judge(oracle: &RuncOracle, case: &Case, nnp: bool, reruns: usize) -> Judgement {
-    let (got, why) = predict(&case.profile, nnp);
+    let Prediction {
+        outcome: got,
+        first: why,
+        intermittent,
+    } = predict(&case.profile, nnp);
     let mut run = oracle.run(&case.profile, nnp, &["/bin/true"]);
     if run.timed_out && got != Outcome::StartFailed {
         // libseccomp takes seconds on thousands of rules: give runc its usual time.
@@ -540,18 +604,25 @@ pub fn judge(oracle: &RuncOracle, case: &Case, nnp: bool, reruns: usize) -> Judg
         if failed > 0 {
             return Judgement::Intermittent { failed, reruns };
         }
-        if why.contains("[runtime-syscall-denied-intermittently]") {
+        if intermittent {
             return Judgement::IntermittentNotSeen { reruns };
         }
     }
-    Judgement::Disagree(format!(
+    let said = format!(
         "{} nnp={nnp}: runc {} (exit {}, {}), nodeproof {got:?} ({why})\n  profile: {}",
         case.name,
         run.verdict,
         run.exit,
         run.stderr.trim(),
         String::from_utf8_lossy(&case.profile).replace('\n', "")
-    ))
+    );
+    if run.timed_out && got != Outcome::StartFailed {
+        return Judgement::NoVerdict(said);
+    }
+    match case.known_gap {
+        Some(gap) => Judgement::KnownGap(gap, said),
+        None => Judgement::Disagree(said),
+    }
 }
 
 #[cfg(test)]
