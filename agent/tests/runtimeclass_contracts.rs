@@ -300,6 +300,13 @@ fn contracts_are_judged_labelled_cleared_and_said_once() {
         &agent,
         || label(&server, "missing").as_deref() == Some("ready"),
     );
+    // The Event goes out on its own schedule, after or before the label.
+    within_for(
+        Duration::from_secs(10),
+        "the RuntimeClassReady Event",
+        &agent,
+        || !node_events(&server, "RuntimeClassReady").is_empty(),
+    );
     let ready = node_events(&server, "RuntimeClassReady");
     assert_eq!(
         ready,
