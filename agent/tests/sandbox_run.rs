@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 
-use nodeproof::sandbox::{run_under_filter, DeniedSyscall, SandboxError, SandboxReport};
+use nodeproof::sandbox::{run_under_filter, SandboxError, SandboxReport};
 use nodeproof_bpfgen::compile;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Errno;
@@ -97,20 +97,16 @@ fn kill_names_the_syscall() {
         let prog = program(Action::Allow, &[("mkdir", action)]);
         let (_dir, target) = mkdir_target();
         let r = run(&prog, &["/bin/mkdir", &target]);
+        assert_eq!(r.exit_code, None, "{action}");
+        assert_eq!(r.signal, Some(libc::SIGSYS), "{action}");
+        assert_eq!(r.exec_failed, None, "{action}");
+        let d = r.denied.expect("a denial");
         assert_eq!(
-            r,
-            SandboxReport {
-                exit_code: None,
-                signal: Some(libc::SIGSYS),
-                denied: Some(DeniedSyscall {
-                    nr: mkdir_nr(),
-                    name: Some("mkdir".into()),
-                    action,
-                }),
-                exec_failed: None,
-            },
+            (d.nr, d.name.as_deref(), d.action, d.comm.as_deref()),
+            (mkdir_nr(), Some("mkdir"), action, Some("mkdir")),
             "{action}"
         );
+        assert!(d.tid > 0);
         if cfg!(target_arch = "x86_64") {
             assert_eq!(mkdir_nr(), 83);
         }
@@ -262,4 +258,172 @@ fn real_time_signals_are_passed_on_and_reported() {
         ],
     );
     assert_eq!(caught.exit_code, Some(7));
+}
+
+/// The first denial's (action, comm), and whether its task was not the
+/// command's own process (whose pid the test cannot know, but a denial in a
+/// thread or child is made by a task other than the one the shell echoes).
+fn denial(r: &SandboxReport) -> (Action, Option<&str>) {
+    let d = r.denied.as_ref().expect("a denial");
+    assert_eq!(d.name.as_deref(), Some("mkdir"), "{r}");
+    (d.action, d.comm.as_deref())
+}
+
+#[test]
+fn denial_in_a_forked_child_is_named_and_the_parent_status_kept() {
+    for action in [Action::KillProcess, Action::KillThread, Action::Trap] {
+        let prog = program(Action::Allow, &[("mkdir", action)]);
+        let (dir, target) = mkdir_target();
+        let pidfile = dir.path().join("pid");
+        // The child writes its pid, then calls mkdir; the parent exits 3.
+        let script = format!(
+            "/bin/sh -c 'echo $$ > {}; exec /bin/mkdir {target}'; exit 3",
+            pidfile.display()
+        );
+        let r = run(&prog, &["/bin/sh", "-c", &script]);
+        assert_eq!(r.exit_code, Some(3), "{action}: {r}");
+        assert_eq!(r.signal, None);
+        assert!(!r.succeeded());
+        assert_eq!(denial(&r), (action, Some("mkdir")), "{r}");
+        let child: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(r.denied.unwrap().tid, child, "{action}");
+        assert!(!std::path::Path::new(&target).exists());
+    }
+}
+
+#[test]
+fn denial_after_exec_in_a_grandchild_is_named() {
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let (_dir, target) = mkdir_target();
+    let inner = format!("/bin/sh -c \"/bin/mkdir {target}\"; exit 0");
+    let r = run(&prog, &["/bin/sh", "-c", &inner]);
+    assert_eq!(r.exit_code, Some(0), "{r}");
+    assert_eq!(denial(&r), (Action::KillProcess, Some("mkdir")));
+    assert!(!r.succeeded());
+}
+
+#[test]
+fn busybox_grandchild_denial_is_named() {
+    let Some(_) = require(&[Need::Busybox]) else {
+        return;
+    };
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let (_dir, target) = mkdir_target();
+    // busybox sh execs a lone last command in place: the trailing exits make
+    // each shell fork, so mkdir runs in a grandchild.
+    let inner = format!("{BUSYBOX} sh -c '{BUSYBOX} mkdir {target}; exit 0'; exit 4");
+    let r = run(&prog, &[BUSYBOX, "sh", "-c", &inner]);
+    assert_eq!(r.exit_code, Some(4), "{r}");
+    assert_eq!(denial(&r), (Action::KillProcess, Some("busybox")));
+    assert!(!std::path::Path::new(&target).exists());
+}
+
+#[test]
+fn denial_in_a_thread_is_named_with_its_tid() {
+    let Some(_) = require(&[Need::Tool("python3")]) else {
+        return;
+    };
+    for action in [Action::KillProcess, Action::Trap] {
+        let prog = program(Action::Allow, &[("mkdir", action)]);
+        let (dir, target) = mkdir_target();
+        let tidfile = dir.path().join("tid");
+        // The thread records its tid (never the process's pid), names itself
+        // and calls mkdir; the filter's SIGSYS ends the whole process.
+        let script = format!(
+            "import os, threading, ctypes\n\
+             def f():\n\
+             \x20   open({tid:?}, 'w').write(str(threading.get_native_id()))\n\
+             \x20   ctypes.CDLL(None).prctl(15, b'denier', 0, 0, 0)\n\
+             \x20   os.mkdir({target:?})\n\
+             t = threading.Thread(target=f)\n\
+             t.start()\n\
+             t.join()\n",
+            tid = tidfile.display().to_string(),
+        );
+        let r = run(&prog, &["python3", "-c", &script]);
+        assert_eq!(r.signal, Some(libc::SIGSYS), "{action}: {r}");
+        assert_eq!(denial(&r), (action, Some("denier")), "{r}");
+        let tid: i32 = std::fs::read_to_string(&tidfile).unwrap().parse().unwrap();
+        assert_eq!(r.denied.unwrap().tid, tid, "{action}");
+    }
+    // Threads that exit on their own end the run with the process's status.
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let script = "import sys, threading\n\
+                  ts = [threading.Thread(target=sum, args=([1],)) for _ in range(8)]\n\
+                  [t.start() for t in ts]\n\
+                  [t.join() for t in ts]\n\
+                  sys.exit(6)\n";
+    let r = run(&prog, &["python3", "-c", script]);
+    assert_eq!(
+        r,
+        SandboxReport {
+            exit_code: Some(6),
+            ..Default::default()
+        }
+    );
+}
+
+#[test]
+fn clean_tree_exits_with_the_commands_status_and_no_denial() {
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let r = run(
+        &prog,
+        &[
+            "/bin/sh",
+            "-c",
+            "/bin/true & /bin/sh -c 'exit 0' & wait; exit 5",
+        ],
+    );
+    assert_eq!(
+        r,
+        SandboxReport {
+            exit_code: Some(5),
+            ..Default::default()
+        }
+    );
+    let r = run(&prog, &["/bin/sh", "-c", "/bin/true & wait"]);
+    assert!(r.succeeded(), "{r}");
+}
+
+#[test]
+fn an_escaped_background_task_is_followed_after_the_command_exits() {
+    let prog = program(Action::Allow, &[("mkdir", Action::KillThread)]);
+    let (_dir, target) = mkdir_target();
+    // The session leader outlives the command, which exits 0 at once.
+    let script = format!("setsid /bin/sh -c 'sleep 0.3; exec /bin/mkdir {target}' & exit 0");
+    let r = run(&prog, &["/bin/sh", "-c", &script]);
+    assert_eq!(r.exit_code, Some(0), "{r}");
+    assert_eq!(denial(&r), (Action::KillThread, Some("mkdir")));
+}
+
+#[test]
+fn too_many_tasks_fail_the_run_and_are_killed() {
+    let prog = program(Action::Allow, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("survivor");
+    // More sleeping children than the bound; any that survived the kill
+    // would create the marker.
+    let script = format!(
+        "i=0; while [ $i -le {} ]; do (sleep 2; touch {}) & i=$((i+1)); done; wait",
+        nodeproof::sandbox::MAX_TRACED_TASKS,
+        marker.display()
+    );
+    let r = run_under_filter(
+        &prog,
+        Arch::native(),
+        true,
+        &argv(&["/bin/sh", "-c", &script]),
+    );
+    assert_eq!(
+        r,
+        Err(SandboxError::TooManyTasks {
+            limit: nodeproof::sandbox::MAX_TRACED_TASKS
+        })
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!marker.exists());
 }
