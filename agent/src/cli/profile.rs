@@ -44,7 +44,8 @@ pub(crate) enum ProfileCommand {
         #[arg(long, value_enum, default_value_t = CompileFormat::Pfc)]
         format: CompileFormat,
     },
-    /// Run a command under a profile in a forked child and report what happened.
+    /// Run a command under a profile in a forked child and report what happened,
+    /// including the first denial in any thread or process it starts.
     Test {
         path: PathBuf,
         #[command(flatten)]
