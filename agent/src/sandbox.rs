@@ -18,8 +18,10 @@
 //! loop serves every task; each stop is restarted with its own signal.
 //!
 //! The run ends when every task has exited, so a child left running in the
-//! background (even one that called `setsid`) is still watched; the exit
-//! status reported is the command's own process's, as a shell would report it.
+//! background (even one that called `setsid`) is still watched, or when the
+//! optional time limit runs out and a watchdog thread kills every live task;
+//! the exit status reported is the command's own process's, as a shell would
+//! report it.
 //! At most [`MAX_TRACED_TASKS`] tasks are followed at once: past that (a fork
 //! bomb) every task is killed and the run fails with
 //! [`SandboxError::TooManyTasks`]. `PTRACE_O_EXITKILL` kills every tracee if
@@ -30,6 +32,9 @@ use std::ffi::{CString, OsString};
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use nix::fcntl::OFlag;
 use nix::sys::prctl;
@@ -70,13 +75,15 @@ pub struct SandboxReport {
     pub denied: Option<DeniedSyscall>,
     /// errno of the failed `execve` (the command never ran; no exit code).
     pub exec_failed: Option<i32>,
+    /// The time limit ran out and killed the tasks still alive.
+    pub timed_out: bool,
 }
 
 impl SandboxReport {
     /// The command ran and exited 0, and the filter killed or trapped no
     /// task of its tree (a denied child can leave the parent exiting 0).
     pub fn succeeded(&self) -> bool {
-        self.exit_code == Some(0) && self.denied.is_none()
+        self.exit_code == Some(0) && self.denied.is_none() && !self.timed_out
     }
 }
 
@@ -104,6 +111,9 @@ impl std::fmt::Display for SandboxReport {
             if let Some(comm) = &d.comm {
                 write!(f, " ({comm})")?;
             }
+        }
+        if self.timed_out {
+            write!(f, "; the time limit killed the tasks still running")?;
         }
         Ok(())
     }
@@ -187,15 +197,30 @@ const SYS_SECCOMP: i32 = 1;
 /// The traced tasks still alive. Unless the run ended with every task
 /// reaped, dropping it kills and reaps them all, so that an error in the
 /// parent never leaves a stopped (or a forking) tracee behind.
+/// Lives on the thread that traces: only it can wait for the tracees.
 struct Tree {
     leader: Pid,
-    tasks: HashSet<Pid>,
+    tasks: Arc<Mutex<Tasks>>,
 }
 
-impl Tree {
+/// Shared with the time limit's watchdog, which kills every live task.
+/// A task leaves `live` under the lock in the same step that reaps it, so a
+/// pid the watchdog kills is never one the kernel has given out again.
+#[derive(Default)]
+struct Tasks {
+    live: HashSet<Pid>,
+    timed_out: bool,
+}
+
+fn lock(tasks: &Mutex<Tasks>) -> MutexGuard<'_, Tasks> {
+    // Nothing is left half-updated by a panic in the few lines under it.
+    tasks.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Tasks {
     /// Follows `task` from now on, unless that makes too many.
     fn join(&mut self, task: Pid) -> Result<(), SandboxError> {
-        if self.tasks.insert(task) && self.tasks.len() > MAX_TRACED_TASKS {
+        if self.live.insert(task) && self.live.len() > MAX_TRACED_TASKS {
             return Err(SandboxError::TooManyTasks {
                 limit: MAX_TRACED_TASKS,
             });
@@ -206,17 +231,19 @@ impl Tree {
 
 impl Drop for Tree {
     fn drop(&mut self) {
-        if self.tasks.is_empty() {
+        let mut tasks = lock(&self.tasks);
+        if tasks.live.is_empty() {
             return;
         }
         // SIGKILL ends a task even when stopped; a pending SIGKILL also makes
         // fork fail, so the tree cannot grow while it is drained.
-        for &t in &self.tasks {
+        for &t in &tasks.live {
             let _ = signal::kill(t, Signal::SIGKILL);
         }
+        tasks.live.clear();
         // Until no tracee or child of this thread is left: a task not yet
         // seen (a child whose first stop was still queued) is killed there.
-        while let Ok((t, st)) = wait_any(self.leader) {
+        while let Ok((t, st)) = wait_for(-1, self.leader) {
             if libc::WIFSTOPPED(st) {
                 let _ = signal::kill(t, Signal::SIGKILL);
                 // A ptrace stop (e.g. the exit stop) still needs a restart.
@@ -406,12 +433,14 @@ fn exit_child() -> ! {
     unsafe { libc::_exit(CHILD_FAILED_EXIT) }
 }
 
-/// Run `argv` under `program` and report how it ended.
+/// Run `argv` under `program` and report how it ended. With `time_limit`,
+/// every task still alive when it runs out is killed (the report says so).
 pub fn run_under_filter(
     program: &[SockFilter],
     native: Arch,
     no_new_privs: bool,
     argv: &[OsString],
+    time_limit: Option<Duration>,
 ) -> Result<SandboxReport, SandboxError> {
     let host = Arch::native();
     if native != host {
@@ -436,9 +465,12 @@ pub fn run_under_filter(
         Ok(ForkResult::Child) => child(go_r.as_fd(), err_w.as_fd(), no_new_privs, &fprog, &exec),
         Ok(ForkResult::Parent { child }) => child,
     };
-    let mut tree = Tree {
+    let tree = Tree {
         leader: pid,
-        tasks: HashSet::from([pid]),
+        tasks: Arc::new(Mutex::new(Tasks {
+            live: HashSet::from([pid]),
+            timed_out: false,
+        })),
     };
     drop(go_r);
     drop(err_w);
@@ -454,12 +486,30 @@ pub fn run_under_filter(
     unistd::write(&go_w, &[1]).map_err(|e| SandboxError::Pipe { source: errno(e) })?;
     drop(go_w);
 
+    // Dropping `_stop_watchdog` (any return) ends the watchdog.
+    let (_stop_watchdog, stopped) = mpsc::channel::<()>();
+    if let Some(limit) = time_limit {
+        let tasks = Arc::clone(&tree.tasks);
+        std::thread::spawn(move || {
+            if stopped.recv_timeout(limit) == Err(RecvTimeoutError::Timeout) {
+                let mut tasks = lock(&tasks);
+                tasks.timed_out = true;
+                for &t in &tasks.live {
+                    let _ = signal::kill(t, Signal::SIGKILL);
+                }
+            }
+        });
+    }
+
     let mut report = SandboxReport::default();
     let mut exec_seen = false;
-    while !tree.tasks.is_empty() {
-        let (task, st) = wait_any(pid)?;
+    while !lock(&tree.tasks).live.is_empty() {
+        // Peek first, then reap under the lock (see `Tasks`).
+        let task = peek_any(pid)?;
+        let mut tasks = lock(&tree.tasks);
+        let (task, st) = wait_for(task.as_raw(), pid)?;
         if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
-            tree.tasks.remove(&task);
+            tasks.live.remove(&task);
             if task == pid {
                 if libc::WIFEXITED(st) {
                     report.exit_code = Some(libc::WEXITSTATUS(st));
@@ -475,7 +525,11 @@ pub fn run_under_filter(
         // A new task's first stop can come before its parent's
         // PTRACE_EVENT_FORK/CLONE stop (ptrace(2), "Attaching and detaching"),
         // so any stop adds its task.
-        tree.join(task)?;
+        tasks.join(task)?;
+        if tasks.timed_out {
+            // A task that joined after the watchdog's kill.
+            let _ = signal::kill(task, Signal::SIGKILL);
+        }
         let sig = libc::WSTOPSIG(st);
         let mut inject = 0;
         match st >> 16 {
@@ -487,7 +541,7 @@ pub fn run_under_filter(
                 let former = ptrace::getevent(task)
                     .map_err(|e| ptrace_err("read former tid of", task, e))?;
                 if former as libc::pid_t != task.as_raw() {
-                    tree.tasks.remove(&Pid::from_raw(former as libc::pid_t));
+                    tasks.live.remove(&Pid::from_raw(former as libc::pid_t));
                 }
             }
             libc::PTRACE_EVENT_EXIT => {
@@ -501,7 +555,7 @@ pub fn run_under_filter(
             libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
                 let new = ptrace::getevent(task)
                     .map_err(|e| ptrace_err("read the new task of", task, e))?;
-                tree.join(Pid::from_raw(new as libc::pid_t))?;
+                tasks.join(Pid::from_raw(new as libc::pid_t))?;
             }
             // A new task's first stop, or a group-stop of a seized tracee:
             // just let it run on.
@@ -521,6 +575,7 @@ pub fn run_under_filter(
         }
     }
 
+    report.timed_out = lock(&tree.tasks).timed_out;
     if !exec_seen {
         // The child is gone, so this read cannot block: EOF or its report.
         let mut msg = [0u8; 8];
@@ -553,29 +608,52 @@ fn ptrace_err(request: &'static str, pid: Pid, e: nix::errno::Errno) -> SandboxE
     }
 }
 
-/// `waitpid(-1, __WALL | __WNOTHREAD)`: the next status of any tracee or
-/// child of this thread (ptrace stops included), with its tid. `__WNOTHREAD`
-/// keeps it off children of the caller's other threads (another run, a
-/// `std::process::Command`), whose statuses are theirs to reap.
-/// Not nix's `waitpid`: its `WaitStatus` holds a `nix::sys::signal::Signal`,
-/// which has no real-time signals, so a tracee stopped or killed by one
-/// (glibc's cancellation and setxid signals are) would be an error.
-/// `leader` only names the run in the error.
-fn wait_any(leader: Pid) -> Result<(Pid, libc::c_int), SandboxError> {
+/// `waitpid(which, __WALL | __WNOTHREAD)` (`which` -1: any), the tid and
+/// raw status of the next tracee or child of this thread to change, ptrace
+/// stops included. `__WNOTHREAD` keeps it off children of the caller's other
+/// threads (another run, a `std::process::Command`), whose statuses are
+/// theirs to reap. Not nix's `waitpid`: its `WaitStatus` holds a
+/// `nix::sys::signal::Signal`, which has no real-time signals, so a tracee
+/// stopped or killed by one (glibc's cancellation and setxid signals are)
+/// would be an error. `leader` only names the run in the error.
+fn wait_for(which: libc::pid_t, leader: Pid) -> Result<(Pid, libc::c_int), SandboxError> {
     loop {
         let mut st = 0;
         // SAFETY: waiting on our own children and tracees into a local int.
-        let r = unsafe { libc::waitpid(-1, &mut st, libc::__WALL | libc::__WNOTHREAD) };
+        let r = unsafe { libc::waitpid(which, &mut st, libc::__WALL | libc::__WNOTHREAD) };
         if r > 0 {
             return Ok((Pid::from_raw(r), st));
         }
         let e = nix::errno::Errno::last();
         if e != nix::errno::Errno::EINTR {
-            return Err(SandboxError::Wait {
-                pid: leader.as_raw(),
-                source: errno(e),
-            });
+            return Err(wait_err(leader, e));
         }
+    }
+}
+
+/// The next task [`wait_for`] would return, left unreaped (`WNOWAIT`).
+fn peek_any(leader: Pid) -> Result<Pid, SandboxError> {
+    loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid fills it in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags =
+            libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT | libc::__WALL | libc::__WNOTHREAD;
+        // SAFETY: waitid writes only into `info`.
+        if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } == 0 {
+            // SAFETY: a successful waitid fills si_pid (the task's tid).
+            return Ok(Pid::from_raw(unsafe { info.si_pid() }));
+        }
+        let e = nix::errno::Errno::last();
+        if e != nix::errno::Errno::EINTR {
+            return Err(wait_err(leader, e));
+        }
+    }
+}
+
+fn wait_err(leader: Pid, e: nix::errno::Errno) -> SandboxError {
+    SandboxError::Wait {
+        pid: leader.as_raw(),
+        source: errno(e),
     }
 }
 

@@ -36,7 +36,7 @@ fn argv(args: &[&str]) -> Vec<OsString> {
 }
 
 fn run(prog: &[SockFilter], args: &[&str]) -> SandboxReport {
-    run_under_filter(prog, Arch::native(), true, &argv(args)).unwrap()
+    run_under_filter(prog, Arch::native(), true, &argv(args), None).unwrap()
 }
 
 fn mkdir_target() -> (tempfile::TempDir, String) {
@@ -158,11 +158,11 @@ fn filter_denying_execve_is_reported() {
 fn bad_input_is_rejected_before_fork() {
     let prog = program(Action::Allow, &[]);
     assert_eq!(
-        run_under_filter(&prog, Arch::native(), true, &[]),
+        run_under_filter(&prog, Arch::native(), true, &[], None),
         Err(SandboxError::EmptyCommand)
     );
     assert_eq!(
-        run_under_filter(&[], Arch::native(), true, &argv(&["/bin/true"])),
+        run_under_filter(&[], Arch::native(), true, &argv(&["/bin/true"]), None),
         Err(SandboxError::ProgramLength { len: 0 })
     );
     let foreign = if Arch::native() == Arch::Aarch64 {
@@ -171,7 +171,7 @@ fn bad_input_is_rejected_before_fork() {
         Arch::Aarch64
     };
     assert!(matches!(
-        run_under_filter(&prog, foreign, true, &argv(&["/bin/true"])),
+        run_under_filter(&prog, foreign, true, &argv(&["/bin/true"]), None),
         Err(SandboxError::ForeignArch { .. })
     ));
 }
@@ -180,7 +180,7 @@ fn bad_input_is_rejected_before_fork() {
 fn without_no_new_privs_loading_needs_cap_sys_admin() {
     let prog = program(Action::Allow, &[]);
     // As root (CAP_SYS_ADMIN) loading works without no_new_privs.
-    let r = run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"])).unwrap();
+    let r = run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"]), None).unwrap();
     assert_eq!(r.exit_code, Some(0));
 
     // Capabilities are per thread: drop CAP_SYS_ADMIN in a throwaway thread.
@@ -211,7 +211,7 @@ fn without_no_new_privs_loading_needs_cap_sys_admin() {
             data[0].effective &= !(1 << CAP_SYS_ADMIN);
             assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0);
         }
-        run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"]))
+        run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"]), None)
     })
     .join()
     .unwrap();
@@ -417,6 +417,7 @@ fn too_many_tasks_fail_the_run_and_are_killed() {
         Arch::native(),
         true,
         &argv(&["/bin/sh", "-c", &script]),
+        None,
     );
     assert_eq!(
         r,
@@ -426,4 +427,46 @@ fn too_many_tasks_fail_the_run_and_are_killed() {
     );
     std::thread::sleep(std::time::Duration::from_secs(3));
     assert!(!marker.exists());
+}
+
+#[test]
+fn the_time_limit_kills_a_daemon_that_outlives_the_command() {
+    let prog = program(Action::Allow, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("survivor");
+    let script = format!(
+        "setsid /bin/sh -c 'sleep 3; touch {}' & exit 0",
+        marker.display()
+    );
+    let started = std::time::Instant::now();
+    let r = run_under_filter(
+        &prog,
+        Arch::native(),
+        true,
+        &argv(&["/bin/sh", "-c", &script]),
+        Some(std::time::Duration::from_millis(300)),
+    )
+    .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(
+        r,
+        SandboxReport {
+            exit_code: Some(0),
+            timed_out: true,
+            ..Default::default()
+        }
+    );
+    assert!(!r.succeeded());
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(!marker.exists());
+    // A command done in time is not marked.
+    let r = run_under_filter(
+        &prog,
+        Arch::native(),
+        true,
+        &argv(&["/bin/true"]),
+        Some(std::time::Duration::from_secs(30)),
+    )
+    .unwrap();
+    assert!(r.succeeded() && !r.timed_out, "{r}");
 }
