@@ -206,9 +206,12 @@ struct Tree {
 /// Shared with the time limit's watchdog, which kills every live task.
 /// A task leaves `live` under the lock in the same step that reaps it, so a
 /// pid the watchdog kills is never one the kernel has given out again.
-#[derive(Default)]
 struct Tasks {
     live: HashSet<Pid>,
+    /// Tasks first seen at their own stop, before their parent's
+    /// `PTRACE_EVENT_FORK/CLONE` stop: that event must not add them again,
+    /// as they may have exited (and been reaped) meanwhile.
+    early: HashSet<Pid>,
     timed_out: bool,
 }
 
@@ -218,12 +221,31 @@ fn lock(tasks: &Mutex<Tasks>) -> MutexGuard<'_, Tasks> {
 }
 
 impl Tasks {
-    /// Follows `task` from now on, unless that makes too many.
-    fn join(&mut self, task: Pid) -> Result<(), SandboxError> {
-        if self.live.insert(task) && self.live.len() > MAX_TRACED_TASKS {
+    /// Follows `task` from now on, unless that makes too many; true if it
+    /// was not followed yet.
+    fn join(&mut self, task: Pid) -> Result<bool, SandboxError> {
+        let new = self.live.insert(task);
+        if new && self.live.len() > MAX_TRACED_TASKS {
             return Err(SandboxError::TooManyTasks {
                 limit: MAX_TRACED_TASKS,
             });
+        }
+        Ok(new)
+    }
+
+    /// `task` stopped: a task not followed yet is a new one whose parent's
+    /// creation event is still to come.
+    fn stopped(&mut self, task: Pid) -> Result<(), SandboxError> {
+        if self.join(task)? {
+            self.early.insert(task);
+        }
+        Ok(())
+    }
+
+    /// The creation event of `task`: follow it unless it came first.
+    fn created(&mut self, task: Pid) -> Result<(), SandboxError> {
+        if !self.early.remove(&task) {
+            self.join(task)?;
         }
         Ok(())
     }
@@ -469,6 +491,7 @@ pub fn run_under_filter(
         leader: pid,
         tasks: Arc::new(Mutex::new(Tasks {
             live: HashSet::from([pid]),
+            early: HashSet::new(),
             timed_out: false,
         })),
     };
@@ -525,48 +548,62 @@ pub fn run_under_filter(
         // A new task's first stop can come before its parent's
         // PTRACE_EVENT_FORK/CLONE stop (ptrace(2), "Attaching and detaching"),
         // so any stop adds its task.
-        tasks.join(task)?;
+        tasks.stopped(task)?;
         if tasks.timed_out {
             // A task that joined after the watchdog's kill.
             let _ = signal::kill(task, Signal::SIGKILL);
         }
         let sig = libc::WSTOPSIG(st);
-        let mut inject = 0;
-        match st >> 16 {
-            libc::PTRACE_EVENT_EXEC => {
-                exec_seen = true;
-                // A non-leader thread that execs takes over the leader's tid
-                // and its own tid vanishes without an exit report
-                // (ptrace(2), "execve(2) under ptrace").
-                let former = ptrace::getevent(task)
-                    .map_err(|e| ptrace_err("read former tid of", task, e))?;
-                if former as libc::pid_t != task.as_raw() {
-                    tasks.live.remove(&Pid::from_raw(former as libc::pid_t));
+        let mut on_stop = || -> Result<libc::c_int, SandboxError> {
+            let mut inject = 0;
+            match st >> 16 {
+                libc::PTRACE_EVENT_EXEC => {
+                    exec_seen = true;
+                    // A non-leader thread that execs takes over the leader's tid
+                    // and its own tid vanishes without an exit report
+                    // (ptrace(2), "execve(2) under ptrace").
+                    let former = ptrace::getevent(task)
+                        .map_err(|e| ptrace_err("read former tid of", task, e))?;
+                    if former as libc::pid_t != task.as_raw() {
+                        tasks.live.remove(&Pid::from_raw(former as libc::pid_t));
+                    }
+                }
+                libc::PTRACE_EVENT_EXIT => {
+                    if report.denied.is_none() {
+                        report.denied = killed_by_filter(task, program, native)?;
+                    }
+                }
+                // The new task joins here too, before its parent can go on (and
+                // exit): otherwise the tree could look empty while the child's
+                // first stop is still on its way.
+                libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
+                    let new = ptrace::getevent(task)
+                        .map_err(|e| ptrace_err("read the new task of", task, e))?;
+                    tasks.created(Pid::from_raw(new as libc::pid_t))?;
+                }
+                // A new task's first stop, or a group-stop of a seized tracee:
+                // just let it run on.
+                libc::PTRACE_EVENT_STOP => {}
+                _ => {
+                    if sig == libc::SIGSYS && report.denied.is_none() {
+                        report.denied = trapped_by_filter(task, native)?;
+                    }
+                    inject = sig;
                 }
             }
-            libc::PTRACE_EVENT_EXIT => {
-                if report.denied.is_none() {
-                    report.denied = killed_by_filter(task, program, native)?;
-                }
-            }
-            // The new task joins here too, before its parent can go on (and
-            // exit): otherwise the tree could look empty while the child's
-            // first stop is still on its way.
-            libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
-                let new = ptrace::getevent(task)
-                    .map_err(|e| ptrace_err("read the new task of", task, e))?;
-                tasks.join(Pid::from_raw(new as libc::pid_t))?;
-            }
-            // A new task's first stop, or a group-stop of a seized tracee:
-            // just let it run on.
-            libc::PTRACE_EVENT_STOP => {}
-            _ => {
-                if sig == libc::SIGSYS && report.denied.is_none() {
-                    report.denied = trapped_by_filter(task, native)?;
-                }
-                inject = sig;
-            }
-        }
+            Ok(inject)
+        };
+        let inject = match on_stop() {
+            Ok(inject) => inject,
+            // Killed while stopped (the time limit's SIGKILL, a sibling
+            // thread's KILL_PROCESS or exec): ptrace(2) answers ESRCH for a
+            // tracee that is no longer stopped, and wait reports its end.
+            Err(SandboxError::Ptrace {
+                source: Errno(libc::ESRCH),
+                ..
+            }) => continue,
+            Err(e) => return Err(e),
+        };
         // ESRCH: the task was killed meanwhile (e.g. another thread's exec or
         // a KILL_PROCESS); its exit is still reported by wait.
         match cont(task, inject) {

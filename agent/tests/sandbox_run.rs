@@ -459,6 +459,19 @@ fn the_time_limit_kills_a_daemon_that_outlives_the_command() {
     assert!(!r.succeeded());
     std::thread::sleep(std::time::Duration::from_secs(4));
     assert!(!marker.exists());
+    // A tree busy forking and exec'ing when the limit strikes: tasks killed
+    // at a stop are not errors.
+    for _ in 0..5 {
+        let r = run_under_filter(
+            &prog,
+            Arch::native(),
+            true,
+            &argv(&["/bin/sh", "-c", "while :; do /bin/true & /bin/true; done"]),
+            Some(std::time::Duration::from_millis(150)),
+        )
+        .unwrap();
+        assert!(r.timed_out && r.signal == Some(libc::SIGKILL), "{r}");
+    }
     // A command done in time is not marked.
     let r = run_under_filter(
         &prog,
