@@ -260,9 +260,7 @@ fn real_time_signals_are_passed_on_and_reported() {
     assert_eq!(caught.exit_code, Some(7));
 }
 
-/// The first denial's (action, comm), and whether its task was not the
-/// command's own process (whose pid the test cannot know, but a denial in a
-/// thread or child is made by a task other than the one the shell echoes).
+/// The first denial's (action, comm), checking that it was `mkdir`.
 fn denial(r: &SandboxReport) -> (Action, Option<&str>) {
     let d = r.denied.as_ref().expect("a denial");
     assert_eq!(d.name.as_deref(), Some("mkdir"), "{r}");
