@@ -10,13 +10,31 @@
 //!   `PTRACE_EVENT_EXIT` stop (the kernel rolls them back to the syscall entry)
 //!   and confirmed by running the program through [`cbpf::run`].
 //!
-//! Only the main process is traced: a denial in a forked grandchild shows up
-//! only through the exit status it causes.
+//! The whole process tree is followed: `PTRACE_O_TRACECLONE`, `TRACEFORK` and
+//! `TRACEVFORK` make the kernel attach every new thread and process to the
+//! tracer (each starts with a `PTRACE_EVENT_STOP`), so a denial in a thread, a
+//! forked child or an exec'd grandchild is named with its task (tid and comm)
+//! just as one in the command itself. One `waitpid(-1, __WALL | __WNOTHREAD)`
+//! loop serves every task; each stop is restarted with its own signal.
+//!
+//! The run ends when every task has exited, so a child left running in the
+//! background (even one that called `setsid`) is still watched, or when the
+//! optional time limit runs out and a watchdog thread kills every live task;
+//! the exit status reported is the command's own process's, as a shell would
+//! report it.
+//! At most [`MAX_TRACED_TASKS`] tasks are followed at once: past that (a fork
+//! bomb) every task is killed and the run fails with
+//! [`SandboxError::TooManyTasks`]. `PTRACE_O_EXITKILL` kills every tracee if
+//! the tester itself dies (e.g. Ctrl-C).
 
+use std::collections::HashSet;
 use std::ffi::{CString, OsString};
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use nix::fcntl::OFlag;
 use nix::sys::prctl;
@@ -30,31 +48,42 @@ use nodeproof_seccomp::compiler::Errno;
 use nodeproof_seccomp::filter::{Action, Arch};
 use nodeproof_seccomp::syscalls::syscall_name;
 
+/// Most live tasks (threads and processes) one run follows.
+pub const MAX_TRACED_TASKS: usize = 1024;
+
 /// A syscall the filter stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeniedSyscall {
     pub nr: i32,
     pub name: Option<String>,
     pub action: Action,
+    /// The task (thread id) that made the call.
+    pub tid: i32,
+    /// Its `comm` (`/proc/TID/comm`) at the time, when it could be read.
+    pub comm: Option<String>,
 }
 
 /// What happened to the command.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SandboxReport {
-    /// Exit status, when the command exited normally.
+    /// Exit status, when the command's own process exited normally.
     pub exit_code: Option<i32>,
-    /// Terminating signal, when a signal killed it.
+    /// Terminating signal, when a signal killed the command's own process.
     pub signal: Option<i32>,
-    /// The first syscall that was trapped or killed the process.
+    /// The first syscall that was trapped or killed a task, in any process of
+    /// the command's tree.
     pub denied: Option<DeniedSyscall>,
     /// errno of the failed `execve` (the command never ran; no exit code).
     pub exec_failed: Option<i32>,
+    /// The time limit ran out and killed the tasks still alive.
+    pub timed_out: bool,
 }
 
 impl SandboxReport {
-    /// The command ran and exited 0.
+    /// The command ran and exited 0, and the filter killed or trapped no
+    /// task of its tree (a denied child can leave the parent exiting 0).
     pub fn succeeded(&self) -> bool {
-        self.exit_code == Some(0)
+        self.exit_code == Some(0) && self.denied.is_none() && !self.timed_out
     }
 }
 
@@ -76,9 +105,15 @@ impl std::fmt::Display for SandboxReport {
                 .unwrap_or_else(|| format!("syscall {}", d.nr));
             write!(
                 f,
-                "; the filter answered `{name}` (nr {}) with {}",
-                d.nr, d.action
+                "; the filter answered `{name}` (nr {}) with {} in task {}",
+                d.nr, d.action, d.tid
             )?;
+            if let Some(comm) = &d.comm {
+                write!(f, " ({comm})")?;
+            }
+        }
+        if self.timed_out {
+            write!(f, "; the time limit killed the tasks still running")?;
         }
         Ok(())
     }
@@ -125,12 +160,14 @@ pub enum SandboxError {
         #[source]
         source: Errno,
     },
-    #[error("cannot wait for child {pid}")]
+    #[error("cannot wait for the command's tasks (leader {pid})")]
     Wait {
         pid: i32,
         #[source]
         source: Errno,
     },
+    #[error("the command ran more than {limit} tasks at once; all were killed")]
+    TooManyTasks { limit: usize },
     #[error("child could not set no_new_privs")]
     NoNewPrivs {
         #[source]
@@ -157,27 +194,83 @@ const CHILD_FAILED_EXIT: i32 = 127;
 /// `si_code` of a SIGSYS raised by seccomp.
 const SYS_SECCOMP: i32 = 1;
 
-/// Kills and reaps the child unless it was reaped normally, so that an error
-/// in the parent never leaves a stopped tracee behind.
-struct Child {
-    pid: Pid,
-    reaped: bool,
+/// The traced tasks still alive. Unless the run ended with every task
+/// reaped, dropping it kills and reaps them all, so that an error in the
+/// parent never leaves a stopped (or a forking) tracee behind.
+/// Lives on the thread that traces: only it can wait for the tracees.
+struct Tree {
+    leader: Pid,
+    tasks: Arc<Mutex<Tasks>>,
 }
 
-impl Drop for Child {
+/// Shared with the time limit's watchdog, which kills every live task.
+/// A task leaves `live` under the lock in the same step that reaps it, so a
+/// pid the watchdog kills is never one the kernel has given out again.
+struct Tasks {
+    live: HashSet<Pid>,
+    /// Tasks first seen at their own stop, before their parent's
+    /// `PTRACE_EVENT_FORK/CLONE` stop: that event must not add them again,
+    /// as they may have exited (and been reaped) meanwhile.
+    early: HashSet<Pid>,
+    timed_out: bool,
+}
+
+fn lock(tasks: &Mutex<Tasks>) -> MutexGuard<'_, Tasks> {
+    // Nothing is left half-updated by a panic in the few lines under it.
+    tasks.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Tasks {
+    /// Follows `task` from now on, unless that makes too many; true if it
+    /// was not followed yet.
+    fn join(&mut self, task: Pid) -> Result<bool, SandboxError> {
+        let new = self.live.insert(task);
+        if new && self.live.len() > MAX_TRACED_TASKS {
+            return Err(SandboxError::TooManyTasks {
+                limit: MAX_TRACED_TASKS,
+            });
+        }
+        Ok(new)
+    }
+
+    /// `task` stopped: a task not followed yet is a new one whose parent's
+    /// creation event is still to come.
+    fn stopped(&mut self, task: Pid) -> Result<(), SandboxError> {
+        if self.join(task)? {
+            self.early.insert(task);
+        }
+        Ok(())
+    }
+
+    /// The creation event of `task`: follow it unless it came first.
+    fn created(&mut self, task: Pid) -> Result<(), SandboxError> {
+        if !self.early.remove(&task) {
+            self.join(task)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Tree {
     fn drop(&mut self) {
-        if self.reaped {
+        let mut tasks = lock(&self.tasks);
+        if tasks.live.is_empty() {
             return;
         }
-        // SIGKILL ends it even when stopped.
-        let _ = signal::kill(self.pid, Signal::SIGKILL);
-        // Until it is gone (or cannot be waited for).
-        while let Ok(st) = wait(self.pid) {
-            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
-                break;
+        // SIGKILL ends a task even when stopped; a pending SIGKILL also makes
+        // fork fail, so the tree cannot grow while it is drained.
+        for &t in &tasks.live {
+            let _ = signal::kill(t, Signal::SIGKILL);
+        }
+        tasks.live.clear();
+        // Until no tracee or child of this thread is left: a task not yet
+        // seen (a child whose first stop was still queued) is killed there.
+        while let Ok((t, st)) = wait_for(-1, self.leader) {
+            if libc::WIFSTOPPED(st) {
+                let _ = signal::kill(t, Signal::SIGKILL);
+                // A ptrace stop (e.g. the exit stop) still needs a restart.
+                let _ = cont(t, 0);
             }
-            // A ptrace stop (e.g. the exit stop) still needs a restart.
-            let _ = cont(self.pid, 0);
         }
     }
 }
@@ -362,12 +455,14 @@ fn exit_child() -> ! {
     unsafe { libc::_exit(CHILD_FAILED_EXIT) }
 }
 
-/// Run `argv` under `program` and report how it ended.
+/// Run `argv` under `program` and report how it ended. With `time_limit`,
+/// every task still alive when it runs out is killed (the report says so).
 pub fn run_under_filter(
     program: &[SockFilter],
     native: Arch,
     no_new_privs: bool,
     argv: &[OsString],
+    time_limit: Option<Duration>,
 ) -> Result<SandboxReport, SandboxError> {
     let host = Arch::native();
     if native != host {
@@ -392,54 +487,132 @@ pub fn run_under_filter(
         Ok(ForkResult::Child) => child(go_r.as_fd(), err_w.as_fd(), no_new_privs, &fprog, &exec),
         Ok(ForkResult::Parent { child }) => child,
     };
-    let mut child = Child { pid, reaped: false };
+    let tree = Tree {
+        leader: pid,
+        tasks: Arc::new(Mutex::new(Tasks {
+            live: HashSet::from([pid]),
+            early: HashSet::new(),
+            timed_out: false,
+        })),
+    };
     drop(go_r);
     drop(err_w);
 
-    let opts =
-        Options::PTRACE_O_TRACEEXIT | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_EXITKILL;
+    let opts = Options::PTRACE_O_TRACEEXIT
+        | Options::PTRACE_O_TRACEEXEC
+        | Options::PTRACE_O_EXITKILL
+        | Options::PTRACE_O_TRACECLONE
+        | Options::PTRACE_O_TRACEFORK
+        | Options::PTRACE_O_TRACEVFORK;
     ptrace::seize(pid, opts).map_err(|e| ptrace_err("seize", pid, e))?;
     // One byte to a pipe is written whole or not at all.
     unistd::write(&go_w, &[1]).map_err(|e| SandboxError::Pipe { source: errno(e) })?;
     drop(go_w);
 
+    // Dropping `_stop_watchdog` (any return) ends the watchdog.
+    let (_stop_watchdog, stopped) = mpsc::channel::<()>();
+    if let Some(limit) = time_limit {
+        let tasks = Arc::clone(&tree.tasks);
+        std::thread::spawn(move || {
+            if stopped.recv_timeout(limit) == Err(RecvTimeoutError::Timeout) {
+                let mut tasks = lock(&tasks);
+                tasks.timed_out = true;
+                for &t in &tasks.live {
+                    let _ = signal::kill(t, Signal::SIGKILL);
+                }
+            }
+        });
+    }
+
     let mut report = SandboxReport::default();
     let mut exec_seen = false;
-    loop {
-        let st = wait(pid)?;
-        if libc::WIFEXITED(st) {
-            report.exit_code = Some(libc::WEXITSTATUS(st));
-            break;
-        }
-        if libc::WIFSIGNALED(st) {
-            report.signal = Some(libc::WTERMSIG(st));
-            break;
+    while !lock(&tree.tasks).live.is_empty() {
+        // Peek first, then reap under the lock (see `Tasks`).
+        let task = peek_any(pid)?;
+        let mut tasks = lock(&tree.tasks);
+        let (task, st) = wait_for(task.as_raw(), pid)?;
+        if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+            tasks.live.remove(&task);
+            if task == pid {
+                if libc::WIFEXITED(st) {
+                    report.exit_code = Some(libc::WEXITSTATUS(st));
+                } else {
+                    report.signal = Some(libc::WTERMSIG(st));
+                }
+            }
+            continue;
         }
         if !libc::WIFSTOPPED(st) {
             continue;
         }
-        let sig = libc::WSTOPSIG(st);
-        let mut inject = 0;
-        match st >> 16 {
-            libc::PTRACE_EVENT_EXEC => exec_seen = true,
-            libc::PTRACE_EVENT_EXIT => {
-                if report.denied.is_none() {
-                    report.denied = killed_by_filter(pid, program, native)?;
-                }
-            }
-            // Group-stop of a seized tracee: just let it run on.
-            libc::PTRACE_EVENT_STOP => {}
-            _ => {
-                if sig == libc::SIGSYS && report.denied.is_none() {
-                    report.denied = trapped_by_filter(pid, native)?;
-                }
-                inject = sig;
-            }
+        // A new task's first stop can come before its parent's
+        // PTRACE_EVENT_FORK/CLONE stop (ptrace(2), "Attaching and detaching"),
+        // so any stop adds its task.
+        tasks.stopped(task)?;
+        if tasks.timed_out {
+            // A task that joined after the watchdog's kill.
+            let _ = signal::kill(task, Signal::SIGKILL);
         }
-        cont(pid, inject).map_err(|e| ptrace_err("continue", pid, e))?;
+        let sig = libc::WSTOPSIG(st);
+        let mut on_stop = || -> Result<libc::c_int, SandboxError> {
+            let mut inject = 0;
+            match st >> 16 {
+                libc::PTRACE_EVENT_EXEC => {
+                    exec_seen = true;
+                    // A non-leader thread that execs takes over the leader's tid
+                    // and its own tid vanishes without an exit report
+                    // (ptrace(2), "execve(2) under ptrace").
+                    let former = ptrace::getevent(task)
+                        .map_err(|e| ptrace_err("read former tid of", task, e))?;
+                    if former as libc::pid_t != task.as_raw() {
+                        tasks.live.remove(&Pid::from_raw(former as libc::pid_t));
+                    }
+                }
+                libc::PTRACE_EVENT_EXIT => {
+                    if report.denied.is_none() {
+                        report.denied = killed_by_filter(task, program, native)?;
+                    }
+                }
+                // The new task joins here too, before its parent can go on (and
+                // exit): otherwise the tree could look empty while the child's
+                // first stop is still on its way.
+                libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
+                    let new = ptrace::getevent(task)
+                        .map_err(|e| ptrace_err("read the new task of", task, e))?;
+                    tasks.created(Pid::from_raw(new as libc::pid_t))?;
+                }
+                // A new task's first stop, or a group-stop of a seized tracee:
+                // just let it run on.
+                libc::PTRACE_EVENT_STOP => {}
+                _ => {
+                    if sig == libc::SIGSYS && report.denied.is_none() {
+                        report.denied = trapped_by_filter(task, native)?;
+                    }
+                    inject = sig;
+                }
+            }
+            Ok(inject)
+        };
+        let inject = match on_stop() {
+            Ok(inject) => inject,
+            // Killed while stopped (the time limit's SIGKILL, a sibling
+            // thread's KILL_PROCESS or exec): ptrace(2) answers ESRCH for a
+            // tracee that is no longer stopped, and wait reports its end.
+            Err(SandboxError::Ptrace {
+                source: Errno(libc::ESRCH),
+                ..
+            }) => continue,
+            Err(e) => return Err(e),
+        };
+        // ESRCH: the task was killed meanwhile (e.g. another thread's exec or
+        // a KILL_PROCESS); its exit is still reported by wait.
+        match cont(task, inject) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => return Err(ptrace_err("continue", task, e)),
+        }
     }
-    child.reaped = true;
 
+    report.timed_out = lock(&tree.tasks).timed_out;
     if !exec_seen {
         // The child is gone, so this read cannot block: EOF or its report.
         let mut msg = [0u8; 8];
@@ -472,24 +645,52 @@ fn ptrace_err(request: &'static str, pid: Pid, e: nix::errno::Errno) -> SandboxE
     }
 }
 
-/// `waitpid(2)` with `__WALL` (ptrace stops included), the raw status.
-/// Not nix's `waitpid`: its `WaitStatus` holds a `nix::sys::signal::Signal`,
-/// which has no real-time signals, so a tracee stopped or killed by one
-/// (glibc's cancellation and setxid signals are) would be an error.
-fn wait(pid: Pid) -> Result<libc::c_int, SandboxError> {
+/// `waitpid(which, __WALL | __WNOTHREAD)` (`which` -1: any), the tid and
+/// raw status of the next tracee or child of this thread to change, ptrace
+/// stops included. `__WNOTHREAD` keeps it off children of the caller's other
+/// threads (another run, a `std::process::Command`), whose statuses are
+/// theirs to reap. Not nix's `waitpid`: its `WaitStatus` holds a
+/// `nix::sys::signal::Signal`, which has no real-time signals, so a tracee
+/// stopped or killed by one (glibc's cancellation and setxid signals are)
+/// would be an error. `leader` only names the run in the error.
+fn wait_for(which: libc::pid_t, leader: Pid) -> Result<(Pid, libc::c_int), SandboxError> {
     loop {
         let mut st = 0;
-        // SAFETY: waiting on our own child into a local int.
-        if unsafe { libc::waitpid(pid.as_raw(), &mut st, libc::__WALL) } == pid.as_raw() {
-            return Ok(st);
+        // SAFETY: waiting on our own children and tracees into a local int.
+        let r = unsafe { libc::waitpid(which, &mut st, libc::__WALL | libc::__WNOTHREAD) };
+        if r > 0 {
+            return Ok((Pid::from_raw(r), st));
         }
         let e = nix::errno::Errno::last();
         if e != nix::errno::Errno::EINTR {
-            return Err(SandboxError::Wait {
-                pid: pid.as_raw(),
-                source: errno(e),
-            });
+            return Err(wait_err(leader, e));
         }
+    }
+}
+
+/// The next task [`wait_for`] would return, left unreaped (`WNOWAIT`).
+fn peek_any(leader: Pid) -> Result<Pid, SandboxError> {
+    loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid fills it in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags =
+            libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT | libc::__WALL | libc::__WNOTHREAD;
+        // SAFETY: waitid writes only into `info`.
+        if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } == 0 {
+            // SAFETY: a successful waitid fills si_pid (the task's tid).
+            return Ok(Pid::from_raw(unsafe { info.si_pid() }));
+        }
+        let e = nix::errno::Errno::last();
+        if e != nix::errno::Errno::EINTR {
+            return Err(wait_err(leader, e));
+        }
+    }
+}
+
+fn wait_err(leader: Pid, e: nix::errno::Errno) -> SandboxError {
+    SandboxError::Wait {
+        pid: leader.as_raw(),
+        source: errno(e),
     }
 }
 
@@ -537,6 +738,8 @@ fn trapped_by_filter(pid: Pid, native: Arch) -> Result<Option<DeniedSyscall>, Sa
         nr,
         name: syscall_name(nr, arch),
         action: Action::Trap,
+        tid: pid.as_raw(),
+        comm: comm(pid),
     }))
 }
 
@@ -565,7 +768,15 @@ fn killed_by_filter(
         nr: data.nr,
         name: syscall_name(data.nr, arch_of(data.arch, data.nr, native)),
         action,
+        tid: pid.as_raw(),
+        comm: comm(pid),
     }))
+}
+
+/// A stopped task's `comm`; `/proc/TID` answers for any thread id.
+fn comm(tid: Pid) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{tid}/comm")).ok()?;
+    Some(String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(&raw)).into_owned())
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 
-use nodeproof::sandbox::{run_under_filter, DeniedSyscall, SandboxError, SandboxReport};
+use nodeproof::sandbox::{run_under_filter, SandboxError, SandboxReport};
 use nodeproof_bpfgen::compile;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Errno;
@@ -36,7 +36,7 @@ fn argv(args: &[&str]) -> Vec<OsString> {
 }
 
 fn run(prog: &[SockFilter], args: &[&str]) -> SandboxReport {
-    run_under_filter(prog, Arch::native(), true, &argv(args)).unwrap()
+    run_under_filter(prog, Arch::native(), true, &argv(args), None).unwrap()
 }
 
 fn mkdir_target() -> (tempfile::TempDir, String) {
@@ -97,20 +97,16 @@ fn kill_names_the_syscall() {
         let prog = program(Action::Allow, &[("mkdir", action)]);
         let (_dir, target) = mkdir_target();
         let r = run(&prog, &["/bin/mkdir", &target]);
+        assert_eq!(r.exit_code, None, "{action}");
+        assert_eq!(r.signal, Some(libc::SIGSYS), "{action}");
+        assert_eq!(r.exec_failed, None, "{action}");
+        let d = r.denied.expect("a denial");
         assert_eq!(
-            r,
-            SandboxReport {
-                exit_code: None,
-                signal: Some(libc::SIGSYS),
-                denied: Some(DeniedSyscall {
-                    nr: mkdir_nr(),
-                    name: Some("mkdir".into()),
-                    action,
-                }),
-                exec_failed: None,
-            },
+            (d.nr, d.name.as_deref(), d.action, d.comm.as_deref()),
+            (mkdir_nr(), Some("mkdir"), action, Some("mkdir")),
             "{action}"
         );
+        assert!(d.tid > 0);
         if cfg!(target_arch = "x86_64") {
             assert_eq!(mkdir_nr(), 83);
         }
@@ -162,11 +158,11 @@ fn filter_denying_execve_is_reported() {
 fn bad_input_is_rejected_before_fork() {
     let prog = program(Action::Allow, &[]);
     assert_eq!(
-        run_under_filter(&prog, Arch::native(), true, &[]),
+        run_under_filter(&prog, Arch::native(), true, &[], None),
         Err(SandboxError::EmptyCommand)
     );
     assert_eq!(
-        run_under_filter(&[], Arch::native(), true, &argv(&["/bin/true"])),
+        run_under_filter(&[], Arch::native(), true, &argv(&["/bin/true"]), None),
         Err(SandboxError::ProgramLength { len: 0 })
     );
     let foreign = if Arch::native() == Arch::Aarch64 {
@@ -175,7 +171,7 @@ fn bad_input_is_rejected_before_fork() {
         Arch::Aarch64
     };
     assert!(matches!(
-        run_under_filter(&prog, foreign, true, &argv(&["/bin/true"])),
+        run_under_filter(&prog, foreign, true, &argv(&["/bin/true"]), None),
         Err(SandboxError::ForeignArch { .. })
     ));
 }
@@ -184,7 +180,7 @@ fn bad_input_is_rejected_before_fork() {
 fn without_no_new_privs_loading_needs_cap_sys_admin() {
     let prog = program(Action::Allow, &[]);
     // As root (CAP_SYS_ADMIN) loading works without no_new_privs.
-    let r = run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"])).unwrap();
+    let r = run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"]), None).unwrap();
     assert_eq!(r.exit_code, Some(0));
 
     // Capabilities are per thread: drop CAP_SYS_ADMIN in a throwaway thread.
@@ -215,7 +211,7 @@ fn without_no_new_privs_loading_needs_cap_sys_admin() {
             data[0].effective &= !(1 << CAP_SYS_ADMIN);
             assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0);
         }
-        run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"]))
+        run_under_filter(&prog, Arch::native(), false, &argv(&["/bin/true"]), None)
     })
     .join()
     .unwrap();
@@ -262,4 +258,226 @@ fn real_time_signals_are_passed_on_and_reported() {
         ],
     );
     assert_eq!(caught.exit_code, Some(7));
+}
+
+/// The first denial's (action, comm), checking that it was `mkdir`.
+fn denial(r: &SandboxReport) -> (Action, Option<&str>) {
+    let d = r.denied.as_ref().expect("a denial");
+    assert_eq!(d.name.as_deref(), Some("mkdir"), "{r}");
+    (d.action, d.comm.as_deref())
+}
+
+#[test]
+fn denial_in_a_forked_child_is_named_and_the_parent_status_kept() {
+    for action in [Action::KillProcess, Action::KillThread, Action::Trap] {
+        let prog = program(Action::Allow, &[("mkdir", action)]);
+        let (dir, target) = mkdir_target();
+        let pidfile = dir.path().join("pid");
+        // The child writes its pid, then calls mkdir; the parent exits 3.
+        let script = format!(
+            "/bin/sh -c 'echo $$ > {}; exec /bin/mkdir {target}'; exit 3",
+            pidfile.display()
+        );
+        let r = run(&prog, &["/bin/sh", "-c", &script]);
+        assert_eq!(r.exit_code, Some(3), "{action}: {r}");
+        assert_eq!(r.signal, None);
+        assert!(!r.succeeded());
+        assert_eq!(denial(&r), (action, Some("mkdir")), "{r}");
+        let child: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(r.denied.unwrap().tid, child, "{action}");
+        assert!(!std::path::Path::new(&target).exists());
+    }
+}
+
+#[test]
+fn denial_after_exec_in_a_grandchild_is_named() {
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let (_dir, target) = mkdir_target();
+    let inner = format!("/bin/sh -c \"/bin/mkdir {target}\"; exit 0");
+    let r = run(&prog, &["/bin/sh", "-c", &inner]);
+    assert_eq!(r.exit_code, Some(0), "{r}");
+    assert_eq!(denial(&r), (Action::KillProcess, Some("mkdir")));
+    assert!(!r.succeeded());
+}
+
+#[test]
+fn busybox_grandchild_denial_is_named() {
+    let Some(_) = require(&[Need::Busybox]) else {
+        return;
+    };
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let (_dir, target) = mkdir_target();
+    // busybox sh execs a lone last command in place: the trailing exits make
+    // each shell fork, so mkdir runs in a grandchild.
+    let inner = format!("{BUSYBOX} sh -c '{BUSYBOX} mkdir {target}; exit 0'; exit 4");
+    let r = run(&prog, &[BUSYBOX, "sh", "-c", &inner]);
+    assert_eq!(r.exit_code, Some(4), "{r}");
+    assert_eq!(denial(&r), (Action::KillProcess, Some("busybox")));
+    assert!(!std::path::Path::new(&target).exists());
+}
+
+#[test]
+fn denial_in_a_thread_is_named_with_its_tid() {
+    let Some(_) = require(&[Need::Tool("python3")]) else {
+        return;
+    };
+    for action in [Action::KillProcess, Action::Trap] {
+        let prog = program(Action::Allow, &[("mkdir", action)]);
+        let (dir, target) = mkdir_target();
+        let tidfile = dir.path().join("tid");
+        // The thread records its tid (never the process's pid), names itself
+        // and calls mkdir; the filter's SIGSYS ends the whole process.
+        let script = format!(
+            "import os, threading, ctypes\n\
+             def f():\n\
+             \x20   open({tid:?}, 'w').write(str(threading.get_native_id()))\n\
+             \x20   ctypes.CDLL(None).prctl(15, b'denier', 0, 0, 0)\n\
+             \x20   os.mkdir({target:?})\n\
+             t = threading.Thread(target=f)\n\
+             t.start()\n\
+             t.join()\n",
+            tid = tidfile.display().to_string(),
+        );
+        let r = run(&prog, &["python3", "-c", &script]);
+        assert_eq!(r.signal, Some(libc::SIGSYS), "{action}: {r}");
+        assert_eq!(denial(&r), (action, Some("denier")), "{r}");
+        let tid: i32 = std::fs::read_to_string(&tidfile).unwrap().parse().unwrap();
+        assert_eq!(r.denied.unwrap().tid, tid, "{action}");
+    }
+    // Threads that exit on their own end the run with the process's status.
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let script = "import sys, threading\n\
+                  ts = [threading.Thread(target=sum, args=([1],)) for _ in range(8)]\n\
+                  [t.start() for t in ts]\n\
+                  [t.join() for t in ts]\n\
+                  sys.exit(6)\n";
+    let r = run(&prog, &["python3", "-c", script]);
+    assert_eq!(
+        r,
+        SandboxReport {
+            exit_code: Some(6),
+            ..Default::default()
+        }
+    );
+}
+
+#[test]
+fn clean_tree_exits_with_the_commands_status_and_no_denial() {
+    let prog = program(Action::Allow, &[("mkdir", Action::KillProcess)]);
+    let r = run(
+        &prog,
+        &[
+            "/bin/sh",
+            "-c",
+            "/bin/true & /bin/sh -c 'exit 0' & wait; exit 5",
+        ],
+    );
+    assert_eq!(
+        r,
+        SandboxReport {
+            exit_code: Some(5),
+            ..Default::default()
+        }
+    );
+    let r = run(&prog, &["/bin/sh", "-c", "/bin/true & wait"]);
+    assert!(r.succeeded(), "{r}");
+}
+
+#[test]
+fn an_escaped_background_task_is_followed_after_the_command_exits() {
+    let prog = program(Action::Allow, &[("mkdir", Action::KillThread)]);
+    let (_dir, target) = mkdir_target();
+    // The session leader outlives the command, which exits 0 at once.
+    let script = format!("setsid /bin/sh -c 'sleep 0.3; exec /bin/mkdir {target}' & exit 0");
+    let r = run(&prog, &["/bin/sh", "-c", &script]);
+    assert_eq!(r.exit_code, Some(0), "{r}");
+    assert_eq!(denial(&r), (Action::KillThread, Some("mkdir")));
+}
+
+#[test]
+fn too_many_tasks_fail_the_run_and_are_killed() {
+    let prog = program(Action::Allow, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("survivor");
+    // More sleeping children than the bound; any that survived the kill
+    // would create the marker.
+    let script = format!(
+        "i=0; while [ $i -le {} ]; do (sleep 2; touch {}) & i=$((i+1)); done; wait",
+        nodeproof::sandbox::MAX_TRACED_TASKS,
+        marker.display()
+    );
+    let r = run_under_filter(
+        &prog,
+        Arch::native(),
+        true,
+        &argv(&["/bin/sh", "-c", &script]),
+        None,
+    );
+    assert_eq!(
+        r,
+        Err(SandboxError::TooManyTasks {
+            limit: nodeproof::sandbox::MAX_TRACED_TASKS
+        })
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!marker.exists());
+}
+
+#[test]
+fn the_time_limit_kills_a_daemon_that_outlives_the_command() {
+    let prog = program(Action::Allow, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("survivor");
+    let script = format!(
+        "setsid /bin/sh -c 'sleep 3; touch {}' & exit 0",
+        marker.display()
+    );
+    let started = std::time::Instant::now();
+    let r = run_under_filter(
+        &prog,
+        Arch::native(),
+        true,
+        &argv(&["/bin/sh", "-c", &script]),
+        Some(std::time::Duration::from_millis(300)),
+    )
+    .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(
+        r,
+        SandboxReport {
+            exit_code: Some(0),
+            timed_out: true,
+            ..Default::default()
+        }
+    );
+    assert!(!r.succeeded());
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(!marker.exists());
+    // A tree busy forking and exec'ing when the limit strikes: tasks killed
+    // at a stop are not errors.
+    for _ in 0..5 {
+        let r = run_under_filter(
+            &prog,
+            Arch::native(),
+            true,
+            &argv(&["/bin/sh", "-c", "while :; do /bin/true & /bin/true; done"]),
+            Some(std::time::Duration::from_millis(150)),
+        )
+        .unwrap();
+        assert!(r.timed_out && r.signal == Some(libc::SIGKILL), "{r}");
+    }
+    // A command done in time is not marked.
+    let r = run_under_filter(
+        &prog,
+        Arch::native(),
+        true,
+        &argv(&["/bin/true"]),
+        Some(std::time::Duration::from_secs(30)),
+    )
+    .unwrap();
+    assert!(r.succeeded() && !r.timed_out, "{r}");
 }

@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
@@ -20,7 +21,7 @@ use nodeproof_seccomp::lint::{self, LintOptions, ProfileReport};
 use nodeproof_seccomp::model::Seccomp;
 use nodeproof_seccomp::{patchbpf, scan};
 
-use super::{exit, lint_options, Format, ModeArgs, OutputArgs};
+use super::{exit, lint_options, parse_duration, Format, ModeArgs, OutputArgs};
 
 #[derive(Subcommand)]
 pub(crate) enum ProfileCommand {
@@ -44,11 +45,16 @@ pub(crate) enum ProfileCommand {
         #[arg(long, value_enum, default_value_t = CompileFormat::Pfc)]
         format: CompileFormat,
     },
-    /// Run a command under a profile in a forked child and report what happened.
+    /// Run a command under a profile in a forked child and report what happened,
+    /// including the first denial in any thread or process it starts.
     Test {
         path: PathBuf,
         #[command(flatten)]
         mode: ModeArgs,
+        /// Kill every task of the command still alive after this long
+        /// (`30s`, `2m`); without it the run waits for all of them.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
@@ -86,8 +92,9 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
         ProfileCommand::Test {
             path,
             mode,
+            timeout,
             command,
-        } => test_cmd(&path, &lint_options(&mode, config), &command),
+        } => test_cmd(&path, &lint_options(&mode, config), &command, timeout),
     }
 }
 
@@ -192,11 +199,22 @@ fn compile_cmd(path: &Path, opts: &LintOptions, format: CompileFormat) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
-fn test_cmd(path: &Path, opts: &LintOptions, command: &[OsString]) -> Result<ExitCode> {
+fn test_cmd(
+    path: &Path,
+    opts: &LintOptions,
+    command: &[OsString],
+    timeout: Option<Duration>,
+) -> Result<ExitCode> {
     let (profile, spec) = load_spec(path, opts)?;
     let (_, program) = loaded_program(&profile, &spec, opts.arch)?;
-    let report = sandbox::run_under_filter(&program, opts.arch, opts.no_new_privileges, command)
-        .context("could not run the command under the profile")?;
+    let report = sandbox::run_under_filter(
+        &program,
+        opts.arch,
+        opts.no_new_privileges,
+        command,
+        timeout,
+    )
+    .context("could not run the command under the profile")?;
     println!("{report}");
     Ok(exit(report.succeeded()))
 }
