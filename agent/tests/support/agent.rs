@@ -22,13 +22,16 @@ pub fn get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };
-    write!(
+    // A connection reset while the agent starts (or stops) is no answer,
+    // like a refused connect: code 0, and the callers poll again.
+    let mut out = String::new();
+    let asked = write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    );
+    if let Err(e) = asked.and_then(|()| s.read_to_string(&mut out).map(drop)) {
+        return (0, e.to_string());
+    }
     let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = out
         .split_once("\r\n\r\n")
