@@ -67,6 +67,29 @@ pub enum KnownGap {
     /// all six registers (`syscall_get_arguments`), and the unused ones hold
     /// whatever was left there, which the init table cannot know.
     UnusedArgument { index: u8, arity: u8 },
+    /// A condition on an argument that is an address (a path, a buffer, Go's
+    /// heap or stack): runc init's addresses move from start to start, and
+    /// the table holds one trace's.
+    AddressArgument { index: u8 },
+}
+
+/// Which arguments of runc 1.1.5's init calls are addresses on x86_64 (from
+/// their kernel prototypes; `fcntl` and `prctl` take one only for some
+/// commands and are left out).
+fn addresses(name: &str) -> &'static [u8] {
+    match name {
+        "brk" | "chdir" | "getcwd" | "getrandom" | "mprotect" | "rseq" | "set_robust_list"
+        | "set_tid_address" => &[0],
+        "arch_prctl" | "faccessat" | "faccessat2" | "fstat" | "fstatfs" | "getdents64"
+        | "openat" | "read" | "setgroups" | "write" => &[1],
+        "capget" | "capset" | "readlink" => &[0, 1],
+        "newfstatat" => &[1, 2],
+        "execve" => &[0, 1, 2],
+        "epoll_ctl" => &[3],
+        "prlimit64" => &[2, 3],
+        "futex" => &[0, 3, 4],
+        _ => &[],
+    }
 }
 
 /// How many arguments each call of runc 1.1.5's init table takes on x86_64
@@ -348,10 +371,16 @@ fn conditional(r: &mut Rng) -> Case {
     let mut deny = rule(&[need.name], &action(r));
     deny["args"] = json!(conds);
     let v = json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [deny]});
-    let known_gap = arity(need.name).and_then(|arity| {
+    let unused = arity(need.name).and_then(|arity| {
         let index = used.iter().copied().max()? as u8;
         (index >= arity).then_some(KnownGap::UnusedArgument { index, arity })
     });
+    let address = used
+        .iter()
+        .map(|&i| i as u8)
+        .find(|i| addresses(need.name).contains(i))
+        .map(|index| KnownGap::AddressArgument { index });
+    let known_gap = unused.or(address);
     Case {
         name: format!("conditional: {deny}"),
         profile: v.to_string().into_bytes(),
