@@ -305,7 +305,14 @@ impl<'a> State<'a> {
     }
 
     /// `_hsh_add`: a duplicate of an existing block is replaced by it unless
-    /// `found` (then both stay, sharing the hash).
+    /// `found` (then both stay, sharing the hash). A duplicate has the same
+    /// instructions *and* the same accumulator state at both ends: libseccomp
+    /// 2.5.4 hashes and compares `acc_start` and `acc_end` with the
+    /// instructions (gen_bpf.c `_hsh_add`). Without them a node that finds its
+    /// word already loaded (a 64-bit comparison's hi-word EQ after its GT)
+    /// merges with a like node of another arch that loaded another word, and
+    /// the shared block later gets a load put in front of it: one instruction
+    /// fewer than libseccomp, and on the other arch the wrong argument word.
     fn hsh_add(&mut self, b: BlkId, found: bool) -> BlkId {
         if self.blks[b].hash.is_some() {
             return b;
@@ -315,7 +322,9 @@ impl<'a> State<'a> {
         let mut it = first;
         while let Some(h) = it {
             let e = &self.entries[(h - 1) as usize];
-            if *self.blks[e.blk].ins == *self.blks[b].ins {
+            let (old, new) = (&self.blks[e.blk], &self.blks[b]);
+            if *old.ins == *new.ins && old.acc_start == new.acc_start && old.acc_end == new.acc_end
+            {
                 self.blks[b].hash = Some(h);
                 if found {
                     return b;
