@@ -9,10 +9,9 @@
 //! (a signal or a futex wake on init's thread), not a disagreement.
 
 use nodeproof_bpfgen::Native;
-use nodeproof_seccomp::diagnostic::Code;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
-use nodeproof_seccomp::runc_init::RUNC_1_1_5;
+use nodeproof_seccomp::runc_init::{self, ArgValue, RUNC_1_1_5};
 use nodeproof_seccomp::syscalls::resolve_syscall;
 use serde_json::{json, Value};
 
@@ -55,58 +54,11 @@ impl Rng {
 pub struct Case {
     pub name: String,
     pub profile: Vec<u8>,
-    /// A shape the model is known not to predict (docs/runc-init-syscalls.md,
-    /// "Known gaps"): a disagreement there is counted apart, not failed.
-    pub known_gap: Option<KnownGap>,
-}
-
-/// What the model does not predict yet, by the case's own structure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KnownGap {
-    /// A condition on an argument the call does not take: the kernel passes
-    /// all six registers (`syscall_get_arguments`), and the unused ones hold
-    /// whatever was left there, which the init table cannot know.
-    UnusedArgument { index: u8, arity: u8 },
-    /// A condition on an argument that is an address (a path, a buffer, Go's
-    /// heap or stack): runc init's addresses move from start to start, and
-    /// the table holds one trace's.
-    AddressArgument { index: u8 },
-}
-
-/// Which arguments of runc 1.1.5's init calls are addresses on x86_64 (from
-/// their kernel prototypes; `fcntl` and `prctl` take one only for some
-/// commands and are left out).
-fn addresses(name: &str) -> &'static [u8] {
-    match name {
-        "brk" | "chdir" | "getcwd" | "getrandom" | "mprotect" | "rseq" | "set_robust_list"
-        | "set_tid_address" => &[0],
-        "arch_prctl" | "faccessat" | "faccessat2" | "fstat" | "fstatfs" | "getdents64"
-        | "openat" | "read" | "setgroups" | "write" => &[1],
-        "capget" | "capset" | "readlink" => &[0, 1],
-        "newfstatat" => &[1, 2],
-        "execve" => &[0, 1, 2],
-        "epoll_ctl" => &[3],
-        "prlimit64" => &[2, 3],
-        "futex" => &[0, 3, 4],
-        _ => &[],
-    }
-}
-
-/// How many arguments each call of runc 1.1.5's init table takes on x86_64
-/// (its `SYSCALL_DEFINEn` in the kernel; `faccessat` is the 3-argument one).
-fn arity(name: &str) -> Option<u8> {
-    Some(match name {
-        "getegid" | "geteuid" | "getgid" | "getpid" | "getppid" | "getuid" | "rt_sigreturn" => 0,
-        "brk" | "chdir" | "close" | "exit_group" | "set_tid_address" | "setgid" | "setuid" => 1,
-        "arch_prctl" | "capget" | "capset" | "fstat" | "fstatfs" | "getcwd" | "set_robust_list"
-        | "setgroups" => 2,
-        "execve" | "faccessat" | "fcntl" | "getdents64" | "getrandom" | "mprotect" | "read"
-        | "readlink" | "write" => 3,
-        "epoll_ctl" | "faccessat2" | "newfstatat" | "openat" | "prlimit64" | "rseq" => 4,
-        "prctl" => 5,
-        "futex" => 6,
-        _ => return None,
-    })
+    /// The argument of runc init's call a condition of this case examines
+    /// that init does not fix (an address, an unused register), if any: the
+    /// model then says the start fails whenever the rule matches, which in
+    /// real runc is some starts, all or none.
+    pub unfixed: Option<(u8, ArgValue)>,
 }
 
 /// The families the generator draws from.
@@ -308,7 +260,7 @@ fn decoder(r: &mut Rng) -> Case {
     Case {
         name: format!("decoder: {what}: {deny_text}"),
         profile: text.into_bytes(),
-        known_gap: None,
+        unfixed: None,
     }
 }
 
@@ -329,7 +281,7 @@ fn one_denied(r: &mut Rng) -> Case {
     Case {
         name: format!("denied: {}", v["syscalls"]),
         profile: v.to_string().into_bytes(),
-        known_gap: None,
+        unfixed: None,
     }
 }
 
@@ -371,20 +323,15 @@ fn conditional(r: &mut Rng) -> Case {
     let mut deny = rule(&[need.name], &action(r));
     deny["args"] = json!(conds);
     let v = json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [deny]});
-    let unused = arity(need.name).and_then(|arity| {
-        let index = used.iter().copied().max()? as u8;
-        (index >= arity).then_some(KnownGap::UnusedArgument { index, arity })
+    // The first condition on an argument init does not fix, as the model names it.
+    let unfixed = used.iter().find_map(|&i| {
+        let what = runc_init::arg_value(need.name, i as u8)?;
+        (what != ArgValue::Fixed).then_some((i as u8, what))
     });
-    let address = used
-        .iter()
-        .map(|&i| i as u8)
-        .find(|i| addresses(need.name).contains(i))
-        .map(|index| KnownGap::AddressArgument { index });
-    let known_gap = unused.or(address);
     Case {
         name: format!("conditional: {deny}"),
         profile: v.to_string().into_bytes(),
-        known_gap,
+        unfixed,
     }
 }
 
@@ -420,7 +367,7 @@ fn allowlist(r: &mut Rng) -> Case {
             v["defaultAction"], errno, v["architectures"]
         ),
         profile: serde_json::to_vec_pretty(&v).expect("serializes"),
-        known_gap: None,
+        unfixed: None,
     }
 }
 
@@ -519,7 +466,7 @@ fn size(r: &mut Rng) -> Case {
             len(n)
         ),
         profile: padded(n),
-        known_gap: None,
+        unfixed: None,
     }
 }
 
@@ -558,8 +505,6 @@ pub enum Judgement {
     IntermittentNotSeen {
         reruns: usize,
     },
-    /// A disagreement on a case of a [`KnownGap`]: said, counted apart.
-    KnownGap(KnownGap, String),
     /// runc gave no verdict: it was still running at `RUN_TIMEOUT_S` (libseccomp
     /// adding thousands of rules), so there is nothing to compare.
     NoVerdict(String),
@@ -586,10 +531,7 @@ pub fn predict(profile: &[u8], nnp: bool) -> Prediction {
     let first = r.diagnostics.first().map_or_else(String::new, |d| {
         format!("{}[{}]: {}", d.severity, d.code, d.message)
     });
-    let intermittent = r
-        .diagnostics
-        .iter()
-        .any(|d| d.code == Code::RuntimeSyscallDeniedIntermittently);
+    let intermittent = r.diagnostics.iter().any(|d| d.code.fails_only_sometimes());
     Prediction {
         outcome: r.outcome,
         first,
@@ -648,8 +590,11 @@ pub fn judge(oracle: &RuncOracle, case: &Case, nnp: bool, reruns: usize) -> Judg
     if run.timed_out && got != Outcome::StartFailed {
         return Judgement::NoVerdict(said);
     }
-    match case.known_gap {
-        Some(gap) => Judgement::KnownGap(gap, said),
+    match case.unfixed {
+        Some((index, what)) => Judgement::Disagree(format!(
+            "{said}\n  (a condition on args[{index}], {})",
+            what.describe()
+        )),
         None => Judgement::Disagree(said),
     }
 }

@@ -83,6 +83,9 @@ codes! {
     EntrypointSyscallDenied => "entrypoint-syscall-denied",
     /// A denied call that breaks only the starts where init happens to make it.
     RuntimeSyscallDeniedIntermittently => "runtime-syscall-denied-intermittently",
+    /// A call of runc init denied by a rule on an argument init does not fix
+    /// (an address, an unused register): it fails the starts where it matches.
+    RuntimeSyscallDeniedByUnfixedArgument => "runtime-syscall-denied-by-unfixed-argument",
     /// A privilege drop of runc init answered with errno 0: it "succeeds" without running.
     PrivilegeDropSkipped => "privilege-drop-skipped",
     CrossArchModel => "cross-arch-model",
@@ -99,6 +102,17 @@ codes! {
     /// defaultAction SCMP_ACT_TRACE: no tracer is attached, so every other call fails with ENOSYS.
     TraceWithoutTracer => "trace-without-tracer",
     EmptyNames => "empty-names",
+}
+
+impl Code {
+    /// A start failure that happens in some starts only: said after one that
+    /// happens in every start, and told apart by the differential campaign.
+    pub fn fails_only_sometimes(self) -> bool {
+        matches!(
+            self,
+            Code::RuntimeSyscallDeniedIntermittently | Code::RuntimeSyscallDeniedByUnfixedArgument
+        )
+    }
 }
 
 impl Serialize for Code {

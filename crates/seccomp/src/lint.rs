@@ -12,13 +12,13 @@ use crate::cbpf::{self, SeccompData, BPF_MAXINSNS};
 use crate::compiler::{CompileError, CompiledFilter, Compiler};
 use crate::decode::{self, resolve_pointer};
 use crate::diagnostic::{Code, Diagnostic, Severity};
-use crate::filter::{Action, Arch, FilterSpec};
+use crate::filter::{Action, Arch, CmpOp, FilterSpec};
 use crate::fnv::Fnv;
 use crate::json::{self, LineIndex, Node};
 use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
-use crate::runc_init::{self, Answer, InitSyscall, Kept, Phase};
+use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
 use crate::syscalls::resolve_syscall;
 use crate::template::{self, TemplateContext};
 
@@ -191,7 +191,7 @@ fn finish(mut report: ProfileReport, src: &[u8], root: Option<&Node>) -> Profile
     report.diagnostics.sort_by_key(|d| {
         (
             d.severity,
-            d.code == Code::RuntimeSyscallDeniedIntermittently,
+            d.code.fails_only_sometimes(),
             d.span.map_or(usize::MAX, |s| s.start),
         )
     });
@@ -603,8 +603,23 @@ fn predict_runtime_needs(
                 continue;
             }
         }
-        let Some(action) = filter_action(compiled, opts.arch, need.name, need.args) else {
+        let actions = init_actions(spec, compiled, opts.arch, need);
+        let Some(&traced) = actions.first() else {
             continue;
+        };
+        let fails = |a: Action| answer(a).is_some_and(|x| need.fails_on(x));
+        // A rule on an argument init does not fix: the start fails in the
+        // starts where it matches, so say it fails, and why only sometimes.
+        let unfixed = (actions.iter().any(|&a| fails(a)) && actions.iter().any(|&a| !fails(a)))
+            .then(|| unfixed_condition(spec, need))
+            .flatten();
+        let action = match unfixed {
+            Some(_) => actions
+                .iter()
+                .copied()
+                .find(|&a| fails(a))
+                .unwrap_or(traced),
+            None => traced,
         };
         let Some(answer) = answer(action) else {
             continue;
@@ -640,9 +655,80 @@ fn predict_runtime_needs(
         reported.push(need.name);
         report
             .diagnostics
-            .push(runtime_denial(spec, need, action, opts, fallbacks));
+            .push(runtime_denial(spec, need, action, opts, fallbacks, unfixed));
     }
     !reported.is_empty()
+}
+
+/// The conditions of the profile's rules on `need`'s call that examine an
+/// argument runc init does not fix (an address, an unused register), as
+/// (index, what it is, the values worth trying: each side of the condition).
+fn unfixed_conditions(spec: &FilterSpec, need: &InitSyscall) -> Vec<(u8, ArgValue, Vec<u64>)> {
+    let mut found: Vec<(u8, ArgValue, Vec<u64>)> = Vec::new();
+    let conds = spec
+        .rules
+        .iter()
+        .filter(|r| r.syscall == need.name)
+        .flat_map(|r| &r.conds);
+    for c in conds {
+        let Some(what) = runc_init::arg_value(need.name, c.index) else {
+            continue;
+        };
+        if what == ArgValue::Fixed {
+            continue;
+        }
+        let tries: &[u64] = match c.op {
+            CmpOp::Eq | CmpOp::Ne => &[c.value, c.value ^ 1],
+            CmpOp::Lt | CmpOp::Le | CmpOp::Ge | CmpOp::Gt => {
+                &[c.value.wrapping_sub(1), c.value, c.value.wrapping_add(1)]
+            }
+            // `value` is the mask, `valueTwo` what the masked bits must equal.
+            CmpOp::MaskedEq => &[c.value_two, c.value_two ^ c.value],
+        };
+        match found.iter_mut().find(|(i, _, _)| *i == c.index) {
+            Some((_, _, values)) => values.extend(tries),
+            None => found.push((c.index, what, tries.to_vec())),
+        }
+    }
+    found
+}
+
+fn unfixed_condition(spec: &FilterSpec, need: &InitSyscall) -> Option<(u8, ArgValue)> {
+    unfixed_conditions(spec, need)
+        .first()
+        .map(|&(index, what, _)| (index, what))
+}
+
+/// What the filter answers init's call `need`: first with the traced
+/// arguments, then with every combination of the values worth trying for the
+/// arguments init does not fix (bounded: a few per condition). Empty when the
+/// call does not exist on `arch`.
+fn init_actions(
+    spec: &FilterSpec,
+    compiled: &CompiledFilter,
+    arch: Arch,
+    need: &InitSyscall,
+) -> Vec<Action> {
+    const MOST: usize = 256;
+    let mut argsets = vec![need.args];
+    for (index, _, values) in unfixed_conditions(spec, need) {
+        let mut next = Vec::new();
+        for args in &argsets {
+            for &v in &values {
+                let mut a = *args;
+                a[index as usize] = v;
+                if next.len() < MOST && !next.contains(&a) {
+                    next.push(a);
+                }
+            }
+        }
+        argsets.extend(next);
+        argsets.truncate(MOST);
+    }
+    argsets
+        .into_iter()
+        .map_while(|args| filter_action(compiled, arch, need.name, args))
+        .collect()
 }
 
 /// The action the compiled filter takes for `name(args)` on `arch`.
@@ -721,8 +807,25 @@ fn runtime_denial(
     action: Action,
     opts: &LintOptions,
     fallbacks: Option<&[&str]>,
+    unfixed: Option<(u8, ArgValue)>,
 ) -> Diagnostic {
     let pointer = rule_pointer(spec, need, action);
+    if let Some((index, what)) = unfixed {
+        return Diagnostic::error(
+            Code::RuntimeSyscallDeniedByUnfixedArgument,
+            pointer,
+            format!(
+                "runc init makes `{}` after the filter is loaded ({}), and whether the profile answers it with {action} depends on `args[{index}]`, {}: the container fails to start whenever the rule matches, in some starts or in all",
+                need.name,
+                if opts.no_new_privileges { "noNewPrivileges=true" } else { "noNewPrivileges=false" },
+                what.describe(),
+            ),
+        )
+        .with_help(format!(
+            "a rule on `args[{index}]` of `{}` cannot be relied on: allow the call, or condition the rule on an argument the caller sets",
+            need.name
+        ));
+    }
     let (code, who) = match need.phase {
         Phase::RuncInit if need.flaky => (Code::RuntimeSyscallDeniedIntermittently, "runc init"),
         Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),

@@ -217,6 +217,75 @@ pub const INTERMITTENT_CAUSES: &[(&str, &str)] = &[
     ),
 ];
 
+/// What the model knows of one argument of one of init's calls. The table's
+/// `args` hold one trace's values; a rule on an argument whose value runc init
+/// does not fix cannot be judged from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgValue {
+    /// A flag, option, command, fd or id that is the same in every start.
+    Fixed,
+    /// An address (a path, a buffer, Go's heap or stack): it moves from start
+    /// to start (ASLR, Go's allocator), so a rule on it matches in some.
+    Address,
+    /// An argument the call does not take: the kernel passes all six
+    /// registers (`syscall_get_arguments`), and the unused ones hold whatever
+    /// was left in them.
+    Unused { arity: u8 },
+}
+
+impl ArgValue {
+    pub fn describe(self) -> String {
+        match self {
+            ArgValue::Fixed => "an argument runc init fixes".to_string(),
+            ArgValue::Address => {
+                "an address, which moves from start to start".to_string()
+            }
+            ArgValue::Unused { arity } => format!(
+                "an argument the call does not take (it takes {arity}), so it holds whatever the register held"
+            ),
+        }
+    }
+}
+
+/// `args[index]` of init's call `name` on x86_64, from each call's kernel
+/// prototype (`SYSCALL_DEFINEn`; `faccessat` is the 3-argument one). `fcntl`
+/// and `prctl` take an address only for some commands, none of init's, so
+/// theirs count as fixed. `None`: not one of init's calls.
+pub fn arg_value(name: &str, index: u8) -> Option<ArgValue> {
+    let arity = match name {
+        "getegid" | "geteuid" | "getgid" | "getpid" | "getppid" | "getuid" | "rt_sigreturn" => 0,
+        "brk" | "chdir" | "close" | "exit_group" | "set_tid_address" | "setgid" | "setuid" => 1,
+        "arch_prctl" | "capget" | "capset" | "fstat" | "fstatfs" | "getcwd" | "set_robust_list"
+        | "setgroups" => 2,
+        "execve" | "faccessat" | "fcntl" | "getdents64" | "getrandom" | "mprotect" | "read"
+        | "readlink" | "write" => 3,
+        "epoll_ctl" | "faccessat2" | "newfstatat" | "openat" | "prlimit64" | "rseq" => 4,
+        "prctl" => 5,
+        "futex" => 6,
+        _ => return None,
+    };
+    let addresses: &[u8] = match name {
+        "brk" | "chdir" | "getcwd" | "getrandom" | "mprotect" | "rseq" | "set_robust_list"
+        | "set_tid_address" => &[0],
+        "arch_prctl" | "faccessat" | "faccessat2" | "fstat" | "fstatfs" | "getdents64"
+        | "openat" | "read" | "setgroups" | "write" => &[1],
+        "capget" | "capset" | "readlink" => &[0, 1],
+        "newfstatat" => &[1, 2],
+        "execve" => &[0, 1, 2],
+        "epoll_ctl" => &[3],
+        "prlimit64" => &[2, 3],
+        "futex" => &[0, 3, 4],
+        _ => &[],
+    };
+    Some(if index >= arity {
+        ArgValue::Unused { arity }
+    } else if addresses.contains(&index) {
+        ArgValue::Address
+    } else {
+        ArgValue::Fixed
+    })
+}
+
 /// runc 1.1.5+ds1 (Debian 12, go1.19.8, libseccomp 2.5.4), x86_64, busybox-static `/bin/true`.
 ///
 /// `fatal_success` and `fatal_other` were measured like `fatal_eperm` (one

@@ -122,3 +122,50 @@ fn intermittent_failures_say_so_and_come_after_steady_ones() {
         r.diagnostics[0].message
     );
 }
+
+/// A rule on an argument runc init does not fix (an address, an unused
+/// register) decides init's call in some starts and not in others: the
+/// prediction says the start fails, names the argument and why, and a rule on
+/// an argument init does fix is judged from the traced value as before.
+#[test]
+fn a_rule_on_an_argument_init_does_not_fix_says_the_start_depends_on_it() {
+    let deny_openat_if = |index: u8, op: &str, value: u64| {
+        format!(
+            r#"{{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{{"names":["openat"],"action":"SCMP_ACT_ERRNO","args":[{{"index":{index},"value":{value},"op":"{op}"}}]}}]}}"#
+        )
+    };
+    for nnp in [true, false] {
+        // args[1] is the path's address; args[5] is a register openat does not read.
+        for (index, word) in [(1, "an address"), (5, "does not take (it takes 4)")] {
+            for op in ["SCMP_CMP_EQ", "SCMP_CMP_GT", "SCMP_CMP_LT"] {
+                let r = lint(&deny_openat_if(index, op, 0x7fff_0000_1234), nnp);
+                assert_eq!(r.outcome, Outcome::StartFailed, "{index} {op} nnp={nnp}");
+                let first = &r.diagnostics[0];
+                assert_eq!(first.code, Code::RuntimeSyscallDeniedByUnfixedArgument);
+                assert_eq!(first.severity, Severity::Error);
+                assert!(
+                    first.message.contains(&format!("`args[{index}]`"))
+                        && first.message.contains(word),
+                    "{}",
+                    first.message
+                );
+            }
+        }
+        // args[2] holds the open flags, the same in every start: init's value decides.
+        let r = lint(&deny_openat_if(2, "SCMP_CMP_EQ", 0x7fff_0000_1234), nnp);
+        assert_eq!(r.outcome, Outcome::Ok, "{:#?}", r.diagnostics);
+        assert!(with(&r, Code::RuntimeSyscallDeniedByUnfixedArgument).is_empty());
+    }
+    // A start that fails every time still leads.
+    let src = r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[
+        {"names":["openat"],"action":"SCMP_ACT_ERRNO","args":[{"index":1,"value":5,"op":"SCMP_CMP_EQ"}]},
+        {"names":["getdents64"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    let r = lint(src, true);
+    assert_eq!(
+        r.diagnostics[0].code,
+        Code::RuntimeSyscallDenied,
+        "{:#?}",
+        r.diagnostics
+    );
+    assert!(!with(&r, Code::RuntimeSyscallDeniedByUnfixedArgument).is_empty());
+}
