@@ -2,6 +2,7 @@
 
 pub mod campaign;
 pub mod learn;
+pub mod lintset;
 pub mod runc;
 
 /// runc runs at a time in the end-to-end tests (the machines have 2 cores).
