@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests.
 
 pub mod campaign;
+pub mod cri;
 pub mod learn;
 pub mod lintset;
 pub mod runc;
