@@ -57,8 +57,9 @@ pub const ORACLE: &[Need] = &[
     Need::Tool("tar"),
     Need::Tool("sha256sum"),
 ];
-/// How long a started container may run `/bin/true` before it counts as a hang.
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long StartContainer may take, and a started container may run
+/// `/bin/true`, before it counts as a hang (a start takes under a second).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs of one case when containerd loses a container's exit (see [`ContainerdOracle::run_with`]).
 const MAX_ATTEMPTS: u32 = 3;
 /// One CRI call's limit (CreateContainer copies the image for `native`).
