@@ -356,3 +356,44 @@ fn tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_spec_is_the_cri_default_plus_the_hook() {
+        let ctr_default = json!({
+            "process": {"noNewPrivileges": true, "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+                        "args": ["sh"]},
+            "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}, "cgroupsPath": "/default"},
+        });
+        let spec = base_spec(&ctr_default, Path::new("/h"), Path::new("/bin/busybox"));
+        assert_eq!(spec["process"]["noNewPrivileges"], false);
+        assert!(spec["process"].get("rlimits").is_none());
+        assert!(spec["linux"].get("seccomp").is_none());
+        // Everything else is containerd's.
+        assert_eq!(spec["process"]["args"][0], "sh");
+        assert_eq!(spec["linux"]["cgroupsPath"], "/default");
+        let hook = &spec["hooks"]["createRuntime"][0];
+        assert_eq!(hook["path"], "/bin/busybox");
+        assert_eq!(hook["args"].as_array().unwrap().last().unwrap(), "/h");
+    }
+
+    #[test]
+    fn config_follows_the_layout_and_the_cgroup_driver() {
+        let layout = Layout {
+            dir: PathBuf::from("/t/cri"),
+        };
+        let runc = Path::new("/usr/sbin/runc");
+        let fs = config_toml(&layout, runc, CgroupDriver::Cgroupfs, "p:1");
+        assert!(fs.contains("SystemdCgroup = false"));
+        assert!(fs.contains(r#"address = "/t/cri/containerd.sock""#));
+        assert!(fs.contains(r#"base_runtime_spec = "/t/cri/base-spec.json""#));
+        assert!(fs.contains(r#"Root = "/t/cri/runc""#));
+        assert!(fs.contains(r#"sandbox_image = "p:1""#));
+        assert!(fs.contains(r#"snapshotter = "native""#));
+        let sd = config_toml(&layout, runc, CgroupDriver::Systemd, "p:1");
+        assert!(sd.contains("SystemdCgroup = true"));
+    }
+}
