@@ -317,6 +317,13 @@ impl Daemon {
             // Not our child: no wait(2); its group is killed outright.
             // SAFETY: kill(2) on the group that daemon leads.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
+            // Its shims (and their runc) run in groups of their own and outlive it;
+            // each names the daemon's socket, under this directory, on its command line.
+            let dir = self.layout.dir.to_string_lossy().into_owned();
+            for pid in pids_whose_args(|args| args.iter().any(|a| a.starts_with(dir.as_bytes()))) {
+                // SAFETY: kill(2) on a shim or runc of that daemon.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
         let left = mounts_under(&self.layout.dir);
@@ -335,6 +342,22 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Live processes whose command line (its NUL-separated arguments) satisfies `pred`.
+pub fn pids_whose_args(pred: impl Fn(&[&[u8]]) -> bool) -> Vec<libc::pid_t> {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|p| {
+            let pid = p.file_name().to_str()?.parse::<libc::pid_t>().ok()?;
+            let cmdline = fs::read(p.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            pred(&args).then_some(pid)
+        })
+        .collect()
 }
 
 /// Mount points at or below `dir`, in /proc/self/mountinfo order.

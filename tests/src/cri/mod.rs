@@ -154,8 +154,9 @@ impl ContainerdOracle {
             what: format!("mkdir {}", base.display()),
             source,
         })?;
-        sweep_stale(&base);
+        // Canonical: the sweep matches this path in other processes' command lines.
         let base = fs::canonicalize(&base).unwrap_or(base);
+        sweep_stale(&base);
         let dir = base.join(std::process::id().to_string());
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("profiles")).map_err(|source| CriError::Io {
@@ -428,24 +429,11 @@ impl ContainerdOracle {
             .dir
             .join("runc");
         let root = root.to_string_lossy().into_owned();
-        let Ok(procs) = fs::read_dir("/proc") else {
-            return;
-        };
-        for p in procs.flatten() {
-            let Some(pid) = p
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<libc::pid_t>().ok())
-            else {
-                continue;
-            };
-            let cmdline = fs::read(p.path().join("cmdline")).unwrap_or_default();
-            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-            let has = |want: &str| args.iter().any(|a| a.starts_with(want.as_bytes()));
-            if has(&root) && args.contains(&id.as_bytes()) {
-                // SAFETY: kill(2) on a runc this oracle's containerd started.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
+        for pid in daemon::pids_whose_args(|args| {
+            args.iter().any(|a| a.starts_with(root.as_bytes())) && args.contains(&id.as_bytes())
+        }) {
+            // SAFETY: kill(2) on a runc this oracle's containerd started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 
@@ -533,7 +521,9 @@ impl Drop for ContainerdOracle {
         }
         let mut daemon = self.daemon.lock().unwrap_or_else(|e| e.into_inner());
         let left = daemon.stop();
-        remove_cgroup_parent();
+        if CgroupDriver::of_host() == CgroupDriver::Cgroupfs {
+            clear_pod_cgroups(std::process::id(), false);
+        }
         if left.is_empty() {
             let _ = fs::remove_dir_all(&daemon.layout.dir);
         } else {
@@ -587,22 +577,50 @@ fn cgroup_parent() -> String {
     }
 }
 
-/// runc removes each container's cgroup; the pod's parent (cgroupfs) is the
-/// kubelet's to remove, so the oracle does it at teardown, in every hierarchy.
-fn remove_cgroup_parent() {
-    if CgroupDriver::of_host() != CgroupDriver::Cgroupfs {
-        return;
-    }
-    let parent = cgroup_parent();
+/// The pod cgroups (cgroupfs) of test process `pid`, in every hierarchy:
+/// each container's, then the pod's. runc removes a container's cgroup when it
+/// deletes the container and the pod's parent is the kubelet's to remove, so
+/// the oracle does it at teardown; for a killed process's pod (`kill`), what
+/// still runs there (its pause) is killed first. A cgroup holding a zombie
+/// stays: only its parent can reap it.
+fn clear_pod_cgroups(pid: u32, kill: bool) {
     let Ok(hierarchies) = fs::read_dir("/sys/fs/cgroup") else {
         return;
     };
     for h in hierarchies.flatten() {
-        let pod = h.path().join(parent.trim_start_matches('/'));
+        let pod = h.path().join(format!("nodeproof-cri/pod{pid}"));
+        let Ok(containers) = fs::read_dir(&pod) else {
+            continue;
+        };
+        for c in containers.flatten().filter(|c| c.path().is_dir()) {
+            if kill {
+                let procs = fs::read_to_string(c.path().join("cgroup.procs")).unwrap_or_default();
+                for p in procs.lines().filter_map(|l| l.parse::<libc::pid_t>().ok()) {
+                    // SAFETY: kill(2) on a process of a pod this oracle ran.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+            }
+            let _ = fs::remove_dir(c.path());
+        }
         let _ = fs::remove_dir(&pod);
-        let _ = fs::remove_dir(pod.parent().unwrap_or(&pod));
+        let _ = fs::remove_dir(h.path().join("nodeproof-cri"));
     }
-    let _ = fs::remove_dir(Path::new("/sys/fs/cgroup").join(parent.trim_start_matches('/')));
+}
+
+/// Test processes whose pod cgroups are still there.
+fn pod_cgroup_owners() -> Vec<u32> {
+    let mut owners: Vec<u32> = fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|h| fs::read_dir(h.path().join("nodeproof-cri")).ok())
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("pod")?.parse().ok())
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    owners
 }
 
 fn sandbox_config() -> api::PodSandboxConfig {
@@ -653,9 +671,14 @@ fn sweep_stale(base: &Path) {
             continue;
         }
         let mut stale = Daemon::adopt(Layout { dir: entry.path() });
-        let left = stale.stop();
-        if left.is_empty() {
+        stale.stop();
+        if daemon::mounts_under(&entry.path()).is_empty() {
             let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+    for pid in pod_cgroup_owners() {
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            clear_pod_cgroups(pid, true);
         }
     }
 }
