@@ -1,7 +1,9 @@
 //! Helpers shared by the end-to-end tests.
 
 pub mod campaign;
+pub mod cri;
 pub mod learn;
+pub mod lintset;
 pub mod runc;
 
 /// runc runs at a time in the end-to-end tests (the machines have 2 cores).

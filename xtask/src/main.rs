@@ -24,6 +24,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "the root filesystem of the oracle's containers",
     ),
     (
+        "containerd",
+        "the CRI oracle: a private containerd 1.6 judges the lint set through CRI (tests/tests/lint_vs_runtime.rs)",
+    ),
+    (
         "strace",
         "re-learning what runc init needs (tests/learn-runc-init.sh)",
     ),

@@ -6,6 +6,7 @@
 
 pub mod cbpf;
 pub mod compiler;
+pub mod containerd;
 pub mod decode;
 pub mod diagnostic;
 pub mod filter;

@@ -89,6 +89,9 @@ pub enum Need {
     Runc,
     /// [`BUSYBOX`], the root filesystem of the runc oracle's containers.
     Busybox,
+    /// containerd with its `ctr` client and runc shim on PATH (Debian's
+    /// `containerd`), answering `--version`: the CRI oracle's runtime.
+    Containerd,
     /// The shared seccomp corpus (see [`corpus_dir`]); [`Granted::corpus`] is its path.
     Corpus,
     /// The kernel's BTF at `/sys/kernel/btf/vmlinux`.
@@ -183,6 +186,30 @@ impl Need {
                     Err(e) => missing(
                         format!("a working runc (cannot run {}: {e})", runc.display()),
                         "apt-get install --reinstall runc",
+                    ),
+                }
+            }
+            Need::Containerd => {
+                for tool in ["containerd", "ctr", "containerd-shim-runc-v2"] {
+                    if on_path(tool).is_none() {
+                        return missing(format!("`{tool}` on PATH"), "apt-get install containerd");
+                    }
+                }
+                match std::process::Command::new("containerd")
+                    .arg("--version")
+                    .output()
+                {
+                    Ok(o) if o.status.success() => Ok(()),
+                    Ok(o) => missing(
+                        format!(
+                            "a working containerd (`containerd --version`: {})",
+                            o.status
+                        ),
+                        "apt-get install --reinstall containerd",
+                    ),
+                    Err(e) => missing(
+                        format!("a working containerd (cannot run it: {e})"),
+                        "apt-get install --reinstall containerd",
                     ),
                 }
             }
@@ -557,7 +584,7 @@ fn package_of(tool: &str) -> &str {
         "nsenter" | "unshare" | "setpriv" => "util-linux",
         "pgrep" => "procps",
         "setfacl" => "acl",
-        "timeout" => "coreutils",
+        "timeout" | "sha256sum" => "coreutils",
         "cc" => "gcc",
         "busybox" => "busybox-static",
         "qemu-system-x86_64" => "qemu-system-x86",
