@@ -4,7 +4,7 @@
 //! `NP_CAMPAIGN_ORACLE` names the oracles, comma-separated (`runc-1.1.5`,
 //! `runc-1.1.15`, `crun-1.8`, `crun-1.21`; default `runc-1.1.5,crun-1.21`,
 //! about two minutes in all), `NP_CAMPAIGN_SEED` replays a run,
-//! `NP_CAMPAIGN_CASES` sizes it (default 40 profiles × 2 modes per oracle),
+//! `NP_CAMPAIGN_CASES` sizes it (default 30 profiles × 2 modes per oracle),
 //! `NP_CAMPAIGN_RERUNS` bounds the re-runs that tell an intermittent failure
 //! from a disagreement (default 20). `cargo xtask campaign` runs a longer one.
 
@@ -72,7 +72,7 @@ fn campaign_agrees_with_real_runtimes() {
         return;
     };
     let seed = env_or("NP_CAMPAIGN_SEED", default_seed());
-    let n = env_or("NP_CAMPAIGN_CASES", 40) as usize;
+    let n = env_or("NP_CAMPAIGN_CASES", 30) as usize;
     let reruns = env_or("NP_CAMPAIGN_RERUNS", 20) as usize;
     let mut failures = Vec::new();
     for build in builds {
