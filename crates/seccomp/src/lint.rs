@@ -16,7 +16,7 @@ use crate::filter::{Action, Arch, FilterSpec};
 use crate::fnv::Fnv;
 use crate::json::{self, LineIndex, Node};
 use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
-use crate::oci_runtime::{EnosysStub, OciRuntime};
+use crate::oci_runtime::{EnosysStub, OciRuntime, OciRuntimeKind};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, Answer, InitSyscall, Kept, Phase};
@@ -373,7 +373,8 @@ fn predict(
             Code::CrossArchModel,
             "",
             format!(
-                "what runc init needs after the filter is loaded was learned on x86_64; for {} nodeproof checks the same calls where they exist there",
+                "what {} needs after the filter is loaded was learned on x86_64; for {} nodeproof checks the same calls where they exist there",
+                init_name(opts.oci_runtime),
                 opts.arch
             ),
         ));
@@ -492,7 +493,7 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
             )
         } else if e & 0xffff >= 4095 {
             (
-                format!("errno {e} is refused by libseccomp (it must be below 4095), so runc init fails"),
+                format!("errno {e} is refused by libseccomp (it must be below 4095), so the container fails to start"),
                 "use an errno between 1 and 4094",
             )
         } else if e > 0xffff {
@@ -639,9 +640,13 @@ fn predict_runtime_needs(
             if let Some(what) = need.skipped_drop {
                 if !kept.contains(&need.name) {
                     kept.push(need.name);
-                    report
-                        .diagnostics
-                        .push(skipped_drop(spec, need, action, what));
+                    report.diagnostics.push(skipped_drop(
+                        spec,
+                        need,
+                        action,
+                        what,
+                        opts.oci_runtime,
+                    ));
                 }
             }
             // Denied alone it is harmless only while the caller's fallback is allowed.
@@ -700,11 +705,15 @@ fn intermittently(need: &InitSyscall, action: Action, opts: &LintOptions) -> Str
         return String::new();
     };
     let enosys = matches!(answer(action), Some(Answer::Errno(runc_init::ENOSYS)));
-    let rate = need
-        .observed_rate(opts.no_new_privileges, enosys)
-        .map_or(String::new(), |(failed, runs)| {
-            format!(" (in {failed} of {runs} starts with runc 1.1.5 here)")
-        });
+    let rate = need.observed_rate(opts.no_new_privileges, enosys).map_or(
+        String::new(),
+        |(failed, runs)| {
+            format!(
+                " (in {failed} of {runs} starts with {} here)",
+                opts.oci_runtime
+            )
+        },
+    );
     format!(" intermittently{rate}: {cause}")
 }
 
@@ -721,15 +730,23 @@ fn rule_pointer(spec: &FilterSpec, need: &InitSyscall, action: Action) -> String
 
 /// A privilege drop of runc init answered with success without running: the
 /// container starts, with what the drop should have taken away.
-fn skipped_drop(spec: &FilterSpec, need: &InitSyscall, action: Action, what: Kept) -> Diagnostic {
+fn skipped_drop(
+    spec: &FilterSpec,
+    need: &InitSyscall,
+    action: Action,
+    what: Kept,
+    rt: OciRuntime,
+) -> Diagnostic {
+    let kind = rt.kind().as_str();
     Diagnostic::error(
         Code::PrivilegeDropSkipped,
         rule_pointer(spec, need, action),
         format!(
-            "runc init drops privileges with `{}` after the filter is loaded, and the profile answers it with {action}{}: the call does not run, runc carries on, and the container starts with {}",
+            "{} drops privileges with `{}` after the filter is loaded, and the profile answers it with {action}{}: the call does not run, {kind} carries on, and the container starts with {}",
+            init_name(rt),
             need.name,
-            if action == Action::Errno(0) { " (0, success)" } else { ", an error runc ignores here" },
-            what.describe()
+            if action == Action::Errno(0) { " (0, success)".to_string() } else { format!(", an error {kind} ignores here") },
+            what.describe(init_name(rt))
         ),
     )
     .with_help(format!(
@@ -747,8 +764,11 @@ fn runtime_denial(
 ) -> Diagnostic {
     let pointer = rule_pointer(spec, need, action);
     let (code, who) = match need.phase {
-        Phase::RuntimeInit if need.flaky => (Code::RuntimeSyscallDeniedIntermittently, "runc init"),
-        Phase::RuntimeInit => (Code::RuntimeSyscallDenied, "runc init"),
+        Phase::RuntimeInit if need.flaky => (
+            Code::RuntimeSyscallDeniedIntermittently,
+            init_name(opts.oci_runtime),
+        ),
+        Phase::RuntimeInit => (Code::RuntimeSyscallDenied, init_name(opts.oci_runtime)),
         Phase::Entrypoint => (
             Code::EntrypointSyscallDenied,
             "the container's first process",
@@ -775,8 +795,16 @@ fn runtime_denial(
         _ => None,
     }.map_or_else(
         || format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
-        |seen| format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
+        |seen| format!("allow `{}`; denying it alone, {} failed with: {seen}", need.name, opts.oci_runtime),
     ))
+}
+
+/// Who makes the runtime's calls after the filter is loaded.
+fn init_name(rt: OciRuntime) -> &'static str {
+    match rt.kind() {
+        OciRuntimeKind::Runc => "runc init",
+        OciRuntimeKind::Crun => "crun's container process",
+    }
 }
 
 #[cfg(test)]

@@ -111,17 +111,21 @@ pub enum Kept {
 }
 
 impl Kept {
-    /// What the container process silently keeps, in words.
-    pub fn describe(self) -> &'static str {
+    /// What the container process silently keeps from `init` (`runc init`,
+    /// `crun's container process`), in words.
+    pub fn describe(self, init: &str) -> String {
         match self {
-            Kept::Uid => "runc init's root user (uid 0), whatever runAsUser says",
-            Kept::Gid => "runc init's root group (gid 0), whatever runAsGroup says",
-            Kept::Groups => "runc init's supplementary groups, whatever supplementalGroups says",
+            Kept::Uid => format!("{init}'s root user (uid 0), whatever runAsUser says"),
+            Kept::Gid => format!("{init}'s root group (gid 0), whatever runAsGroup says"),
+            Kept::Groups => {
+                format!("{init}'s supplementary groups, whatever supplementalGroups says")
+            }
             Kept::Capabilities => {
-                "all of runc init's capabilities, whatever the pod's capabilities drop"
+                format!("all of {init}'s capabilities, whatever the pod's capabilities drop")
             }
             Kept::BoundingSet => {
                 "a full capability bounding set, so file capabilities can regain what was dropped"
+                    .to_string()
             }
         }
     }
