@@ -12,7 +12,7 @@ use nodeproof_bpfgen::Native;
 use nodeproof_seccomp::cbpf::BPF_MAXINSNS;
 use nodeproof_seccomp::diagnostic::Code;
 use nodeproof_seccomp::filter::Arch;
-use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::oci_runtime::{OciRuntime, OciRuntimeKind};
 use nodeproof_seccomp::runc_init::InitSyscall;
 use nodeproof_seccomp::syscalls::resolve_syscall;
@@ -74,8 +74,9 @@ pub enum KnownGap {
     /// the table holds one trace's.
     AddressArgument { index: u8 },
     /// Rules nodeproof leaves out (`unmodelled-syscall`: names only the
-    /// runtime's libseccomp 2.6 knows, about one instruction each) could
-    /// take the filter over the kernel's 4096.
+    /// runtime's libseccomp 2.6 knows) could take the filter over the
+    /// kernel's 4096: at most two instructions per rule and architecture
+    /// (a syscall's test and its action) on top of the predicted length.
     UnmodelledSyscalls { left_out: usize, predicted: usize },
 }
 
@@ -609,24 +610,30 @@ pub fn predict(profile: &[u8], nnp: bool, oci_runtime: OciRuntime) -> Prediction
         .diagnostics
         .iter()
         .any(|d| d.code == Code::RuntimeSyscallDeniedIntermittently);
-    let left_out = r
-        .diagnostics
-        .iter()
-        .filter(|d| d.code == Code::UnmodelledSyscall)
-        .count();
-    let length_gap = r
-        .instructions
-        .filter(|&n| left_out > 0 && n + left_out > BPF_MAXINSNS)
-        .map(|predicted| KnownGap::UnmodelledSyscalls {
-            left_out,
-            predicted,
-        });
+    let length_gap = length_unpredicted(&r);
     Prediction {
         outcome: r.outcome,
         first,
         intermittent,
         length_gap,
     }
+}
+
+/// [`KnownGap::UnmodelledSyscalls`], when the rules a report leaves out
+/// could decide whether its filter fits the kernel's limit.
+pub fn length_unpredicted(r: &ProfileReport) -> Option<KnownGap> {
+    let left_out = r
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == Code::UnmodelledSyscall)
+        .count();
+    let arches = r.architectures.len().max(1);
+    r.instructions
+        .filter(|&n| left_out > 0 && n + 2 * left_out * arches > BPF_MAXINSNS)
+        .map(|predicted| KnownGap::UnmodelledSyscalls {
+            left_out,
+            predicted,
+        })
 }
 
 pub fn expected(v: Verdict) -> Outcome {

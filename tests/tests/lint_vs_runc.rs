@@ -6,10 +6,9 @@
 //! too (against runc's recorded results, and live through runc 1.1.5).
 
 use nodeproof_bpfgen::Native;
+use nodeproof_e2e::campaign;
 use nodeproof_e2e::runtimes::RuntimeBuild;
 use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
-use nodeproof_seccomp::cbpf::BPF_MAXINSNS;
-use nodeproof_seccomp::diagnostic::Code;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::oci_runtime::{OciRuntime, OciRuntimeKind};
@@ -264,26 +263,12 @@ fn variants() -> Vec<(&'static str, Vec<u8>)> {
 /// How a run's comparison came out.
 enum Compared {
     Agree,
-    /// The prediction says it does not model part of this filter
-    /// (`unmodelled-syscall`: names only the runtime's newer libseccomp
-    /// knows) and those rules could take it over the kernel's limit; a
-    /// difference is counted apart and printed, not failed.
+    /// The prediction says it does not model part of this filter and those
+    /// rules could take it over the kernel's limit
+    /// (`campaign::KnownGap::UnmodelledSyscalls`); a difference is counted
+    /// apart and printed, not failed.
     KnownGap(String),
     Disagree(String),
-}
-
-/// Whether the rules nodeproof leaves out (`unmodelled-syscall`, about one
-/// instruction each) could take the filter over the kernel's 4096.
-fn length_unpredicted(report: &ProfileReport) -> bool {
-    let left_out = report
-        .diagnostics
-        .iter()
-        .filter(|d| d.code == Code::UnmodelledSyscall)
-        .count();
-    left_out > 0
-        && report
-            .instructions
-            .is_some_and(|n| n + left_out > BPF_MAXINSNS)
 }
 
 /// Each job through the real runtime and the prediction: (runs, disagreements, known gaps).
@@ -313,7 +298,7 @@ fn live_mismatches(
                 run.stderr.trim(),
                 first_line(&report)
             );
-            if length_unpredicted(&report) {
+            if campaign::length_unpredicted(&report).is_some() {
                 Compared::KnownGap(said)
             } else {
                 Compared::Disagree(said)
