@@ -294,7 +294,7 @@ mod tests {
                 "[seccomp]\nroots = \"/x\"\nno-new-privileges = \"yes\"\n\
                  [daemon]\nnope = 1\ngpu-interval-s = 0\nalso = 2\n",
                 &format!(
-                    "2:1: unknown field `roots`, expected one of `root`, `runtime`, `no-new-privileges`; \
+                    "2:1: unknown field `roots`, expected one of `root`, `runtime`, `no-new-privileges`, `oci-runtime`; \
                      3:21: invalid type: string \"yes\", expected a boolean; \
                      5:1: unknown field `nope`, {daemon_keys}; \
                      7:1: unknown field `also`, {daemon_keys}; \

@@ -120,6 +120,7 @@ fn compare_profiles(files: &[std::path::PathBuf]) -> (usize, Vec<String>) {
                         no_new_privileges: nnp,
                         arch: native,
                         check_listener: false,
+                        oci_runtime: Default::default(),
                     };
                     let what = format!("{} ({runtime:?}, nnp={nnp})", f.display());
                     let Some(spec) = filter_spec(&src, &opts) else {

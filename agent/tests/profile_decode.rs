@@ -12,6 +12,7 @@ fn opts() -> LintOptions {
         no_new_privileges: true,
         arch: Arch::X86_64,
         check_listener: true,
+        oci_runtime: Default::default(),
     }
 }
 

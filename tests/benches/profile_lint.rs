@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nodeproof::checks::profiles;
 use nodeproof_bpfgen::libseccomp;
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
 use nodeproof_testkit::{require, Need};
@@ -56,6 +56,7 @@ fn main() {
         no_new_privileges: false,
         arch: Arch::X86_64,
         check_listener: true,
+        oci_runtime: Default::default(),
     };
 
     // Warm up libseccomp's tables.
@@ -207,10 +208,10 @@ fn main() {
     );
 
     // A run without runc measures the rest, and is counted as a skip.
-    match require(runc::ORACLE) {
+    match require(splice::ORACLE) {
         None => println!("  runc comparison skipped (see the SKIPPED line)"),
         Some(_) => {
-            let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+            let oracle = SpliceOracle::runc(splice::default_oracle_dir()).expect("oracle");
             let t_runc = time(7, || {
                 let run = oracle.run(&default, false, &["/bin/true"]);
                 assert_eq!(run.verdict, Verdict::Accepted);

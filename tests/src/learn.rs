@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-use crate::runc::{RuncOracle, RuncRun, Verdict};
+use crate::splice::{RuntimeRun, SpliceOracle, Verdict};
 
 /// A profile that keeps seccomp enabled (runc skips an empty profile) but allows
 /// everything init and busybox do: one rule for a syscall neither makes.
@@ -58,14 +58,14 @@ pub const UNTRACED_CANDIDATES: &[&str] = &[
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
-    RuncInit,
+    RuntimeInit,
     Entrypoint,
 }
 
 impl Phase {
     pub fn rust_name(self) -> &'static str {
         match self {
-            Phase::RuncInit => "Phase::RuncInit",
+            Phase::RuntimeInit => "Phase::RuntimeInit",
             Phase::Entrypoint => "Phase::Entrypoint",
         }
     }
@@ -86,16 +86,16 @@ pub enum LearnError {
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     #[error("oracle: {0}")]
-    Oracle(#[from] crate::runc::OracleError),
+    Oracle(#[from] crate::splice::OracleError),
     #[error("traced run did not succeed: {0:?}")]
-    RunFailed(Box<RuncRun>),
+    RunFailed(Box<RuntimeRun>),
     #[error("no thread loaded a seccomp filter in {0}")]
     NoFilterLoad(String),
 }
 
 /// Runs `/bin/true` under strace once and returns the post-filter syscalls.
 pub fn trace_once(
-    oracle: &RuncOracle,
+    oracle: &SpliceOracle,
     nnp: bool,
     trace_dir: &Path,
 ) -> Result<Vec<TracedCall>, LearnError> {
@@ -134,7 +134,7 @@ pub fn post_filter_calls(trace_dir: &Path) -> Result<Vec<TracedCall>, LearnError
             continue;
         };
         found = true;
-        collect(&files, &lines[start + 1..], Phase::RuncInit, &mut out);
+        collect(&files, &lines[start + 1..], Phase::RuntimeInit, &mut out);
     }
     if !found {
         return Err(LearnError::NoFilterLoad(trace_dir.display().to_string()));
@@ -290,7 +290,7 @@ type Key = (Phase, String, Vec<u64>);
 
 /// Traces `runs` runs per mode and aggregates them.
 pub fn learn_trace(
-    oracle: &RuncOracle,
+    oracle: &SpliceOracle,
     runs: usize,
     work: &Path,
 ) -> Result<Vec<Observed>, LearnError> {
@@ -391,7 +391,7 @@ pub fn short_message(stderr: &str) -> String {
 }
 
 /// Denies each of `names` alone in each mode with each of [`ERRNO_CLASSES`], `reps` times.
-pub fn measure_fatality(oracle: &RuncOracle, names: &[String], reps: usize) -> Vec<Fatality> {
+pub fn measure_fatality(oracle: &SpliceOracle, names: &[String], reps: usize) -> Vec<Fatality> {
     let jobs: Vec<(String, bool, u32)> = names
         .iter()
         .flat_map(|n| {
@@ -441,7 +441,7 @@ pub fn measure_fatality(oracle: &RuncOracle, names: &[String], reps: usize) -> V
 
 /// Whether an allowlist of `names` lets `/bin/true` start in `reps` of `reps` runs.
 pub fn allowlist_starts(
-    oracle: &RuncOracle,
+    oracle: &SpliceOracle,
     names: &BTreeSet<String>,
     nnp: bool,
     reps: usize,
@@ -453,7 +453,7 @@ pub fn allowlist_starts(
 /// Greedily drops names from `all` (never those in `keep`) while the allowlist
 /// still starts; returns a minimal allowlist.
 pub fn minimize_allowlist(
-    oracle: &RuncOracle,
+    oracle: &SpliceOracle,
     all: &BTreeSet<String>,
     keep: &BTreeSet<String>,
     nnp: bool,

@@ -2,11 +2,14 @@
 
 pub mod campaign;
 pub mod cri;
+pub mod crio;
 pub mod learn;
 pub mod lintset;
-pub mod runc;
+pub mod oracle;
+pub mod runtimes;
+pub mod splice;
 
-/// runc runs at a time in the end-to-end tests (the machines have 2 cores).
+/// Runtime runs at a time in the end-to-end tests (the machines have 2 cores).
 pub const PARALLELISM: usize = 2;
 
 /// Run `check` on every job, [`PARALLELISM`] at a time, and collect what it

@@ -5,24 +5,36 @@
 
 use nodeproof_bpfgen::Native;
 use nodeproof_seccomp::filter::Arch;
-use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
+use nodeproof_seccomp::oci_runtime::{OciRuntime, OciRuntimeKind};
 use nodeproof_seccomp::syscalls::resolve_syscall;
 use serde_json::Value;
 
-/// nodeproof's outcome for `bytes` under containerd in the given noNewPrivileges
-/// mode, and its first diagnostic (the cause), for a mismatch message.
 pub fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
+    let r = report_for(bytes, nnp, OciRuntime::default());
+    (r.outcome, first_line(&r))
+}
+
+pub fn first_line(r: &ProfileReport) -> String {
+    r.diagnostics.first().map_or_else(String::new, |d| {
+        format!("{}[{}]: {}", d.severity, d.code, d.message)
+    })
+}
+
+/// The report for `oci_runtime` behind its CRI runtime: runc behind
+/// containerd, crun behind CRI-O.
+pub fn report_for(bytes: &[u8], nnp: bool, oci_runtime: OciRuntime) -> ProfileReport {
     let opts = LintOptions {
-        runtime: Runtime::Containerd,
+        runtime: match oci_runtime.kind() {
+            OciRuntimeKind::Runc => Runtime::Containerd,
+            OciRuntimeKind::Crun => Runtime::Crio,
+        },
         no_new_privileges: nnp,
         arch: Arch::native(),
         check_listener: true,
+        oci_runtime,
     };
-    let r = lint_source("p.json", bytes, &opts, &Native);
-    let first = r.diagnostics.first().map_or_else(String::new, |d| {
-        format!("{}[{}]: {}", d.severity, d.code, d.message)
-    });
-    (r.outcome, first)
+    lint_source("p.json", bytes, &opts, &Native)
 }
 
 /// Profiles written to break in specific ways, with the outcome runc gives them.
@@ -86,6 +98,7 @@ pub fn variants() -> Vec<(&'static str, Vec<u8>)> {
             no_new_privileges: true,
             arch: Arch::native(),
             check_listener: true,
+            oci_runtime: Default::default(),
         };
         let len = |n| {
             lint_source("p.json", &padded(n), &opts, &Native)
@@ -132,6 +145,12 @@ pub fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("numeric action", allow(r#"{"names":["mkdir"],"action":2}"#).into_bytes()),
         ("negative errno", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","errnoRet":-1}"#).into_bytes()),
         ("flags", br#"{"defaultAction":"SCMP_ACT_ALLOW","flags":["SECCOMP_FILTER_FLAG_TSYNC"]}"#.to_vec()),
+        // crun knows a few flags by name and fails the start on any other.
+        ("unknown flag", br#"{"defaultAction":"SCMP_ACT_ALLOW","flags":["SECCOMP_FILTER_FLAG_NOPE"]}"#.to_vec()),
+        ("wait-killable-recv flag", br#"{"defaultAction":"SCMP_ACT_ALLOW","flags":["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"]}"#.to_vec()),
+        // crun refuses an errno on an action that takes none; runc ignores it.
+        ("errnoRet on a log rule", allow(r#"{"names":["acct"],"action":"SCMP_ACT_LOG","errnoRet":1}"#).into_bytes()),
+        ("defaultErrnoRet on a log default", br#"{"defaultAction":"SCMP_ACT_LOG","defaultErrnoRet":1,"syscalls":[{"names":["acct"],"action":"SCMP_ACT_ERRNO"}]}"#.to_vec()),
         ("unknown arch", br#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["x86_64"]}"#.to_vec()),
         ("unknown operator", allow(r#"{"names":["mkdir"],"action":"SCMP_ACT_ERRNO","args":[{"index":0,"value":1,"op":"EQ"}]}"#).into_bytes()),
         ("empty syscall name", allow(r#"{"names":[""],"action":"SCMP_ACT_ERRNO"}"#).into_bytes()),

@@ -1,10 +1,14 @@
-//! nodeproof's predicted outcome must equal what real runc does, in both
-//! noNewPrivileges modes: live for the project's own profiles (profiles/ and
-//! the broken variants of src/lintset.rs), and where the shared corpus is
-//! present, for every corpus profile too (against the recorded results, and live).
+//! nodeproof's predicted outcome must equal what the real runtime does, in
+//! both noNewPrivileges modes: live for the project's own profiles (profiles/
+//! and a set of broken variants written here) through each runtime nodeproof
+//! models (runc 1.1.5 and 1.1.15 behind containerd; crun 1.8 and 1.21 behind
+//! CRI-O), and where the shared corpus is present, for every corpus profile
+//! too (against runc's recorded results, and live through runc 1.1.5).
 
-use nodeproof_e2e::lintset::{predict, variants};
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_e2e::campaign;
+use nodeproof_e2e::lintset::{first_line, predict, report_for, variants};
+use nodeproof_e2e::runtimes::RuntimeBuild;
+use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_seccomp::lint::Outcome;
 use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 use serde_json::Value;
@@ -52,26 +56,62 @@ fn corpus_predictions_match_recorded_runc_results() {
     );
 }
 
-/// Each job through real runc and the prediction; the ones that differ.
-fn live_mismatches(oracle: &RuncOracle, profiles: Vec<(String, Vec<u8>)>) -> (usize, Vec<String>) {
+/// How a run's comparison came out.
+enum Compared {
+    Agree,
+    /// The prediction says it does not model part of this filter and those
+    /// rules could take it over the kernel's limit
+    /// (`campaign::KnownGap::UnmodelledSyscalls`); a difference is counted
+    /// apart and printed, not failed.
+    KnownGap(String),
+    Disagree(String),
+}
+
+/// Each job through the real runtime and the prediction: (runs, disagreements, known gaps).
+fn live_mismatches(
+    oracle: &SpliceOracle,
+    profiles: Vec<(String, Vec<u8>)>,
+) -> (usize, Vec<String>, Vec<String>) {
     let jobs: Vec<(String, Vec<u8>, bool)> = profiles
         .into_iter()
         .flat_map(|(name, bytes)| [(name.clone(), bytes.clone(), true), (name, bytes, false)])
         .collect();
     let total = jobs.len();
-    let wrong = nodeproof_e2e::mismatches(jobs, |(name, bytes, nnp)| {
+    let modelled = oracle.build().modelled();
+    let compared = std::sync::Mutex::new(Vec::new());
+    let _ = nodeproof_e2e::mismatches(jobs, |(name, bytes, nnp)| {
         let run = oracle.run(&bytes, nnp, &["/bin/true"]);
-        let (got, why) = predict(&bytes, nnp);
-        (got != expected(run.verdict)).then(|| {
-            format!(
-                "{name} nnp={nnp}: runc {} (exit {}, {}), nodeproof {got:?} ({why})",
+        let report = report_for(&bytes, nnp, modelled);
+        let got = report.outcome;
+        let c = if got == expected(run.verdict) {
+            Compared::Agree
+        } else {
+            let said = format!(
+                "{name} nnp={nnp}: {} {} (exit {}, {}), nodeproof {got:?} ({})",
+                oracle.build(),
                 run.verdict,
                 run.exit,
-                run.stderr.trim()
-            )
-        })
+                run.stderr.trim(),
+                first_line(&report)
+            );
+            if campaign::length_unpredicted(&report).is_some() {
+                Compared::KnownGap(said)
+            } else {
+                Compared::Disagree(said)
+            }
+        };
+        compared.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+        None
     });
-    (total, wrong)
+    let (mut wrong, mut gaps) = (Vec::new(), Vec::new());
+    for c in compared.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        match c {
+            Compared::Agree => {}
+            Compared::KnownGap(m) => gaps.push(m),
+            Compared::Disagree(m) => wrong.push(m),
+        }
+    }
+    (total, wrong, gaps)
 }
 
 fn read_all(files: &[std::path::PathBuf]) -> Vec<(String, Vec<u8>)> {
@@ -82,10 +122,32 @@ fn read_all(files: &[std::path::PathBuf]) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Live: the profiles of profiles/ and each broken variant through real
-/// runc in both modes. Needs no corpus, so it runs in any checkout.
+/// runc 1.1.5 in both modes. Needs no corpus, so it runs in any checkout.
 #[test]
 fn own_profiles_match_real_runc() {
-    let Some(_) = require(runc::ORACLE) else {
+    own_profiles_match(RuntimeBuild::Runc1_1_5);
+}
+
+/// The same set through trixie's runc 1.1.15 (fetched under target/).
+#[test]
+fn own_profiles_match_runc_1_1_15() {
+    own_profiles_match(RuntimeBuild::Runc1_1_15);
+}
+
+/// The same set through bookworm's crun 1.8, as CRI-O hands it over.
+#[test]
+fn own_profiles_match_crun_1_8() {
+    own_profiles_match(RuntimeBuild::Crun1_8);
+}
+
+/// The same set through trixie's crun 1.21 (fetched under target/), as CRI-O hands it over.
+#[test]
+fn own_profiles_match_crun_1_21() {
+    own_profiles_match(RuntimeBuild::Crun1_21);
+}
+
+fn own_profiles_match(build: RuntimeBuild) {
+    let Some(_) = require(&splice::needs(build)) else {
         return;
     };
     let own = profiles_in(&own_profiles_dir());
@@ -96,8 +158,17 @@ fn own_profiles_match_real_runc() {
     );
     let mut profiles = read_all(&own);
     profiles.extend(variants().into_iter().map(|(n, b)| (n.to_string(), b)));
-    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let (total, wrong) = live_mismatches(&oracle, profiles);
+    let oracle = SpliceOracle::new(splice::default_oracle_dir(), build).expect("oracle");
+    let (total, wrong, gaps) = live_mismatches(&oracle, profiles);
+    for g in &gaps {
+        eprintln!("{build}: known gap (unmodelled-syscall): {g}");
+    }
+    eprintln!(
+        "{build}: {} of {total} runs agree, {} differ on a known gap, {} disagree",
+        total - wrong.len() - gaps.len(),
+        gaps.len(),
+        wrong.len()
+    );
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",
@@ -110,12 +181,14 @@ fn own_profiles_match_real_runc() {
 /// (not with the recorded file), so a different runc build is caught too.
 #[test]
 fn corpus_predictions_match_live_runc() {
-    let Some(granted) = require(&[runc::ORACLE, &[Need::Corpus]].concat()) else {
+    let Some(granted) = require(&[splice::ORACLE, &[Need::Corpus]].concat()) else {
         return;
     };
-    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let (total, wrong) = live_mismatches(&oracle, read_all(&profiles_in(granted.corpus())));
+    let oracle = SpliceOracle::runc(splice::default_oracle_dir()).expect("oracle");
+    let (total, wrong, gaps) = live_mismatches(&oracle, read_all(&profiles_in(granted.corpus())));
     assert!(total >= 66, "{total}");
+    // runc 1.1.5 is linked with the libseccomp 2.5.4 nodeproof resolves names with.
+    assert!(gaps.is_empty(), "{gaps:?}");
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",

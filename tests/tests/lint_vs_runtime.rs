@@ -19,7 +19,7 @@ use nodeproof_e2e::cri::api::security_profile::ProfileType;
 use nodeproof_e2e::cri::api::SecurityProfile;
 use nodeproof_e2e::cri::{self, ContainerdOracle, CriRun, Stage};
 use nodeproof_e2e::lintset::{predict, variants};
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_seccomp::containerd::lint_localhost;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{LintOptions, Outcome, Runtime};
@@ -95,6 +95,7 @@ fn predict_path(path: &Path, nnp: bool) -> (Outcome, String) {
         no_new_privileges: nnp,
         arch: Arch::native(),
         check_listener: true,
+        ..Default::default()
     };
     let r = lint_localhost(path, &opts, &Native);
     let first = r.diagnostics.first().map_or_else(String::new, |d| {
@@ -162,7 +163,11 @@ fn containerd_cases(dir: &Path) -> Vec<Case> {
 
 /// Each case in both modes through containerd, the splice oracle and the
 /// prediction: the rows, and the cases where nodeproof differs from containerd.
-fn judge(cri: &ContainerdOracle, splice: &RuncOracle, cases: Vec<Case>) -> (Vec<Row>, Vec<String>) {
+fn judge(
+    cri: &ContainerdOracle,
+    splice: &SpliceOracle,
+    cases: Vec<Case>,
+) -> (Vec<Row>, Vec<String>) {
     let jobs: Vec<(std::sync::Arc<Case>, bool)> = cases
         .into_iter()
         .map(std::sync::Arc::new)
@@ -261,12 +266,12 @@ fn read_all(files: &[PathBuf]) -> Vec<Case> {
 /// containerd over CRI in both modes. Needs no corpus.
 #[test]
 fn own_profiles_match_containerd() {
-    let Some(_) = require(&[cri::ORACLE, runc::ORACLE].concat()) else {
+    let Some(_) = require(&[cri::ORACLE, splice::ORACLE].concat()) else {
         return;
     };
     let started = Instant::now();
     let cri = ContainerdOracle::shared().expect("containerd oracle");
-    let splice = RuncOracle::new(runc::default_oracle_dir())
+    let splice = SpliceOracle::runc(splice::default_oracle_dir())
         .expect("runc oracle")
         .with_timeout(cri::RUN_TIMEOUT.as_secs() as u32);
     let scratch = tempfile::tempdir().unwrap();
@@ -304,12 +309,12 @@ fn own_profiles_match_containerd() {
 /// The shared corpus through containerd over CRI in both modes.
 #[test]
 fn corpus_matches_containerd() {
-    let Some(granted) = require(&[cri::ORACLE, runc::ORACLE, &[Need::Corpus]].concat()) else {
+    let Some(granted) = require(&[cri::ORACLE, splice::ORACLE, &[Need::Corpus]].concat()) else {
         return;
     };
     let started = Instant::now();
     let cri = ContainerdOracle::shared().expect("containerd oracle");
-    let splice = RuncOracle::new(runc::default_oracle_dir())
+    let splice = SpliceOracle::runc(splice::default_oracle_dir())
         .expect("runc oracle")
         .with_timeout(cri::RUN_TIMEOUT.as_secs() as u32);
     let (rows, wrong) = judge(&cri, &splice, read_all(&profiles_in(granted.corpus())));

@@ -3,13 +3,13 @@
 
 use std::collections::VecDeque;
 
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_testkit::{require, Need};
 use serde_json::Value;
 
 #[test]
 fn corpus_verdicts_match_runc_results() {
-    let Some(granted) = require(&[runc::ORACLE, &[Need::Corpus]].concat()) else {
+    let Some(granted) = require(&[splice::ORACLE, &[Need::Corpus]].concat()) else {
         return;
     };
     let corpus = granted.corpus();
@@ -37,7 +37,7 @@ fn corpus_verdicts_match_runc_results() {
         }
     }
     let total = jobs.len();
-    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+    let oracle = SpliceOracle::runc(splice::default_oracle_dir()).expect("oracle");
     let mismatches = nodeproof_e2e::mismatches(jobs.into(), |(file, nnp, want, want_exit)| {
         let bytes = std::fs::read(corpus.join(&file)).expect("corpus file");
         let got = oracle.run(&bytes, nnp, &["/bin/true"]);

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use nodeproof_e2e::learn::deny_one_profile;
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_seccomp::runc_init::{Answer, InitSyscall, RUNC_1_1_5};
 use nodeproof_testkit::require;
 
@@ -30,10 +30,10 @@ const ERRNOS: [u16; 4] = [1, 38, 0, 22];
 
 #[test]
 fn single_denials_match_the_table() {
-    let Some(_) = require(runc::ORACLE) else {
+    let Some(_) = require(splice::ORACLE) else {
         return;
     };
-    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
+    let oracle = SpliceOracle::runc(splice::default_oracle_dir()).expect("oracle");
     let names: BTreeSet<&str> = RUNC_1_1_5.iter().map(|s| s.name).collect();
     let flaky: BTreeSet<&str> = RUNC_1_1_5
         .iter()

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nodeproof_e2e::runc::{self, RuncOracle, Verdict};
+use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_testkit::{require, Need, TRACING};
 use nodeproof_trace::{
     self, Action, CgroupResolver, NoPodLookup, OutputFormat, Strategy, TraceError, TraceOptions,
@@ -45,7 +45,7 @@ fn ids(n: u32) -> (String, String) {
 /// Runs the container under `strategy` (None: probed) and returns the JSON
 /// lines `nodeproof trace -o json` would print, plus the strategy used.
 fn trace_one_container(
-    oracle: &Arc<RuncOracle>,
+    oracle: &Arc<SpliceOracle>,
     strategy: Option<Strategy>,
     nnp: bool,
     cgroups_path: &str,
@@ -99,7 +99,7 @@ fn trace_one_container(
 #[test]
 fn runc_container_denials_are_exact_and_attributed_to_the_pod() {
     let needs = [
-        runc::ORACLE,
+        splice::ORACLE,
         &[
             TRACING,
             Need::EbpfPrograms {
@@ -111,7 +111,7 @@ fn runc_container_denials_are_exact_and_attributed_to_the_pod() {
     let Some(_) = require(&needs) else {
         return;
     };
-    let oracle = Arc::new(RuncOracle::new(runc::default_oracle_dir()).expect("oracle"));
+    let oracle = Arc::new(SpliceOracle::runc(splice::default_oracle_dir()).expect("oracle"));
     // The probed strategy in both runc seccomp modes (noNewPrivileges decides
     // whether runc init runs under the filter), then every other strategy that loads.
     let mut runs: Vec<(Option<Strategy>, bool)> = vec![(None, true), (None, false)];

@@ -19,6 +19,11 @@ const PACKAGES: &[(&str, &str)] = &[
     ),
     ("pkg-config", "finds libseccomp for the build"),
     ("runc", "the oracle the profile tests compare against"),
+    ("crun", "crun 1.8, the oracle of CRI-O predictions (crun 1.21 and runc 1.1.15 are fetched from trixie under target/)"),
+    (
+        "patchelf",
+        "points trixie's runc and crun at trixie's glibc, unpacked beside them under target/oci-runtimes/",
+    ),
     (
         "busybox-static",
         "the root filesystem of the oracle's containers",
@@ -189,8 +194,9 @@ fn run() -> Result<()> {
         }
         "campaign" => {
             setup()?;
-            // The differential campaign against real runc, longer than CI's
-            // bounded run: `cargo xtask campaign [CASES [SEED]]`.
+            // The differential campaign against real runtimes, longer than CI's
+            // bounded run: `cargo xtask campaign [CASES [SEED]]`, the oracles
+            // from NP_CAMPAIGN_ORACLE (default: runc-1.1.5 and crun-1.21).
             let cases = rest.first().map_or("2000", String::as_str);
             let mut test = Command::new("cargo");
             test.args([
@@ -244,7 +250,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runc (default 2000 profiles, a new seed)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles\n  deb     the same files as a Debian package (cargo-deb)"
+                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runtimes (default 2000 profiles per oracle, a new seed; NP_CAMPAIGN_ORACLE=runc-1.1.5,runc-1.1.15,crun-1.8,crun-1.21 picks them)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles\n  deb     the same files as a Debian package (cargo-deb)"
             );
             if cmd == "help" {
                 Ok(())

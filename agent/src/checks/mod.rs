@@ -6,6 +6,7 @@
 //! what `nodeproof check` prints is what the agent writes.
 
 pub mod gpu;
+pub mod oci_runtime;
 pub mod pods;
 pub mod profiles;
 pub mod tracing;

@@ -9,8 +9,10 @@ use nodeproof_bpfgen::Native;
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
+use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntime, OciRuntimeKind, RuncVersion};
 use nodeproof_seccomp::scan::{self, ProfileFile};
 
+use super::oci_runtime::{self, OciRuntimeSetting};
 use super::Round;
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
@@ -115,10 +117,22 @@ fn reason(r: &ProfileReport) -> &'static str {
 /// detected) and the noNewPrivileges mode of the `[seccomp]` section. The
 /// one place the checks build [`LintOptions`]; the CLI's flags override it.
 pub fn lint_options(config: &SeccompConfig) -> LintOptions {
+    let runtime = detect_runtime(config);
     LintOptions {
-        runtime: detect_runtime(config),
+        runtime,
         no_new_privileges: config.no_new_privileges,
+        oci_runtime: modelled(oci_runtime::resolve(config.oci_runtime, runtime)),
         ..LintOptions::default()
+    }
+}
+
+/// The modelled release of `kind`: runc 1.1 (learned from 1.1.5, checked
+/// against 1.1.15 too), crun 1.21 (the newer of the two crun releases
+/// modelled; `--crun-version 1.8` picks Debian 12's).
+pub fn modelled(kind: OciRuntimeKind) -> OciRuntime {
+    match kind {
+        OciRuntimeKind::Runc => OciRuntime::Runc(RuncVersion::V1_1_5),
+        OciRuntimeKind::Crun => OciRuntime::Crun(CrunVersion::V1_21),
     }
 }
 
@@ -240,6 +254,9 @@ pub struct SeccompConfig {
     /// The noNewPrivileges mode profiles are judged in (containerd's default for pods is false).
     #[serde(default)]
     pub no_new_privileges: bool,
+    /// `auto`, `runc` or `crun`: the OCI runtime whose filter and init are predicted.
+    #[serde(default)]
+    pub oci_runtime: OciRuntimeSetting,
 }
 
 fn default_root() -> PathBuf {
@@ -269,6 +286,7 @@ impl Default for SeccompConfig {
             root: default_root(),
             runtime: default_runtime(),
             no_new_privileges: false,
+            oci_runtime: OciRuntimeSetting::Auto,
         }
     }
 }

@@ -21,10 +21,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
-use nodeproof::checks::profiles;
+use nodeproof::checks::{oci_runtime, profiles};
 use nodeproof::config::Config;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{LintOptions, Runtime};
+use nodeproof_seccomp::oci_runtime::{
+    CrunVersion, OciRuntime, OciRuntimeKind, RuncVersion as SeccompRuncVersion,
+};
 
 pub(crate) use daemon::run as run_daemon;
 pub(crate) use logging::init as init_logging;
@@ -142,15 +145,44 @@ pub(crate) struct ModeArgs {
     /// Node architecture (x86_64, aarch64, ... or SCMP_ARCH_*); default: this machine's.
     #[arg(long, value_parser = parse_arch)]
     pub(crate) arch: Option<Arch>,
-    /// The runc whose behaviour is predicted. Only 1.1 (learned from Debian 12's 1.1.5) is modelled so far.
+    /// The OCI runtime that builds the filter and starts the container (default:
+    /// read from CRI-O's or containerd's config on this node; CRI-O: crun, containerd: runc).
+    #[arg(long, value_enum)]
+    pub(crate) oci_runtime: Option<OciRuntimeArg>,
+    /// The runc whose behaviour is predicted when the OCI runtime is runc (1.1 is 1.1.5).
     #[arg(long, value_enum, default_value_t = RuncVersion::V1_1)]
     pub(crate) runc_version: RuncVersion,
+    /// The crun whose behaviour is predicted when the OCI runtime is crun.
+    #[arg(long, value_enum, default_value_t = CrunVersionArg::V1_21)]
+    pub(crate) crun_version: CrunVersionArg,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum RuncVersion {
+    /// Debian 12's runc 1.1.5 (the name older nodeproof releases took).
     #[value(name = "1.1")]
     V1_1,
+    #[value(name = "1.1.5")]
+    V1_1_5,
+    /// runc 1.1.15 (Debian 13).
+    #[value(name = "1.1.15")]
+    V1_1_15,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum OciRuntimeArg {
+    Runc,
+    Crun,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum CrunVersionArg {
+    /// Debian 12's crun 1.8.1.
+    #[value(name = "1.8")]
+    V1_8,
+    /// crun 1.21 (Debian 13).
+    #[value(name = "1.21")]
+    V1_21,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -235,6 +267,28 @@ pub(crate) fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
     if let Some(arch) = mode.arch {
         opts.arch = arch;
     }
+    if mode.runtime.is_some() && mode.oci_runtime.is_none() {
+        // A runtime named on the command line brings its own default OCI runtime.
+        opts.oci_runtime = profiles::modelled(oci_runtime::resolve(
+            config.seccomp.oci_runtime,
+            opts.runtime,
+        ));
+    }
+    let kind = match mode.oci_runtime {
+        Some(OciRuntimeArg::Runc) => OciRuntimeKind::Runc,
+        Some(OciRuntimeArg::Crun) => OciRuntimeKind::Crun,
+        None => opts.oci_runtime.kind(),
+    };
+    opts.oci_runtime = match kind {
+        OciRuntimeKind::Runc => match mode.runc_version {
+            RuncVersion::V1_1 | RuncVersion::V1_1_5 => OciRuntime::Runc(SeccompRuncVersion::V1_1_5),
+            RuncVersion::V1_1_15 => OciRuntime::Runc(SeccompRuncVersion::V1_1_15),
+        },
+        OciRuntimeKind::Crun => OciRuntime::Crun(match mode.crun_version {
+            CrunVersionArg::V1_8 => CrunVersion::V1_8,
+            CrunVersionArg::V1_21 => CrunVersion::V1_21,
+        }),
+    };
     opts
 }
 

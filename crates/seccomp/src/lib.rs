@@ -7,6 +7,8 @@
 pub mod cbpf;
 pub mod compiler;
 pub mod containerd;
+pub mod crun;
+pub mod crun_init;
 pub mod decode;
 pub mod diagnostic;
 pub mod filter;
@@ -14,6 +16,7 @@ pub mod fnv;
 pub mod json;
 pub mod lint;
 pub mod model;
+pub mod oci_runtime;
 pub mod patchbpf;
 pub mod runc;
 pub mod runc_init;

@@ -16,6 +16,7 @@ use crate::filter::{Action, Arch, CmpOp, FilterSpec};
 use crate::fnv::Fnv;
 use crate::json::{self, LineIndex, Node};
 use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
+use crate::oci_runtime::{EnosysStub, OciRuntime, OciRuntimeKind};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
@@ -88,6 +89,8 @@ pub struct LintOptions {
     pub arch: Arch,
     /// Whether to check that a notify listener socket exists on this host.
     pub check_listener: bool,
+    /// The OCI runtime that builds the filter and starts the container.
+    pub oci_runtime: OciRuntime,
 }
 
 impl Default for LintOptions {
@@ -97,6 +100,7 @@ impl Default for LintOptions {
             no_new_privileges: false,
             arch: Arch::native(),
             check_listener: true,
+            oci_runtime: OciRuntime::default(),
         }
     }
 }
@@ -263,7 +267,7 @@ fn prepare(
         }
     };
     let resolves = |name: &str| resolve_syscall(name, opts.arch).is_some();
-    let (translation, notes) = runc::translate(&profile, &resolves);
+    let (translation, notes) = runc::translate(&profile, opts.oci_runtime.behaviour(), &resolves);
     report.diagnostics.extend(notes);
     match translation {
         Translation::Disabled => {
@@ -307,7 +311,10 @@ fn predict(
                 CompileError::RuleAddLoops { .. } => {
                     format!("the container never starts: {e}")
                 }
-                _ => format!("libseccomp refuses the filter, so runc init fails: {e}"),
+                _ => format!(
+                    "libseccomp refuses the filter, so {} fails to start the container: {e}",
+                    opts.oci_runtime
+                ),
             };
             report
                 .diagnostics
@@ -315,8 +322,12 @@ fn predict(
             return Outcome::StartFailed;
         }
     };
-    // What the kernel gets: runc's -ENOSYS stub, then libseccomp's program.
-    if patchbpf::native_left_out(profile, opts.arch) {
+    let behaviour = opts.oci_runtime.behaviour();
+    // What the kernel gets: runc's -ENOSYS stub, then libseccomp's program
+    // (crun loads libseccomp's program as it is).
+    if behaviour.enosys_stub == EnosysStub::ListedArches
+        && patchbpf::native_left_out(profile, opts.arch)
+    {
         let listed = if profile.architectures.is_empty() {
             "lists no architectures".to_string()
         } else {
@@ -335,7 +346,7 @@ fn predict(
             .with_help(format!("list {} in `architectures`", opts.arch.scmp_name())),
         );
     }
-    let mut program = patchbpf::enosys_stub(profile);
+    let mut program = behaviour.enosys_stub.program(profile, opts.arch);
     program.append(&mut compiled.program);
     compiled.program = program;
     report.instructions = Some(compiled.program.len());
@@ -348,8 +359,9 @@ fn predict(
                 Code::FilterTooLarge,
                 "",
                 format!(
-                    "the compiled filter has {} BPF instructions; the kernel refuses more than {BPF_MAXINSNS}, so runc init fails",
-                    compiled.program.len()
+                    "the compiled filter has {} BPF instructions; the kernel refuses more than {BPF_MAXINSNS}, so {} fails to start the container",
+                    compiled.program.len(),
+                    opts.oci_runtime
                 ),
             )
             .with_help("merge rules with the same action, or drop architectures the node does not run"),
@@ -361,7 +373,8 @@ fn predict(
             Code::CrossArchModel,
             "",
             format!(
-                "what runc init needs after the filter is loaded was learned on x86_64; for {} nodeproof checks the same calls where they exist there",
+                "what {} needs after the filter is loaded was learned on x86_64; for {} nodeproof checks the same calls where they exist there",
+                init_name(opts.oci_runtime),
                 opts.arch
             ),
         ));
@@ -371,15 +384,24 @@ fn predict(
     }
     if let Some(path) = &spec.listener_path {
         if opts.check_listener && !is_socket(path) {
+            let (what, stage_outcome) = match behaviour.listener_unreachable {
+                Stage::Init => ("runc cannot hand over the notify fd and the container fails to start", Outcome::StartFailed),
+                Stage::Config => ("crun connects to it before it creates the container and refuses the container (\"open seccomp receiver\")", Outcome::Rejected),
+            };
             report.diagnostics.push(
                 Diagnostic::error(
                     Code::ListenerUnreachable,
                     "/listenerPath",
-                    format!("no seccomp agent socket at `{path}` on this host; runc cannot hand over the notify fd and the container fails to start"),
+                    format!("no seccomp agent socket at `{path}` on this host; {what}"),
                 )
                 .with_help("start the seccomp agent before pods that use this profile, or drop SCMP_ACT_NOTIFY"),
             );
-            outcome = Outcome::StartFailed;
+            // A refusal comes before anything the filter does at the start.
+            outcome = if stage_outcome == Outcome::Rejected {
+                Outcome::Rejected
+            } else {
+                Outcome::StartFailed
+            };
         }
     }
     outcome
@@ -471,7 +493,7 @@ fn lint_profile(p: &Seccomp, report: &mut ProfileReport) {
             )
         } else if e & 0xffff >= 4095 {
             (
-                format!("errno {e} is refused by libseccomp (it must be below 4095), so runc init fails"),
+                format!("errno {e} is refused by libseccomp (it must be below 4095), so the container fails to start"),
                 "use an errno between 1 and 4094",
             )
         } else if e > 0xffff {
@@ -580,7 +602,9 @@ fn predict_runtime_needs(
     report: &mut ProfileReport,
 ) -> bool {
     let in_mode = || {
-        runc_init::RUNC_1_1_5
+        opts.oci_runtime
+            .behaviour()
+            .init_syscalls
             .iter()
             .filter(|n| n.in_mode(opts.no_new_privileges))
     };
@@ -631,9 +655,13 @@ fn predict_runtime_needs(
             if let Some(what) = need.skipped_drop {
                 if !kept.contains(&need.name) {
                     kept.push(need.name);
-                    report
-                        .diagnostics
-                        .push(skipped_drop(spec, need, action, what));
+                    report.diagnostics.push(skipped_drop(
+                        spec,
+                        need,
+                        action,
+                        what,
+                        opts.oci_runtime,
+                    ));
                 }
             }
             // Denied alone it is harmless only while the caller's fallback is allowed.
@@ -763,11 +791,15 @@ fn intermittently(need: &InitSyscall, action: Action, opts: &LintOptions) -> Str
         return String::new();
     };
     let enosys = matches!(answer(action), Some(Answer::Errno(runc_init::ENOSYS)));
-    let rate = need
-        .observed_rate(opts.no_new_privileges, enosys)
-        .map_or(String::new(), |(failed, runs)| {
-            format!(" (in {failed} of {runs} starts with runc 1.1.5 here)")
-        });
+    let rate = need.observed_rate(opts.no_new_privileges, enosys).map_or(
+        String::new(),
+        |(failed, runs)| {
+            format!(
+                " (in {failed} of {runs} starts with {} here)",
+                opts.oci_runtime
+            )
+        },
+    );
     format!(" intermittently{rate}: {cause}")
 }
 
@@ -784,15 +816,23 @@ fn rule_pointer(spec: &FilterSpec, need: &InitSyscall, action: Action) -> String
 
 /// A privilege drop of runc init answered with success without running: the
 /// container starts, with what the drop should have taken away.
-fn skipped_drop(spec: &FilterSpec, need: &InitSyscall, action: Action, what: Kept) -> Diagnostic {
+fn skipped_drop(
+    spec: &FilterSpec,
+    need: &InitSyscall,
+    action: Action,
+    what: Kept,
+    rt: OciRuntime,
+) -> Diagnostic {
+    let kind = rt.kind().as_str();
     Diagnostic::error(
         Code::PrivilegeDropSkipped,
         rule_pointer(spec, need, action),
         format!(
-            "runc init drops privileges with `{}` after the filter is loaded, and the profile answers it with {action}{}: the call does not run, runc carries on, and the container starts with {}",
+            "{} drops privileges with `{}` after the filter is loaded, and the profile answers it with {action}{}: the call does not run, {kind} carries on, and the container starts with {}",
+            init_name(rt),
             need.name,
-            if action == Action::Errno(0) { " (0, success)" } else { ", an error runc ignores here" },
-            what.describe()
+            if action == Action::Errno(0) { " (0, success)".to_string() } else { format!(", an error {kind} ignores here") },
+            what.describe(init_name(rt))
         ),
     )
     .with_help(format!(
@@ -827,8 +867,11 @@ fn runtime_denial(
         ));
     }
     let (code, who) = match need.phase {
-        Phase::RuncInit if need.flaky => (Code::RuntimeSyscallDeniedIntermittently, "runc init"),
-        Phase::RuncInit => (Code::RuntimeSyscallDenied, "runc init"),
+        Phase::RuntimeInit if need.flaky => (
+            Code::RuntimeSyscallDeniedIntermittently,
+            init_name(opts.oci_runtime),
+        ),
+        Phase::RuntimeInit => (Code::RuntimeSyscallDenied, init_name(opts.oci_runtime)),
         Phase::Entrypoint => (
             Code::EntrypointSyscallDenied,
             "the container's first process",
@@ -855,8 +898,16 @@ fn runtime_denial(
         _ => None,
     }.map_or_else(
         || format!("allow `{}` in an SCMP_ACT_ALLOW rule", need.name),
-        |seen| format!("allow `{}`; denying it alone, runc 1.1.5 failed with: {seen}", need.name),
+        |seen| format!("allow `{}`; denying it alone, {} failed with: {seen}", need.name, opts.oci_runtime),
     ))
+}
+
+/// Who makes the runtime's calls after the filter is loaded.
+fn init_name(rt: OciRuntime) -> &'static str {
+    match rt.kind() {
+        OciRuntimeKind::Runc => "runc init",
+        OciRuntimeKind::Crun => "crun's container process",
+    }
 }
 
 #[cfg(test)]

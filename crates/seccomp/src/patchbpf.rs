@@ -34,6 +34,21 @@ fn ja(skip: u32) -> SockFilter {
 /// default action, or defaultErrnoRet already ENOSYS). With no listed
 /// architecture or no syscall named on one it is a 4-instruction no-op.
 pub fn enosys_stub(profile: &Seccomp) -> Vec<SockFilter> {
+    stub(profile, listed_arches(profile))
+}
+
+/// The stub runc 1.1.6 and later prepend: as 1.1.5's, with a section for
+/// the native architecture whether or not the profile lists it
+/// (findLastSyscalls loops over the listed architectures and the native one).
+pub fn enosys_stub_with_native(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
+    let mut arches = listed_arches(profile);
+    if !arches.contains(&native) {
+        arches.push(native);
+    }
+    stub(profile, arches)
+}
+
+fn stub(profile: &Seccomp, arches: Vec<Arch>) -> Vec<SockFilter> {
     if !patches(profile) {
         return Vec::new();
     }
@@ -41,7 +56,6 @@ pub fn enosys_stub(profile: &Seccomp) -> Vec<SockFilter> {
     // the native architecture libseccomp adds to every filter gets no section
     // unless the profile lists it (runc 1.1.6 added it implicitly), and with
     // no `architectures` the stub covers nothing.
-    let arches = listed_arches(profile);
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
     // findLastSyscalls resolves each name with GetSyscallFromNameByArch: a C string, cut at a NUL.
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());

@@ -7,24 +7,66 @@
 use crate::diagnostic::{Code, Diagnostic};
 use crate::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 use crate::model::Seccomp;
+use crate::oci_runtime::{
+    ArchNames, EnosysStub, FlagSupport, Libseccomp, OciRuntime, SeccompBehaviour,
+};
+use crate::runc_init;
 
 /// runc's `syscallMaxArguments`.
 const MAX_ARGS: u64 = 6;
 const EPERM: u16 = 1;
 
 /// The runc releases whose behaviour this module models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RuncVersion {
     V1_1_5,
+    V1_1_15,
 }
 
-/// The runc this module models.
-pub const MODELLED_RUNC: RuncVersion = RuncVersion::V1_1_5;
+/// runc 1.1.5 (bookworm): the release the runc model was learned from.
+pub static RUNC_1_1_5: SeccompBehaviour = SeccompBehaviour {
+    runtime: OciRuntime::Runc(RuncVersion::V1_1_5),
+    refusal: Stage::Config,
+    arch_names: ArchNames::RuncTable {
+        arches: RuncVersion::V1_1_5.arches(),
+        unmodelled: &[],
+    },
+    flags: FlagSupport::Refused,
+    empty_name_fails: true,
+    errno_ret_needs_errno_action: false,
+    notify_checks: true,
+    listener_unreachable: Stage::Init,
+    enosys_stub: EnosysStub::ListedArches,
+    libseccomp: Libseccomp::V2_5_4,
+    init_syscalls: runc_init::RUNC_1_1_5,
+};
+
+/// runc 1.1.15 (trixie: go1.24, libseccomp 2.6.0). Measured differences
+/// from 1.1.5 (tests/tests/lint_vs_runc.rs): its `archs` map has riscv64
+/// and loong64 (runc 1.1.6 and 1.1.10), its -ENOSYS stub covers the native
+/// architecture unlisted (1.1.6), its init is `RUNC_1_1_15`'s table.
+pub static RUNC_1_1_15: SeccompBehaviour = SeccompBehaviour {
+    runtime: OciRuntime::Runc(RuncVersion::V1_1_15),
+    arch_names: ArchNames::RuncTable {
+        arches: RuncVersion::V1_1_15.arches(),
+        unmodelled: &["SCMP_ARCH_LOONGARCH64"],
+    },
+    enosys_stub: EnosysStub::ListedAndNative,
+    libseccomp: Libseccomp::V2_6_0,
+    init_syscalls: runc_init::RUNC_1_1_15,
+    ..RUNC_1_1_5
+};
 
 impl RuncVersion {
+    /// `ConvertStringToArch`: the architecture a profile's name stands for, if this runc knows it.
+    pub fn arch(self, scmp_name: &str) -> Option<Arch> {
+        Arch::from_scmp_name(scmp_name).filter(|a| self.arches().contains(a))
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             RuncVersion::V1_1_5 => "1.1.5",
+            RuncVersion::V1_1_15 => "1.1.15",
         }
     }
 
@@ -33,8 +75,11 @@ impl RuncVersion {
     /// specconv.SetupSeccomp before libseccomp is ever asked. It is runc's
     /// table, not libseccomp's: 1.1.5 has no riscv64 entry, so it refuses
     /// SCMP_ARCH_RISCV64 although libseccomp 2.5 knows that architecture.
-    pub fn arches(self) -> &'static [Arch] {
+    pub const fn arches(self) -> &'static [Arch] {
         match self {
+            // 1.1.6 added riscv64 (and 1.1.10 loong64, which nodeproof does
+            // not model): every architecture nodeproof knows.
+            RuncVersion::V1_1_15 => &Arch::ALL,
             RuncVersion::V1_1_5 => &[
                 Arch::X86,
                 Arch::X86_64,
@@ -55,19 +100,14 @@ impl RuncVersion {
             ],
         }
     }
-
-    /// `ConvertStringToArch`: the architecture a profile's name stands for, if this runc knows it.
-    pub fn arch(self, scmp_name: &str) -> Option<Arch> {
-        Arch::from_scmp_name(scmp_name).filter(|a| self.arches().contains(a))
-    }
 }
 
-/// Where in runc a profile fails.
+/// Where in the runtime a profile fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// Spec conversion: runc refuses the config; no container process starts.
+    /// Before any container process exists: the runtime refuses the config.
     Config,
-    /// runc init: the container is being started and fails.
+    /// The container's process exists (runc init, crun's child): the start fails.
     Init,
 }
 
@@ -108,31 +148,63 @@ pub fn c_string_name(name: &str) -> &str {
 
 const ACTION_HELP: &str = "use one of SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_KILL, SCMP_ACT_TRAP, SCMP_ACT_TRACE, SCMP_ACT_LOG, SCMP_ACT_NOTIFY (case matters)";
 
-/// Translate like runc. `resolves(name)` says whether libseccomp knows the
-/// syscall name on the native architecture (runc silently skips the rest).
-pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, Vec<Diagnostic>) {
+/// Translate like the runtime `b` describes (runc's code, with crun's
+/// differences read from `b`). `resolves(name)` says whether libseccomp
+/// knows the syscall name on the native architecture (both runtimes
+/// silently skip the rest).
+pub fn translate(
+    p: &Seccomp,
+    b: &SeccompBehaviour,
+    resolves: &dyn Fn(&str) -> bool,
+) -> (Translation, Vec<Diagnostic>) {
     let mut notes = Vec::new();
     if p.disables_seccomp() {
         return (Translation::Disabled, notes);
     }
-    // ---- specconv.SetupSeccomp ----
-    if !p.flags.is_empty() {
-        return fail_config(
-            Diagnostic::error(
-                Code::FlagsUnsupported,
-                "/flags",
-                "runc 1.1 refuses any seccomp `flags` (\"seccomp flags are not yet supported by runc\")",
-            )
-            .with_help("remove `flags`; runc 1.2 and later accept them"),
-            notes,
-        );
+    let rt = b.runtime;
+    let fail_config =
+        |d: Diagnostic, notes: Vec<Diagnostic>| (Translation::Fails(b.refusal, d), notes);
+    // ---- specconv.SetupSeccomp (crun: libcrun_generate_seccomp, libcrun_apply_seccomp) ----
+    if let Some(d) = check_flags(p, b) {
+        return (Translation::Fails(flag_stage(b), d), notes);
     }
     let mut arches = Vec::new();
     for (i, a) in p.architectures.iter().enumerate() {
-        match MODELLED_RUNC.arch(a) {
-            Some(arch) => arches.push(arch),
+        let resolved = match b.arch_names {
+            ArchNames::RuncTable {
+                arches: table,
+                unmodelled,
+            } => {
+                if unmodelled.contains(&a.as_str()) {
+                    Some(None)
+                } else {
+                    Arch::from_scmp_name(a)
+                        .filter(|x| table.contains(x))
+                        .map(Some)
+                }
+            }
+            ArchNames::LibseccompNames => crate::crun::resolve_arch(a, b.libseccomp),
+        };
+        match resolved {
+            Some(Some(arch)) => arches.push(arch),
+            Some(None) => notes.push(Diagnostic::note(
+                Code::UnknownArch,
+                format!("/architectures/{i}"),
+                format!("{rt} adds `{a}` to the filter (libseccomp {} knows it); nodeproof does not model that architecture, so it checks the others", b.libseccomp.as_str()),
+            )),
+            None if matches!(b.arch_names, ArchNames::LibseccompNames) => {
+                return fail_config(
+                    Diagnostic::error(
+                        Code::UnknownArch,
+                        format!("/architectures/{i}"),
+                        format!("`{a}` is not an architecture libseccomp {} knows; {rt} fails to start the container (\"seccomp unknown architecture\")", b.libseccomp.as_str()),
+                    )
+                    .with_help("use SCMP_ARCH_* names such as SCMP_ARCH_X86_64, SCMP_ARCH_X86, SCMP_ARCH_AARCH64"),
+                    notes,
+                );
+            }
             None => {
-                let runc = MODELLED_RUNC.as_str();
+                let runc = rt.version();
                 let known_to_libseccomp = Arch::from_scmp_name(a).is_some();
                 return fail_config(
                     Diagnostic::error(
@@ -150,11 +222,26 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             }
         }
     }
+    if let Some(d) = errno_without_errno_action(
+        b,
+        &p.default_action,
+        p.default_errno_ret,
+        "/defaultErrnoRet",
+    ) {
+        return fail_config(d, notes);
+    }
     let Some(default_action) = action(&p.default_action, p.default_errno_ret) else {
         let msg = if p.default_action.is_empty() {
-            "`defaultAction` is missing but rules are present; runc refuses the profile".to_string()
+            format!(
+                "`defaultAction` is missing but rules are present; {} refuses the profile",
+                rt.kind().as_str()
+            )
         } else {
-            format!("`{}` is not a seccomp action runc knows", p.default_action)
+            format!(
+                "`{}` is not a seccomp action {} knows",
+                p.default_action,
+                rt.kind().as_str()
+            )
         };
         return fail_config(
             Diagnostic::error(Code::UnknownAction, "/defaultAction", msg).with_help(ACTION_HELP),
@@ -170,6 +257,14 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     }
     let mut calls = Vec::with_capacity(p.syscalls.iter().map(|r| r.names.len()).sum());
     for rule in &p.syscalls {
+        if let Some(d) = errno_without_errno_action(
+            b,
+            &rule.action,
+            rule.errno_ret,
+            &format!("{}/errnoRet", rule.pointer),
+        ) {
+            return fail_config(d, notes);
+        }
         let Some(act) = action(&rule.action, rule.errno_ret) else {
             return fail_config(
                 Diagnostic::error(
@@ -218,7 +313,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
         }
     }
     // ---- runc init: InitSeccomp / matchCall ----
-    if default_action == Action::Notify {
+    if b.notify_checks && default_action == Action::Notify {
         return fail_init(
             Diagnostic::error(
                 Code::NotifyNotAllowed,
@@ -231,7 +326,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     if let Some(c) = calls
         .iter()
         // InitSeccomp compares the Go string, so `write\0x` passes this check (and notifies write).
-        .find(|c| c.action == Action::Notify && c.name == "write")
+        .find(|c| b.notify_checks && c.action == Action::Notify && c.name == "write")
     {
         return fail_init(
             Diagnostic::error(
@@ -246,7 +341,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
     let mut rules = Vec::with_capacity(calls.len());
     for c in &calls {
         let name_ptr = || format!("{}/names/{}", c.pointer, c.name_index);
-        if c.name.is_empty() {
+        if c.name.is_empty() && b.empty_name_fails {
             return fail_init(
                 Diagnostic::error(
                     Code::EmptySyscallName,
@@ -287,14 +382,21 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             continue;
         }
         if !resolves(name) {
-            notes.push(
+            let libseccomp = b.libseccomp.as_str();
+            notes.push(if b.libseccomp.knows_beyond_2_5_4(name) {
+                Diagnostic::warning(
+                    Code::UnmodelledSyscall,
+                    name_ptr(),
+                    format!("{rt} is linked with libseccomp {libseccomp}, which knows `{name}`, and adds this rule; nodeproof resolves names with libseccomp 2.5.4 and leaves it out, so what `{name}` gets and the filter's length (about one instruction per rule) are not predicted"),
+                )
+            } else {
                 Diagnostic::warning(
                     Code::UnknownSyscall,
                     name_ptr(),
-                    format!("libseccomp does not know the syscall `{name}`; runc skips it silently"),
+                    format!("libseccomp {libseccomp} does not know the syscall `{name}`; {} skips it silently", rt.kind().as_str()),
                 )
-                .with_help("check the spelling; syscalls newer than libseccomp 2.5.4 cannot be filtered by this runc"),
-            );
+                .with_help(format!("check the spelling; syscalls newer than libseccomp {libseccomp} cannot be filtered by {rt}"))
+            });
             continue;
         }
         let mut conds = Vec::new();
@@ -354,7 +456,7 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
             });
         }
     }
-    if uses_notify && p.listener_path.is_empty() {
+    if b.notify_checks && uses_notify && p.listener_path.is_empty() {
         return fail_init(
             Diagnostic::error(
                 Code::ListenerPathMissing,
@@ -369,13 +471,63 @@ pub fn translate(p: &Seccomp, resolves: &dyn Fn(&str) -> bool) -> (Translation, 
         default_action,
         arches,
         rules,
-        listener_path: uses_notify.then(|| p.listener_path.clone()),
+        // No path, no socket to hand the fd to (crun then loads the filter without a listener).
+        listener_path: (uses_notify && !p.listener_path.is_empty())
+            .then(|| p.listener_path.clone()),
     };
     (Translation::Filter(spec), notes)
 }
 
-fn fail_config(d: Diagnostic, notes: Vec<Diagnostic>) -> (Translation, Vec<Diagnostic>) {
-    (Translation::Fails(Stage::Config, d), notes)
+/// `flags` the runtime refuses, if any.
+fn check_flags(p: &Seccomp, b: &SeccompBehaviour) -> Option<Diagnostic> {
+    match b.flags {
+        FlagSupport::Refused if !p.flags.is_empty() => Some(
+            Diagnostic::error(
+                Code::FlagsUnsupported,
+                "/flags",
+                "runc 1.1 refuses any seccomp `flags` (\"seccomp flags are not yet supported by runc\")",
+            )
+            .with_help("remove `flags`; runc 1.2 and later accept them"),
+        ),
+        FlagSupport::Refused => None,
+        FlagSupport::Known(known) => p.flags.iter().enumerate().find(|(_, f)| !known.contains(&f.as_str())).map(|(i, f)| {
+            Diagnostic::error(
+                Code::FlagsUnsupported,
+                format!("/flags/{i}"),
+                format!("{} does not know the seccomp flag `{f}` and fails to start the container (\"unknown seccomp option\")", b.runtime),
+            )
+            .with_help(format!("use one of {}", known.join(", ")))
+        }),
+    }
+}
+
+/// Where a refused flag fails: runc in spec conversion; crun when its child
+/// loads the filter (`libcrun_apply_seccomp`).
+fn flag_stage(b: &SeccompBehaviour) -> Stage {
+    match b.flags {
+        FlagSupport::Refused => b.refusal,
+        FlagSupport::Known(_) => Stage::Init,
+    }
+}
+
+/// crun's `seccomp_action_supports_errno` check; runc has none.
+fn errno_without_errno_action(
+    b: &SeccompBehaviour,
+    action: &str,
+    errno_ret: Option<u64>,
+    pointer: &str,
+) -> Option<Diagnostic> {
+    (b.errno_ret_needs_errno_action
+        && errno_ret.is_some()
+        && !matches!(action, "SCMP_ACT_ERRNO" | "SCMP_ACT_TRACE"))
+    .then(|| {
+        Diagnostic::error(
+            Code::ErrnoIgnored,
+            pointer.to_string(),
+            format!("{} refuses an errno with {action} (\"errno value specified for action\"), so the container fails to start", b.runtime),
+        )
+        .with_help("remove the errno, or use SCMP_ACT_ERRNO")
+    })
 }
 
 fn fail_init(d: Diagnostic, notes: Vec<Diagnostic>) -> (Translation, Vec<Diagnostic>) {
@@ -401,7 +553,7 @@ mod tests {
     }
 
     fn run(p: &Seccomp) -> (Translation, Vec<Diagnostic>) {
-        translate(p, &known)
+        translate(p, &RUNC_1_1_5, &known)
     }
 
     #[test]
@@ -603,7 +755,7 @@ mod tests {
             ..Default::default()
         };
         // The resolver is libseccomp's: it must be asked for the cut name.
-        let (t, notes) = translate(&p, &|n| n == "execve");
+        let (t, notes) = translate(&p, &RUNC_1_1_5, &|n| n == "execve");
         let Translation::Filter(spec) = t else {
             panic!("{t:?}")
         };

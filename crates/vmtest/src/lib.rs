@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The Debian mirror the machine's sources use (see /etc/apt/sources.list.d/debian.sources).
-pub const MIRROR: &str = "http://deb.debian.org/debian";
+use nodeproof_debpkg::PrivateApt;
+pub use nodeproof_debpkg::MIRROR;
 /// The executables the harness runs on the host.
 pub const TOOLS: &[&str] = &[
     "qemu-system-x86_64",
@@ -37,6 +37,8 @@ const EXIT_MARK: &str = "NODEPROOF_VM_EXIT=";
 
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
+    #[error("fetching the kernel package")]
+    Deb(#[from] nodeproof_debpkg::DebError),
     #[error("running {tool}")]
     Spawn {
         tool: &'static str,
@@ -125,7 +127,7 @@ impl Suite {
         if vmlinuz.exists() {
             return Ok(vmlinuz);
         }
-        let apt = PrivateApt::new(&dir, self)?;
+        let apt = PrivateApt::new(&dir, self.name())?;
         apt.update()?;
         // The metapackage depends on exactly one versioned image package.
         let depends = apt.cache(&["depends", "linux-image-cloud-amd64"])?;
@@ -139,14 +141,7 @@ impl Suite {
             })?
             .to_string();
         let deb_dir = dir.join("deb");
-        fs::create_dir_all(&deb_dir).map_err(io(&deb_dir))?;
-        run(
-            "apt-get",
-            apt.command("apt-get")
-                .args(["download", &package])
-                .current_dir(&deb_dir),
-        )?;
-        let deb = only_file(&deb_dir, ".deb")?;
+        let deb = apt.download(&package, &deb_dir)?;
         // Only boot/vmlinuz-*: the cloud flavour has what the tests use built in
         // (8250 serial, BPF, BTF, tracefs, cgroup2), so no modules are unpacked.
         let extract = dir.join("extract");
@@ -181,50 +176,6 @@ fn only_file(dir: &Path, suffix: &str) -> Result<PathBuf, VmError> {
             path: dir.to_path_buf(),
             source: std::io::Error::other(format!("expected one *{suffix} file, found {found:?}")),
         }),
-    }
-}
-
-/// apt with its own sources list, lists and cache under the kernel's cache
-/// directory: one suite, the machine's keyring, the machine's apt state untouched.
-struct PrivateApt {
-    root: PathBuf,
-}
-
-impl PrivateApt {
-    fn new(dir: &Path, suite: Suite) -> Result<Self, VmError> {
-        let root = dir.join("apt");
-        for sub in ["lists/partial", "cache/archives/partial"] {
-            let d = root.join(sub);
-            fs::create_dir_all(&d).map_err(io(&d))?;
-        }
-        let list = root.join("sources.list");
-        fs::write(&list, format!("deb {MIRROR} {} main\n", suite.name())).map_err(io(&list))?;
-        Ok(Self { root })
-    }
-
-    fn command(&self, tool: &str) -> Command {
-        let mut c = Command::new(tool);
-        let r = self.root.display();
-        c.args([
-            &format!("-oDir::Etc::sourcelist={r}/sources.list"),
-            "-oDir::Etc::sourceparts=-",
-            &format!("-oDir::State::Lists={r}/lists"),
-            &format!("-oDir::Cache={r}/cache"),
-            // The suite's Packages only: no translations or DEP-11 metadata.
-            "-oAcquire::IndexTargets::deb::DEP-11::DefaultEnabled=false",
-            "-oAcquire::Languages=none",
-            "-oAPT::Get::List-Cleanup=false",
-        ]);
-        c
-    }
-
-    fn update(&self) -> Result<(), VmError> {
-        run("apt-get", self.command("apt-get").args(["-q", "update"])).map(drop)
-    }
-
-    fn cache(&self, args: &[&str]) -> Result<String, VmError> {
-        run("apt-cache", self.command("apt-cache").args(args))
-            .map(|o| String::from_utf8_lossy(&o).into_owned())
     }
 }
 

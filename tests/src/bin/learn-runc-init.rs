@@ -1,22 +1,25 @@
-//! Re-learns what runc's init and `/bin/true` need after the seccomp filter is
-//! loaded, for the runc installed here. Usage (as root):
+//! Re-learns what the runtime's init and `/bin/true` need after the seccomp
+//! filter is loaded, for runc 1.1.5 installed here or another runtime build
+//! (`--runtime crun-1.8`, names as in `nodeproof_e2e::runtimes`). Usage (as root):
 //!
-//! `cargo run -p nodeproof-e2e --bin learn-runc-init -- [--runs N] [--reps N] [--work DIR]`
+//! `cargo run -p nodeproof-e2e --bin learn-runc-init -- [--runtime NAME] [--runs N] [--reps N] [--work DIR]`
 //!
 //! Prints a report and, last, the body of `RUNC_1_1_5`-style table for
-//! `agent/src/profile/runc_init.rs`. See docs/runc-init-syscalls.md.
+//! `crates/seccomp/src/runc_init.rs` (or `crun_init.rs`). See docs/runc-init-syscalls.md.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use nodeproof_e2e::learn::{self, Phase};
-use nodeproof_e2e::runc::{self, RuncOracle};
+use nodeproof_e2e::runtimes::RuntimeBuild;
+use nodeproof_e2e::splice::{self, SpliceOracle};
 
 fn main() -> ExitCode {
     let mut runs = 5usize;
     let mut reps = 6usize;
-    let mut work = runc::default_oracle_dir().join("learn");
+    let mut work = splice::default_oracle_dir().join("learn");
+    let mut build = RuntimeBuild::Runc1_1_5;
     let mut argv = std::env::args().skip(1);
     while let Some(a) = argv.next() {
         let mut val = || argv.next().unwrap_or_else(|| panic!("{a} needs a value"));
@@ -24,18 +27,31 @@ fn main() -> ExitCode {
             "--runs" => runs = val().parse().expect("--runs N"),
             "--reps" => reps = val().parse().expect("--reps N"),
             "--work" => work = PathBuf::from(val()),
+            "--runtime" => {
+                let name = val();
+                build = RuntimeBuild::parse(&name).unwrap_or_else(|| {
+                    panic!(
+                        "--runtime: one of {:?}",
+                        RuntimeBuild::ALL.map(RuntimeBuild::name)
+                    )
+                });
+            }
             _ => {
-                eprintln!("usage: learn-runc-init [--runs N] [--reps N] [--work DIR]");
+                eprintln!(
+                    "usage: learn-runc-init [--runtime NAME] [--runs N] [--reps N] [--work DIR]"
+                );
                 return ExitCode::from(2);
             }
         }
     }
-    if let Err(reason) = runc::available() {
-        eprintln!("cannot learn: {reason}");
-        return ExitCode::from(2);
-    }
-    let oracle = RuncOracle::new(runc::default_oracle_dir()).expect("oracle");
-    let version = std::process::Command::new(oracle.runc())
+    let oracle = match SpliceOracle::new(splice::default_oracle_dir(), build) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cannot learn: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let version = std::process::Command::new(oracle.runtime())
         .arg("--version")
         .output()
         .map(|o| {
@@ -93,7 +109,7 @@ fn main() -> ExitCode {
         };
         if broke(true) || broke(false) {
             obs.push(learn::Observed {
-                phase: Phase::RuncInit,
+                phase: Phase::RuntimeInit,
                 name: n.to_string(),
                 args: [0; 6],
                 example_ret: "not traced".into(),

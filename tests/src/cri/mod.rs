@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use nodeproof_testkit::Need;
 use tonic::transport::Channel;
 
-use crate::runc::Verdict;
+use crate::oracle::Verdict;
 use api::runtime_service_client::RuntimeServiceClient;
 use api::security_profile::ProfileType;
 use daemon::{CgroupDriver, Daemon, Layout};
@@ -163,7 +163,9 @@ impl ContainerdOracle {
             what: format!("mkdir {}", dir.display()),
             source,
         })?;
-        let runc = crate::runc::runc_path().unwrap_or_else(|| PathBuf::from("runc"));
+        let runc = crate::runtimes::RuntimeBuild::Runc1_1_5
+            .binary(&crate::runtimes::default_cache_dir())
+            .unwrap_or_else(|_| PathBuf::from("runc"));
         let busybox = Path::new(nodeproof_testkit::BUSYBOX);
         let layout = Layout { dir: dir.clone() };
         let daemon = Daemon::start(layout.clone(), &runc, busybox, image::PAUSE)?;
