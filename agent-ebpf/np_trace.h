@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * Records shared between the eBPF programs and the agent. The Rust mirror is
- * agent/src/trace/event.rs; both sides pin the sizes so that a layout drift
+ * crates/trace/src/event.rs; both sides pin the sizes so that a layout drift
  * fails the build (static assert here, const assert there).
  */
 #ifndef NP_TRACE_H
