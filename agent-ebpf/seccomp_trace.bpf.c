@@ -145,6 +145,14 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } np_events SEC(".maps");
 
+/* Cgroup2 creations for the agent's id -> path cache: 256 KiB holds 496
+ * records, about a second of a node starting a hundred pods at once, and
+ * the agent drains it at every poll (<= 100 ms). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} np_cgroups SEC(".maps");
+
 static __always_inline void np_stat(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&np_stats, &idx);
@@ -982,5 +990,67 @@ int np_nb_proc_exit(void *ctx)
 					      stack + NP_THREAD_SIZE - NP_PT_REGS_SIZE + NP_PT_REGS_ORIG_AX);
 	}
 	np_emit_x((struct task_struct *)bpf_get_current_task(), (__s32)nr, 0, NP_ACT_KILL, 0);
+	return 0;
+}
+
+/* ------------------------------------------------------- cgroup creation
+ *
+ * A container that lives a few milliseconds is gone, cgroup and all, before
+ * the agent reads its denials: resolving bpf_get_current_cgroup_id() by
+ * walking /sys/fs/cgroup then finds nothing. So every cgroup2 directory is
+ * announced as it is created (cgroup_mkdir: kernel/cgroup/cgroup.c
+ * cgroup_mkdir() -> TRACE_CGROUP_PATH(mkdir, cgrp), which formats the path
+ * relative to the hierarchy root only while the tracepoint has a probe) and
+ * the agent keeps id -> path. Once per mkdir, nothing per syscall. Only the
+ * default hierarchy (hierarchy_id 0, cgrp_dfl_root: the first root
+ * cgroup_init() sets up) is sent: v1 hierarchies have their own ids, which
+ * bpf_get_current_cgroup_id() never returns.
+ */
+static __always_inline void np_cgroup_created(__u64 id, __u32 level, const char *path)
+{
+	struct np_cgroup_event *ev = bpf_ringbuf_reserve(&np_cgroups, sizeof(*ev), 0);
+	if (!ev) {
+		np_stat(NP_STAT_CGROUP_DROP);
+		return;
+	}
+	ev->id = id;
+	ev->level = level;
+	long n = bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), path);
+	ev->len = n > 0 ? (__u32)n : 0;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+#ifndef NP_CLASSIC_ONLY
+SEC("tp_btf/cgroup_mkdir")
+int np_btf_cgroup_mkdir(__u64 *ctx)
+{
+	struct cgroup *cgrp = (struct cgroup *)ctx[0];
+
+	if (BPF_CORE_READ(cgrp, root, hierarchy_id) != 0)
+		return 0;
+	np_cgroup_created(BPF_CORE_READ(cgrp, kn, id), BPF_CORE_READ(cgrp, level),
+			  (const char *)ctx[1]);
+	return 0;
+}
+#endif
+
+/* The classic event's record (tracefs events/cgroup/cgroup_mkdir/format: the
+ * same from 5.5, when the id became the 64-bit kernfs id, to 6.18). No CO-RE,
+ * so the BTF-free variant uses it too; the loader checks the format file's
+ * offsets before attaching it. */
+struct np_tp_cgroup {
+	__u64 common;
+	int root;
+	int level;
+	__u64 id;
+	__u32 path_loc; /* __data_loc: offset in the low 16 bits, length in the high */
+};
+
+SEC("tracepoint/cgroup/cgroup_mkdir")
+int np_tp_cgroup_mkdir(struct np_tp_cgroup *ctx)
+{
+	if (ctx->root != 0)
+		return 0;
+	np_cgroup_created(ctx->id, ctx->level, (const char *)ctx + (ctx->path_loc & 0xffff));
 	return 0;
 }
