@@ -644,8 +644,9 @@ fn short_lived_container_keeps_its_pod_attribution() {
         .unwrap();
         let (pid, status, lived) = worker.join().unwrap();
         assert!(exited_ok(status), "{strategy}: child status {status}");
+        // How long it lived is the machine's business (tens of ms here, more
+        // under load); what matters is that nothing of it is left to resolve.
         eprintln!("{strategy}: cgroup created, used and removed in {lived:?}");
-        assert!(lived < Duration::from_millis(100), "{strategy}: {lived:?}");
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
         let rows: Vec<_> = summary.summary.iter().filter(|r| r.pid == pid).collect();
         assert_eq!(rows.len(), 1, "{strategy}: {rows:?}");
