@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * Records shared between the eBPF programs and the agent. The Rust mirror is
- * agent/src/trace/event.rs; both sides pin the sizes so that a layout drift
+ * crates/trace/src/event.rs; both sides pin the sizes so that a layout drift
  * fails the build (static assert here, const assert there).
  */
 #ifndef NP_TRACE_H
@@ -21,6 +21,7 @@
 #define NP_STAT_UNPAIRED_FIRST 4   /* first exit of a task never seen entering: not judged */
 #define NP_STAT_STATE_FAIL 5       /* task state could not be created */
 #define NP_STAT_NOTIFY_EMULATED 6  /* USER_NOTIF answered with a value (the supervisor emulated the call): not a denial */
+#define NP_STAT_CGROUP_DROP 7      /* cgroup2 creations not written: np_cgroups full */
 #define NP_STAT_MAX 8
 
 struct np_count_key {
@@ -48,7 +49,19 @@ struct np_event {
 	char comm[16];
 };
 
+/* A cgroup2 directory as it is created: its id (what bpf_get_current_cgroup_id()
+ * returns for tasks in it) and its path from the hierarchy root, so that user
+ * space can attribute denials of a cgroup that is gone before they are read. */
+#define NP_CGROUP_PATH_MAX 512
+struct np_cgroup_event {
+	__u64 id;
+	__u32 level;
+	__u32 len; /* bytes of path with its NUL, as bpf_probe_read_kernel_str returned; <= 0: unreadable */
+	char path[NP_CGROUP_PATH_MAX];
+};
+
 _Static_assert(sizeof(struct np_count_key) == 48, "np_count_key layout");
+_Static_assert(sizeof(struct np_cgroup_event) == 16 + NP_CGROUP_PATH_MAX, "np_cgroup_event layout");
 _Static_assert(sizeof(struct np_event) == 64, "np_event layout");
 
 #endif

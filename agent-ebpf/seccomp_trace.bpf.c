@@ -88,7 +88,7 @@ struct np_task_state {
 	__u32 notify;    /* 1 after a sleep inside seccomp (USER_NOTIF wait), until the next exit */
 	__u64 notify_nvcsw; /* the task's nvcsw at that sleep */
 	__s32 notify_nr;    /* the syscall that was waiting */
-	__u32 _pad;
+	__u32 installing;   /* tp_btf: between a filter install's sys_enter and its sys_exit */
 };
 
 /*
@@ -144,6 +144,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
 } np_events SEC(".maps");
+
+/* Cgroup2 creations for the agent's id -> path cache: 256 KiB holds 496
+ * records, about a second of a node starting a hundred pods at once, and
+ * the agent drains it at every poll (<= 100 ms). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} np_cgroups SEC(".maps");
 
 static __always_inline void np_stat(__u32 idx)
 {
@@ -301,100 +309,246 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
 /* ---------------------------------------------------------------- tp_btf */
 
 /*
- * Per-task bookkeeping without a helper call on the common path. Each CPU has
- * one slot naming the task that entered a confined syscall on it and is still
- * running: sys_enter writes it, the matching sys_exit clears it with a
- * cmpxchg, and sched_switch, when the task leaves the CPU mid-syscall, moves
- * the mark into task storage (entered = 1) and clears the slot. Invariant: a
- * task outside a syscall is in no slot. So at sys_exit, "slot == current"
- * means this syscall entered (fast path, no task storage); otherwise task
- * storage decides (slow path: a syscall that blocked, or a denial).
- * cmpxchg on both sides: a preempted exit program and sched_switch must not
- * both claim the same mark.
+ * The common path without a helper call. Every BPF helper call ends in a
+ * `ret`, and with the kernel's return-thunk mitigations (SRSO "safe RET",
+ * retbleed) each one costs as much as a good part of an empty program; on 6.18
+ * bpf_get_current_task_btf() is still a real call (the verifier inlines it
+ * only from the x86 patches queued after it), while a PERCPU_ARRAY lookup is
+ * inlined from 6.10 on. So each CPU keeps, in np_cpu:
+ *
+ *  cur, cur_mode, gen  the task running here and its seccomp.mode, written by
+ *           sched_switch as the task comes in (ctx[2], next) or by the first
+ *           syscall program that finds the entry unusable. While task T runs
+ *           on this CPU, cur == T: every switch-in rewrites it. sys_enter and
+ *           sys_exit read the mode from here; an unconfined task costs one
+ *           inlined lookup and three loads per program.
+ *  entered  the task that entered a confined syscall here and is still
+ *           running: sys_enter writes it, the matching sys_exit clears it
+ *           with a cmpxchg, and sched_switch, when the task leaves the CPU
+ *           mid-syscall, moves the mark into task storage (entered = 1) and
+ *           clears it. Invariant: a task outside a syscall is in no slot. So
+ *           at sys_exit, "entered == cur" means this syscall entered (fast
+ *           path, no task storage); otherwise task storage decides (slow
+ *           path: a syscall that blocked, or a denial). cmpxchg on both
+ *           sides: a preempted exit program and sched_switch must not both
+ *           claim the same mark.
+ *
+ * A mode changes while its task runs only when a filter is installed: by the
+ * task itself (seccomp(SECCOMP_SET_MODE_FILTER/STRICT), prctl(PR_SET_SECCOMP))
+ * or, with SECCOMP_FILTER_FLAG_TSYNC, by a sibling thread while this one runs
+ * on another CPU (kernel/seccomp.c: seccomp_sync_threads() sets the mode of
+ * every thread of the group under sighand->siglock). So every install is
+ * bracketed: its sys_enter adds one to np_installs_inflight (and marks the
+ * task's storage), its sys_exit takes it off and bumps np_install_gen. A
+ * cached mode counts only while no install is in flight and its gen is the
+ * current one; anything else re-reads task->seccomp.mode. The gen is read
+ * before the mode, so an entry written after an install's exit saw the
+ * filter. An install that a filter denies never reaches sys_enter, and
+ * installs nothing.
  */
+struct np_cpu {
+	__u64 entered;  /* task that entered a confined syscall here and still runs; 0: none */
+	__u64 cur;      /* task running here as of its switch-in; 0: not known yet */
+	__u64 gen;      /* np_install_gen when cur_mode was read */
+	__u32 cur_mode; /* cur->seccomp.mode then */
+	__u32 _pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct np_cpu);
 } np_slot SEC(".maps");
+
+/* Filter installs entered and not yet exited, node-wide; and how many have exited. */
+__s64 np_installs_inflight = 0;
+__u64 np_install_gen = 0;
+
+#define NP_NR_PRCTL 157
+#define NP_NR_SECCOMP 317
+#define NP_NR_IA32_PRCTL 172   /* x86_64's iopl: taken as an install too, harmlessly */
+#define NP_NR_IA32_SECCOMP 354 /* unused on x86_64 */
+#define NP_PR_SET_SECCOMP 22
+#define NP_SECCOMP_SET_MODE_FILTER 1
+
+/* The cached mode of the task running on this CPU, or -1 when it cannot be trusted. */
+static __always_inline int np_cached_mode(struct np_cpu *c)
+{
+	if (!c->cur || np_installs_inflight != 0 || c->gen != np_install_gen)
+		return -1;
+	return c->cur_mode;
+}
+
+/* Caches task (running here) and its mode; the gen first (see above). */
+static __always_inline void np_cache(struct np_cpu *c, struct task_struct *task)
+{
+	__u64 gen = np_install_gen;
+
+	asm volatile("" ::: "memory"); /* x86 keeps loads in order; the compiler must too */
+	c->cur_mode = task->seccomp.mode;
+	c->gen = gen;
+	c->cur = (__u64)task;
+}
+
+/* A syscall that may change the caller's (or, TSYNC, its siblings') mode. */
+static __always_inline bool np_is_install(__u64 *ctx)
+{
+	long nr = (long)ctx[1];
+
+	if (nr == NP_NR_IA32_PRCTL || nr == NP_NR_IA32_SECCOMP)
+		return true;
+	if (nr != NP_NR_SECCOMP && nr != NP_NR_PRCTL)
+		return false;
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	unsigned long op = regs->di;
+	if (nr == NP_NR_PRCTL)
+		return op == NP_PR_SET_SECCOMP;
+	return op <= NP_SECCOMP_SET_MODE_FILTER; /* SET_MODE_STRICT (0) or SET_MODE_FILTER */
+}
+
+static __always_inline void np_install_begin(struct task_struct *task)
+{
+	struct np_task_state *st =
+		bpf_task_storage_get(&np_task_store, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+
+	if (!st) {
+		/* Untracked: the count stays up and caches stay off (slower, still exact). */
+		np_stat(NP_STAT_STATE_FAIL);
+		__sync_fetch_and_add(&np_installs_inflight, 1);
+		return;
+	}
+	if (st->installing)
+		return;
+	st->installing = 1;
+	__sync_fetch_and_add(&np_installs_inflight, 1);
+}
+
+/* The install's own exit, whether it entered confined or not: never judged. */
+static __always_inline bool np_install_end(struct task_struct *task, struct np_cpu *c)
+{
+	struct np_task_state *st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+
+	if (!st || !st->installing)
+		return false;
+	st->installing = 0;
+	__sync_fetch_and_add(&np_install_gen, 1);
+	__sync_fetch_and_add(&np_installs_inflight, -1);
+	if (c)
+		__sync_val_compare_and_swap(&c->entered, (__u64)task, 0);
+	st->entered = 0;
+	st->trap = 0;
+	np_clear_notify(st);
+	return true;
+}
 
 SEC("tp_btf/sys_enter")
 int np_btf_enter(__u64 *ctx)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task;
+	struct np_cpu *c;
 	__u32 zero = 0;
-	__u64 *slot;
+	int mode;
 
-	/* The one field every unconfined task reads before leaving. */
-	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+	if (np_is_install(ctx))
+		np_install_begin(bpf_get_current_task_btf());
+	c = bpf_map_lookup_elem(&np_slot, &zero); /* inlined from 6.10: no helper call */
+	if (!c)
+		return 0;
+	mode = np_cached_mode(c);
+	if (mode < 0) {
+		task = bpf_get_current_task_btf();
+		np_cache(c, task);
+		mode = task->seccomp.mode;
+	}
+	if (mode != SECCOMP_MODE_FILTER)
 		return 0;
 	/* exit/exit_group never return: do_exit's last switch would only move the mark. */
 	if (ctx[1] == NP_NR_EXIT || ctx[1] == NP_NR_EXIT_GROUP)
 		return 0;
-	slot = bpf_map_lookup_elem(&np_slot, &zero); /* inlined: no helper call */
-	if (slot)
-		*slot = (__u64)task;
+	c->entered = c->cur;
 	return 0;
 }
 
-SEC("tp_btf/sched_switch")
-int np_btf_switch(__u64 *ctx)
+/* prev leaves the CPU: a mark in the slot moves into its task storage. */
+static __always_inline void np_switch_out(__u64 *ctx, struct np_cpu *c)
 {
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct np_task_state *st;
-	__u32 zero = 0;
-	__u64 *slot;
 
-	slot = bpf_map_lookup_elem(&np_slot, &zero);
-	if (!slot)
-		return 0;
-	if (*slot != (__u64)prev) {
+	if (c->entered != (__u64)prev) {
 		/* Not in a syscall entered on this CPU. Preempted, running, or not
 		 * confined: nothing to mark (ctx[0] is the preempt flag). */
 		if (ctx[0] || prev->seccomp.mode != SECCOMP_MODE_FILTER ||
 		    np_run_state(prev) != TASK_INTERRUPTIBLE)
-			return 0;
+			return;
 		/* No state: never seen since attach, so "not entered" is unknown
 		 * (a syscall in flight at attach): leave it unjudged. */
 		st = bpf_task_storage_get(&np_task_store, prev, 0, 0);
 		if (st && !st->entered)
 			np_mark_notify(prev, st, (struct pt_regs *)bpf_task_pt_regs(prev));
-		return 0;
+		return;
 	}
-	if (__sync_val_compare_and_swap(slot, (__u64)prev, 0) != (__u64)prev)
-		return 0;
+	if (__sync_val_compare_and_swap(&c->entered, (__u64)prev, 0) != (__u64)prev)
+		return;
 	st = bpf_task_storage_get(&np_task_store, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (st)
 		st->entered = 1;
 	else
 		np_stat(NP_STAT_STATE_FAIL);
+}
+
+SEC("tp_btf/sched_switch")
+int np_btf_switch(__u64 *ctx)
+{
+	struct np_cpu *c;
+	__u32 zero = 0;
+
+	c = bpf_map_lookup_elem(&np_slot, &zero);
+	if (!c)
+		return 0;
+	np_switch_out(ctx, c);
+	/* next comes in: the syscall programs read its mode from here. */
+	np_cache(c, (struct task_struct *)ctx[2]);
 	return 0;
 }
 
 SEC("tp_btf/sys_exit")
 int np_btf_exit(__u64 *ctx)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task;
 	struct np_task_state *st;
+	struct np_cpu *c;
 	__u32 zero = 0;
-	__u64 *slot;
+	int mode;
 
-	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+	c = bpf_map_lookup_elem(&np_slot, &zero);
+	if (!c)
 		return 0;
-	slot = bpf_map_lookup_elem(&np_slot, &zero);
-	if (slot && *slot == (__u64)task &&
-	    __sync_val_compare_and_swap(slot, (__u64)task, 0) == (__u64)task) {
+	mode = np_cached_mode(c);
+	if (mode < 0) {
+		task = bpf_get_current_task_btf();
+		/* Before the mode test: a failed install leaves the task unconfined. */
+		if (np_installs_inflight > 0 && np_install_end(task, c))
+			return 0;
+		np_cache(c, task);
+		mode = task->seccomp.mode;
+	}
+	if (mode != SECCOMP_MODE_FILTER)
+		return 0;
+	__u64 cur = c->cur;
+	if (cur && c->entered == cur && __sync_val_compare_and_swap(&c->entered, cur, 0) == cur) {
 		/* Entered on this CPU and never left it: paired. A mark left by a
 		 * CONTINUE'd notification (this very call) ends here. */
 		if (np_notify_marks > 0) {
-			st = bpf_task_storage_get(&np_task_store, task, 0, 0);
+			st = bpf_task_storage_get(&np_task_store, bpf_get_current_task_btf(), 0, 0);
 			if (st)
 				np_clear_notify(st);
 		}
 		return 0;
 	}
 
+	task = bpf_get_current_task_btf();
 	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
 	if (st && st->entered) {
 		st->entered = 0;
@@ -451,6 +605,9 @@ int np_btf_proc_exit(__u64 *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
+	/* Killed inside an install: its sys_exit never comes. */
+	if (np_installs_inflight > 0)
+		np_install_end(task, 0);
 	if (task->seccomp.mode == SECCOMP_MODE_FILTER && np_notify_marks > 0) {
 		/* Killed while waiting for its supervisor: the mark must not outlive it. */
 		struct np_task_state *st = bpf_task_storage_get(&np_task_store, task, 0, 0);
@@ -833,5 +990,67 @@ int np_nb_proc_exit(void *ctx)
 					      stack + NP_THREAD_SIZE - NP_PT_REGS_SIZE + NP_PT_REGS_ORIG_AX);
 	}
 	np_emit_x((struct task_struct *)bpf_get_current_task(), (__s32)nr, 0, NP_ACT_KILL, 0);
+	return 0;
+}
+
+/* ------------------------------------------------------- cgroup creation
+ *
+ * A container that lives a few milliseconds is gone, cgroup and all, before
+ * the agent reads its denials: resolving bpf_get_current_cgroup_id() by
+ * walking /sys/fs/cgroup then finds nothing. So every cgroup2 directory is
+ * announced as it is created (cgroup_mkdir: kernel/cgroup/cgroup.c
+ * cgroup_mkdir() -> TRACE_CGROUP_PATH(mkdir, cgrp), which formats the path
+ * relative to the hierarchy root only while the tracepoint has a probe) and
+ * the agent keeps id -> path. Once per mkdir, nothing per syscall. Only the
+ * default hierarchy (hierarchy_id 0, cgrp_dfl_root: the first root
+ * cgroup_init() sets up) is sent: v1 hierarchies have their own ids, which
+ * bpf_get_current_cgroup_id() never returns.
+ */
+static __always_inline void np_cgroup_created(__u64 id, __u32 level, const char *path)
+{
+	struct np_cgroup_event *ev = bpf_ringbuf_reserve(&np_cgroups, sizeof(*ev), 0);
+	if (!ev) {
+		np_stat(NP_STAT_CGROUP_DROP);
+		return;
+	}
+	ev->id = id;
+	ev->level = level;
+	long n = bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), path);
+	ev->len = n > 0 ? (__u32)n : 0;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+#ifndef NP_CLASSIC_ONLY
+SEC("tp_btf/cgroup_mkdir")
+int np_btf_cgroup_mkdir(__u64 *ctx)
+{
+	struct cgroup *cgrp = (struct cgroup *)ctx[0];
+
+	if (BPF_CORE_READ(cgrp, root, hierarchy_id) != 0)
+		return 0;
+	np_cgroup_created(BPF_CORE_READ(cgrp, kn, id), BPF_CORE_READ(cgrp, level),
+			  (const char *)ctx[1]);
+	return 0;
+}
+#endif
+
+/* The classic event's record (tracefs events/cgroup/cgroup_mkdir/format: the
+ * same from 5.5, when the id became the 64-bit kernfs id, to 6.18). No CO-RE,
+ * so the BTF-free variant uses it too; the loader checks the format file's
+ * offsets before attaching it. */
+struct np_tp_cgroup {
+	__u64 common;
+	int root;
+	int level;
+	__u64 id;
+	__u32 path_loc; /* __data_loc: offset in the low 16 bits, length in the high */
+};
+
+SEC("tracepoint/cgroup/cgroup_mkdir")
+int np_tp_cgroup_mkdir(struct np_tp_cgroup *ctx)
+{
+	if (ctx->root != 0)
+		return 0;
+	np_cgroup_created(ctx->id, ctx->level, (const char *)ctx + (ctx->path_loc & 0xffff));
 	return 0;
 }

@@ -92,6 +92,20 @@ struct task_struct___pre514 {
 	long state;
 } __attribute__((preserve_access_index));
 
+struct kernfs_node {
+	u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup_root {
+	int hierarchy_id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+	struct cgroup_root *root;
+	int level;
+} __attribute__((preserve_access_index));
+
 struct kernel_siginfo {
 	int si_signo;
 	int si_errno;

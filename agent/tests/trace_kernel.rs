@@ -575,6 +575,97 @@ fn run_json_summary_is_exact_and_attributed() {
     assert_eq!(last["strategy"], tracer.strategy().as_str());
 }
 
+/// A container that lives a few milliseconds keeps its pod attribution: a
+/// kubelet-shaped cgroup (systemd driver, containerd) is created after the
+/// tracer attached, a process in it makes 5 denied `mkdir`s and exits, and the
+/// cgroup is removed at once. Samples are off for it (sampling only this test
+/// process), so nothing resolves the cgroup while it exists: the summary's
+/// rows are attributed at the end, when neither the directory nor
+/// `/proc/<pid>` is left, from what the `cgroup_mkdir` feed delivered. Every
+/// strategy this kernel loads.
+#[test]
+fn short_lived_container_keeps_its_pod_attribution() {
+    let Some(_) = require(&[TRACING, Need::Cgroup2]) else {
+        return;
+    };
+    let uid = "5d4c3b2a-1908-4f7e-8d6c-5b4a39281706";
+    let id = "cd".repeat(32);
+    let scope = format!(
+        "kubepods.slice/kubepods-pod{}.slice/cri-containerd-{id}.scope",
+        uid.replace('-', "_")
+    );
+    for strategy in strategies() {
+        let mut tracer = Tracer::start(&TracerConfig {
+            strategy: Some(strategy),
+            sample_pid: Some(std::process::id()),
+            ..TracerConfig::default()
+        })
+        .unwrap();
+        assert!(tracer.cgroup_feed(), "{strategy}: no cgroup creation feed");
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (stop, scope) = (stop.clone(), scope.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(150));
+                let started = std::time::Instant::now();
+                let cg = CgroupDir::create_at("unified", &scope).expect("Need::Cgroup2 holds");
+                let procs = cg.procs.clone();
+                let (pid, status) = in_child(move || {
+                    std::fs::write(&procs, "0").expect("join cgroup");
+                    // SAFETY: PR_SET_NAME with a valid C string.
+                    unsafe { libc::prctl(libc::PR_SET_NAME, c"np-short".as_ptr()) };
+                    install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+                    (0..5)
+                        .map(|_| i32::from(call(MKDIR) != (-1, libc::EPERM)))
+                        .sum()
+                });
+                let leaf = cg.leaf.clone();
+                drop(cg);
+                let lived = started.elapsed();
+                assert!(!leaf.exists(), "the test cgroup was not removed");
+                std::thread::sleep(Duration::from_millis(250));
+                stop.store(true, Ordering::SeqCst);
+                (pid, status, lived)
+            })
+        };
+        let opts = TraceOptions {
+            format: OutputFormat::Json,
+            ..TraceOptions::default()
+        };
+        let mut out = Vec::new();
+        let summary = nodeproof_trace::run_with(
+            &mut tracer,
+            &opts,
+            &mut out,
+            &stop,
+            CgroupResolver::host(),
+            &NoPodLookup,
+        )
+        .unwrap();
+        let (pid, status, lived) = worker.join().unwrap();
+        assert!(exited_ok(status), "{strategy}: child status {status}");
+        // How long it lived is the machine's business (tens of ms here, more
+        // under load); what matters is that nothing of it is left to resolve.
+        eprintln!("{strategy}: cgroup created, used and removed in {lived:?}");
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let rows: Vec<_> = summary.summary.iter().filter(|r| r.pid == pid).collect();
+        assert_eq!(rows.len(), 1, "{strategy}: {rows:?}");
+        let row = rows[0];
+        assert_eq!(
+            (row.nr, row.errno, row.action),
+            (MKDIR, libc::EPERM, Action::Errno)
+        );
+        assert_eq!(row.count, 5, "{strategy}");
+        assert_eq!(row.comm, "np-short");
+        assert_eq!(row.pod_uid.as_deref(), Some(uid), "{strategy}: {row:?}");
+        assert_eq!(row.container_id.as_deref(), Some(id.as_str()), "{strategy}");
+        assert!(
+            row.cgroup.as_deref().is_some_and(|c| c.ends_with(&scope)),
+            "{strategy}: {row:?}"
+        );
+    }
+}
+
 /// No BTF (forced with a BTF path that does not exist): fexit and tp_btf are
 /// refused, in probe order, as KernelUnsupported naming the missing BTF; the
 /// tracepoint strategy loads its BTF-free variant (seccomp.mode at a probed
@@ -591,6 +682,10 @@ fn without_btf_the_tracepoint_strategy_runs_btf_free_and_stays_exact() {
     let t = Tracer::start(&no_btf).expect("tracepoint without BTF");
     assert_eq!(t.strategy(), Strategy::Tracepoint);
     let offset = t.btf_free_offset().expect("BTF-free variant");
+    assert!(
+        t.cgroup_feed(),
+        "the BTF-free variant feeds cgroup creations too"
+    );
     let order: Vec<Strategy> = t.attempts().iter().map(|a| a.strategy).collect();
     assert_eq!(order, vec![Strategy::Fexit, Strategy::TpBtf]);
     for a in t.attempts() {

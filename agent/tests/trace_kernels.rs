@@ -7,7 +7,8 @@
 //! workload's own denials: ERRNO with three errnos (threads and a fork + exec
 //! included), KILL_PROCESS, KILL_THREAD, TRAP, nested filters, USER_NOTIF
 //! answered with an error, every filter installed after the tracer attached,
-//! and none for a busy confined-but-allowed and unconfined workload. Under
+//! and none for a busy confined-but-allowed and unconfined workload; the
+//! cgroup creation feed must attach under each. Under
 //! fexit and tp_btf, bpf_prog_info's run_cnt shows which tasks each program
 //! runs for. Then `nodeproof run` must answer /readyz and name the same
 //! strategy in its metrics. Kernels are fetched with apt into target/kernels/
@@ -404,6 +405,14 @@ fn matrix(suite: Suite, expect: Expect) {
                         run.stderr
                     );
                 }
+                // The cgroup creation feed (short-lived containers' attribution)
+                // attaches under every strategy that loads.
+                assert!(
+                    !run.stderr.contains("cgroup creation feed not attached"),
+                    "{s} on {}: {}",
+                    suite.name(),
+                    run.stderr
+                );
                 let got = counts(summary);
                 eprintln!("{}: {s} counts {got:?}", suite.name());
                 assert_eq!(got, expected_counts(s), "{s} on {}", suite.name());

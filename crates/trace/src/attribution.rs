@@ -166,12 +166,14 @@ pub fn parse_proc_cgroup(contents: &str) -> Option<String> {
 
 /// Resolves cgroup ids (the kernfs inode number of a v2 cgroup directory) to
 /// paths, falling back to `/proc/<pid>/cgroup` (cgroup v1, or a cgroup gone
-/// already). Caches both ways; a miss triggers one bounded tree walk.
+/// already). Ids are learned as cgroups are created ([`Self::learn`], fed
+/// from the kernel's `cgroup_mkdir`) and by walking the tree on a miss; both
+/// caches are bounded (see [`CACHE_ENTRIES`]).
 pub struct CgroupResolver {
     root: PathBuf,
     proc_root: PathBuf,
-    by_id: HashMap<u64, String>,
-    by_pid: HashMap<u32, Option<String>>,
+    by_id: Bounded<u64, String>,
+    by_pid: Bounded<u32, Option<String>>,
     walks: u32,
 }
 
@@ -180,15 +182,89 @@ pub struct CgroupResolver {
 const MAX_DEPTH: usize = 8;
 const MAX_WALKS: u32 = 64;
 
+/// Entries of each cache (ids, pids). A node's cgroup2 tree holds a few
+/// hundred directories (110 pods by default, a few containers each, plus the
+/// system slices), so 4096 keeps every live one and the last few thousand
+/// gone ones, whose counts may still be unread. Paths are at most 511 bytes
+/// (the kernel record's buffer), about 200 for a kubepods container: the id
+/// cache stays under 1 MiB in practice, 2.2 MiB at worst. When full, the
+/// least recently used eighth is dropped; a dropped id that is still live is
+/// found again by a walk, a gone one is then unattributed.
+pub const CACHE_ENTRIES: usize = 4096;
+
+/// A map that keeps at most `cap` entries, dropping the least recently used
+/// eighth when full (amortised: one sort per `cap / 8` inserts). No LRU crate
+/// is in the workspace and this is all the resolver needs.
+struct Bounded<K, V> {
+    map: HashMap<K, (V, u64)>,
+    tick: u64,
+    cap: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Copy, V> Bounded<K, V> {
+    fn new(cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            tick: 0,
+            cap: cap.max(1),
+        }
+    }
+
+    fn get(&mut self, k: &K) -> Option<&V> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(k).map(|(v, used)| {
+            *used = tick;
+            &*v
+        })
+    }
+
+    fn insert(&mut self, k: K, v: V) {
+        if self.map.len() >= self.cap && !self.map.contains_key(&k) {
+            let mut used: Vec<u64> = self.map.values().map(|(_, u)| *u).collect();
+            let drop = (self.cap / 8).max(1);
+            let (_, cut, _) = used.select_nth_unstable(drop - 1);
+            let cut = *cut;
+            self.map.retain(|_, (_, u)| *u > cut);
+        }
+        self.tick += 1;
+        self.map.insert(k, (v, self.tick));
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
 impl CgroupResolver {
     pub fn new(root: impl Into<PathBuf>, proc_root: impl Into<PathBuf>) -> Self {
+        Self::with_capacity(root, proc_root, CACHE_ENTRIES)
+    }
+
+    /// A resolver whose caches hold `entries` each.
+    pub fn with_capacity(
+        root: impl Into<PathBuf>,
+        proc_root: impl Into<PathBuf>,
+        entries: usize,
+    ) -> Self {
         Self {
             root: root.into(),
             proc_root: proc_root.into(),
-            by_id: HashMap::new(),
-            by_pid: HashMap::new(),
+            by_id: Bounded::new(entries),
+            by_pid: Bounded::new(entries),
             walks: 0,
         }
+    }
+
+    /// Remembers a cgroup as it is created, so that its denials are
+    /// attributed even when it is gone before they are read.
+    pub fn learn(&mut self, id: u64, path: String) {
+        self.by_id.insert(id, path);
+    }
+
+    /// Cgroup ids currently remembered.
+    pub fn known_ids(&self) -> usize {
+        self.by_id.len()
     }
 
     /// The host's resolver: the cgroup2 mount (`/sys/fs/cgroup` on unified
@@ -210,9 +286,14 @@ impl CgroupResolver {
             self.walks += 1;
             let mut found = HashMap::new();
             walk(&self.root, &self.root, 0, &mut found);
-            self.by_id.extend(found);
-            if let Some(p) = self.by_id.get(&cgroup_id) {
-                return Some(p.clone());
+            let hit = found.remove(&cgroup_id);
+            // The tree may be larger than the cache: the id asked for goes in last.
+            for (id, path) in found {
+                self.by_id.insert(id, path);
+            }
+            if let Some(p) = hit {
+                self.by_id.insert(cgroup_id, p.clone());
+                return Some(p);
             }
         }
         self.proc_path(pid)
@@ -221,15 +302,15 @@ impl CgroupResolver {
     /// The process's cgroup path from `/proc/<pid>/cgroup`, cached (the
     /// process may be gone by the time its counts are summarized).
     fn proc_path(&mut self, pid: u32) -> Option<String> {
-        self.by_pid
-            .entry(pid)
-            .or_insert_with(|| {
-                let file = self.proc_root.join(pid.to_string()).join("cgroup");
-                std::fs::read_to_string(file)
-                    .ok()
-                    .and_then(|c| parse_proc_cgroup(&c))
-            })
-            .clone()
+        if let Some(p) = self.by_pid.get(&pid) {
+            return p.clone();
+        }
+        let file = self.proc_root.join(pid.to_string()).join("cgroup");
+        let path = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|c| parse_proc_cgroup(&c));
+        self.by_pid.insert(pid, path.clone());
+        path
     }
 
     /// Full attribution of a denial. The id names a cgroup2 directory; on
@@ -430,5 +511,52 @@ mod tests {
             r.attribute(u64::MAX - 1, 78, &NoPodLookup),
             Attribution::default()
         );
+    }
+
+    /// A cgroup learned at creation resolves after its directory and its
+    /// process are gone (the short-lived container), where a walk finds nothing.
+    #[test]
+    fn learned_cgroup_resolves_after_it_is_gone() {
+        let cg = tempfile::tempdir().unwrap();
+        let proc_ = tempfile::tempdir().unwrap();
+        let uid_ = UID.replace('-', "_");
+        let path = format!("/kubepods.slice/kubepods-pod{uid_}.slice/cri-containerd-{ID}.scope");
+        let mut r = CgroupResolver::new(cg.path(), proc_.path());
+        assert_eq!(
+            r.attribute(9_000_001, 4242, &NoPodLookup),
+            Attribution::default()
+        );
+        r.learn(9_000_002, path.clone());
+        let a = r.attribute(9_000_002, 4243, &NoPodLookup);
+        assert_eq!(a.cgroup.as_deref(), Some(path.as_str()));
+        assert_eq!(a.pod_uid.as_deref(), Some(UID));
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+        assert_eq!(a.qos.as_deref(), Some("guaranteed"));
+    }
+
+    /// The caches never exceed their bound; what is dropped is the least
+    /// recently used, so an id in use survives a flood of new cgroups.
+    #[test]
+    fn caches_are_bounded_and_keep_what_is_used() {
+        let cg = tempfile::tempdir().unwrap();
+        let mut r = CgroupResolver::with_capacity(cg.path(), cg.path(), 64);
+        r.learn(1, "/kubepods/pod-in-use".to_string());
+        for id in 2..10_000u64 {
+            r.learn(id, format!("/kubepods/c{id}"));
+            assert!(r.known_ids() <= 64, "{} entries after {id}", r.known_ids());
+            // The in-use cgroup is looked up as its denials arrive.
+            if id % 16 == 0 {
+                assert_eq!(r.path(1, 0).as_deref(), Some("/kubepods/pod-in-use"));
+            }
+        }
+        assert_eq!(r.path(1, 0).as_deref(), Some("/kubepods/pod-in-use"));
+        assert_eq!(r.path(9_999, 0).as_deref(), Some("/kubepods/c9999"));
+        // An early one went: resolved by neither the cache nor a walk now.
+        assert_eq!(r.path(2, 0), None);
+        // The pid cache is bounded the same way.
+        for pid in 0..1000u32 {
+            r.proc_path(pid);
+        }
+        assert!(r.by_pid.len() <= 64);
     }
 }

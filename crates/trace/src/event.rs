@@ -18,6 +18,7 @@ pub(crate) mod stat {
     pub const UNPAIRED_FIRST: u32 = 4;
     pub const STATE_FAIL: u32 = 5;
     pub const NOTIFY_EMULATED: u32 = 6;
+    pub const CGROUP_DROP: u32 = 7;
     pub const MAX: u32 = 8;
 }
 
@@ -96,9 +97,24 @@ pub struct RawEvent {
     pub comm: [u8; 16],
 }
 
+/// `NP_CGROUP_PATH_MAX`: the path bytes of a `struct np_cgroup_event`.
+pub const CGROUP_PATH_MAX: usize = 512;
+
+/// `struct np_cgroup_event`: a cgroup2 directory as it was created.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawCgroupEvent {
+    pub id: u64,
+    pub level: u32,
+    /// Bytes of `path` with the NUL; 0 when the kernel could not read it.
+    pub len: u32,
+    pub path: [u8; CGROUP_PATH_MAX],
+}
+
 // The C side static-asserts the same sizes: a drift on either side breaks the build.
 const _: () = assert!(std::mem::size_of::<RawCountKey>() == 48);
 const _: () = assert!(std::mem::size_of::<RawEvent>() == 64);
+const _: () = assert!(std::mem::size_of::<RawCgroupEvent>() == 16 + CGROUP_PATH_MAX);
 
 // SAFETY: plain-old-data, `repr(C)`, no padding the compiler adds (sizes asserted above).
 unsafe impl aya::Pod for RawCountKey {}
@@ -131,6 +147,14 @@ pub struct CountKey {
     pub comm: String,
 }
 
+/// A cgroup2 directory the kernel created: what `bpf_get_current_cgroup_id()`
+/// returns for its tasks, and its path from the hierarchy root (`/kubepods.slice/…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupCreated {
+    pub id: u64,
+    pub path: String,
+}
+
 /// Errors decoding kernel records.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -138,6 +162,8 @@ pub enum DecodeError {
     Length { len: usize, expected: usize },
     #[error("unknown action class {raw}")]
     Action { raw: u32 },
+    #[error("cgroup {id}: path length {len} outside 2..={max}")]
+    CgroupPath { id: u64, len: u32, max: usize },
 }
 
 /// The kernel's `comm`: NUL-terminated within 16 bytes, not necessarily UTF-8.
@@ -170,6 +196,35 @@ pub fn decode_event(bytes: &[u8]) -> Result<Denial, DecodeError> {
         errno: raw.err,
         action,
         comm: comm_to_string(&raw.comm),
+    })
+}
+
+/// Decodes one `np_cgroups` record. The path is the kernel's
+/// `cgroup_path()`, relative to the hierarchy root; a truncated or unreadable
+/// one (length 0, or the whole buffer with no room left) is refused rather
+/// than cached wrong.
+pub fn decode_cgroup_event(bytes: &[u8]) -> Result<CgroupCreated, DecodeError> {
+    let expected = std::mem::size_of::<RawCgroupEvent>();
+    if bytes.len() < expected {
+        return Err(DecodeError::Length {
+            len: bytes.len(),
+            expected,
+        });
+    }
+    // SAFETY: length checked; RawCgroupEvent is POD, every bit pattern is valid.
+    let raw: RawCgroupEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let len = raw.len as usize;
+    // At least "/" and its NUL; a path that filled the buffer may have been cut.
+    if !(2..CGROUP_PATH_MAX).contains(&len) || raw.path[len - 1] != 0 {
+        return Err(DecodeError::CgroupPath {
+            id: raw.id,
+            len: raw.len,
+            max: CGROUP_PATH_MAX - 1,
+        });
+    }
+    Ok(CgroupCreated {
+        id: raw.id,
+        path: String::from_utf8_lossy(&raw.path[..len - 1]).into_owned(),
     })
 }
 
@@ -251,6 +306,57 @@ mod tests {
             decode_event(&bytes_of(&ev)),
             Err(DecodeError::Action { raw: 9 })
         );
+    }
+
+    fn cgroup_record(id: u64, path: &[u8], len: u32) -> Vec<u8> {
+        let mut raw = RawCgroupEvent {
+            id,
+            level: 3,
+            len,
+            path: [0u8; CGROUP_PATH_MAX],
+        };
+        raw.path[..path.len()].copy_from_slice(path);
+        // SAFETY: reading a POD value's bytes.
+        unsafe {
+            std::slice::from_raw_parts(
+                (&raw as *const RawCgroupEvent).cast::<u8>(),
+                std::mem::size_of::<RawCgroupEvent>(),
+            )
+        }
+        .to_vec()
+    }
+
+    #[test]
+    fn decodes_a_cgroup_creation_and_refuses_cut_or_missing_paths() {
+        let path = b"/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope";
+        let rec = cgroup_record(4242, path, path.len() as u32 + 1);
+        assert_eq!(
+            decode_cgroup_event(&rec).unwrap(),
+            CgroupCreated {
+                id: 4242,
+                path: String::from_utf8(path.to_vec()).unwrap()
+            }
+        );
+        // Unaligned and with trailing bytes (ring-buffer records are rounded up).
+        let mut buf = vec![0u8];
+        buf.extend(&rec);
+        buf.extend([0u8; 8]);
+        assert_eq!(decode_cgroup_event(&buf[1..]).unwrap().id, 4242);
+        // Unreadable (the kernel returned an error), cut at the buffer's end, no NUL.
+        for (p, len) in [
+            (&b""[..], 0u32),
+            (&[b'a'; CGROUP_PATH_MAX][..], CGROUP_PATH_MAX as u32),
+            (&b"/ab"[..], 3),
+        ] {
+            assert!(matches!(
+                decode_cgroup_event(&cgroup_record(1, p, len)),
+                Err(DecodeError::CgroupPath { id: 1, .. })
+            ));
+        }
+        assert!(matches!(
+            decode_cgroup_event(&rec[..100]),
+            Err(DecodeError::Length { len: 100, .. })
+        ));
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod pump;
 pub mod summary;
 
 pub use attribution::{Attribution, CgroupResolver, NoPodLookup, PodLookup, PodRef};
-pub use event::{Action, CountKey, Denial};
+pub use event::{Action, CgroupCreated, CountKey, Denial};
 pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
 pub use pump::{Pump, Sample};
 pub use summary::{Filter, SummaryRow, TraceSummary};
@@ -109,6 +109,9 @@ pub struct Stats {
     pub state_failures: u64,
     /// USER_NOTIF calls the supervisor answered with a value (emulated): not denials.
     pub notify_emulated: u64,
+    /// Cgroup creations the kernel could not hand over (ring buffer full):
+    /// those cgroups are attributed only while they exist.
+    pub cgroup_feed_dropped: u64,
 }
 
 impl Stats {
@@ -122,6 +125,9 @@ pub trait EventSource {
     fn strategy(&self) -> Strategy;
     /// Hands every available sample to `sink`, waiting up to `timeout` when none is.
     fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(Denial)) -> Result<(), TraceError>;
+    /// Cgroup2 directories created since the last call, oldest first (none
+    /// when the kernel feed is not attached), for the id → path cache.
+    fn created_cgroups(&mut self, sink: &mut dyn FnMut(CgroupCreated)) -> Result<(), TraceError>;
     /// The exact in-kernel counts so far.
     fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError>;
     fn stats(&self) -> Result<Stats, TraceError>;
@@ -134,6 +140,9 @@ impl<T: EventSource + ?Sized> EventSource for &mut T {
     }
     fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(Denial)) -> Result<(), TraceError> {
         (**self).poll(timeout, sink)
+    }
+    fn created_cgroups(&mut self, sink: &mut dyn FnMut(CgroupCreated)) -> Result<(), TraceError> {
+        (**self).created_cgroups(sink)
     }
     fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError> {
         (**self).counts()
@@ -389,9 +398,11 @@ mod tests {
     use super::*;
     use event::AUDIT_ARCH_X86_64;
 
-    /// A scripted source: samples in batches, then fixed counts.
+    /// A scripted source: samples in batches (each with the cgroups created
+    /// before it), then fixed counts.
     struct Fake {
         batches: Vec<Vec<Denial>>,
+        created: Vec<Vec<CgroupCreated>>,
         counts: Vec<(CountKey, u64)>,
         stats: Stats,
     }
@@ -407,6 +418,15 @@ mod tests {
         ) -> Result<(), TraceError> {
             if let Some(b) = self.batches.pop() {
                 b.into_iter().for_each(sink);
+            }
+            Ok(())
+        }
+        fn created_cgroups(
+            &mut self,
+            sink: &mut dyn FnMut(CgroupCreated),
+        ) -> Result<(), TraceError> {
+            if let Some(c) = self.created.pop() {
+                c.into_iter().for_each(sink);
             }
             Ok(())
         }
@@ -446,6 +466,7 @@ mod tests {
         };
         let mut fake = Fake {
             batches: vec![vec![denial(5, "a"), denial(6, "b")], vec![denial(5, "a")]],
+            created: vec![],
             counts: vec![(key(5, "a"), 1000), (key(6, "b"), 4)],
             stats: Stats {
                 samples: 3,
@@ -486,6 +507,7 @@ mod tests {
     fn stop_flag_ends_a_run_without_duration() {
         let mut fake = Fake {
             batches: vec![],
+            created: vec![],
             counts: vec![],
             stats: Stats::default(),
         };
@@ -502,6 +524,66 @@ mod tests {
         .unwrap();
         assert!(s.summary.is_empty());
         assert!(String::from_utf8(out).unwrap().contains("strategy tp_btf"));
+    }
+
+    /// A cgroup announced in the same poll as its first sample (created,
+    /// denied and removed between two polls) attributes the sample and the
+    /// count: the pump reads creations after the samples arrive and before it
+    /// resolves them. The resolver's tree is empty, as after the removal.
+    #[test]
+    fn cgroup_created_between_polls_attributes_samples_and_counts() {
+        let uid = "8b6c7e2a-1d2f-4a5b-9c3d-0e1f2a3b4c5d";
+        let id = "ab".repeat(32);
+        let path = format!(
+            "/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{id}.scope",
+            uid.replace('-', "_")
+        );
+        let mut d = denial(7, "short");
+        d.cgroup_id = 31337;
+        let mut fake = Fake {
+            batches: vec![vec![d]],
+            created: vec![vec![CgroupCreated {
+                id: 31337,
+                path: path.clone(),
+            }]],
+            counts: vec![(
+                CountKey {
+                    cgroup_id: 31337,
+                    pid: 7,
+                    nr: 83,
+                    errno: 1,
+                    action: Action::Errno,
+                    arch: AUDIT_ARCH_X86_64,
+                    comm: "short".into(),
+                },
+                3,
+            )],
+            stats: Stats::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut out = Vec::new();
+        let s = run_with(
+            &mut fake,
+            &TraceOptions {
+                duration: Some(Duration::from_millis(20)),
+                format: OutputFormat::Json,
+                ..TraceOptions::default()
+            },
+            &mut out,
+            &AtomicBool::new(false),
+            CgroupResolver::new(dir.path(), dir.path()),
+            &NoPodLookup,
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let sample: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(sample["pod_uid"], uid, "{text}");
+        assert_eq!(sample["container_id"], id.as_str());
+        assert_eq!(s.summary.len(), 1);
+        assert_eq!(s.summary[0].count, 3);
+        assert_eq!(s.summary[0].pod_uid.as_deref(), Some(uid));
+        assert_eq!(s.summary[0].container_id.as_deref(), Some(id.as_str()));
+        assert_eq!(s.summary[0].cgroup.as_deref(), Some(path.as_str()));
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! in order (or the forced one), attaches, and reads samples, counts and stats.
 
 use super::bpf;
-use super::event::{decode_count_key, decode_event, stat, CountKey, Denial, RawCountKey};
+use super::event::{
+    decode_cgroup_event, decode_count_key, decode_event, stat, CgroupCreated, CountKey,
+    DecodeError, Denial, RawCountKey,
+};
 use super::{EventSource, Stats, Strategy, TraceError};
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::{BtfTracePoint, FExit, TracePoint};
@@ -176,6 +179,8 @@ pub struct Tracer {
     // Owns the programs and their links; kept alive for the attachment.
     _bpf: Ebpf,
     ring: RingBuf<MapData>,
+    /// Cgroup2 creations (`np_cgroups`); `None` when the feed did not attach.
+    cgroups: Option<RingBuf<MapData>>,
     counts: PerCpuHashMap<MapData, RawCountKey, u64>,
     stats: PerCpuArray<MapData, u64>,
     strategy: Strategy,
@@ -223,7 +228,15 @@ impl Tracer {
         for strategy in order {
             let attempt = Instant::now();
             match try_strategy(strategy, cfg, btf.as_ref(), &mut loader, &mut object) {
-                Ok((bpf, btf_free_offset)) => {
+                Ok((mut bpf, btf_free_offset)) => {
+                    let feed = attach_cgroup_feed(&mut bpf, btf.as_ref().ok());
+                    if let Err(why) = &feed {
+                        tracing::warn!(
+                            error = %why,
+                            "cgroup creation feed not attached: a container gone before its \
+                             denials are read loses its pod attribution (counts stay exact)"
+                        );
+                    }
                     for a in &attempts {
                         tracing::info!(refused = %a, "seccomp tracing strategy refused, fell back");
                     }
@@ -235,10 +248,11 @@ impl Tracer {
                         load_ms = millis(started.elapsed()),
                         "seccomp tracing strategy loaded"
                     );
-                    let tracer = Self::from_loaded(bpf, strategy, attempts).map(|t| Self {
-                        btf_free_offset,
-                        ..t
-                    });
+                    let tracer =
+                        Self::from_loaded(bpf, strategy, attempts, feed.is_ok()).map(|t| Self {
+                            btf_free_offset,
+                            ..t
+                        });
                     drop(btf);
                     // Parsing kernel BTF (twice: aya's loader parses its own copy)
                     // peaks at tens of MiB of heap; hand it back so a long-running agent
@@ -263,6 +277,7 @@ impl Tracer {
         mut bpf: Ebpf,
         strategy: Strategy,
         attempts: Vec<ProbeAttempt>,
+        cgroup_feed: bool,
     ) -> Result<Self, TraceError> {
         let mut take =
             |name: &'static str| bpf.take_map(name).ok_or(TraceError::MissingMap { name });
@@ -279,9 +294,20 @@ impl Tracer {
             name: "np_stats",
             source,
         })?;
+        let cgroups = if cgroup_feed {
+            Some(
+                RingBuf::try_from(take("np_cgroups")?).map_err(|source| TraceError::Map {
+                    name: "np_cgroups",
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
         Ok(Self {
             _bpf: bpf,
             ring,
+            cgroups,
             counts,
             stats,
             strategy,
@@ -294,6 +320,11 @@ impl Tracer {
     /// runs without BTF (arch, mnt_ns, notify-error and a KILL's syscall are then unknown).
     pub fn btf_free_offset(&self) -> Option<u32> {
         self.btf_free_offset
+    }
+
+    /// Whether cgroup2 creations are fed to user space (see [`EventSource::created_cgroups`]).
+    pub fn cgroup_feed(&self) -> bool {
+        self.cgroups.is_some()
     }
 
     /// Strategies refused before this one loaded (empty when the first loaded).
@@ -568,6 +599,64 @@ fn attach_programs(
                 let p: &mut TracePoint = prog.try_into().map_err(|e| step("type of", &e))?;
                 p.attach(cat, tp).map_err(|e| step("attaching", &e))?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the cgroup-creation program of the object the strategy loaded:
+/// `tp_btf/cgroup_mkdir` in the full object, else the classic tracepoint,
+/// once its record layout is checked against tracefs. Best effort: without it
+/// only attribution of cgroups gone before their denials are read suffers.
+fn attach_cgroup_feed(bpf: &mut Ebpf, btf: Option<&Btf>) -> Result<(), String> {
+    const BTF_PROG: &str = "np_btf_cgroup_mkdir";
+    if bpf.program(BTF_PROG).is_some() {
+        return attach_all(bpf, &[(BTF_PROG, Attach::BtfTp("cgroup_mkdir"))], btf)
+            .map_err(|(_, detail)| detail);
+    }
+    let format = TRACEFS
+        .iter()
+        .map(|t| Path::new(t).join("events/cgroup/cgroup_mkdir/format"))
+        .find_map(|p| std::fs::read_to_string(&p).ok())
+        .ok_or_else(|| "no readable events/cgroup/cgroup_mkdir/format in tracefs".to_string())?;
+    check_cgroup_mkdir_format(&format)?;
+    attach_all(
+        bpf,
+        &[("np_tp_cgroup_mkdir", Attach::Tp("cgroup", "cgroup_mkdir"))],
+        btf,
+    )
+    .map_err(|(_, detail)| detail)
+}
+
+/// The classic `cgroup_mkdir` record's fields where `struct np_tp_cgroup`
+/// reads them: (declaration in the format file, offset, size).
+const CGROUP_MKDIR_FIELDS: [(&str, u32, u32); 4] = [
+    ("int root", 8, 4),
+    ("int level", 12, 4),
+    ("u64 id", 16, 8),
+    ("__data_loc char[] path", 24, 4),
+];
+
+/// Checks a tracefs `format` text of `cgroup/cgroup_mkdir` against the
+/// layout `np_tp_cgroup_mkdir` reads (no CO-RE there: the BTF-free variant
+/// uses it too).
+pub fn check_cgroup_mkdir_format(format: &str) -> Result<(), String> {
+    let fields: Vec<(&str, u32, u32)> = format
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.trim().split(';').map(str::trim);
+            let decl = parts.next()?.strip_prefix("field:")?;
+            let offset = parts.next()?.strip_prefix("offset:")?.parse().ok()?;
+            let size = parts.next()?.strip_prefix("size:")?.parse().ok()?;
+            Some((decl, offset, size))
+        })
+        .collect();
+    for want in CGROUP_MKDIR_FIELDS {
+        if !fields.contains(&want) {
+            return Err(format!(
+                "cgroup_mkdir record has no `{}` at offset {} (size {}): {fields:?}",
+                want.0, want.1, want.2
+            ));
         }
     }
     Ok(())
@@ -956,7 +1045,26 @@ impl EventSource for Tracer {
             unjudged_first_exits: v[stat::UNPAIRED_FIRST as usize],
             state_failures: v[stat::STATE_FAIL as usize],
             notify_emulated: v[stat::NOTIFY_EMULATED as usize],
+            cgroup_feed_dropped: v[stat::CGROUP_DROP as usize],
         })
+    }
+
+    fn created_cgroups(&mut self, sink: &mut dyn FnMut(CgroupCreated)) -> Result<(), TraceError> {
+        let Some(ring) = self.cgroups.as_mut() else {
+            return Ok(());
+        };
+        while let Some(item) = ring.next() {
+            match decode_cgroup_event(&item) {
+                Ok(c) => sink(c),
+                // A path the kernel cut or could not read is not cached wrong:
+                // that cgroup is resolved by walking the tree, while it exists.
+                Err(e @ DecodeError::CgroupPath { .. }) => {
+                    tracing::debug!(error = %e, "cgroup creation not cached")
+                }
+                Err(source) => return Err(TraceError::Decode { source }),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -976,6 +1084,17 @@ impl Tracer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This kernel's (6.18) format file, and the same with the id moved.
+    #[test]
+    fn cgroup_mkdir_format_checked() {
+        let host = "name: cgroup_mkdir\nID: 544\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:int root;\toffset:8;\tsize:4;\tsigned:1;\n\tfield:int level;\toffset:12;\tsize:4;\tsigned:1;\n\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n\tfield:__data_loc char[] path;\toffset:24;\tsize:4;\tsigned:0;\n\nprint fmt: \"root=%d id=%llu level=%d path=%s\", REC->root, REC->id, REC->level, __get_str(path)\n";
+        assert_eq!(check_cgroup_mkdir_format(host), Ok(()));
+        let moved = host.replace("field:u64 id;\toffset:16", "field:u64 id;\toffset:20");
+        let e = check_cgroup_mkdir_format(&moved).unwrap_err();
+        assert!(e.contains("`u64 id` at offset 16"), "{e}");
+        assert!(check_cgroup_mkdir_format("").is_err());
+    }
 
     #[test]
     fn reasons_from_errno() {

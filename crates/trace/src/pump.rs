@@ -43,6 +43,8 @@ impl<S: EventSource> Pump<S> {
     /// Waits up to `wait` for samples and hands each one that passes the
     /// filter to `on_sample`. The sample resolves its cgroup now: the
     /// counts are read later, when a short-lived container may be gone.
+    /// Cgroup creations are read after the samples arrive: a cgroup is
+    /// created before any of its tasks runs, so its record is in by then.
     pub fn poll(
         &mut self,
         wait: Duration,
@@ -55,18 +57,23 @@ impl<S: EventSource> Pump<S> {
             names,
             filter,
         } = self;
+        let mut batch = Vec::new();
         source.poll(wait, &mut |d| {
-            if !filter.matches(d.pid, &d.comm) {
-                return;
+            if filter.matches(d.pid, &d.comm) {
+                batch.push(d);
             }
+        })?;
+        source.created_cgroups(&mut |c| resolver.learn(c.id, c.path))?;
+        for d in &batch {
             let attribution = resolver.attribute(d.cgroup_id, d.pid, pods);
             let syscall = names.get(d.arch, d.nr);
             on_sample(Sample {
-                denial: &d,
+                denial: d,
                 syscall,
                 attribution: &attribution,
             });
-        })
+        }
+        Ok(())
     }
 
     /// The exact in-kernel counts so far as attributed rows, and the
@@ -74,6 +81,8 @@ impl<S: EventSource> Pump<S> {
     pub fn rows(&mut self, pods: &dyn PodLookup) -> Result<(Vec<SummaryRow>, Stats), TraceError> {
         let stats = self.source.stats()?;
         let resolver = &mut self.resolver;
+        self.source
+            .created_cgroups(&mut |c| resolver.learn(c.id, c.path))?;
         let rows = summary::aggregate(
             self.source.counts()?,
             &self.filter,
