@@ -7,6 +7,8 @@
 //! probe itself is tested through the real FFI against a fake
 //! `libnvidia-ml.so.1` (`agent/tests/fake-nvml/`).
 
+pub mod advertised;
+pub mod faults;
 pub mod nvml;
 pub mod pci;
 pub mod policy;
