@@ -5,6 +5,7 @@
 //! aggregation against pods as the watch delivers them.
 
 mod fake_nvml_support;
+mod support;
 
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +18,9 @@ use nodeproof_gpu::faults::{attribute, FaultTracker};
 use nodeproof_gpu::{self as gpu, GpuConfig, GpuReport, PolicyState};
 use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
 use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
+use serde_json::{json, Value};
+use support::agent::{seccomp_root, Agent};
+use support::apiserver::{Identity, TestApiServer};
 
 fn uuid(i: u32) -> String {
     format!("GPU-fa4e0000-0000-4000-8000-{i:012}")
@@ -313,4 +317,116 @@ fn without_the_pod_resources_socket_nvml_alone_decides_and_says_why() {
             && message.ends_with("kubelet.sock does not exist"),
         "{message}"
     );
+}
+
+fn bound_pod(name: &str, uid: &str, phase: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": {"nodeName": "n1", "containers": [{"name": "main"}]},
+        "status": {"phase": phase}})
+}
+
+/// The whole chain in the agent (`nodeproof run`, the real binary): the
+/// fake NVML raises XID 79 on GPU 2, the fake kubelet lists who holds it,
+/// the test API server has the pods; exactly one GPUFault Event, on the
+/// running pod of GPU 2, and GPUHealthy False AdvertisedUnhealthy.
+#[test]
+fn the_agent_puts_one_event_on_the_running_pod_of_the_faulted_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = seccomp_root(dir.path(), true);
+    let s = Scenario::new("gpus 4\n", 4);
+    let socket = s.dir.path().join("kubelet.sock");
+    let _kubelet = FakeKubelet::start(
+        &socket,
+        KubeletState {
+            allocatable: vec![set("nvidia.com/gpu", (0..4).map(uuid).collect())],
+            pods: vec![
+                pod("vllm-0", "main", "nvidia.com/gpu", vec![uuid(2)]),
+                pod("other-0", "main", "nvidia.com/gpu", vec![uuid(1)]),
+                pod("done-0", "main", "nvidia.com/gpu", vec![uuid(2)]),
+            ],
+            ..KubeletState::default()
+        },
+    )
+    .unwrap();
+    server.put("pods", bound_pod("vllm-0", "u-vllm", "Running"));
+    server.put("pods", bound_pod("other-0", "u-other", "Running"));
+    server.put("pods", bound_pod("done-0", "u-done", "Succeeded"));
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
+         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
+         [daemon]\ngpu-interval-s = 1\n",
+        root.display(),
+        kubeconfig.display(),
+        s.library().display(),
+        s.sysfs().display(),
+        socket.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "not within 15 s: {what}\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until("pods watched", &|| {
+        agent.get("/healthz/pods").1.contains("pods 3 watched")
+    });
+    let gpu_events = || -> Vec<Value> {
+        server
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "GPUFault")
+            .collect()
+    };
+    assert!(gpu_events().is_empty());
+    s.set("gpus 4\nxid 1 2 79\n");
+    until("one GPUFault Event", &|| !gpu_events().is_empty());
+    until("GPUHealthy AdvertisedUnhealthy", &|| {
+        server
+            .condition("n1", "GPUHealthy")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "AdvertisedUnhealthy")
+    });
+    let events = gpu_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["involvedObject"]["kind"], "Pod");
+    assert_eq!(e["involvedObject"]["name"], "vllm-0");
+    assert_eq!(e["involvedObject"]["uid"], "u-vllm");
+    assert_eq!(
+        e["message"],
+        format!(
+            "GPU {} (index 2) raised XID 79 while allocated to this pod's container main",
+            uuid(2)
+        )
+    );
+    let (_, metrics) = agent.get("/metrics");
+    assert!(
+        metrics.contains(
+            "nodeproof_gpu_faults_total{namespace=\"ml\",pod=\"vllm-0\",container=\"main\",xid=\"79\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "nodeproof_gpu_device_health{{plugin=\"nvidia.com/gpu\",node=\"n1\",device=\"{}\"}} 0",
+            uuid(2)
+        )),
+        "{metrics}"
+    );
+    // Later cycles raise nothing new: still one Event.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(gpu_events().len(), 1, "{:?}", gpu_events());
+    assert!(agent.stop(), "{}", agent.log_text());
 }
