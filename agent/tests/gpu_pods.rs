@@ -430,3 +430,66 @@ fn the_agent_puts_one_event_on_the_running_pod_of_the_faulted_gpu() {
     assert_eq!(gpu_events().len(), 1, "{:?}", gpu_events());
     assert!(agent.stop(), "{}", agent.log_text());
 }
+
+/// Without a pod-resources socket the agent compares by count with the
+/// Node's allocatable as its pods watcher sees it: a device plugin that
+/// still offers 4 GPUs while NVML finds GPU 3 lost.
+#[test]
+fn the_agent_compares_with_the_nodes_allocatable_without_pod_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.merge_node(
+        "n1",
+        json!({"status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "4"}}}),
+    );
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = seccomp_root(dir.path(), true);
+    let s = Scenario::new("gpus 4\n", 4);
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
+         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
+         [daemon]\ngpu-interval-s = 1\n",
+        root.display(),
+        kubeconfig.display(),
+        s.library().display(),
+        s.sysfs().display(),
+        s.dir.path().join("absent.sock").display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "not within 15 s: {what}\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let healthy = || server.condition("n1", "GPUHealthy");
+    until("GPUHealthy True", &|| {
+        healthy().is_some_and(|c| c["status"] == "True")
+    });
+    s.set("gpus 4\nlost 3\n");
+    until("GPUHealthy AdvertisedUnhealthy", &|| {
+        healthy().is_some_and(|c| c["reason"] == "AdvertisedUnhealthy")
+    });
+    let c = healthy().unwrap();
+    assert_eq!(c["status"], "False");
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("kubelet offers 4 nvidia.com/gpu, 3 are healthy: GPU 3 (GPU-fa4e0000…) fallen off the bus"),
+        "{msg}"
+    );
+    // The absent socket is said once, not every cycle.
+    let said = agent
+        .log_text()
+        .matches("pod-resources cannot be read")
+        .count();
+    assert_eq!(said, 1, "{}", agent.log_text());
+    assert!(agent.stop(), "{}", agent.log_text());
+}

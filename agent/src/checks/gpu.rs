@@ -81,6 +81,23 @@ pub fn read_kubelet(source: &mut dyn PodResourcesSource) -> Result<KubeletGpus, 
     })
 }
 
+/// A Node's allocatable NVIDIA resources by name (`None`: no Node seen).
+pub type NodeGpus = Option<BTreeMap<String, u64>>;
+
+/// `Node.status.allocatable` of NVIDIA resources: what the scheduler
+/// places pods against. Extended resources are whole numbers; a quantity
+/// that is not one is left out.
+pub fn nvidia_allocatable(node: &k8s_openapi::api::core::v1::Node) -> BTreeMap<String, u64> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| is_nvidia_resource(k))
+        .filter_map(|(k, q)| Some((k.clone(), q.0.parse().ok()?)))
+        .collect()
+}
+
 /// Folds one pod-resources read into the report; a failed read leaves the
 /// comparison to the Node's counts (when given) and says why.
 pub fn compare(
@@ -108,4 +125,26 @@ pub fn cycle_once(config: &GpuConfig) -> GpuReport {
     let kubelet = pod_resources(config).and_then(|mut s| read_kubelet(&mut s));
     compare(&mut report, &kubelet, None);
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_nvidia_allocatable_is_read_and_the_rest_left_out() {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "7",
+                "nvidia.com/mig-1g.10gb": "14", "example.com/fpga": "2", "nvidia.com/mig-2g.20gb": "1k"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            nvidia_allocatable(&node),
+            BTreeMap::from([
+                ("nvidia.com/gpu".to_string(), 7),
+                ("nvidia.com/mig-1g.10gb".to_string(), 14)
+            ])
+        );
+    }
 }

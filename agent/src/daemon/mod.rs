@@ -145,6 +145,8 @@ async fn serve(
     // Faults are news, not a latest value: each batch reaches the pods
     // watcher once (a watcher that lags 64 batches behind loses the oldest).
     let (gpu_faults, _) = tokio::sync::broadcast::channel(64);
+    let (node_gpus, node_gpus_rx) = channel::channel(None);
+    let node_gpus = Arc::new(node_gpus);
     let ctx = subsystems::Context {
         shared: shared.clone(),
         config: config_rx,
@@ -155,6 +157,7 @@ async fn serve(
         profiles_linted: Arc::new(Notify::new()),
         pod_rows: Arc::new(pod_rows),
         gpu_faults: gpu_faults.clone(),
+        node_gpus: node_gpus_rx,
     };
     let mut running = Running {
         tasks: subsystems::spawn_checks(&ctx),
@@ -177,6 +180,7 @@ async fn serve(
         let feeds = pods::Feeds {
             rows: rows_rx,
             gpu_faults: gpu_faults.clone(),
+            node_gpus: node_gpus.clone(),
             profiles_linted: ctx.profiles_linted.clone(),
             events: pod_events,
             nodes,

@@ -38,6 +38,8 @@ const NODE_RETRY: Duration = Duration::from_secs(5);
 pub struct Feeds {
     /// The tracer's cumulative rows (latest wins: each carries all counts so far).
     pub rows: channel::Receiver<Vec<SummaryRow>>,
+    /// This Node's allocatable NVIDIA resources, to the GPU probe.
+    pub node_gpus: Arc<channel::Sender<crate::checks::gpu::NodeGpus>>,
     /// GPU faults attributed to containers, from the GPU probe.
     pub gpu_faults: tokio::sync::broadcast::Sender<Vec<nodeproof_gpu::faults::PodFault>>,
     /// Notified after each lint of the seccomp root: files may have changed.
@@ -228,6 +230,7 @@ async fn watch_with(
         recheck: RECHECK,
         wake: Some(feeds.profiles_linted.clone()),
         node_seen: Some(feeds.nodes.clone()),
+        node_gpus: Some(feeds.node_gpus.clone()),
     };
     watch::rounds(
         w.client.clone(),

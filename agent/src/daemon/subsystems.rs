@@ -48,6 +48,9 @@ pub struct Context {
     /// GPU faults attributed to the containers holding the device, for the
     /// pods watcher (which drops terminated pods and writes the Events).
     pub gpu_faults: tokio::sync::broadcast::Sender<Vec<gpu::faults::PodFault>>,
+    /// This Node's allocatable NVIDIA resources as the pods watcher last saw
+    /// them (`None`: not watched), compared by count when pod-resources is absent.
+    pub node_gpus: channel::Receiver<checks::gpu::NodeGpus>,
 }
 
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
@@ -389,7 +392,8 @@ fn gpu_probe(ctx: &Context) {
                 }
                 kubelet_said = said;
             }
-            checks::gpu::compare(&mut report, &read, None);
+            let node_allocatable = ctx.node_gpus.borrow().clone();
+            checks::gpu::compare(&mut report, &read, node_allocatable);
             if let (false, Ok(k)) = (faults.is_empty(), &read) {
                 let on_pods = gpu::faults::attribute(&faults, &k.allocations, |_, _| true);
                 // No receiver: no pods watcher (no API credentials); nothing to write to.

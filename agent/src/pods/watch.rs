@@ -457,6 +457,9 @@ pub struct WatchOptions {
     /// This Node as each watch event shows it, for the reporter (a Node
     /// registered again or stripped of nodeproof's conditions is rewritten).
     pub node_seen: Option<tokio::sync::mpsc::Sender<nodeproof_kube::client::NodeState>>,
+    /// This Node's allocatable NVIDIA resources as each watch event shows
+    /// them, for the GPU probe's comparison.
+    pub node_gpus: Option<Arc<tokio::sync::watch::Sender<crate::checks::gpu::NodeGpus>>>,
 }
 
 impl Default for WatchOptions {
@@ -465,6 +468,7 @@ impl Default for WatchOptions {
             recheck: Duration::from_secs(10),
             wake: None,
             node_seen: None,
+            node_gpus: None,
         }
     }
 }
@@ -578,6 +582,9 @@ pub async fn rounds(
                     if let (Some(tx), Some(n)) = (&opts.node_seen, seen) {
                         // Never blocks the watch: a full channel already holds a Node to look at.
                         let _ = tx.try_send(nodeproof_kube::client::node_state(n));
+                    }
+                    if let (Some(tx), Some(n)) = (&opts.node_gpus, seen) {
+                        tx.send_replace(Some(crate::checks::gpu::nvidia_allocatable(n)));
                     }
                     judge = state.apply(c);
                 }
