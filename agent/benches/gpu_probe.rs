@@ -1,14 +1,21 @@
 //! Probe cycle cost against the fake NVML (8 GPUs, through the real FFI):
-//! time per snapshot, per full cycle (discovery + snapshot + policy), and the
-//! process's memory. `cargo bench -p nodeproof --bench gpu_probe`.
+//! time per snapshot, per full cycle (discovery + snapshot + policy), per
+//! full cycle with the kubelet's pod-resources (a fake kubelet over gRPC on a
+//! unix socket: GetAllocatableResources + List, comparison, fault tracking
+//! and attribution), per GPU, and the process's memory.
+//! `cargo bench -p nodeproof --bench gpu_probe`.
 
 #[path = "../tests/fake_nvml_support.rs"]
 mod fake_nvml_support;
 
 use std::time::{Duration, Instant};
 
+use nodeproof::checks::gpu as gpu_check;
+use nodeproof_gpu::faults::{attribute, FaultTracker};
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::{self as gpu, GpuConfig, GpuProbe, PolicyState};
+use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
+use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
 
 fn status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -78,6 +85,75 @@ fn main() {
     summary(
         "cycle (sysfs discovery + snapshot + policy + metrics)",
         times,
+    );
+    let rss_before_kubelet = status_kib("VmRSS:");
+    let socket = s.dir.path().join("kubelet.sock");
+    let uuids: Vec<String> = (0..8)
+        .map(|i| format!("GPU-fa4e0000-0000-4000-8000-{i:012}"))
+        .collect();
+    let _kubelet = FakeKubelet::start(
+        &socket,
+        KubeletState {
+            allocatable: vec![DeviceSet {
+                resource: "nvidia.com/gpu".into(),
+                ids: uuids.clone(),
+            }],
+            pods: uuids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| PodAllocation {
+                    namespace: "ml".into(),
+                    name: format!("vllm-{i}"),
+                    containers: vec![ContainerAllocation {
+                        name: "vllm".into(),
+                        devices: vec![DeviceSet {
+                            resource: "nvidia.com/gpu".into(),
+                            ids: vec![id.clone()],
+                        }],
+                        claims: Vec::new(),
+                    }],
+                })
+                .collect(),
+            ..KubeletState::default()
+        },
+    )
+    .expect("fake kubelet");
+    let config = GpuConfig {
+        pod_resources_socket: socket,
+        ..config
+    };
+    let mut kubelet = gpu_check::pod_resources(&config).expect("client");
+    let mut tracker = FaultTracker::default();
+    let mut cycle_times = Vec::new();
+    let mut kubelet_times = Vec::new();
+    for i in 0..n {
+        let t = Instant::now();
+        let mut r = gpu::cycle_at(&config, &mut probe, &mut state, i);
+        let faults = tracker.observe(r.snapshot.as_ref().expect("snapshot"));
+        let k = Instant::now();
+        let read = gpu_check::read_kubelet(&mut kubelet);
+        kubelet_times.push(k.elapsed());
+        gpu_check::compare(&mut r, &read, None);
+        let allocations = &read.as_ref().expect("pod-resources").allocations;
+        let _ = attribute(&faults, allocations, |_, _| true);
+        assert!(r.healthy() && r.kubelet.as_ref().is_some_and(|c| !c.offers_unhealthy()));
+        let _ = r.metrics(&state);
+        cycle_times.push(t.elapsed());
+    }
+    let per_gpu: Vec<Duration> = cycle_times.iter().map(|d| *d / 8).collect();
+    summary(
+        "pod-resources read (GetAllocatableResources + List, 8 pods)",
+        kubelet_times,
+    );
+    summary(
+        "cycle with pod-resources (+ comparison, faults, attribution)",
+        cycle_times,
+    );
+    summary("  the same per GPU", per_gpu);
+    println!(
+        "memory with the pod-resources client: VmRSS {} KiB (+{} KiB for the client and the fake kubelet in this process)",
+        status_kib("VmRSS:"),
+        status_kib("VmRSS:").saturating_sub(rss_before_kubelet)
     );
     println!(
         "memory: VmRSS before probe {} KiB, after {} KiB; VmHWM {} KiB; threads {}",

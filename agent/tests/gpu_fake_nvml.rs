@@ -349,3 +349,71 @@ fn cli_gpu_json_and_exit_codes() {
         assert_eq!(v["report"]["snapshot"]["gpus"].as_array().unwrap().len(), 8);
     }
 }
+
+#[test]
+fn mig_instances_are_enumerated_with_their_parent() {
+    let s = Scenario::new("gpus 2\nmig 1 3 1g.10gb\n", 2);
+    let r = Node::new(&s).cycle(0);
+    assert!(r.healthy(), "{}", r.text());
+    let snap = r.snapshot.as_ref().unwrap();
+    assert_eq!(snap.gpus[0].mig_enabled, Some(false));
+    assert!(snap.gpus[0].mig.is_empty());
+    let g = &snap.gpus[1];
+    assert_eq!(g.mig_enabled, Some(true));
+    let migs: Vec<(u32, &str, &str)> = g
+        .mig
+        .iter()
+        .map(|m| {
+            (
+                m.index,
+                m.uuid.as_deref().unwrap_or("?"),
+                m.name.as_deref().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        migs,
+        [
+            (
+                0,
+                "MIG-fa4e0000-0000-4000-8001-000000000000",
+                "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+            ),
+            (
+                1,
+                "MIG-fa4e0000-0000-4000-8001-000000000001",
+                "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+            ),
+            (
+                2,
+                "MIG-fa4e0000-0000-4000-8001-000000000002",
+                "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+            ),
+        ]
+    );
+    assert!(g.errors.is_empty(), "{:?}", g.errors);
+    // The kubelet offers GPU 0 whole and GPU 1's instances by profile.
+    let devices = gpu::advertised::nvml_devices(snap, &r.evaluation);
+    let offered: Vec<(&str, &str)> = devices
+        .iter()
+        .map(|d| (d.id.as_str(), d.resource.as_str()))
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            ("GPU-fa4e0000-0000-4000-8000-000000000000", "nvidia.com/gpu"),
+            (
+                "MIG-fa4e0000-0000-4000-8001-000000000000",
+                "nvidia.com/mig-1g.10gb"
+            ),
+            (
+                "MIG-fa4e0000-0000-4000-8001-000000000001",
+                "nvidia.com/mig-1g.10gb"
+            ),
+            (
+                "MIG-fa4e0000-0000-4000-8001-000000000002",
+                "nvidia.com/mig-1g.10gb"
+            ),
+        ]
+    );
+}

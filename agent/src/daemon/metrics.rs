@@ -161,6 +161,24 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
                 )
             }),
         )?;
+        // Shaped like the device plugin's `device_plugin_health_status{plugin,node}`,
+        // so "below 95 % for 2 minutes" is
+        // `100 * avg by (node) (nodeproof_gpu_device_health) < 95` held `for: 2m`.
+        gauges(
+            enc,
+            "nodeproof_gpu_device_health",
+            "1 when NVML calls the device (GPU or MIG instance) healthy, 0 when not or not seen, by the resource it is offered as.",
+            gpu.devices.iter().map(|d| {
+                (
+                    [
+                        ("plugin", d.plugin.clone()),
+                        ("node", gpu.node.clone()),
+                        ("device", d.device.clone()),
+                    ],
+                    u64::from(d.healthy),
+                )
+            }),
+        )?;
         counters(
             enc,
             "nodeproof_gpu_xid_errors",
@@ -172,6 +190,25 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
                         ("class", class.as_str().to_string()),
                     ],
                     n,
+                )
+            }),
+        )?;
+    }
+    // Only while the pods watcher is fed GPU faults (it has API credentials).
+    if let Some(rows) = &m.gpu_faults {
+        counters(
+            enc,
+            "nodeproof_gpu_faults",
+            "GPU faults (XID code, `ecc`, `lost`) on devices allocated to running pods' containers.",
+            rows.iter().map(|r| {
+                (
+                    [
+                        ("namespace", r.namespace.as_str()),
+                        ("pod", r.pod.as_str()),
+                        ("container", r.container.as_str()),
+                        ("xid", r.xid.as_str()),
+                    ],
+                    r.count,
                 )
             }),
         )?;
@@ -265,9 +302,10 @@ mod tests {
     use super::*;
     use crate::daemon::state::CheckState;
     use crate::pods::denials::PodDenialTotal;
+    use crate::pods::gpu_faults::GpuFaultTotal;
     use nodeproof_findings::Condition;
     use nodeproof_gpu::policy::XidClass;
-    use nodeproof_gpu::{GpuHealth, GpuMetrics};
+    use nodeproof_gpu::{DeviceHealth, GpuHealth, GpuMetrics};
 
     /// A pod name no API server would accept, to see the escaping.
     const ODD: &str = "we\"ird\\pod\nname";
@@ -442,7 +480,20 @@ mod tests {
                     },
                 ],
                 xid_totals: [((0, XidClass::Fatal), 1), ((0, XidClass::Ignored), 4)].into(),
+                devices: vec![DeviceHealth {
+                    plugin: "nvidia.com/gpu".into(),
+                    device: "GPU-0".into(),
+                    healthy: false,
+                }],
+                node: "node-a".into(),
             });
+            m.gpu_faults = Some(vec![GpuFaultTotal {
+                namespace: "ml".into(),
+                pod: "vllm-0".into(),
+                container: "vllm".into(),
+                xid: "79".into(),
+                count: 1,
+            }]);
             m.reporter_errors = 2;
             m.reporter_dropped.insert(
                 (
@@ -467,7 +518,9 @@ mod tests {
                 ("nodeproof_condition", "gauge"),
                 ("nodeproof_config_reloads", "counter"),
                 ("nodeproof_ebpf_dropped_samples", "counter"),
+                ("nodeproof_gpu_device_health", "gauge"),
                 ("nodeproof_gpu_driver_ready", "gauge"),
+                ("nodeproof_gpu_faults", "counter"),
                 ("nodeproof_gpu_health", "gauge"),
                 ("nodeproof_gpu_xid_errors", "counter"),
                 ("nodeproof_pod_seccomp_denials", "counter"),
@@ -576,6 +629,31 @@ mod tests {
                 &[("gpu", "0"), ("class", "ignored")]
             ),
             4.0
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_gpu_device_health",
+                &[
+                    ("plugin", "nvidia.com/gpu"),
+                    ("node", "node-a"),
+                    ("device", "GPU-0")
+                ]
+            ),
+            0.0
+        );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_gpu_faults",
+                &[
+                    ("namespace", "ml"),
+                    ("pod", "vllm-0"),
+                    ("container", "vllm"),
+                    ("xid", "79")
+                ]
+            ),
+            1.0
         );
         assert_eq!(value(&f, "nodeproof_reporter_errors", &[]), 2.0);
         assert_eq!(

@@ -142,6 +142,11 @@ async fn serve(
     let _stop_on_exit = StopOnExit(stop_flag.clone());
     let round = Arc::new(Notify::new());
     let (pod_rows, rows_rx) = channel::channel(Vec::new());
+    // Faults are news, not a latest value: each batch reaches the pods
+    // watcher once (a watcher that lags 64 batches behind loses the oldest).
+    let (gpu_faults, _) = tokio::sync::broadcast::channel(64);
+    let (node_gpus, node_gpus_rx) = channel::channel(None);
+    let node_gpus = Arc::new(node_gpus);
     let ctx = subsystems::Context {
         shared: shared.clone(),
         config: config_rx,
@@ -151,6 +156,8 @@ async fn serve(
         round: round.clone(),
         profiles_linted: Arc::new(Notify::new()),
         pod_rows: Arc::new(pod_rows),
+        gpu_faults: gpu_faults.clone(),
+        node_gpus: node_gpus_rx,
     };
     let mut running = Running {
         tasks: subsystems::spawn_checks(&ctx),
@@ -172,6 +179,8 @@ async fn serve(
     if reporter.is_some() {
         let feeds = pods::Feeds {
             rows: rows_rx,
+            gpu_faults: gpu_faults.clone(),
+            node_gpus: node_gpus.clone(),
             profiles_linted: ctx.profiles_linted.clone(),
             events: pod_events,
             nodes,

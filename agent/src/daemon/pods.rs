@@ -18,8 +18,9 @@ use super::state::{CheckState, Shared};
 use super::subsystems::{supervise, Context};
 use crate::config::Config;
 use crate::pods::denials::DenialAggregator;
+use crate::pods::gpu_faults::GpuFaultAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
-use crate::pods::watch::{self, DenialFeed, PodsState, Round, WatchOptions};
+use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, PodsState, Round, WatchOptions};
 use nodeproof_kube::driver::PodsNews;
 use nodeproof_trace::SummaryRow;
 
@@ -27,6 +28,8 @@ use nodeproof_trace::SummaryRow;
 const RECHECK: Duration = Duration::from_secs(10);
 /// How long one pod, container and syscall's denials are aggregated into one Event.
 const DENIAL_INTERVAL: Duration = Duration::from_secs(60);
+/// How long one pod, container, GPU and fault's repeats are aggregated into one Event.
+const GPU_FAULT_INTERVAL: Duration = Duration::from_secs(60);
 /// Retry delay when the Node cannot be read at start.
 const NODE_RETRY: Duration = Duration::from_secs(5);
 
@@ -35,6 +38,10 @@ const NODE_RETRY: Duration = Duration::from_secs(5);
 pub struct Feeds {
     /// The tracer's cumulative rows (latest wins: each carries all counts so far).
     pub rows: channel::Receiver<Vec<SummaryRow>>,
+    /// This Node's allocatable NVIDIA resources, to the GPU probe.
+    pub node_gpus: Arc<channel::Sender<crate::checks::gpu::NodeGpus>>,
+    /// GPU faults attributed to containers, from the GPU probe.
+    pub gpu_faults: tokio::sync::broadcast::Sender<Vec<nodeproof_gpu::faults::PodFault>>,
     /// Notified after each lint of the seccomp root: files may have changed.
     pub profiles_linted: Arc<Notify>,
     /// To the reporter: Events about pods, and the RuntimeClass contract verdicts.
@@ -105,6 +112,10 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
 async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
     let (rows_tx, rows_rx) = mpsc::channel(1);
     let mut feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
+    feed.gpu = Some(GpuFaultFeed::new(
+        feeds.gpu_faults.subscribe(),
+        GpuFaultAggregator::new(GPU_FAULT_INTERVAL),
+    ));
     let (round_tx, mut round_rx) = mpsc::channel(4);
     let mut rows = feeds.rows.clone();
     // Forwarding ends only with the watch: without a tracer, or once the
@@ -219,6 +230,7 @@ async fn watch_with(
         recheck: RECHECK,
         wake: Some(feeds.profiles_linted.clone()),
         node_seen: Some(feeds.nodes.clone()),
+        node_gpus: Some(feeds.node_gpus.clone()),
     };
     watch::rounds(
         w.client.clone(),
@@ -252,5 +264,8 @@ fn publish(shared: &Shared, round: &Round) {
     );
     if let Some(totals) = &round.denial_totals {
         shared.metrics(|m| m.pod_denials = Some(totals.clone()));
+    }
+    if let Some(totals) = &round.gpu_fault_totals {
+        shared.metrics(|m| m.gpu_faults = Some(totals.clone()));
     }
 }

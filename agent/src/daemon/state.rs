@@ -35,6 +35,9 @@ pub struct Metrics {
     /// Denials resolved to pods by the pods watcher's aggregator; `None`
     /// while no denials are fed to it (no API credentials).
     pub pod_denials: Option<Vec<PodDenialTotal>>,
+    /// GPU faults on pods by the pods watcher's aggregator; `None` while no
+    /// faults are fed to it (no API credentials).
+    pub gpu_faults: Option<Vec<crate::pods::gpu_faults::GpuFaultTotal>>,
     pub ebpf_dropped: u64,
     pub ebpf_strategy: Option<nodeproof_trace::Strategy>,
     pub reporter_errors: u64,

@@ -25,6 +25,7 @@ use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
 use nodeproof_kube::driver::{self, LoopConfig, PodsNews, ReportLoop};
 use nodeproof_kube::ConnectError;
+use nodeproof_podresources::KubeletPodResources;
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
@@ -44,6 +45,12 @@ pub struct Context {
     pub profiles_linted: Arc<Notify>,
     /// The tracer's latest cumulative rows, for the pods watcher.
     pub pod_rows: Arc<channel::Sender<Vec<trace::SummaryRow>>>,
+    /// GPU faults attributed to the containers holding the device, for the
+    /// pods watcher (which drops terminated pods and writes the Events).
+    pub gpu_faults: tokio::sync::broadcast::Sender<Vec<gpu::faults::PodFault>>,
+    /// This Node's allocatable NVIDIA resources as the pods watcher last saw
+    /// them (`None`: not watched), compared by count when pod-resources is absent.
+    pub node_gpus: channel::Receiver<checks::gpu::NodeGpus>,
 }
 
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
@@ -316,10 +323,20 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
 }
 
 /// GPU probe cycles; the policy state (XID windows, hysteresis) survives
-/// reloads, the NVML probe is rebuilt only when its settings change.
+/// reloads, the NVML probe and the pod-resources client are rebuilt only
+/// when their settings change. Each cycle compares what the kubelet offers
+/// with NVML and hands faults on allocated devices to the pods watcher.
 fn gpu_probe(ctx: &Context) {
     let mut state = gpu::PolicyState::default();
+    let mut tracker = gpu::faults::FaultTracker::default();
     let mut probe: Option<((PathBuf, u64), gpu::nvml::NvmlProbe)> = None;
+    let mut kubelet: Option<((PathBuf, u64), KubeletPodResources)> = None;
+    // The last pod-resources failure said, so an absent socket is logged once.
+    let mut kubelet_said: Option<String> = None;
+    let node = nodeproof_kube::credentials::node_name_here(
+        ctx.config.borrow().report.node_name.as_deref(),
+    )
+    .unwrap_or_default();
     let mut failed: HashMap<String, String> = HashMap::new();
     while !ctx.stop_flag.load(Ordering::Relaxed) {
         let config = ctx.config.borrow().clone();
@@ -331,7 +348,11 @@ fn gpu_probe(ctx: &Context) {
             probe = Some((key, checks::gpu::probe(&config.gpu)));
         }
         let Some((_, p)) = probe.as_mut() else { return };
-        let report = gpu::cycle(&config.gpu, p, &mut state);
+        let mut report = gpu::cycle(&config.gpu, p, &mut state);
+        let faults = match &report.snapshot {
+            Some(s) if s.driver == gpu::probe::DriverState::Ready => tracker.observe(s),
+            _ => Vec::new(),
+        };
         // Each XID the driver raised since the last cycle, once: `journalctl XID=79`.
         for x in report.snapshot.iter().flat_map(|s| &s.xids) {
             tracing::warn!(
@@ -343,12 +364,53 @@ fn gpu_probe(ctx: &Context) {
                 "GPU XID event"
             );
         }
+        if !report.no_gpu() {
+            let key = (
+                config.gpu.pod_resources_socket.clone(),
+                config.gpu.pod_resources_timeout_ms,
+            );
+            if kubelet.as_ref().map(|(k, _)| k) != Some(&key) {
+                kubelet = None;
+            }
+            let read = match &mut kubelet {
+                Some((_, c)) => checks::gpu::read_kubelet(c),
+                None => checks::gpu::pod_resources(&config.gpu).and_then(|mut c| {
+                    let read = checks::gpu::read_kubelet(&mut c);
+                    kubelet = Some((key, c));
+                    read
+                }),
+            };
+            let said = read.as_ref().err().map(|e| super::error_chain(e));
+            if said != kubelet_said {
+                match &said {
+                    Some(e) => {
+                        tracing::warn!(nodeproof_check = "gpu", socket = %config.gpu.pod_resources_socket.display(), error = %e, "the kubelet's pod-resources cannot be read; GPUs are compared with NVML alone")
+                    }
+                    None => {
+                        tracing::info!(nodeproof_check = "gpu", socket = %config.gpu.pod_resources_socket.display(), "reading the kubelet's pod-resources")
+                    }
+                }
+                kubelet_said = said;
+            }
+            let node_allocatable = ctx.node_gpus.borrow().clone();
+            checks::gpu::compare(&mut report, &read, node_allocatable);
+            if let (false, Ok(k)) = (faults.is_empty(), &read) {
+                let on_pods = gpu::faults::attribute(&faults, &k.allocations, |_, _| true);
+                // No receiver: no pods watcher (no API credentials); nothing to write to.
+                if !on_pods.is_empty() && ctx.gpu_faults.send(on_pods).is_err() {
+                    tracing::debug!(
+                        nodeproof_check = "gpu",
+                        "GPU faults on pods not reported: pods are not watched"
+                    );
+                }
+            }
+        }
         for f in report.findings() {
             let was = failed.get(&f.subject).cloned();
-            if f.status == Status::Failed && was.as_deref() != Some(f.reason.as_str()) {
+            if f.status != Status::Ok && was.as_deref() != Some(f.reason.as_str()) {
                 tracing::warn!(nodeproof_check = "gpu", gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);
                 failed.insert(f.subject.clone(), f.reason.clone());
-            } else if f.status != Status::Failed && was.is_some() {
+            } else if f.status == Status::Ok && was.is_some() {
                 tracing::info!(nodeproof_check = "gpu", gpu_uuid = %f.subject, "GPU check passes again");
                 failed.remove(&f.subject);
             }
@@ -360,7 +422,9 @@ fn gpu_probe(ctx: &Context) {
             let healthy = report.evaluation.gpus.iter().filter(|g| g.healthy).count();
             format!("{healthy}/{total} GPUs healthy")
         };
-        ctx.shared.metrics(|m| m.gpu = Some(report.metrics(&state)));
+        let mut metrics = report.metrics(&state);
+        metrics.node.clone_from(&node);
+        ctx.shared.metrics(|m| m.gpu = Some(metrics));
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
         ctx.shared.set_check(
             Subsystem::Gpu,

@@ -20,6 +20,9 @@ struct IndexedPod {
     refs: PodRefs,
     /// Runtime container id (without `containerd://`) → container name.
     ids: HashMap<String, String>,
+    /// `Succeeded` or `Failed`: its containers are gone, though the
+    /// kubelet's pod-resources still lists their devices.
+    terminated: bool,
 }
 
 /// The pods bound to this node, by UID (fed by the watch).
@@ -59,7 +62,19 @@ impl PodIndex {
             return;
         }
         let ids = container_ids(pod);
-        self.pods.insert(refs.uid.clone(), IndexedPod { refs, ids });
+        let terminated = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        self.pods.insert(
+            refs.uid.clone(),
+            IndexedPod {
+                refs,
+                ids,
+                terminated,
+            },
+        );
     }
 
     pub fn remove(&mut self, uid: &str) {
@@ -72,6 +87,15 @@ impl PodIndex {
 
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty()
+    }
+
+    /// The UID of a pod bound here that has not terminated (`None`: not
+    /// watched, or Succeeded/Failed).
+    pub fn running(&self, namespace: &str, name: &str) -> Option<&str> {
+        self.pods
+            .values()
+            .find(|p| !p.terminated && p.refs.namespace == namespace && p.refs.name == name)
+            .map(|p| p.refs.uid.as_str())
     }
 
     pub fn refs(&self) -> impl Iterator<Item = &PodRefs> {

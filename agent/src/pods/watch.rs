@@ -28,8 +28,12 @@ use tracing::Instrument;
 
 use super::contract;
 use super::denials::{DenialAggregator, PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};
+use super::gpu_faults::{
+    GpuFaultAggregator, GpuFaultTotal, PodGpuFaultEvent, EVENT_REASON as GPU_FAULT_REASON,
+};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
 use nodeproof_findings::Condition;
+use nodeproof_gpu::faults::PodFault;
 use nodeproof_kube::client::Reporter;
 use nodeproof_kube::contract::ContractState;
 use nodeproof_kube::contract_labels::ContractVerdict;
@@ -323,11 +327,13 @@ pub fn denial_event(e: PodDenialEvent) -> PodEvent {
 }
 
 /// The tracer's rows (cumulative counts, as `trace::summary::aggregate`
-/// builds them from `Tracer::counts`) and what aggregates them.
+/// builds them from `Tracer::counts`) and what aggregates them; in the
+/// daemon also the GPU probe's faults on pods.
 pub struct DenialFeed {
     pub rows: mpsc::Receiver<Vec<SummaryRow>>,
     pub aggregator: DenialAggregator,
     pending: Vec<Vec<SummaryRow>>,
+    pub gpu: Option<GpuFaultFeed>,
 }
 
 impl DenialFeed {
@@ -336,14 +342,70 @@ impl DenialFeed {
             rows,
             aggregator,
             pending: Vec::new(),
+            gpu: None,
         }
     }
 }
 
+/// GPU faults attributed to containers (by pod-resources), and what
+/// resolves them against the watched pods and aggregates them.
+pub struct GpuFaultFeed {
+    pub faults: tokio::sync::broadcast::Receiver<Vec<PodFault>>,
+    pub aggregator: GpuFaultAggregator,
+    pending: Vec<PodFault>,
+}
+
+impl GpuFaultFeed {
+    pub fn new(
+        faults: tokio::sync::broadcast::Receiver<Vec<PodFault>>,
+        aggregator: GpuFaultAggregator,
+    ) -> Self {
+        GpuFaultFeed {
+            faults,
+            aggregator,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// The next batch of GPU faults, or never when there is no feed (or it ended).
+async fn next_faults(
+    faults: Option<&mut tokio::sync::broadcast::Receiver<Vec<PodFault>>>,
+) -> Option<Vec<PodFault>> {
+    let Some(faults) = faults else {
+        return std::future::pending().await;
+    };
+    loop {
+        match faults.recv().await {
+            Ok(batch) => return Some(batch),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    nodeproof_check = "pods",
+                    batches = n,
+                    "GPU fault batches lost: the pods watcher fell behind"
+                );
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                return std::future::pending().await
+            }
+        }
+    }
+}
+
+/// The Event for aggregated GPU faults (Warning, reason `GPUFault`, on the pod).
+pub fn gpu_fault_event(e: PodGpuFaultEvent) -> PodEvent {
+    PodEvent {
+        pod: e.pod,
+        event_type: EventType::Warning,
+        reason: GPU_FAULT_REASON,
+        message: e.message,
+    }
+}
+
 /// The next batch of rows, or never when there is no feed (or it ended).
-async fn next_rows(feed: Option<&mut DenialFeed>) -> Option<Vec<SummaryRow>> {
-    match feed {
-        Some(f) => match f.rows.recv().await {
+async fn next_rows(rows: Option<&mut mpsc::Receiver<Vec<SummaryRow>>>) -> Option<Vec<SummaryRow>> {
+    match rows {
+        Some(rows) => match rows.recv().await {
             Some(rows) => Some(rows),
             None => std::future::pending().await,
         },
@@ -379,6 +441,8 @@ pub struct Round {
     pub failing_pods: usize,
     /// `nodeproof_pod_seccomp_denials_total`, when denials are fed.
     pub denial_totals: Option<Vec<PodDenialTotal>>,
+    /// `nodeproof_gpu_faults_total`, when GPU faults are fed.
+    pub gpu_fault_totals: Option<Vec<GpuFaultTotal>>,
     /// Every annotated RuntimeClass judged on this node (the contract labels).
     pub contracts: Vec<ContractVerdict>,
 }
@@ -393,6 +457,9 @@ pub struct WatchOptions {
     /// This Node as each watch event shows it, for the reporter (a Node
     /// registered again or stripped of nodeproof's conditions is rewritten).
     pub node_seen: Option<tokio::sync::mpsc::Sender<nodeproof_kube::client::NodeState>>,
+    /// This Node's allocatable NVIDIA resources as each watch event shows
+    /// them, for the GPU probe's comparison.
+    pub node_gpus: Option<Arc<tokio::sync::watch::Sender<crate::checks::gpu::NodeGpus>>>,
 }
 
 impl Default for WatchOptions {
@@ -401,6 +468,7 @@ impl Default for WatchOptions {
             recheck: Duration::from_secs(10),
             wake: None,
             node_seen: None,
+            node_gpus: None,
         }
     }
 }
@@ -499,6 +567,10 @@ pub async fn rounds(
             recheck_at.min(tokio::time::Instant::now() + d)
         });
         let mut judge = true;
+        let (rows_rx, faults_rx) = match denials.as_deref_mut() {
+            Some(d) => (Some(&mut d.rows), d.gpu.as_mut().map(|g| &mut g.faults)),
+            None => (None, None),
+        };
         tokio::select! {
             change = rx.recv() => match change {
                 Some(c) => {
@@ -511,6 +583,9 @@ pub async fn rounds(
                         // Never blocks the watch: a full channel already holds a Node to look at.
                         let _ = tx.try_send(nodeproof_kube::client::node_state(n));
                     }
+                    if let (Some(tx), Some(n)) = (&opts.node_gpus, seen) {
+                        tx.send_replace(Some(crate::checks::gpu::nvidia_allocatable(n)));
+                    }
                     judge = state.apply(c);
                 }
                 None => break,
@@ -518,9 +593,14 @@ pub async fn rounds(
             _ = tokio::time::sleep_until(wake_at) => {}
             _ = woken(opts.wake.as_ref()) => {}
             _ = stop.changed() => {}
-            rows = next_rows(denials.as_deref_mut()) => {
+            rows = next_rows(rows_rx) => {
                 if let (Some(rows), Some(feed)) = (rows, denials.as_deref_mut()) {
                     feed.pending.push(rows);
+                }
+            }
+            faults = next_faults(faults_rx) => {
+                if let (Some(faults), Some(feed)) = (faults, denials.as_deref_mut().and_then(|d| d.gpu.as_mut())) {
+                    feed.pending.extend(faults);
                 }
             }
         }
@@ -539,6 +619,7 @@ pub async fn rounds(
         let eval = state.evaluate();
         let mut events: Vec<PodEvent> = eval.new.iter().map(finding_event).collect();
         let mut denial_totals = None;
+        let mut gpu_fault_totals = None;
         if let Some(feed) = denials.as_deref_mut() {
             // Rows are resolved against the pods as now known, after this round's changes.
             for rows in feed.pending.drain(..) {
@@ -546,6 +627,13 @@ pub async fn rounds(
             }
             events.extend(feed.aggregator.due(now).into_iter().map(denial_event));
             denial_totals = Some(feed.aggregator.totals());
+            if let Some(gpu) = feed.gpu.as_mut() {
+                // Terminated pods are dropped against the pods as now known.
+                let pending = std::mem::take(&mut gpu.pending);
+                gpu.aggregator.observe(&pending, &state.index);
+                events.extend(gpu.aggregator.due(now).into_iter().map(gpu_fault_event));
+                gpu_fault_totals = Some(gpu.aggregator.totals());
+            }
         }
         let round = Round {
             at: now,
@@ -554,6 +642,7 @@ pub async fn rounds(
             events,
             failing_pods: eval.failing_pods,
             denial_totals,
+            gpu_fault_totals,
             contracts: eval.contracts,
         };
         if out.send(round).await.is_err() {

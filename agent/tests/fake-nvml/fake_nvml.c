@@ -23,6 +23,8 @@
  *   pages-pending I         GPU I has retired pages pending
  *   remap I CORR UNC PENDING FAILED
  *   xid SEQ I CODE          an XID event; delivered once (SEQ increasing)
+ *   mig I N [PROFILE]       GPU I is in MIG mode with N instances (default
+ *                           profile 1g.10gb), UUIDs MIG-fa4e0000-0000-4000-80II-0000000000JJ
  *
  * nvml-wrapper resolves every NVML symbol when it loads the library but keeps
  * each lookup as a Result, so symbols this file does not define only fail
@@ -65,6 +67,7 @@ enum {
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
@@ -73,12 +76,18 @@ enum {
 #define MAX_GPUS 64
 #define MAX_XIDS 256
 #define XID_EVENT 8ULL
+/* An H100 holds at most 7 MIG instances. */
+#define MAX_MIG 7
+/* MIG device handles: MIG_HANDLE + parent * 16 + instance, far above GPU handles. */
+#define MIG_HANDLE 0x10000UL
 
 struct gpu {
     int lost;
     unsigned long long ecc_volatile, ecc_aggregate;
     int pages_pending;
     unsigned remap_corr, remap_unc, remap_pending, remap_failed;
+    unsigned mig; /* MIG instances; 0: MIG mode off */
+    char mig_profile[24];
 };
 
 struct xid {
@@ -140,7 +149,7 @@ static void load_scenario(void)
         unsigned i, a, b, c, d;
         unsigned long long x, y;
         long seq, ms;
-        char word[16];
+        char word[16], profile[24];
         if (sscanf(line, "driver %79s", driver) == 1 || sscanf(line, "nvml %79s", nvml_version) == 1 ||
             sscanf(line, "cuda %d", &cuda) == 1 || sscanf(line, "gpus %u", &gpus) == 1 ||
             sscanf(line, "count %u", &count) == 1)
@@ -162,6 +171,9 @@ static void load_scenario(void)
             gpu[i].remap_unc = b;
             gpu[i].remap_pending = c;
             gpu[i].remap_failed = d;
+        } else if ((b = (unsigned)sscanf(line, "mig %u %u %23s", &i, &a, profile)) >= 2 && i < MAX_GPUS) {
+            gpu[i].mig = a < MAX_MIG ? a : MAX_MIG;
+            snprintf(gpu[i].mig_profile, sizeof gpu[i].mig_profile, "%s", b == 3 ? profile : "1g.10gb");
         } else if (sscanf(line, "xid %ld %u %llu", &seq, &i, &x) == 3 && nxids < MAX_XIDS) {
             xids[nxids].seq = seq;
             xids[nxids].gpu = i;
@@ -303,8 +315,70 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *out)
     return NVML_SUCCESS;
 }
 
+/* A MIG device handle's parent and instance; non-zero when d is not one. */
+static int mig_index(nvmlDevice_t d, unsigned *parent, unsigned *instance)
+{
+    unsigned long h = (unsigned long)d;
+    if (h < MIG_HANDLE)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *parent = (unsigned)((h - MIG_HANDLE) / 16);
+    *instance = (unsigned)((h - MIG_HANDLE) % 16);
+    if (*parent >= count || *instance >= gpu[*parent].mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return gpu[*parent].lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned *current, unsigned *pending)
+{
+    DEVICE(d, i);
+    *current = *pending = gpu[i].mig ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned *n)
+{
+    DEVICE(d, i);
+    (void)i;
+    *n = MAX_MIG;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned index, nvmlDevice_t *mig)
+{
+    DEVICE(d, i);
+    if (!gpu[i].mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= gpu[i].mig)
+        return NVML_ERROR_NOT_FOUND;
+    *mig = (nvmlDevice_t)(MIG_HANDLE + i * 16 + index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned *is_mig)
+{
+    unsigned p, k;
+    *is_mig = mig_index(d, &p, &k) == NVML_SUCCESS;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t d, nvmlDevice_t *parent)
+{
+    unsigned p, k;
+    int rc = mig_index(d, &p, &k);
+    if (rc)
+        return rc;
+    *parent = (nvmlDevice_t)(unsigned long)(p + 1);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len)
 {
+    unsigned p, k;
+    if (initialized && mig_index(d, &p, &k) == NVML_SUCCESS) {
+        char m[96];
+        snprintf(m, sizeof m, "MIG-fa4e0000-0000-4000-80%02u-0000000000%02u", p, k);
+        return put_string(buf, len, m);
+    }
     DEVICE(d, i);
     char s[96];
     snprintf(s, sizeof s, "GPU-fa4e0000-0000-4000-8000-%012u", i);
@@ -313,6 +387,12 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len)
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *buf, unsigned int len)
 {
+    unsigned p, k;
+    if (initialized && mig_index(d, &p, &k) == NVML_SUCCESS) {
+        char m[96];
+        snprintf(m, sizeof m, "NVIDIA H100 80GB HBM3 MIG %s", gpu[p].mig_profile);
+        return put_string(buf, len, m);
+    }
     DEVICE(d, i);
     (void)i;
     return put_string(buf, len, "NVIDIA H100 80GB HBM3");

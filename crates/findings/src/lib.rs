@@ -30,6 +30,8 @@ pub enum Check {
     GpuDriver,
     /// One GPU's health.
     GpuHealth,
+    /// What the kubelet offers against the GPUs NVML calls healthy.
+    GpuAdvertised,
     /// Whether a rootless kubelet can read what it needs (preflight).
     KubeletAccess,
     /// A static pod's seccomp profile (preflight).
@@ -48,6 +50,7 @@ impl Check {
             Check::SeccompTracing => "seccomp-tracing",
             Check::GpuDriver => "gpu-driver",
             Check::GpuHealth => "gpu-health",
+            Check::GpuAdvertised => "gpu-advertised",
             Check::KubeletAccess => "kubelet-access",
             Check::StaticPodProfile => "static-pod-profile",
             Check::PodProfile => "pod-profile",

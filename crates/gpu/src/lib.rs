@@ -7,6 +7,8 @@
 //! probe itself is tested through the real FFI against a fake
 //! `libnvidia-ml.so.1` (`agent/tests/fake-nvml/`).
 
+pub mod advertised;
+pub mod faults;
 pub mod nvml;
 pub mod pci;
 pub mod policy;
@@ -17,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use policy::{GpuConfig, PolicyState};
 pub use probe::{GpuProbe, Snapshot};
-pub use report::{GpuHealth, GpuMetrics, GpuReport};
+pub use report::{DeviceHealth, GpuHealth, GpuMetrics, GpuReport};
 
 /// One probe cycle: discover, probe (only when NVIDIA devices exist, so no
 /// driver library is loaded on CPU nodes), evaluate against the policy.
@@ -48,4 +50,21 @@ pub fn cycle_at(
         now,
     );
     GpuReport::new(pci, snapshot, evaluation)
+}
+
+/// Folds the kubelet's view into a cycle's report: the comparison, and
+/// `GPUHealthy` False (`AdvertisedUnhealthy`) when the kubelet offers a
+/// device NVML calls unhealthy or cannot see. Nothing on a node without
+/// NVIDIA devices.
+pub fn compare_kubelet(report: &mut GpuReport, view: &advertised::KubeletView) {
+    if report.no_gpu() {
+        return;
+    }
+    let devices = match &report.snapshot {
+        Some(s) => advertised::nvml_devices(s, &report.evaluation),
+        None => Vec::new(),
+    };
+    let comparison = advertised::compare(view, devices);
+    advertised::apply(&mut report.evaluation, &comparison);
+    report.kubelet = Some(comparison);
 }

@@ -22,7 +22,9 @@ use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::{Device, EventSet, Nvml};
 
 use super::pci::normalize_bus_id;
-use super::probe::{DriverState, GpuInfo, GpuProbe, RemappedRows, Snapshot, SystemInfo, XidEvent};
+use super::probe::{
+    DriverState, GpuInfo, GpuProbe, MigInfo, RemappedRows, Snapshot, SystemInfo, XidEvent,
+};
 
 /// The soname the driver installs (the unversioned `.so` comes only with
 /// development packages, so it is not what a node has).
@@ -331,7 +333,48 @@ impl<'a> Session<'a> {
             )
             .map(|r| r.bits());
         info.power_mw = self.field(&mut info, "nvmlDeviceGetPowerUsage", || dev.power_usage());
+        info.mig_enabled = self
+            .field(&mut info, "nvmlDeviceGetMigMode", || dev.mig_mode())
+            .map(|m| m.current != 0);
+        if info.mig_enabled == Some(true) {
+            info.mig = self.mig_instances(&mut info, &dev);
+        }
         info
+    }
+
+    /// The MIG devices of a GPU in MIG mode. Indices up to
+    /// nvmlDeviceGetMaxMigDeviceCount may be sparse (instances destroyed
+    /// out of order): NotFound at an index is a gap, not an error.
+    fn mig_instances(&self, info: &mut GpuInfo, dev: &Device<'_>) -> Vec<MigInfo> {
+        let Some(max) = self.field(info, "nvmlDeviceGetMaxMigDeviceCount", || {
+            dev.mig_device_count()
+        }) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for index in 0..max {
+            set_call(
+                self.progress,
+                format!(
+                    "nvmlDeviceGetMigDeviceHandleByIndex({}, {index})",
+                    info.index
+                ),
+            );
+            let mig = match dev.mig_device_by_index(index) {
+                Ok(m) => m,
+                Err(NvmlError::NotFound) => continue,
+                Err(e) => {
+                    note(info, "nvmlDeviceGetMigDeviceHandleByIndex", e);
+                    continue;
+                }
+            };
+            out.push(MigInfo {
+                index,
+                uuid: self.field(info, "nvmlDeviceGetUUID", || mig.uuid()),
+                name: self.field(info, "nvmlDeviceGetName", || mig.name()),
+            });
+        }
+        out
     }
 
     fn field<T>(

@@ -25,6 +25,10 @@ pub struct GpuConfig {
     pub clear_after_clean_intervals: u32,
     pub xid: XidPolicy,
     pub memory: MemoryPolicy,
+    /// The kubelet's pod-resources socket (what it offers and who holds which device).
+    pub pod_resources_socket: PathBuf,
+    /// A pod-resources call that takes longer fails.
+    pub pod_resources_timeout_ms: u64,
 }
 
 /// `[gpu.xid]`: XID classes and per-class count/window thresholds.
@@ -67,6 +71,8 @@ impl Default for GpuConfig {
             clear_after_clean_intervals: 3,
             xid: XidPolicy::default(),
             memory: MemoryPolicy::default(),
+            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            pod_resources_timeout_ms: 2000,
         }
     }
 }
@@ -105,6 +111,9 @@ impl GpuConfig {
         }
         if self.nvml_timeout_ms == 0 {
             p.push("gpu.nvml-timeout-ms must be at least 1".to_string());
+        }
+        if self.pod_resources_timeout_ms == 0 {
+            p.push("gpu.pod-resources-timeout-ms must be at least 1".to_string());
         }
         if self.clear_after_clean_intervals == 0 {
             p.push("gpu.clear-after-clean-intervals must be at least 1".to_string());

@@ -77,6 +77,23 @@ pub struct GpuInfo {
     pub power_mw: Option<u32>,
     /// `call: error` for calls that failed other than NotSupported.
     pub errors: Vec<String>,
+    /// MIG mode is on (`None`: the GPU does not support MIG or did not say).
+    pub mig_enabled: Option<bool>,
+    /// The MIG instances carved out of this GPU while MIG mode is on: the
+    /// devices NVIDIA's device plugin offers instead of the whole GPU.
+    pub mig: Vec<MigInfo>,
+}
+
+/// One MIG instance of a GPU. It has no health of its own in NVML: an XID,
+/// ECC error or loss of the parent is the instance's too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigInfo {
+    /// nvmlDeviceGetMigDeviceHandleByIndex's index on the parent.
+    pub index: u32,
+    /// `MIG-…`: the id the device plugin registers with the kubelet.
+    pub uuid: Option<String>,
+    /// e.g. `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::advertised::Comparison;
 use super::pci::{PciError, PciGpu};
 use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
 use super::probe::Snapshot;
@@ -18,6 +19,9 @@ pub struct GpuReport {
     pub pci_error: Option<String>,
     pub snapshot: Option<Snapshot>,
     pub evaluation: Evaluation,
+    /// What the kubelet offers against NVML (`None`: not compared).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<Comparison>,
 }
 
 /// One cycle's metric values, for the daemon to encode.
@@ -30,6 +34,22 @@ pub struct GpuMetrics {
     pub health: Vec<GpuHealth>,
     /// `nodeproof_gpu_xid_errors_total`: cumulative XID events by (gpu index, class).
     pub xid_totals: BTreeMap<(u32, XidClass), u64>,
+    /// `nodeproof_gpu_device_health`: per device the kubelet offers or NVML
+    /// sees, shaped like `device_plugin_health_status{plugin,node}`.
+    pub devices: Vec<DeviceHealth>,
+    /// The `node` label of the device gauge (set by the daemon).
+    pub node: String,
+}
+
+/// One device's health under the resource it is offered as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// The extended resource (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
+    pub plugin: String,
+    /// GPU or MIG UUID.
+    pub device: String,
+    /// 1: NVML calls it healthy; 0: unhealthy or not seen.
+    pub healthy: bool,
 }
 
 /// One GPU's verdict on one check (`all`: every check).
@@ -61,6 +81,7 @@ impl GpuReport {
             pci_error,
             snapshot,
             evaluation,
+            kubelet: None,
         }
     }
 
@@ -123,6 +144,9 @@ impl GpuReport {
                 },
             });
         }
+        if let Some(c) = &self.kubelet {
+            out.push(kubelet_finding(c));
+        }
         out
     }
 
@@ -152,6 +176,8 @@ impl GpuReport {
             driver_ready: (!e.no_gpu).then(|| e.driver_ready.status == ConditionStatus::True),
             health,
             xid_totals: state.xid_totals.clone(),
+            devices: self.kubelet.as_ref().map(device_health).unwrap_or_default(),
+            node: String::new(),
         }
     }
 
@@ -213,12 +239,81 @@ impl GpuReport {
                 let _ = writeln!(t, "  note: {n}");
             }
         }
+        if let Some(c) = &self.kubelet {
+            for r in &c.resources {
+                let _ = writeln!(
+                    t,
+                    "kubelet: {} offered {}, healthy {}",
+                    r.resource, r.offered, r.healthy
+                );
+            }
+            if let Some(m) = c.not_offered_message() {
+                let _ = writeln!(t, "  warning: {m}");
+            }
+            for n in &c.notes {
+                let _ = writeln!(t, "  note: {n}");
+            }
+        }
         let _ = writeln!(t);
         for c in self.conditions() {
             let _ = writeln!(t, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message);
         }
         t
     }
+}
+
+/// The kubelet comparison as one finding: failed when an unhealthy device is
+/// offered, a warning when healthy devices are not offered.
+fn kubelet_finding(c: &Comparison) -> Finding {
+    let (status, reason, message) = if let Some(m) = c.unhealthy_message() {
+        (
+            Status::Failed,
+            super::advertised::REASON_ADVERTISED_UNHEALTHY,
+            m,
+        )
+    } else if let Some(m) = c.not_offered_message() {
+        (Status::Warning, "HealthyNotAdvertised", m)
+    } else if c.resources.is_empty() {
+        (Status::Ok, "NotCompared", c.notes.join("; "))
+    } else {
+        let offered: u64 = c.resources.iter().map(|r| r.offered).sum();
+        (
+            Status::Ok,
+            "AdvertisedHealthy",
+            format!("every one of the {offered} devices the kubelet offers is healthy"),
+        )
+    };
+    Finding {
+        check: Check::GpuAdvertised,
+        subject: "kubelet".into(),
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Each device NVML sees under the resource it is offered as, and each
+/// offered id NVML does not see (as unhealthy).
+fn device_health(c: &Comparison) -> Vec<DeviceHealth> {
+    let mut out: Vec<DeviceHealth> = c
+        .devices
+        .iter()
+        .map(|d| DeviceHealth {
+            plugin: d.resource.clone(),
+            device: d.id.clone(),
+            healthy: d.healthy,
+        })
+        .collect();
+    for r in &c.resources {
+        for g in r.offered_unhealthy.iter().filter(|g| g.gpu.is_none()) {
+            out.push(DeviceHealth {
+                plugin: r.resource.clone(),
+                device: g.id.clone(),
+                healthy: false,
+            });
+        }
+    }
+    out
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {

@@ -1,0 +1,495 @@
+//! GPUs as the kubelet and the pods see them, on the real stacks that run
+//! without a GPU: the NVML probe through dlopen against the fake
+//! libnvidia-ml, the kubelet's pod-resources API over gRPC on a unix socket
+//! against the fake kubelet, the agent's comparison, attribution and Event
+//! aggregation against pods as the watch delivers them.
+
+mod fake_nvml_support;
+mod support;
+
+use std::time::{Duration, SystemTime};
+
+use fake_nvml_support::Scenario;
+use nodeproof::checks::gpu as gpu_check;
+use nodeproof::pods::denials::PodIndex;
+use nodeproof::pods::gpu_faults::GpuFaultAggregator;
+use nodeproof_findings::{Check, ConditionStatus, Status};
+use nodeproof_gpu::faults::{attribute, FaultTracker};
+use nodeproof_gpu::{self as gpu, GpuConfig, GpuReport, PolicyState};
+use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
+use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
+use serde_json::{json, Value};
+use support::agent::{seccomp_root, Agent};
+use support::apiserver::{Identity, TestApiServer};
+
+fn uuid(i: u32) -> String {
+    format!("GPU-fa4e0000-0000-4000-8000-{i:012}")
+}
+
+fn mig(gpu: u32, k: u32) -> String {
+    format!("MIG-fa4e0000-0000-4000-80{gpu:02}-0000000000{k:02}")
+}
+
+fn set(resource: &str, ids: Vec<String>) -> DeviceSet {
+    DeviceSet {
+        resource: resource.into(),
+        ids,
+    }
+}
+
+fn pod(name: &str, container: &str, resource: &str, ids: Vec<String>) -> PodAllocation {
+    PodAllocation {
+        namespace: "ml".into(),
+        name: name.into(),
+        containers: vec![ContainerAllocation {
+            name: container.into(),
+            devices: vec![set(resource, ids)],
+            claims: Vec::new(),
+        }],
+    }
+}
+
+/// A node: fake NVML, fake kubelet, the agent's GPU state between cycles.
+struct Node {
+    scenario: Scenario,
+    kubelet: Option<FakeKubelet>,
+    config: GpuConfig,
+    probe: gpu::nvml::NvmlProbe,
+    state: PolicyState,
+    tracker: FaultTracker,
+}
+
+impl Node {
+    fn new(nvml: &str, gpus: u32, kubelet: Option<KubeletState>) -> Node {
+        let scenario = Scenario::new(nvml, gpus);
+        let socket = scenario.dir.path().join("kubelet.sock");
+        let config = GpuConfig {
+            nvml_library: scenario.library().to_string_lossy().into_owned(),
+            sysfs_root: scenario.sysfs(),
+            pod_resources_socket: socket.clone(),
+            pod_resources_timeout_ms: 2000,
+            ..GpuConfig::default()
+        };
+        let kubelet = kubelet.map(|k| FakeKubelet::start(&socket, k).unwrap());
+        Node {
+            probe: gpu_check::probe(&config),
+            scenario,
+            kubelet,
+            config,
+            state: PolicyState::default(),
+            tracker: FaultTracker::default(),
+        }
+    }
+
+    /// One cycle as the daemon runs it: probe, faults, pod-resources,
+    /// comparison; the faults attributed to containers.
+    fn cycle(&mut self, now: u64) -> (GpuReport, Vec<nodeproof_gpu::faults::PodFault>) {
+        let mut report = gpu::cycle_at(&self.config, &mut self.probe, &mut self.state, now);
+        let faults = self.tracker.observe(report.snapshot.as_ref().unwrap());
+        let read = gpu_check::pod_resources(&self.config)
+            .and_then(|mut c| gpu_check::read_kubelet(&mut c));
+        gpu_check::compare(&mut report, &read, None);
+        let on_pods = match &read {
+            Ok(k) => attribute(&faults, &k.allocations, |_, _| true),
+            Err(_) => Vec::new(),
+        };
+        (report, on_pods)
+    }
+}
+
+fn watched(pods: &[(&str, &str, &str)]) -> PodIndex {
+    let mut idx = PodIndex::default();
+    for (name, uid, phase) in pods {
+        idx.upsert(
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ml", "uid": uid},
+                "spec": {"containers": [{"name": "main"}]},
+                "status": {"phase": phase}
+            }))
+            .unwrap(),
+        );
+    }
+    idx
+}
+
+fn advertised(r: &GpuReport) -> (Status, String, String) {
+    let f = r
+        .findings()
+        .into_iter()
+        .find(|f| f.check == Check::GpuAdvertised)
+        .expect("a gpu-advertised finding");
+    (f.status, f.reason, f.message)
+}
+
+#[test]
+fn the_kubelet_offers_more_than_nvml_calls_healthy() {
+    let mut node = Node::new(
+        "lost 3\n",
+        8,
+        Some(KubeletState {
+            allocatable: vec![set("nvidia.com/gpu", (0..8).map(uuid).collect())],
+            ..KubeletState::default()
+        }),
+    );
+    // The lost GPU's UUID is known from a cycle while it answered.
+    node.scenario.set("");
+    let (r, _) = node.cycle(0);
+    assert!(r.healthy(), "{}", r.text());
+    node.scenario.set("lost 3\n");
+    let (r, _) = node.cycle(60);
+    let v = &r.evaluation.gpu_healthy;
+    assert_eq!(
+        (v.status, v.reason.as_str()),
+        (ConditionStatus::False, "AdvertisedUnhealthy")
+    );
+    assert!(
+        v.message.starts_with(
+            "kubelet offers 8 nvidia.com/gpu, 7 are healthy: GPU 3 (GPU-fa4e0000…) fallen off the bus"
+        ),
+        "{}",
+        v.message
+    );
+    assert_eq!(advertised(&r).0, Status::Failed);
+    let m = r.metrics(&node.state);
+    let unhealthy: Vec<&str> = m
+        .devices
+        .iter()
+        .filter(|d| !d.healthy)
+        .map(|d| d.device.as_str())
+        .collect();
+    assert_eq!(unhealthy, [uuid(3)]);
+    assert_eq!(m.devices.len(), 8);
+    assert!(
+        r.text()
+            .contains("kubelet: nvidia.com/gpu offered 8, healthy 7"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn healthy_gpus_the_kubelet_does_not_offer_are_a_warning() {
+    let mut node = Node::new(
+        "",
+        8,
+        Some(KubeletState {
+            allocatable: vec![set("nvidia.com/gpu", (0..7).map(uuid).collect())],
+            ..KubeletState::default()
+        }),
+    );
+    let (r, _) = node.cycle(0);
+    assert!(r.healthy(), "{}", r.text());
+    assert_eq!(
+        advertised(&r),
+        (
+            Status::Warning,
+            "HealthyNotAdvertised".into(),
+            "1 healthy nvidia.com/gpu not offered by the kubelet: GPU 7 (GPU-fa4e0000…)".into()
+        )
+    );
+}
+
+#[test]
+fn an_xid_on_an_allocated_gpu_is_one_event_on_its_running_pod_only() {
+    let mut node = Node::new(
+        "",
+        4,
+        Some(KubeletState {
+            allocatable: vec![set("nvidia.com/gpu", (0..4).map(uuid).collect())],
+            pods: vec![
+                pod("vllm-0", "vllm", "nvidia.com/gpu", vec![uuid(2)]),
+                pod("other-0", "main", "nvidia.com/gpu", vec![uuid(1)]),
+                // Ran on GPU 2 before and finished: the kubelet still lists it.
+                pod("done-0", "main", "nvidia.com/gpu", vec![uuid(2)]),
+            ],
+            ..KubeletState::default()
+        }),
+    );
+    let pods = watched(&[
+        ("vllm-0", "u-vllm", "Running"),
+        ("other-0", "u-other", "Running"),
+        ("done-0", "u-done", "Succeeded"),
+    ]);
+    let mut agg = GpuFaultAggregator::new(Duration::from_secs(60));
+    let (_, on_pods) = node.cycle(0);
+    assert!(on_pods.is_empty());
+    node.scenario.set("xid 1 2 79\n");
+    let (_, on_pods) = node.cycle(60);
+    agg.observe(&on_pods, &pods);
+    let events = agg.due(SystemTime::UNIX_EPOCH + Duration::from_secs(60));
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].pod.name.as_str(), events[0].pod.uid.as_deref()),
+        ("vllm-0", Some("u-vllm"))
+    );
+    assert_eq!(
+        events[0].message,
+        format!(
+            "GPU {} (index 2) raised XID 79 while allocated to this pod's container vllm",
+            uuid(2)
+        )
+    );
+    let totals = agg.totals();
+    assert_eq!(totals.len(), 1);
+    assert_eq!(
+        (
+            totals[0].pod.as_str(),
+            totals[0].xid.as_str(),
+            totals[0].count
+        ),
+        ("vllm-0", "79", 1)
+    );
+    // The same event is not delivered again: nothing new next cycle.
+    let (_, on_pods) = node.cycle(120);
+    assert!(on_pods.is_empty(), "{on_pods:?}");
+}
+
+#[test]
+fn an_xid_on_a_mig_parent_reaches_the_pods_on_its_instances() {
+    let mut node = Node::new(
+        "gpus 2\nmig 1 2 1g.10gb\n",
+        2,
+        Some(KubeletState {
+            allocatable: vec![
+                set("nvidia.com/gpu", vec![uuid(0)]),
+                set("nvidia.com/mig-1g.10gb", vec![mig(1, 0), mig(1, 1)]),
+            ],
+            pods: vec![
+                pod("whole-0", "main", "nvidia.com/gpu", vec![uuid(0)]),
+                pod("slice-0", "main", "nvidia.com/mig-1g.10gb", vec![mig(1, 0)]),
+                pod("slice-1", "main", "nvidia.com/mig-1g.10gb", vec![mig(1, 1)]),
+            ],
+            ..KubeletState::default()
+        }),
+    );
+    let pods = watched(&[
+        ("whole-0", "u0", "Running"),
+        ("slice-0", "u1", "Running"),
+        ("slice-1", "u2", "Running"),
+    ]);
+    let (r, _) = node.cycle(0);
+    assert!(r.healthy(), "{}", r.text());
+    assert_eq!(advertised(&r).0, Status::Ok, "{:?}", advertised(&r));
+    node.scenario.set("gpus 2\nmig 1 2 1g.10gb\nxid 1 1 48\n");
+    let (r, on_pods) = node.cycle(60);
+    let mut agg = GpuFaultAggregator::new(Duration::from_secs(60));
+    agg.observe(&on_pods, &pods);
+    let mut hit: Vec<(String, String)> = agg
+        .due(SystemTime::UNIX_EPOCH)
+        .into_iter()
+        .map(|e| (e.pod.name, e.message))
+        .collect();
+    hit.sort();
+    assert_eq!(hit.len(), 2, "{hit:?}");
+    assert_eq!(hit[0].0, "slice-0");
+    assert_eq!(
+        hit[0].1,
+        format!(
+            "GPU {} (index 1) (its MIG instance {}) raised XID 48 while allocated to this pod's container main",
+            uuid(1),
+            mig(1, 0)
+        )
+    );
+    assert_eq!(hit[1].0, "slice-1");
+    // XID 48 is fatal: both instances are offered but unhealthy now.
+    let v = &r.evaluation.gpu_healthy;
+    assert_eq!(v.reason, "AdvertisedUnhealthy", "{}", v.message);
+    assert!(
+        v.message.starts_with(
+            "kubelet offers 2 nvidia.com/mig-1g.10gb, 0 are healthy: GPU 1 (MIG-fa4e0000…)"
+        ),
+        "{}",
+        v.message
+    );
+}
+
+#[test]
+fn without_the_pod_resources_socket_nvml_alone_decides_and_says_why() {
+    let mut node = Node::new("lost 3\n", 8, None);
+    assert!(node.kubelet.is_none());
+    let (r, on_pods) = node.cycle(0);
+    assert!(on_pods.is_empty());
+    assert_eq!(r.evaluation.gpu_healthy.reason, "GPULost");
+    let (status, reason, message) = advertised(&r);
+    assert_eq!((status, reason.as_str()), (Status::Ok, "NotCompared"));
+    assert!(
+        message.contains("pod-resources: the kubelet's pod-resources socket")
+            && message.ends_with("kubelet.sock does not exist"),
+        "{message}"
+    );
+}
+
+fn bound_pod(name: &str, uid: &str, phase: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": {"nodeName": "n1", "containers": [{"name": "main"}]},
+        "status": {"phase": phase}})
+}
+
+/// The whole chain in the agent (`nodeproof run`, the real binary): the
+/// fake NVML raises XID 79 on GPU 2, the fake kubelet lists who holds it,
+/// the test API server has the pods; exactly one GPUFault Event, on the
+/// running pod of GPU 2, and GPUHealthy False AdvertisedUnhealthy.
+#[test]
+fn the_agent_puts_one_event_on_the_running_pod_of_the_faulted_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = seccomp_root(dir.path(), true);
+    let s = Scenario::new("gpus 4\n", 4);
+    let socket = s.dir.path().join("kubelet.sock");
+    let _kubelet = FakeKubelet::start(
+        &socket,
+        KubeletState {
+            allocatable: vec![set("nvidia.com/gpu", (0..4).map(uuid).collect())],
+            pods: vec![
+                pod("vllm-0", "main", "nvidia.com/gpu", vec![uuid(2)]),
+                pod("other-0", "main", "nvidia.com/gpu", vec![uuid(1)]),
+                pod("done-0", "main", "nvidia.com/gpu", vec![uuid(2)]),
+            ],
+            ..KubeletState::default()
+        },
+    )
+    .unwrap();
+    server.put("pods", bound_pod("vllm-0", "u-vllm", "Running"));
+    server.put("pods", bound_pod("other-0", "u-other", "Running"));
+    server.put("pods", bound_pod("done-0", "u-done", "Succeeded"));
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
+         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
+         [daemon]\ngpu-interval-s = 1\n",
+        root.display(),
+        kubeconfig.display(),
+        s.library().display(),
+        s.sysfs().display(),
+        socket.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "not within 15 s: {what}\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until("pods watched", &|| {
+        agent.get("/healthz/pods").1.contains("pods 3 watched")
+    });
+    let gpu_events = || -> Vec<Value> {
+        server
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "GPUFault")
+            .collect()
+    };
+    assert!(gpu_events().is_empty());
+    s.set("gpus 4\nxid 1 2 79\n");
+    until("one GPUFault Event", &|| !gpu_events().is_empty());
+    until("GPUHealthy AdvertisedUnhealthy", &|| {
+        server
+            .condition("n1", "GPUHealthy")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "AdvertisedUnhealthy")
+    });
+    let events = gpu_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["involvedObject"]["kind"], "Pod");
+    assert_eq!(e["involvedObject"]["name"], "vllm-0");
+    assert_eq!(e["involvedObject"]["uid"], "u-vllm");
+    assert_eq!(
+        e["message"],
+        format!(
+            "GPU {} (index 2) raised XID 79 while allocated to this pod's container main",
+            uuid(2)
+        )
+    );
+    let (_, metrics) = agent.get("/metrics");
+    assert!(
+        metrics.contains(
+            "nodeproof_gpu_faults_total{namespace=\"ml\",pod=\"vllm-0\",container=\"main\",xid=\"79\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "nodeproof_gpu_device_health{{plugin=\"nvidia.com/gpu\",node=\"n1\",device=\"{}\"}} 0",
+            uuid(2)
+        )),
+        "{metrics}"
+    );
+    // Later cycles raise nothing new: still one Event.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(gpu_events().len(), 1, "{:?}", gpu_events());
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+/// Without a pod-resources socket the agent compares by count with the
+/// Node's allocatable as its pods watcher sees it: a device plugin that
+/// still offers 4 GPUs while NVML finds GPU 3 lost.
+#[test]
+fn the_agent_compares_with_the_nodes_allocatable_without_pod_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.merge_node(
+        "n1",
+        json!({"status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "4"}}}),
+    );
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = seccomp_root(dir.path(), true);
+    let s = Scenario::new("gpus 4\n", 4);
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
+         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
+         [daemon]\ngpu-interval-s = 1\n",
+        root.display(),
+        kubeconfig.display(),
+        s.library().display(),
+        s.sysfs().display(),
+        s.dir.path().join("absent.sock").display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "not within 15 s: {what}\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let healthy = || server.condition("n1", "GPUHealthy");
+    until("GPUHealthy True", &|| {
+        healthy().is_some_and(|c| c["status"] == "True")
+    });
+    s.set("gpus 4\nlost 3\n");
+    until("GPUHealthy AdvertisedUnhealthy", &|| {
+        healthy().is_some_and(|c| c["reason"] == "AdvertisedUnhealthy")
+    });
+    let c = healthy().unwrap();
+    assert_eq!(c["status"], "False");
+    let msg = c["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("kubelet offers 4 nvidia.com/gpu, 3 are healthy: GPU 3 (GPU-fa4e0000…) fallen off the bus"),
+        "{msg}"
+    );
+    // The absent socket is said once, not every cycle.
+    let said = agent
+        .log_text()
+        .matches("pod-resources cannot be read")
+        .count();
+    assert_eq!(said, 1, "{}", agent.log_text());
+    assert!(agent.stop(), "{}", agent.log_text());
+}
