@@ -23,6 +23,11 @@
  *   pages-pending I         GPU I has retired pages pending
  *   remap I CORR UNC PENDING FAILED
  *   xid SEQ I CODE          an XID event; delivered once (SEQ increasing)
+ *   fabric I STATE [STATUS [MASK]]   GPU I's fabric info (nvmlGpuFabricState_t,
+ *                           the registration's nvmlReturn_t, the v2 health
+ *                           mask); without it the fabric calls answer NOT_SUPPORTED
+ *   nvlinks I N             GPU I has N NVLinks (others answer NOT_SUPPORTED)
+ *   nvlink-down I L         link L of GPU I is inactive
  *
  * nvml-wrapper resolves every NVML symbol when it loads the library but keeps
  * each lookup as a Result, so symbols this file does not define only fail
@@ -79,6 +84,10 @@ struct gpu {
     unsigned long long ecc_volatile, ecc_aggregate;
     int pages_pending;
     unsigned remap_corr, remap_unc, remap_pending, remap_failed;
+    int fabric; /* 0: not supported; else state + 1 */
+    unsigned fabric_status, fabric_mask;
+    unsigned nvlinks;
+    unsigned long long nvlink_down; /* bit per link */
 };
 
 struct xid {
@@ -162,6 +171,14 @@ static void load_scenario(void)
             gpu[i].remap_unc = b;
             gpu[i].remap_pending = c;
             gpu[i].remap_failed = d;
+        } else if ((c = 0, d = 0, sscanf(line, "fabric %u %u %u %u", &i, &a, &c, &d)) >= 2 && i < MAX_GPUS) {
+            gpu[i].fabric = (int)a + 1;
+            gpu[i].fabric_status = c;
+            gpu[i].fabric_mask = d;
+        } else if (sscanf(line, "nvlinks %u %u", &i, &a) == 2 && i < MAX_GPUS) {
+            gpu[i].nvlinks = a;
+        } else if (sscanf(line, "nvlink-down %u %u", &i, &a) == 2 && i < MAX_GPUS && a < 64) {
+            gpu[i].nvlink_down |= 1ULL << a;
         } else if (sscanf(line, "xid %ld %u %llu", &seq, &i, &x) == 3 && nxids < MAX_XIDS) {
             xids[nxids].seq = seq;
             xids[nxids].gpu = i;
@@ -447,5 +464,64 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
     (void)set;
+    return NVML_SUCCESS;
+}
+
+/* GPU fabric info (nvml.h, R525+ v1; R550+ the versioned V call). */
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+
+static void fill_fabric(unsigned i, unsigned char *uuid, nvmlReturn_t *status, unsigned *clique,
+                        unsigned char *state)
+{
+    memset(uuid, 0, 16);
+    uuid[0] = 0xc1;
+    *status = (nvmlReturn_t)gpu[i].fabric_status;
+    *clique = 1;
+    *state = (unsigned char)(gpu[i].fabric - 1);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *f)
+{
+    DEVICE(d, i);
+    if (!gpu[i].fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    fill_fabric(i, f->clusterUuid, &f->status, &f->cliqueId, &f->state);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfo_v2_t *f)
+{
+    DEVICE(d, i);
+    if (f->version != ((unsigned)sizeof(nvmlGpuFabricInfo_v2_t) | (2u << 24)))
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (!gpu[i].fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    fill_fabric(i, f->clusterUuid, &f->status, &f->cliqueId, &f->state);
+    f->healthMask = gpu[i].fabric_mask;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, int *active)
+{
+    DEVICE(d, i);
+    if (link >= gpu[i].nvlinks)
+        return gpu[i].nvlinks ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    *active = (gpu[i].nvlink_down >> link) & 1 ? 0 : 1;
     return NVML_SUCCESS;
 }

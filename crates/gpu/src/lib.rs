@@ -7,11 +7,14 @@
 //! probe itself is tested through the real FFI against a fake
 //! `libnvidia-ml.so.1` (`agent/tests/fake-nvml/`).
 
+pub mod cuda;
 pub mod nvml;
 pub mod pci;
 pub mod policy;
 pub mod probe;
 pub mod report;
+mod worker;
+pub mod xid;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

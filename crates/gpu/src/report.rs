@@ -99,16 +99,19 @@ impl GpuReport {
         }];
         for g in &e.gpus {
             let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
+            // Warnings speak only while nothing fails.
+            let warned: Vec<_> = g.checks.iter().filter(|c| c.warning).collect();
+            let (failed, status) = match (failed.is_empty(), warned.is_empty()) {
+                (false, _) => (failed, Status::Failed),
+                (true, false) => (warned, Status::Warning),
+                (true, true) => (failed, Status::Ok),
+            };
             out.push(Finding {
                 check: Check::GpuHealth,
                 subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
                     .trim_end()
                     .to_string(),
-                status: if failed.is_empty() {
-                    Status::Ok
-                } else {
-                    Status::Failed
-                },
+                status,
                 reason: failed
                     .first()
                     .map_or_else(|| "Healthy".to_string(), |c| c.reason.clone()),
