@@ -83,6 +83,8 @@ impl Scenario {
         let lib = self.dir.path().join("libcuda.so.1");
         if !lib.exists() {
             std::fs::copy(fake_cuda_library(), &lib).unwrap();
+            // The fake logs its calls only into an existing file.
+            std::fs::write(self.dir.path().join("cuda-calls"), "").unwrap();
         }
         std::fs::write(self.dir.path().join("cuda-scenario"), text).unwrap();
         lib

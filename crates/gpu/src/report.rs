@@ -204,11 +204,56 @@ impl GpuReport {
                     if g.lost { " LOST" } else { "" }
                 );
             }
+            for g in s
+                .gpus
+                .iter()
+                .filter(|g| g.fabric.is_some() || !g.nvlinks.is_empty())
+            {
+                let fabric = g.fabric.as_ref().map_or("-".to_string(), |f| {
+                    format!(
+                        "{:?}{}",
+                        f.state,
+                        f.error
+                            .as_deref()
+                            .map_or(String::new(), |e| format!(" ({e})"))
+                    )
+                });
+                let up = g.nvlinks.iter().filter(|l| l.active).count();
+                let _ = writeln!(
+                    t,
+                    "  GPU {} fabric {fabric} NVLink {up}/{} active",
+                    g.index,
+                    g.nvlinks.len()
+                );
+            }
+            if let Some(c) = &s.cuda {
+                let _ = writeln!(
+                    t,
+                    "CUDA: {:?} ({} devices, {} ms{})",
+                    c.state,
+                    c.devices.len(),
+                    c.elapsed.as_millis(),
+                    if c.fresh { "" } else { ", last run" }
+                );
+                for d in c.devices.iter().filter(|d| d.failure.is_some()) {
+                    if let Some(f) = &d.failure {
+                        let _ = writeln!(
+                            t,
+                            "  CUDA device {} {}: {} {} ({})",
+                            d.ordinal,
+                            d.uuid.as_deref().unwrap_or("?"),
+                            f.call,
+                            f.result.name,
+                            f.result.code
+                        );
+                    }
+                }
+            }
             for x in &s.xids {
                 let _ = writeln!(
                     t,
-                    "  XID {} on GPU {}",
-                    x.xid,
+                    "  {} on GPU {}",
+                    super::xid::describe(x.xid),
                     x.gpu.map_or("?".into(), |g| g.to_string())
                 );
             }
