@@ -284,6 +284,14 @@ fn release_between_cycles_closes_cuda_and_nvml() {
         ["load", "cuInit", "unload", "load", "cuInit", "unload"],
         "{calls:?}"
     );
+    // A slow nvmlShutdown belongs to its own cycle: the next cycle, right after,
+    // must not find the worker busy releasing (the gpu_probe bench caught an
+    // early version answering "nvmlShutdown did not return within 0 ms").
+    s.set("gpus 2\nhang shutdown 100\n");
+    for t in 0..3 {
+        let r = node.cycle(120 + t);
+        assert!(r.healthy(), "{}", r.text());
+    }
     // NVML is initialised afresh each cycle: a driver that now fails init shows at once.
     s.set("gpus 2\ninit fail 9\n");
     assert_eq!(

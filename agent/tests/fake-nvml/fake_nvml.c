@@ -18,6 +18,7 @@
  *   count 7                 what nvmlDeviceGetCount_v2 answers (default: gpus)
  *   init ok | init fail N | init hang MS   (MS 0: forever)
  *   hang count MS           nvmlDeviceGetCount_v2 blocks MS milliseconds
+ *   hang shutdown MS        nvmlShutdown blocks MS milliseconds
  *   lost I                  GPU I answers NVML_ERROR_GPU_IS_LOST
  *   ecc I VOLATILE AGGREGATE   uncorrectable ECC counts of GPU I
  *   pages-pending I         GPU I has retired pages pending
@@ -101,7 +102,7 @@ static char driver[80], nvml_version[80];
 static int cuda;
 static unsigned gpus, count;
 static char init_mode[16];
-static long init_arg, hang_count_ms;
+static long init_arg, hang_count_ms, hang_shutdown_ms;
 static struct gpu gpu[MAX_GPUS];
 static struct xid xids[MAX_XIDS];
 static unsigned nxids;
@@ -139,6 +140,7 @@ static void load_scenario(void)
     snprintf(init_mode, sizeof init_mode, "ok");
     init_arg = 0;
     hang_count_ms = 0;
+    hang_shutdown_ms = 0;
     memset(gpu, 0, sizeof gpu);
     nxids = 0;
     scenario_path(path, sizeof path);
@@ -159,6 +161,8 @@ static void load_scenario(void)
             init_arg = ms;
         } else if (sscanf(line, "hang count %ld", &ms) == 1) {
             hang_count_ms = ms;
+        } else if (sscanf(line, "hang shutdown %ld", &ms) == 1) {
+            hang_shutdown_ms = ms;
         } else if (sscanf(line, "lost %u", &i) == 1 && i < MAX_GPUS) {
             gpu[i].lost = 1;
         } else if (sscanf(line, "ecc %u %llu %llu", &i, &x, &y) == 3 && i < MAX_GPUS) {
@@ -256,6 +260,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 
 nvmlReturn_t nvmlShutdown(void)
 {
+    if (hang_shutdown_ms > 0)
+        sleep_ms(hang_shutdown_ms);
     initialized = 0;
     return NVML_SUCCESS;
 }

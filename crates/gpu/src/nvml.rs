@@ -208,14 +208,16 @@ fn worker(
             registered: Vec::new(),
         };
         let (mut reply, mut started) = (reply, started);
+        let mut released = None;
         loop {
             let snapshot = session.collect(started);
+            if release {
+                released = Some((reply, snapshot));
+                break;
+            }
             let reinit = matches!(snapshot.driver, DriverState::InitFailed { .. });
             lock(progress).busy_since = None;
             let _ = reply.send(snapshot);
-            if release {
-                break;
-            }
             let Ok(r) = requests.recv() else { return };
             started = Instant::now();
             lock(progress).busy_since = Some(started);
@@ -225,17 +227,17 @@ fn worker(
             }
             reply = r;
         }
-        if next.is_none() {
-            // Release mode: shut NVML down before waiting for the next
-            // request (the event set first, then nvmlShutdown and dlclose).
-            {
-                let mut p = lock(progress);
-                p.busy_since = Some(Instant::now());
-                p.call = "nvmlShutdown".into();
-            }
+        if let Some((reply, snapshot)) = released {
+            // Release mode: shut NVML down (the event set first, then
+            // nvmlShutdown and dlclose) before answering, still inside this
+            // request's timeout: a next request must not find the worker
+            // busy with the previous cycle's shutdown, and a shutdown that
+            // hangs is named like any other call.
+            set_call(progress, "nvmlShutdown");
             drop(session);
             drop(nvml);
             lock(progress).busy_since = None;
+            let _ = reply.send(snapshot);
             next = requests.recv().ok();
         }
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::pci::{PciError, PciGpu};
 use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
-use super::probe::Snapshot;
+use super::probe::{CudaState, Snapshot};
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 
 #[derive(Debug, Serialize)]
@@ -227,10 +227,19 @@ impl GpuReport {
                 );
             }
             if let Some(c) = &s.cuda {
+                let state = match &c.state {
+                    CudaState::Ready => "ready".to_string(),
+                    CudaState::LibraryMissing { detail } => format!("library missing: {detail}"),
+                    CudaState::InitFailed { call, result } => {
+                        format!("{call} failed: {} ({})", result.name, result.code)
+                    }
+                    CudaState::NotAnswering { call, waited_ms } => {
+                        format!("{call} did not return within {waited_ms} ms")
+                    }
+                };
                 let _ = writeln!(
                     t,
-                    "CUDA: {:?} ({} devices, {} ms{})",
-                    c.state,
+                    "CUDA: {state} ({} devices, {} ms{})",
                     c.devices.len(),
                     c.elapsed.as_millis(),
                     if c.fresh { "" } else { ", last run" }
