@@ -2,7 +2,9 @@
 //! time per snapshot, per full cycle (discovery + snapshot + policy), per
 //! full cycle with the kubelet's pod-resources (a fake kubelet over gRPC on a
 //! unix socket: GetAllocatableResources + List, comparison, fault tracking
-//! and attribution), per GPU, and the process's memory.
+//! and attribution), per GPU, the same with the CUDA probe (fake libcuda:
+//! context + 1 MiB allocation per GPU, every cycle), each with NVML and CUDA
+//! kept or released between cycles, and the process's memory.
 //! `cargo bench -p nodeproof --bench gpu_probe`.
 
 #[path = "../tests/fake_nvml_support.rs"]
@@ -154,6 +156,59 @@ fn main() {
         "memory with the pod-resources client: VmRSS {} KiB (+{} KiB for the client and the fake kubelet in this process)",
         status_kib("VmRSS:"),
         status_kib("VmRSS:").saturating_sub(rss_before_kubelet)
+    );
+    let rss_nvml = status_kib("VmRSS:");
+    for (release, cuda, n) in [(false, true, n), (true, false, n / 4), (true, true, n / 4)] {
+        let s = fake_nvml_support::Scenario::new("gpus 8\n", 8);
+        let lib = s.set_cuda("devices 8\n");
+        // Time the calls alone, not the fake's call log.
+        std::fs::remove_file(s.dir.path().join("cuda-calls")).unwrap();
+        let mut config = GpuConfig {
+            nvml_library: s.library().to_string_lossy().into_owned(),
+            sysfs_root: s.sysfs(),
+            release_between_cycles: release,
+            ..GpuConfig::default()
+        };
+        config.cuda.enabled = cuda;
+        config.cuda.library = lib.to_string_lossy().into_owned();
+        config.cuda.interval_s = 0;
+        let mut probe = nodeproof::checks::gpu::probe(&config);
+        let mut state = PolicyState::default();
+        let mut cuda_ms = Vec::new();
+        let times: Vec<Duration> = (0..n)
+            .map(|i| {
+                let t = Instant::now();
+                let r = gpu::cycle_at(&config, &mut probe, &mut state, i);
+                assert!(r.healthy(), "{}", r.text());
+                if let Some(c) = r.snapshot.as_ref().and_then(|s| s.cuda.as_ref()) {
+                    assert_eq!(c.devices.len(), 8);
+                    cuda_ms.push(c.elapsed);
+                }
+                t.elapsed()
+            })
+            .collect();
+        let per_gpu = times.iter().sum::<Duration>() / times.len() as u32 / 8;
+        summary(
+            &format!(
+                "cycle, NVML {}{}",
+                if release { "released" } else { "kept" },
+                if cuda {
+                    " + CUDA probe (8 contexts + 1 MiB allocs)"
+                } else {
+                    ""
+                }
+            ),
+            times,
+        );
+        println!("  mean per GPU {:.1}us", per_gpu.as_secs_f64() * 1e6);
+        if !cuda_ms.is_empty() {
+            summary("  of which the CUDA check", cuda_ms);
+        }
+    }
+    println!(
+        "memory: VmRSS after NVML-only cycles {} KiB, after the CUDA and release cycles {} KiB",
+        rss_nvml,
+        status_kib("VmRSS:")
     );
     println!(
         "memory: VmRSS before probe {} KiB, after {} KiB; VmHWM {} KiB; threads {}",

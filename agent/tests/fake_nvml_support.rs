@@ -11,26 +11,34 @@ use std::sync::OnceLock;
 
 pub fn fake_library() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let src = manifest.join("tests/fake-nvml/fake_nvml.c");
-        let out = manifest.join("../target/fake-nvml");
-        std::fs::create_dir_all(&out).unwrap();
-        // Unique per process so parallel test binaries never see a half-written file.
-        let lib = out.join(format!("libnvidia-ml.so.1.{}", std::process::id()));
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let status = Command::new(&cc)
-            .args([
-                "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o",
-            ])
-            .arg(&lib)
-            .arg(&src)
-            .args(["-ldl", "-lpthread"])
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-        assert!(status.success(), "{cc} failed to build the fake NVML");
-        lib
-    })
+    LIB.get_or_init(|| build("fake-nvml/fake_nvml.c", "libnvidia-ml.so.1"))
+}
+
+/// Builds the fake `libcuda.so.1` (tests/fake-cuda/fake_cuda.c) once.
+pub fn fake_cuda_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| build("fake-cuda/fake_cuda.c", "libcuda.so.1"))
+}
+
+fn build(source: &str, soname: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = manifest.join("tests").join(source);
+    let out = manifest.join("../target/fake-nvml");
+    std::fs::create_dir_all(&out).unwrap();
+    // Unique per process so parallel test binaries never see a half-written file.
+    let lib = out.join(format!("{soname}.{}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args([
+            "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o",
+        ])
+        .arg(&lib)
+        .arg(&src)
+        .args(["-ldl", "-lpthread"])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(status.success(), "{cc} failed to build {source}");
+    lib
 }
 
 pub struct Scenario {
@@ -67,5 +75,27 @@ impl Scenario {
 
     pub fn sysfs(&self) -> PathBuf {
         self.dir.path().join("sys")
+    }
+
+    /// Puts a private copy of the fake libcuda beside the fake NVML (once)
+    /// and writes its `cuda-scenario`, re-read at each CUDA check.
+    pub fn set_cuda(&self, text: &str) -> PathBuf {
+        let lib = self.dir.path().join("libcuda.so.1");
+        if !lib.exists() {
+            std::fs::copy(fake_cuda_library(), &lib).unwrap();
+            // The fake logs its calls only into an existing file.
+            std::fs::write(self.dir.path().join("cuda-calls"), "").unwrap();
+        }
+        std::fs::write(self.dir.path().join("cuda-scenario"), text).unwrap();
+        lib
+    }
+
+    /// What the fake libcuda logged: load, cuInit, contexts, allocations, unload.
+    pub fn cuda_calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("cuda-calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 }

@@ -96,8 +96,8 @@ fn healthy_eight_gpu_node() {
     assert!(r.healthy());
     let m = r.metrics(&node.state);
     assert_eq!(m.driver_ready, Some(true));
-    // Per GPU: `all`, then each of the five policy checks.
-    assert_eq!(m.health.len(), 8 * 6, "{m:?}");
+    // Per GPU: `all`, then each of the eight policy checks.
+    assert_eq!(m.health.len(), 8 * 9, "{m:?}");
     assert!(
         m.health.contains(&GpuHealth {
             gpu: 7,

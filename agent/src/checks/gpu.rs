@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nodeproof_gpu::advertised::{is_nvidia_resource, KubeletView};
+use nodeproof_gpu::cuda::{CudaOptions, CudaProbe};
 use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::{GpuConfig, GpuReport, PolicyState};
@@ -27,12 +28,24 @@ pub fn round(report: &GpuReport) -> Round {
     }
 }
 
-/// The configured NVML probe.
+/// The configured NVML probe, with the CUDA probe when `[gpu.cuda]` enables it.
 pub fn probe(config: &GpuConfig) -> NvmlProbe {
-    NvmlProbe::new(
+    let nvml = NvmlProbe::new(
         &config.nvml_library,
         Duration::from_millis(config.nvml_timeout_ms),
     )
+    .releasing(config.release_between_cycles);
+    let c = &config.cuda;
+    if !c.enabled {
+        return nvml;
+    }
+    nvml.with_cuda(CudaProbe::new(CudaOptions {
+        library: c.library.clone().into(),
+        timeout: Duration::from_millis(c.timeout_ms),
+        interval: Duration::from_secs(c.interval_s),
+        buffer_bytes: usize::try_from(c.buffer_bytes).unwrap_or(usize::MAX),
+        release: config.release_between_cycles,
+    }))
 }
 
 /// The real pod-resources source: the kubelet's socket from `[gpu]`.

@@ -322,6 +322,34 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
     });
 }
 
+/// The settings a GPU probe is built from: a reload that changes any of
+/// them rebuilds the probe.
+#[derive(PartialEq)]
+struct ProbeKey {
+    nvml_library: PathBuf,
+    nvml_timeout_ms: u64,
+    release_between_cycles: bool,
+    cuda: Option<(String, u64, u64, u64)>,
+}
+
+impl ProbeKey {
+    fn of(c: &gpu::GpuConfig) -> ProbeKey {
+        ProbeKey {
+            nvml_library: PathBuf::from(&c.nvml_library),
+            nvml_timeout_ms: c.nvml_timeout_ms,
+            release_between_cycles: c.release_between_cycles,
+            cuda: c.cuda.enabled.then(|| {
+                (
+                    c.cuda.library.clone(),
+                    c.cuda.timeout_ms,
+                    c.cuda.interval_s,
+                    c.cuda.buffer_bytes,
+                )
+            }),
+        }
+    }
+}
+
 /// GPU probe cycles; the policy state (XID windows, hysteresis) survives
 /// reloads, the NVML probe and the pod-resources client are rebuilt only
 /// when their settings change. Each cycle compares what the kubelet offers
@@ -329,7 +357,7 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
 fn gpu_probe(ctx: &Context) {
     let mut state = gpu::PolicyState::default();
     let mut tracker = gpu::faults::FaultTracker::default();
-    let mut probe: Option<((PathBuf, u64), gpu::nvml::NvmlProbe)> = None;
+    let mut probe: Option<(ProbeKey, gpu::nvml::NvmlProbe)> = None;
     let mut kubelet: Option<((PathBuf, u64), KubeletPodResources)> = None;
     // The last pod-resources failure said, so an absent socket is logged once.
     let mut kubelet_said: Option<String> = None;
@@ -340,10 +368,7 @@ fn gpu_probe(ctx: &Context) {
     let mut failed: HashMap<String, String> = HashMap::new();
     while !ctx.stop_flag.load(Ordering::Relaxed) {
         let config = ctx.config.borrow().clone();
-        let key = (
-            PathBuf::from(&config.gpu.nvml_library),
-            config.gpu.nvml_timeout_ms,
-        );
+        let key = ProbeKey::of(&config.gpu);
         if probe.as_ref().map(|(k, _)| k) != Some(&key) {
             probe = Some((key, checks::gpu::probe(&config.gpu)));
         }

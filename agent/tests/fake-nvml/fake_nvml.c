@@ -18,6 +18,7 @@
  *   count 7                 what nvmlDeviceGetCount_v2 answers (default: gpus)
  *   init ok | init fail N | init hang MS   (MS 0: forever)
  *   hang count MS           nvmlDeviceGetCount_v2 blocks MS milliseconds
+ *   hang shutdown MS        nvmlShutdown blocks MS milliseconds
  *   lost I                  GPU I answers NVML_ERROR_GPU_IS_LOST
  *   ecc I VOLATILE AGGREGATE   uncorrectable ECC counts of GPU I
  *   pages-pending I         GPU I has retired pages pending
@@ -25,6 +26,11 @@
  *   xid SEQ I CODE          an XID event; delivered once (SEQ increasing)
  *   mig I N [PROFILE]       GPU I is in MIG mode with N instances (default
  *                           profile 1g.10gb), UUIDs MIG-fa4e0000-0000-4000-80II-0000000000JJ
+ *   fabric I STATE [STATUS [MASK]]   GPU I's fabric info (nvmlGpuFabricState_t,
+ *                           the registration's nvmlReturn_t, the v2 health
+ *                           mask); without it the fabric calls answer NOT_SUPPORTED
+ *   nvlinks I N             GPU I has N NVLinks (others answer NOT_SUPPORTED)
+ *   nvlink-down I L         link L of GPU I is inactive
  *
  * nvml-wrapper resolves every NVML symbol when it loads the library but keeps
  * each lookup as a Result, so symbols this file does not define only fail
@@ -88,6 +94,10 @@ struct gpu {
     unsigned remap_corr, remap_unc, remap_pending, remap_failed;
     unsigned mig; /* MIG instances; 0: MIG mode off */
     char mig_profile[24];
+    int fabric; /* 0: not supported; else state + 1 */
+    unsigned fabric_status, fabric_mask;
+    unsigned nvlinks;
+    unsigned long long nvlink_down; /* bit per link */
 };
 
 struct xid {
@@ -101,7 +111,7 @@ static char driver[80], nvml_version[80];
 static int cuda;
 static unsigned gpus, count;
 static char init_mode[16];
-static long init_arg, hang_count_ms;
+static long init_arg, hang_count_ms, hang_shutdown_ms;
 static struct gpu gpu[MAX_GPUS];
 static struct xid xids[MAX_XIDS];
 static unsigned nxids;
@@ -139,6 +149,7 @@ static void load_scenario(void)
     snprintf(init_mode, sizeof init_mode, "ok");
     init_arg = 0;
     hang_count_ms = 0;
+    hang_shutdown_ms = 0;
     memset(gpu, 0, sizeof gpu);
     nxids = 0;
     scenario_path(path, sizeof path);
@@ -159,6 +170,8 @@ static void load_scenario(void)
             init_arg = ms;
         } else if (sscanf(line, "hang count %ld", &ms) == 1) {
             hang_count_ms = ms;
+        } else if (sscanf(line, "hang shutdown %ld", &ms) == 1) {
+            hang_shutdown_ms = ms;
         } else if (sscanf(line, "lost %u", &i) == 1 && i < MAX_GPUS) {
             gpu[i].lost = 1;
         } else if (sscanf(line, "ecc %u %llu %llu", &i, &x, &y) == 3 && i < MAX_GPUS) {
@@ -174,6 +187,14 @@ static void load_scenario(void)
         } else if ((b = (unsigned)sscanf(line, "mig %u %u %23s", &i, &a, profile)) >= 2 && i < MAX_GPUS) {
             gpu[i].mig = a < MAX_MIG ? a : MAX_MIG;
             snprintf(gpu[i].mig_profile, sizeof gpu[i].mig_profile, "%s", b == 3 ? profile : "1g.10gb");
+        } else if ((c = 0, d = 0, sscanf(line, "fabric %u %u %u %u", &i, &a, &c, &d)) >= 2 && i < MAX_GPUS) {
+            gpu[i].fabric = (int)a + 1;
+            gpu[i].fabric_status = c;
+            gpu[i].fabric_mask = d;
+        } else if (sscanf(line, "nvlinks %u %u", &i, &a) == 2 && i < MAX_GPUS) {
+            gpu[i].nvlinks = a;
+        } else if (sscanf(line, "nvlink-down %u %u", &i, &a) == 2 && i < MAX_GPUS && a < 64) {
+            gpu[i].nvlink_down |= 1ULL << a;
         } else if (sscanf(line, "xid %ld %u %llu", &seq, &i, &x) == 3 && nxids < MAX_XIDS) {
             xids[nxids].seq = seq;
             xids[nxids].gpu = i;
@@ -251,6 +272,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 
 nvmlReturn_t nvmlShutdown(void)
 {
+    if (hang_shutdown_ms > 0)
+        sleep_ms(hang_shutdown_ms);
     initialized = 0;
     return NVML_SUCCESS;
 }
@@ -527,5 +550,64 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
     (void)set;
+    return NVML_SUCCESS;
+}
+
+/* GPU fabric info (nvml.h, R525+ v1; R550+ the versioned V call). */
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+
+static void fill_fabric(unsigned i, unsigned char *uuid, nvmlReturn_t *status, unsigned *clique,
+                        unsigned char *state)
+{
+    memset(uuid, 0, 16);
+    uuid[0] = 0xc1;
+    *status = (nvmlReturn_t)gpu[i].fabric_status;
+    *clique = 1;
+    *state = (unsigned char)(gpu[i].fabric - 1);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *f)
+{
+    DEVICE(d, i);
+    if (!gpu[i].fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    fill_fabric(i, f->clusterUuid, &f->status, &f->cliqueId, &f->state);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfo_v2_t *f)
+{
+    DEVICE(d, i);
+    if (f->version != ((unsigned)sizeof(nvmlGpuFabricInfo_v2_t) | (2u << 24)))
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (!gpu[i].fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    fill_fabric(i, f->clusterUuid, &f->status, &f->cliqueId, &f->state);
+    f->healthMask = gpu[i].fabric_mask;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, int *active)
+{
+    DEVICE(d, i);
+    if (link >= gpu[i].nvlinks)
+        return gpu[i].nvlinks ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    *active = (gpu[i].nvlink_down >> link) & 1 ? 0 : 1;
     return NVML_SUCCESS;
 }

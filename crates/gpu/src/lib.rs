@@ -8,12 +8,15 @@
 //! `libnvidia-ml.so.1` (`agent/tests/fake-nvml/`).
 
 pub mod advertised;
+pub mod cuda;
 pub mod faults;
 pub mod nvml;
 pub mod pci;
 pub mod policy;
 pub mod probe;
 pub mod report;
+mod worker;
+pub mod xid;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -11,7 +11,7 @@
 
 use std::ffi::OsString;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -21,10 +21,13 @@ use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::{Device, EventSet, Nvml};
 
+use super::cuda::CudaProbe;
 use super::pci::normalize_bus_id;
 use super::probe::{
-    DriverState, GpuInfo, GpuProbe, MigInfo, RemappedRows, Snapshot, SystemInfo, XidEvent,
+    DriverState, FabricInfo, FabricState, GpuInfo, GpuProbe, MigInfo, NvLinkState, RemappedRows,
+    Snapshot, SystemInfo, XidEvent,
 };
+use super::worker::{lock, set_call, Progress};
 
 /// The soname the driver installs (the unversioned `.so` comes only with
 /// development packages, so it is not what a node has).
@@ -48,23 +51,15 @@ pub struct NvmlProbe {
     library: OsString,
     timeout: Duration,
     worker: Option<Worker>,
+    /// Run after each snapshot NVML answered (`with_cuda`).
+    cuda: Option<CudaProbe>,
+    /// Shut NVML down after every snapshot (`releasing`).
+    release: bool,
 }
 
 struct Worker {
     requests: Sender<SyncSender<Snapshot>>,
     progress: Arc<Mutex<Progress>>,
-}
-
-/// What the worker is doing, shared so a timed-out caller can name the call.
-#[derive(Default)]
-struct Progress {
-    call: String,
-    busy_since: Option<Instant>,
-}
-
-fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
-    // A panic in the worker must not turn every later snapshot into a panic.
-    p.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl NvmlProbe {
@@ -74,7 +69,25 @@ impl NvmlProbe {
             library: library.into(),
             timeout,
             worker: None,
+            cuda: None,
+            release: false,
         }
+    }
+
+    /// Shuts NVML down (nvmlShutdown, dlclose) after every snapshot, so the
+    /// probe holds no driver handle between cycles; the next snapshot loads
+    /// and initialises it again. XID events raised between snapshots are
+    /// lost: the event set lives only as long as the session.
+    pub fn releasing(mut self, release: bool) -> NvmlProbe {
+        self.release = release;
+        self
+    }
+
+    /// Adds the CUDA probe: it runs (on its own worker thread, at its own
+    /// interval) after every snapshot in which NVML answered.
+    pub fn with_cuda(mut self, cuda: CudaProbe) -> NvmlProbe {
+        self.cuda = Some(cuda);
+        self
     }
 
     fn spawn(&mut self) -> Result<&Worker, NvmlProbeError> {
@@ -82,9 +95,10 @@ impl NvmlProbe {
         let progress = Arc::new(Mutex::new(Progress::default()));
         let library = self.library.clone();
         let shared = Arc::clone(&progress);
+        let release = self.release;
         thread::Builder::new()
             .name("nodeproof-nvml".into())
-            .spawn(move || worker(&library, &rx, &shared))
+            .spawn(move || worker(&library, release, &rx, &shared))
             .map_err(|source| NvmlProbeError::Spawn { source })?;
         Ok(self.worker.insert(Worker { requests, progress }))
     }
@@ -144,7 +158,7 @@ impl NvmlProbe {
 impl GpuProbe for NvmlProbe {
     fn snapshot(&mut self) -> Snapshot {
         let started = Instant::now();
-        self.try_snapshot().unwrap_or_else(|e| {
+        let mut snapshot = self.try_snapshot().unwrap_or_else(|e| {
             Snapshot::failed(
                 DriverState::InitFailed {
                     call: "thread spawn".into(),
@@ -152,18 +166,20 @@ impl GpuProbe for NvmlProbe {
                 },
                 started.elapsed(),
             )
-        })
+        });
+        if let (Some(cuda), DriverState::Ready) = (&mut self.cuda, &snapshot.driver) {
+            snapshot.cuda = Some(cuda.check(Instant::now()));
+            snapshot.elapsed = started.elapsed();
+        }
+        snapshot
     }
-}
-
-fn set_call(progress: &Mutex<Progress>, call: impl Into<String>) {
-    lock(progress).call = call.into();
 }
 
 /// The worker: initialise NVML on the first request (and again after the
 /// driver stops answering as initialised), then answer snapshot requests.
 fn worker(
     library: &OsString,
+    release: bool,
     requests: &Receiver<SyncSender<Snapshot>>,
     progress: &Mutex<Progress>,
 ) {
@@ -192,8 +208,13 @@ fn worker(
             registered: Vec::new(),
         };
         let (mut reply, mut started) = (reply, started);
+        let mut released = None;
         loop {
             let snapshot = session.collect(started);
+            if release {
+                released = Some((reply, snapshot));
+                break;
+            }
             let reinit = matches!(snapshot.driver, DriverState::InitFailed { .. });
             lock(progress).busy_since = None;
             let _ = reply.send(snapshot);
@@ -205,6 +226,19 @@ fn worker(
                 break;
             }
             reply = r;
+        }
+        if let Some((reply, snapshot)) = released {
+            // Release mode: shut NVML down (the event set first, then
+            // nvmlShutdown and dlclose) before answering, still inside this
+            // request's timeout: a next request must not find the worker
+            // busy with the previous cycle's shutdown, and a shutdown that
+            // hangs is named like any other call.
+            set_call(progress, "nvmlShutdown");
+            drop(session);
+            drop(nvml);
+            lock(progress).busy_since = None;
+            let _ = reply.send(snapshot);
+            next = requests.recv().ok();
         }
     }
 }
@@ -280,6 +314,7 @@ impl<'a> Session<'a> {
             xids,
             notes,
             elapsed: started.elapsed(),
+            cuda: None,
         }
     }
 
@@ -338,6 +373,21 @@ impl<'a> Session<'a> {
             .map(|m| m.current != 0);
         if info.mig_enabled == Some(true) {
             info.mig = self.mig_instances(&mut info, &dev);
+        }
+        info.fabric = self.field(&mut info, "nvmlDeviceGetGpuFabricInfoV", || {
+            fabric_info(self.nvml, &dev)
+        });
+        for link in 0..nvml_wrapper_sys::bindings::NVML_NVLINK_MAX_LINKS {
+            let state = self.field(&mut info, "nvmlDeviceGetNvLinkState", || {
+                match dev.link_wrapper_for(link).is_active() {
+                    // A link number the GPU does not have.
+                    Err(NvmlError::InvalidArg) => Err(NvmlError::NotSupported),
+                    r => r,
+                }
+            });
+            if let Some(active) = state {
+                info.nvlinks.push(NvLinkState { link, active });
+            }
         }
         info
     }
@@ -490,4 +540,48 @@ fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<RemappedRows, NvmlErro
         pending: pending != 0,
         failed: failed != 0,
     })
+}
+
+/// nvml-wrapper 0.13 has no wrapper for the GPU fabric calls either.
+/// nvmlDeviceGetGpuFabricInfoV with the v2 struct (it adds the health mask;
+/// R550 and later), else the v1 nvmlDeviceGetGpuFabricInfo (R525 and later).
+fn fabric_info(nvml: &Nvml, dev: &Device<'_>) -> Result<FabricInfo, NvmlError> {
+    use nvml_wrapper_sys::bindings as sys;
+    let to_info = |state: u8, status: u32, clique: u32, uuid: &[u8; 16], mask| FabricInfo {
+        state: FabricState::from_raw(state),
+        error: (status != 0).then(|| match nvml_try(status) {
+            Err(e) => e.to_string(),
+            Ok(()) => String::new(),
+        }),
+        clique_id: clique,
+        cluster_uuid: uuid.iter().map(|b| format!("{b:02x}")).collect(),
+        health_mask: mask,
+    };
+    if let Ok(sym) = nvml_sym(nvml.lib().nvmlDeviceGetGpuFabricInfoV.as_ref()) {
+        // SAFETY: a zeroed plain-data struct; the v3 layout is a superset of
+        // v2, and `version` tells the driver which one it fills (the
+        // NVML_STRUCT_VERSION macro: size | version << 24).
+        let mut v: sys::nvmlGpuFabricInfoV_t = unsafe { std::mem::zeroed() };
+        v.version = std::mem::size_of::<sys::nvmlGpuFabricInfo_v2_t>() as u32 | (2 << 24);
+        // SAFETY: the handle comes from this initialised Nvml; `v` outlives the call.
+        match nvml_try(unsafe { sym(dev.handle(), &mut v) }) {
+            Ok(()) => {
+                return Ok(to_info(
+                    v.state,
+                    v.status,
+                    v.cliqueId,
+                    &v.clusterUuid,
+                    Some(v.healthMask),
+                ))
+            }
+            Err(NvmlError::NotSupported) => return Err(NvmlError::NotSupported),
+            Err(_) => {} // e.g. an older driver's version mismatch: try v1
+        }
+    }
+    let sym = nvml_sym(nvml.lib().nvmlDeviceGetGpuFabricInfo.as_ref())?;
+    // SAFETY: as above, for the v1 struct.
+    let mut v: sys::nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    nvml_try(unsafe { sym(dev.handle(), &mut v) })?;
+    Ok(to_info(v.state, v.status, v.cliqueId, &v.clusterUuid, None))
 }

@@ -9,7 +9,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::pci::PciGpu;
-use super::probe::{DriverState, GpuInfo, Snapshot};
+use super::probe::{
+    CudaDevice, CudaReport, CudaResult, CudaState, DriverState, FabricInfo, FabricState, GpuInfo,
+    Snapshot,
+};
+use super::xid;
+pub use super::xid::XidClass;
 
 /// `[gpu]`: where to find NVML and how to judge what it says.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -29,6 +34,78 @@ pub struct GpuConfig {
     pub pod_resources_socket: PathBuf,
     /// A pod-resources call that takes longer fails.
     pub pod_resources_timeout_ms: u64,
+    /// Shut NVML down (and close the CUDA library) after every cycle, so the
+    /// agent holds no driver handle between cycles: a driver upgrade or
+    /// module unload is never blocked by it. Costs a library load and
+    /// initialisation per cycle, and XID events raised between cycles are
+    /// not seen (the event set does not outlive the session).
+    pub release_between_cycles: bool,
+    pub cuda: CudaPolicy,
+    pub fabric: FabricPolicy,
+}
+
+/// What a check's breach does to the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Fails the check (GPUHealthy=False, with hysteresis).
+    Fail,
+    /// A warning finding; the GPU stays healthy.
+    Warn,
+    /// Not reported.
+    Ignore,
+}
+
+/// `[gpu.cuda]`: the opt-in CUDA probe (a context and an allocation per GPU).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct CudaPolicy {
+    pub enabled: bool,
+    /// Soname or path of the CUDA driver library.
+    pub library: String,
+    /// A CUDA check that takes longer means CUDA is not answering.
+    pub timeout_ms: u64,
+    /// Run a fresh CUDA check at most this often (the GPU cycle reuses the last one between).
+    pub interval_s: u64,
+    /// Bytes allocated and freed per GPU.
+    pub buffer_bytes: u64,
+    /// What a CUDA failure on a GPU NVML calls healthy does.
+    pub failure: Severity,
+}
+
+/// `[gpu.fabric]`: NVSwitch fabric registration and NVLink state.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct FabricPolicy {
+    /// Fabric registration not completed, or completed with an error.
+    pub not_ready: Severity,
+    /// The fabric reports degraded bandwidth.
+    pub degraded_bandwidth: Severity,
+    /// A GPU with NVLinks has inactive links.
+    pub nvlink_inactive: Severity,
+}
+
+impl Default for CudaPolicy {
+    fn default() -> Self {
+        CudaPolicy {
+            enabled: false,
+            library: super::cuda::DEFAULT_LIBRARY.into(),
+            timeout_ms: 10_000,
+            interval_s: 300,
+            buffer_bytes: 1 << 20,
+            failure: Severity::Fail,
+        }
+    }
+}
+
+impl Default for FabricPolicy {
+    fn default() -> Self {
+        FabricPolicy {
+            not_ready: Severity::Fail,
+            degraded_bandwidth: Severity::Warn,
+            nvlink_inactive: Severity::Warn,
+        }
+    }
 }
 
 /// `[gpu.xid]`: XID classes and per-class count/window thresholds.
@@ -73,6 +150,9 @@ impl Default for GpuConfig {
             memory: MemoryPolicy::default(),
             pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
             pod_resources_timeout_ms: 2000,
+            release_between_cycles: false,
+            cuda: CudaPolicy::default(),
+            fabric: FabricPolicy::default(),
         }
     }
 }
@@ -80,8 +160,9 @@ impl Default for GpuConfig {
 impl Default for XidPolicy {
     fn default() -> Self {
         XidPolicy {
-            fatal: vec![48, 62, 64, 74, 79, 94, 95, 119, 120, 140],
-            ignored: vec![13, 31, 43, 45, 68, 109],
+            // The shipped XID catalog (data/xid-catalog.toml) decides the defaults.
+            fatal: xid::codes_of(XidClass::Fatal),
+            ignored: xid::codes_of(XidClass::Ignored),
             fatal_count: 1,
             fatal_window_s: 600,
             other_count: 3,
@@ -114,6 +195,17 @@ impl GpuConfig {
         }
         if self.pod_resources_timeout_ms == 0 {
             p.push("gpu.pod-resources-timeout-ms must be at least 1".to_string());
+        }
+        if self.cuda.library.trim().is_empty() {
+            p.push("gpu.cuda.library must not be empty".to_string());
+        }
+        for (key, v) in [
+            ("timeout-ms", self.cuda.timeout_ms),
+            ("buffer-bytes", self.cuda.buffer_bytes),
+        ] {
+            if v == 0 {
+                p.push(format!("gpu.cuda.{key} must be at least 1"));
+            }
         }
         if self.clear_after_clean_intervals == 0 {
             p.push("gpu.clear-after-clean-intervals must be at least 1".to_string());
@@ -154,38 +246,45 @@ impl GpuConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum XidClass {
-    Fatal,
-    Ignored,
-    Other,
-}
-
-impl XidClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            XidClass::Fatal => "fatal",
-            XidClass::Ignored => "ignored",
-            XidClass::Other => "other",
-        }
-    }
-}
-
 /// The per-GPU checks, in the order a message names them.
-pub const CHECKS: [&str; 5] = ["lost", "xid", "ecc", "row-remap", "retired-pages"];
+pub const CHECKS: [&str; 8] = [
+    "lost",
+    "xid",
+    "ecc",
+    "row-remap",
+    "retired-pages",
+    "cuda",
+    "fabric",
+    "nvlink",
+];
 
 /// What the caller keeps between cycles.
 #[derive(Debug, Default, Clone)]
 pub struct PolicyState {
-    gpus: BTreeMap<u32, GpuState>,
+    gpus: BTreeMap<GpuKey, GpuState>,
     /// Cumulative XID events by (gpu index, class), for the metrics counters.
     pub xid_totals: BTreeMap<(u32, XidClass), u64>,
+}
+
+/// Who a GPU is across cycles. NVML's enumeration index is not an identity:
+/// when a GPU drops out of enumeration (fallen off the bus, unbound) NVML
+/// numbers the GPUs after it one lower, so history kept by index would move
+/// to another GPU. The key is the first identity the policy learned for the
+/// GPU: its UUID, else its PCI bus id, else (neither ever readable) its index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum GpuKey {
+    Uuid(String),
+    PciBusId(String),
+    Index(u32),
 }
 
 #[derive(Debug, Default, Clone)]
 struct GpuState {
     uuid: Option<String>,
+    pci_bus_id: Option<String>,
+    /// The index NVML gave this GPU in the last snapshot that listed it: a
+    /// lost GPU answers neither UUID nor bus id, only its index.
+    last_index: Option<u32>,
     /// (time, class, xid) of judged XIDs still inside their window.
     xids: VecDeque<(u64, XidClass, u64)>,
     /// Per check: the failure being held and the clean intervals seen since.
@@ -196,6 +295,7 @@ struct GpuState {
 struct Breach {
     reason: &'static str,
     message: String,
+    severity: Severity,
 }
 
 /// The result of one evaluation.
@@ -234,6 +334,10 @@ pub struct CheckVerdict {
     /// While a failure is held: clean intervals seen so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clean_intervals: Option<u32>,
+    /// A breach the policy rates a warning: `ok` (the GPU stays healthy),
+    /// reported with its reason and message.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warning: bool,
 }
 
 fn verdict(status: ConditionStatus, reason: &str, message: impl Into<String>) -> Verdict {
@@ -288,14 +392,26 @@ pub fn evaluate(
             no_gpu: false,
         };
     }
+    let keys = state.identify(&snapshot.gpus);
     for x in &snapshot.xids {
         let Some(gpu) = x.gpu else { continue };
         let class = config.class_of(x.xid);
         *state.xid_totals.entry((gpu, class)).or_default() += 1;
         if class != XidClass::Ignored {
+            // The event's UUID was read when its handle was registered, so it
+            // names the GPU even when the GPU no longer answers.
+            let key = x
+                .uuid
+                .as_ref()
+                .and_then(|u| state.find(|s| s.uuid.as_ref() == Some(u), &[]))
+                .or_else(|| {
+                    let at = snapshot.gpus.iter().position(|g| g.index == gpu)?;
+                    Some(keys[at].clone())
+                })
+                .unwrap_or_else(|| x.uuid.clone().map_or(GpuKey::Index(gpu), GpuKey::Uuid));
             state
                 .gpus
-                .entry(gpu)
+                .entry(key)
                 .or_default()
                 .xids
                 .push_back((now, class, x.xid));
@@ -304,7 +420,11 @@ pub fn evaluate(
     let gpus: Vec<GpuVerdict> = snapshot
         .gpus
         .iter()
-        .map(|g| judge_gpu(config, state.gpus.entry(g.index).or_default(), g, now))
+        .zip(keys)
+        .map(|(g, key)| {
+            let gpu_state = state.gpus.entry(key).or_default();
+            judge_gpu(config, gpu_state, g, snapshot.cuda.as_ref(), now)
+        })
         .collect();
     let failing: Vec<String> = gpus
         .iter()
@@ -342,6 +462,60 @@ pub fn evaluate(
         gpu_healthy,
         gpus,
         no_gpu: false,
+    }
+}
+
+impl PolicyState {
+    /// The first GPU state (not in `taken`) that `matches`.
+    fn find(&self, matches: impl Fn(&GpuState) -> bool, taken: &[GpuKey]) -> Option<GpuKey> {
+        self.gpus
+            .iter()
+            .find(|(k, s)| !taken.contains(k) && matches(s))
+            .map(|(k, _)| k.clone())
+    }
+
+    /// The key of each GPU in the snapshot, in its order: by UUID, else by
+    /// PCI bus id, else by the index a GPU had in the previous snapshot (a
+    /// lost GPU), else a new key. Records this snapshot's identities.
+    fn identify(&mut self, gpus: &[GpuInfo]) -> Vec<GpuKey> {
+        let mut keys: Vec<GpuKey> = Vec::with_capacity(gpus.len());
+        for g in gpus {
+            let known = if let Some(uuid) = &g.uuid {
+                self.find(|s| s.uuid.as_ref() == Some(uuid), &keys)
+                    .or_else(|| {
+                        // Learned by bus id while the UUID was unreadable.
+                        let pci = g.pci_bus_id.as_ref()?;
+                        self.find(
+                            |s| s.uuid.is_none() && s.pci_bus_id.as_ref() == Some(pci),
+                            &keys,
+                        )
+                    })
+            } else if let Some(pci) = &g.pci_bus_id {
+                self.find(|s| s.pci_bus_id.as_ref() == Some(pci), &keys)
+            } else {
+                self.find(|s| s.last_index == Some(g.index), &keys)
+            };
+            let key = known.unwrap_or_else(|| match (&g.uuid, &g.pci_bus_id) {
+                (Some(u), _) => GpuKey::Uuid(u.clone()),
+                (None, Some(p)) => GpuKey::PciBusId(p.clone()),
+                (None, None) => GpuKey::Index(g.index),
+            });
+            keys.push(key);
+        }
+        for s in self.gpus.values_mut() {
+            s.last_index = None;
+        }
+        for (g, key) in gpus.iter().zip(&keys) {
+            let s = self.gpus.entry(key.clone()).or_default();
+            s.last_index = Some(g.index);
+            if g.uuid.is_some() {
+                s.uuid.clone_from(&g.uuid);
+            }
+            if g.pci_bus_id.is_some() {
+                s.pci_bus_id.clone_from(&g.pci_bus_id);
+            }
+        }
+        keys
     }
 }
 
@@ -451,12 +625,71 @@ fn breaches(
     config: &GpuConfig,
     state: &mut GpuState,
     g: &GpuInfo,
+    cuda: Option<&CudaReport>,
     now: u64,
 ) -> BTreeMap<&'static str, Breach> {
     let mut b = BTreeMap::new();
     let put = |b: &mut BTreeMap<_, _>, check, reason, message: String| {
-        b.insert(check, Breach { reason, message });
+        b.insert(
+            check,
+            Breach {
+                reason,
+                message,
+                severity: Severity::Fail,
+            },
+        );
     };
+    let mut rated = |check, severity, (reason, message): (&'static str, String)| {
+        if severity != Severity::Ignore {
+            b.insert(
+                check,
+                Breach {
+                    reason,
+                    message,
+                    severity,
+                },
+            );
+        }
+    };
+    if let Some(breach) = cuda.filter(|_| !g.lost).and_then(|c| cuda_breach(c, g)) {
+        rated("cuda", config.cuda.failure, breach);
+    }
+    let f = &config.fabric;
+    if let Some(fabric) = &g.fabric {
+        if let Some(breach) = fabric_breach(fabric) {
+            rated("fabric", f.not_ready, breach);
+        } else if fabric.degraded_bandwidth() {
+            rated(
+                "fabric",
+                f.degraded_bandwidth,
+                (
+                    "FabricDegradedBandwidth",
+                    "the NVLink fabric reports degraded bandwidth".into(),
+                ),
+            );
+        }
+    }
+    let inactive: Vec<String> = g
+        .nvlinks
+        .iter()
+        .filter(|l| !l.active)
+        .map(|l| l.link.to_string())
+        .collect();
+    if !inactive.is_empty() {
+        rated(
+            "nvlink",
+            f.nvlink_inactive,
+            (
+                "NvLinkInactive",
+                format!(
+                    "NVLink {} of {} links inactive: {}",
+                    inactive.len(),
+                    g.nvlinks.len(),
+                    inactive.join(", ")
+                ),
+            ),
+        );
+    }
     if g.lost {
         put(
             &mut b,
@@ -491,13 +724,16 @@ fn breaches(
             .map(|(_, _, v)| *v)
             .collect();
         if recent.len() as u64 >= u64::from(count) && !b.contains_key("xid") {
-            let list: Vec<String> = recent.iter().map(u64::to_string).collect();
+            let mut codes = recent.clone();
+            codes.sort_unstable();
+            codes.dedup();
+            let list: Vec<String> = codes.into_iter().map(xid::describe).collect();
             put(
                 &mut b,
                 "xid",
                 reason,
                 format!(
-                    "{} {} XID(s) in {window}s (threshold {count}): XID {}",
+                    "{} {} XID(s) in {window}s (threshold {count}): {}",
                     recent.len(),
                     class.as_str(),
                     list.join(", ")
@@ -562,17 +798,108 @@ fn breaches(
     b
 }
 
+/// The CUDA probe's verdict on one GPU NVML answered for: a node-wide CUDA
+/// failure applies to every GPU; otherwise the CUDA device with the GPU's
+/// UUID (or bus id) must have created a context and allocated.
+fn cuda_breach(c: &CudaReport, g: &GpuInfo) -> Option<(&'static str, String)> {
+    let named = |call: &str, r: &CudaResult| {
+        let text = r
+            .text
+            .as_deref()
+            .map_or(String::new(), |t| format!(", {t}"));
+        let what = format!("CUDA {call} failed: {} ({}{text})", r.name, r.code);
+        if r.code == CudaResult::SYSTEM_NOT_READY {
+            // cuda.h: the system is not yet ready to start any CUDA work;
+            // on NVSwitch systems the fabric manager configures the fabric first.
+            (
+                "CudaSystemNotReady",
+                format!("{what} while NVML answers: on NVSwitch systems the fabric manager is not running or has not finished"),
+            )
+        } else {
+            ("CudaFailed", what)
+        }
+    };
+    match &c.state {
+        CudaState::LibraryMissing { detail } => Some((
+            "CudaLibraryMissing",
+            format!("the CUDA library cannot be loaded: {detail}"),
+        )),
+        CudaState::InitFailed { call, result } => Some(named(call, result)),
+        CudaState::NotAnswering { call, waited_ms } => Some((
+            "CudaNotAnswering",
+            format!("CUDA {call} did not return within {waited_ms} ms"),
+        )),
+        CudaState::Ready => {
+            let same = |d: &&CudaDevice| match (&g.uuid, &d.uuid) {
+                (Some(a), Some(b)) => a == b,
+                _ => g.pci_bus_id.is_some() && g.pci_bus_id == d.pci_bus_id,
+            };
+            match c.devices.iter().find(same) {
+                None => Some((
+                    "CudaDeviceMissing",
+                    format!(
+                        "not among the {} devices CUDA enumerates (CUDA_VISIBLE_DEVICES in the agent's environment?)",
+                        c.devices.len()
+                    ),
+                )),
+                Some(d) => d.failure.as_ref().map(|f| named(&f.call, &f.result)),
+            }
+        }
+    }
+}
+
+fn fabric_breach(f: &FabricInfo) -> Option<(&'static str, String)> {
+    let hint = "on NVSwitch systems nvidia-fabricmanager registers each GPU";
+    match f.state {
+        FabricState::NotStarted => Some((
+            "FabricNotReady",
+            format!("GPU fabric registration not started ({hint})"),
+        )),
+        FabricState::InProgress => Some((
+            "FabricNotReady",
+            format!("GPU fabric registration in progress ({hint})"),
+        )),
+        FabricState::Completed => f.error.as_ref().map(|e| {
+            (
+                "FabricRegistrationFailed",
+                format!("GPU fabric registration completed with an error: {e}"),
+            )
+        }),
+        FabricState::Unknown(v) => Some((
+            "FabricNotReady",
+            format!("GPU fabric state {v} is not one nodeproof knows"),
+        )),
+        FabricState::NotSupported => None,
+    }
+}
+
 /// Hysteresis: a breach fails its check at once; a failed check clears
 /// only after `clear_after_clean_intervals` intervals in a row without one.
-fn judge_gpu(config: &GpuConfig, state: &mut GpuState, g: &GpuInfo, now: u64) -> GpuVerdict {
-    if g.uuid.is_some() {
-        state.uuid.clone_from(&g.uuid);
-    }
-    let mut now_breaches = breaches(config, state, g, now);
+/// A breach rated a warning is reported as it is, without hysteresis.
+fn judge_gpu(
+    config: &GpuConfig,
+    state: &mut GpuState,
+    g: &GpuInfo,
+    cuda: Option<&CudaReport>,
+    now: u64,
+) -> GpuVerdict {
+    let mut now_breaches = breaches(config, state, g, cuda, now);
     let need = config.clear_after_clean_intervals;
     let mut checks = Vec::new();
     for check in CHECKS {
-        let verdict = match (now_breaches.remove(check), state.held.remove(check)) {
+        let now_breach = now_breaches.remove(check);
+        if let Some(b) = now_breach.as_ref().filter(|b| b.severity == Severity::Warn) {
+            checks.push(CheckVerdict {
+                check,
+                ok: true,
+                reason: b.reason.into(),
+                message: b.message.clone(),
+                clean_intervals: None,
+                warning: true,
+            });
+            continue;
+        }
+        let verdict = match (now_breach, state.held.remove(check)) {
             (Some(b), _) => {
                 let v = CheckVerdict {
                     check,
@@ -580,6 +907,7 @@ fn judge_gpu(config: &GpuConfig, state: &mut GpuState, g: &GpuInfo, now: u64) ->
                     reason: b.reason.into(),
                     message: b.message.clone(),
                     clean_intervals: Some(0),
+                    warning: false,
                 };
                 state.held.insert(check, (b, 0));
                 v
@@ -595,6 +923,7 @@ fn judge_gpu(config: &GpuConfig, state: &mut GpuState, g: &GpuInfo, now: u64) ->
                         clean + 1
                     ),
                     clean_intervals: Some(clean + 1),
+                    warning: false,
                 };
                 state.held.insert(check, (b, clean + 1));
                 v
@@ -605,6 +934,7 @@ fn judge_gpu(config: &GpuConfig, state: &mut GpuState, g: &GpuInfo, now: u64) ->
                 reason: "Healthy".into(),
                 message: "ok".into(),
                 clean_intervals: None,
+                warning: false,
             },
         };
         checks.push(verdict);
@@ -649,6 +979,7 @@ mod tests {
                 .collect(),
             notes: Vec::new(),
             elapsed: Duration::from_millis(1),
+            cuda: None,
         }
     }
 
@@ -677,11 +1008,34 @@ mod tests {
             ("xid 79", |_| {}, &[79], ConditionStatus::False, "FatalXid"),
             ("xid 48", |_| {}, &[48], ConditionStatus::False, "FatalXid"),
             (
-                "app xids",
+                "ignored xids",
                 |_| {},
-                &[13, 31, 43, 45, 68, 109],
+                &[13, 31, 43, 45, 63, 68, 92, 154],
                 ConditionStatus::True,
                 "GPUsHealthy",
+            ),
+            // NVIDIA's catalog: context-switch timeout needs a GPU reset.
+            (
+                "xid 109",
+                |_| {},
+                &[109],
+                ConditionStatus::False,
+                "FatalXid",
+            ),
+            // Contained to one application: restart it, reset when convenient.
+            (
+                "one xid 94",
+                |_| {},
+                &[94],
+                ConditionStatus::True,
+                "GPUsHealthy",
+            ),
+            (
+                "3 xid 94",
+                |_| {},
+                &[94, 94, 94],
+                ConditionStatus::False,
+                "XidRateExceeded",
             ),
             (
                 "2 other",
@@ -828,6 +1182,93 @@ mod tests {
         assert_eq!(run(&mut state, &gpu(0), 240), ConditionStatus::False);
         assert_eq!(run(&mut state, &gpu(0), 300), ConditionStatus::False);
         assert_eq!(run(&mut state, &gpu(0), 360), ConditionStatus::True);
+    }
+
+    /// GPU 1 drops out of enumeration, so NVML renumbers GPU 2 as index 1:
+    /// GPU 2's fatal XID must stay with GPU 2, and GPU 1's lost state must
+    /// not land on the GPU that now has its index.
+    #[test]
+    fn history_follows_the_uuid_not_the_index() {
+        let config = GpuConfig::default();
+        let mut state = PolicyState::default();
+        let mut lost = gpu(1);
+        lost.lost = true;
+        let xid_on_2 = Snapshot {
+            xids: vec![XidEvent {
+                gpu: Some(2),
+                uuid: Some("GPU-2".into()),
+                xid: 79,
+            }],
+            ..snapshot(vec![gpu(0), lost, gpu(2)], &[])
+        };
+        let e = evaluate(&config, &mut state, Ok(&pci(3)), Some(&xid_on_2), 0);
+        let unhealthy = |e: &Evaluation| -> Vec<Option<String>> {
+            e.gpus
+                .iter()
+                .filter(|g| !g.healthy)
+                .map(|g| g.uuid.clone())
+                .collect()
+        };
+        assert_eq!(
+            unhealthy(&e),
+            [Some("GPU-1".to_string()), Some("GPU-2".to_string())]
+        );
+        // Next cycle: GPU 1 is gone, GPU 2 answers as index 1.
+        let mut renumbered = gpu(2);
+        renumbered.index = 1;
+        let e = evaluate(
+            &config,
+            &mut state,
+            Ok(&pci(3)),
+            Some(&snapshot(vec![gpu(0), renumbered], &[])),
+            60,
+        );
+        let g = &e.gpus[1];
+        assert_eq!((g.index, g.uuid.as_deref()), (1, Some("GPU-2")));
+        let failed: Vec<&str> = g
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.reason.as_str())
+            .collect();
+        assert_eq!(failed, ["FatalXid"], "{:?}", e.gpu_healthy.message);
+        assert!(e.gpus[0].healthy);
+    }
+
+    /// A GPU that answers GPU_IS_LOST has no UUID or bus id this cycle; it
+    /// keeps the identity its index had last cycle.
+    #[test]
+    fn a_lost_gpu_keeps_last_cycles_identity() {
+        let config = GpuConfig::default();
+        let mut state = PolicyState::default();
+        evaluate(
+            &config,
+            &mut state,
+            Ok(&pci(2)),
+            Some(&snapshot(vec![gpu(0), gpu(1)], &[])),
+            0,
+        );
+        let lost = GpuInfo {
+            index: 1,
+            lost: true,
+            ..GpuInfo::default()
+        };
+        let e = evaluate(
+            &config,
+            &mut state,
+            Ok(&pci(2)),
+            Some(&snapshot(vec![gpu(0), lost], &[(1, 79)])),
+            60,
+        );
+        assert_eq!(e.gpus[1].uuid.as_deref(), Some("GPU-1"));
+        assert_eq!(e.gpu_healthy.reason, "GPULost");
+        assert!(
+            e.gpu_healthy
+                .message
+                .contains("GPU 1 (GPU-1): fallen off the bus"),
+            "{}",
+            e.gpu_healthy.message
+        );
     }
 
     #[test]

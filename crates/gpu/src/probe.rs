@@ -24,6 +24,9 @@ pub struct Snapshot {
     /// Wall time the probe cycle took.
     #[serde(serialize_with = "millis")]
     pub elapsed: Duration,
+    /// The CUDA probe's latest result, when it is enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<CudaReport>,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -77,6 +80,11 @@ pub struct GpuInfo {
     pub power_mw: Option<u32>,
     /// `call: error` for calls that failed other than NotSupported.
     pub errors: Vec<String>,
+    /// GPU fabric registration (NVSwitch generations); `None` where NVML
+    /// does not support it.
+    pub fabric: Option<FabricInfo>,
+    /// State of each NVLink the GPU has (empty without NVLink).
+    pub nvlinks: Vec<NvLinkState>,
     /// MIG mode is on (`None`: the GPU does not support MIG or did not say).
     pub mig_enabled: Option<bool>,
     /// The MIG instances carved out of this GPU while MIG mode is on: the
@@ -122,6 +130,128 @@ impl Snapshot {
             xids: Vec::new(),
             notes: Vec::new(),
             elapsed,
+            cuda: None,
         }
     }
+}
+
+/// One CUDA probe run: can a process create a context and allocate memory
+/// on each GPU, as a pod would? NVML can answer while CUDA cannot (on
+/// NVSwitch systems without a running fabric manager, cuInit fails with
+/// CUDA_ERROR_SYSTEM_NOT_READY while every NVML query succeeds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaReport {
+    pub state: CudaState,
+    /// Per CUDA device, in CUDA's enumeration order (joined to NVML's GPUs by UUID).
+    pub devices: Vec<CudaDevice>,
+    /// Wall time of the run this report comes from.
+    #[serde(serialize_with = "millis")]
+    pub elapsed: Duration,
+    /// False when this is the last run's result, reused because the probe
+    /// interval has not passed.
+    pub fresh: bool,
+}
+
+/// Whether the CUDA driver API answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum CudaState {
+    /// cuInit and cuDeviceGetCount succeeded; see each device.
+    Ready,
+    /// `libcuda.so.1` could not be loaded, or lacks a driver API symbol.
+    LibraryMissing { detail: String },
+    /// A node-wide call (cuInit, cuDeviceGetCount) failed.
+    InitFailed { call: String, result: CudaResult },
+    /// A call did not return within the timeout; the CUDA worker is stuck in it.
+    NotAnswering { call: String, waited_ms: u64 },
+}
+
+/// A CUresult: the code and the name the driver gives it (cuGetErrorName),
+/// e.g. `CUDA_ERROR_SYSTEM_NOT_READY`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaResult {
+    pub code: i32,
+    pub name: String,
+    /// cuGetErrorString's text, when the driver gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl CudaResult {
+    /// CUDA_ERROR_SYSTEM_NOT_READY (cuda.h): "the system is not yet ready to
+    /// start any CUDA work", e.g. the fabric manager has not configured NVSwitch.
+    pub const SYSTEM_NOT_READY: i32 = 802;
+}
+
+/// One CUDA device's context-and-allocation check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaDevice {
+    pub ordinal: i32,
+    /// NVML's format (`GPU-xxxxxxxx-…`), from cuDeviceGetUuid.
+    pub uuid: Option<String>,
+    /// Normalised `dddd:bb:dd.f`, from cuDeviceGetPCIBusId.
+    pub pci_bus_id: Option<String>,
+    /// The first call that failed (cuCtxCreate_v2, cuMemAlloc_v2, ...), if any.
+    pub failure: Option<CudaFailure>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaFailure {
+    pub call: String,
+    pub result: CudaResult,
+}
+
+/// nvmlDeviceGetGpuFabricInfo(V): whether the fabric manager has registered
+/// this GPU with the NVLink fabric (NVSwitch systems, Hopper and newer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FabricInfo {
+    pub state: FabricState,
+    /// The registration's own result when it is not NVML_SUCCESS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub clique_id: u32,
+    pub cluster_uuid: String,
+    /// nvmlGpuFabricInfo_v2 and later: the health mask (degraded bandwidth,
+    /// route recovery, ...); `None` from the v1 call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_mask: Option<u32>,
+}
+
+/// NVML_GPU_FABRIC_STATE_*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FabricState {
+    NotSupported,
+    NotStarted,
+    InProgress,
+    Completed,
+    Unknown(u8),
+}
+
+impl FabricState {
+    pub fn from_raw(v: u8) -> FabricState {
+        match v {
+            0 => FabricState::NotSupported,
+            1 => FabricState::NotStarted,
+            2 => FabricState::InProgress,
+            3 => FabricState::Completed,
+            v => FabricState::Unknown(v),
+        }
+    }
+}
+
+impl FabricInfo {
+    /// NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE in the mask's lowest
+    /// field (`(mask >> SHIFT_DEGRADED_BW) & WIDTH_DEGRADED_BW`, shift 0 and
+    /// width 0x3 in nvml.h).
+    pub fn degraded_bandwidth(&self) -> bool {
+        self.health_mask.is_some_and(|m| m & 0x3 == 1)
+    }
+}
+
+/// nvmlDeviceGetNvLinkState for one link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NvLinkState {
+    pub link: u32,
+    pub active: bool,
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::advertised::Comparison;
 use super::pci::{PciError, PciGpu};
 use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
-use super::probe::Snapshot;
+use super::probe::{CudaState, Snapshot};
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 
 #[derive(Debug, Serialize)]
@@ -120,16 +120,19 @@ impl GpuReport {
         }];
         for g in &e.gpus {
             let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
+            // Warnings speak only while nothing fails.
+            let warned: Vec<_> = g.checks.iter().filter(|c| c.warning).collect();
+            let (failed, status) = match (failed.is_empty(), warned.is_empty()) {
+                (false, _) => (failed, Status::Failed),
+                (true, false) => (warned, Status::Warning),
+                (true, true) => (failed, Status::Ok),
+            };
             out.push(Finding {
                 check: Check::GpuHealth,
                 subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
                     .trim_end()
                     .to_string(),
-                status: if failed.is_empty() {
-                    Status::Ok
-                } else {
-                    Status::Failed
-                },
+                status,
                 reason: failed
                     .first()
                     .map_or_else(|| "Healthy".to_string(), |c| c.reason.clone()),
@@ -227,11 +230,65 @@ impl GpuReport {
                     if g.lost { " LOST" } else { "" }
                 );
             }
+            for g in s
+                .gpus
+                .iter()
+                .filter(|g| g.fabric.is_some() || !g.nvlinks.is_empty())
+            {
+                let fabric = g.fabric.as_ref().map_or("-".to_string(), |f| {
+                    format!(
+                        "{:?}{}",
+                        f.state,
+                        f.error
+                            .as_deref()
+                            .map_or(String::new(), |e| format!(" ({e})"))
+                    )
+                });
+                let up = g.nvlinks.iter().filter(|l| l.active).count();
+                let _ = writeln!(
+                    t,
+                    "  GPU {} fabric {fabric} NVLink {up}/{} active",
+                    g.index,
+                    g.nvlinks.len()
+                );
+            }
+            if let Some(c) = &s.cuda {
+                let state = match &c.state {
+                    CudaState::Ready => "ready".to_string(),
+                    CudaState::LibraryMissing { detail } => format!("library missing: {detail}"),
+                    CudaState::InitFailed { call, result } => {
+                        format!("{call} failed: {} ({})", result.name, result.code)
+                    }
+                    CudaState::NotAnswering { call, waited_ms } => {
+                        format!("{call} did not return within {waited_ms} ms")
+                    }
+                };
+                let _ = writeln!(
+                    t,
+                    "CUDA: {state} ({} devices, {} ms{})",
+                    c.devices.len(),
+                    c.elapsed.as_millis(),
+                    if c.fresh { "" } else { ", last run" }
+                );
+                for d in c.devices.iter().filter(|d| d.failure.is_some()) {
+                    if let Some(f) = &d.failure {
+                        let _ = writeln!(
+                            t,
+                            "  CUDA device {} {}: {} {} ({})",
+                            d.ordinal,
+                            d.uuid.as_deref().unwrap_or("?"),
+                            f.call,
+                            f.result.name,
+                            f.result.code
+                        );
+                    }
+                }
+            }
             for x in &s.xids {
                 let _ = writeln!(
                     t,
-                    "  XID {} on GPU {}",
-                    x.xid,
+                    "  {} on GPU {}",
+                    super::xid::describe(x.xid),
                     x.gpu.map_or("?".into(), |g| g.to_string())
                 );
             }
