@@ -382,6 +382,7 @@ mod tests {
             xids: Vec::new(),
             notes: Vec::new(),
             elapsed: Duration::from_millis(1),
+            cuda: None,
         };
         let e = policy::evaluate(
             &GpuConfig::default(),

@@ -218,6 +218,7 @@ mod tests {
             xids,
             notes: Vec::new(),
             elapsed: Duration::ZERO,
+            cuda: None,
         }
     }
 
