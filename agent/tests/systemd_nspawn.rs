@@ -325,8 +325,21 @@ fn cargo_deb() -> Command {
 
 /// The Debian package of the binary under test, in `dir`: cargo-deb with
 /// the dev profile and no build packs target/debug/nodeproof, which cargo
-/// has just built for this test, with the metadata of agent/Cargo.toml.
+/// has just built for this test, with the metadata of agent/Cargo.toml, and
+/// the completions and man pages it generates, put beside it by the same
+/// `cargo xtask gen-files` that `cargo xtask deb` runs on the release build.
 fn build_deb(dir: &Path) -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_nodeproof"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let gen = Command::new(cargo)
+        .args(["run", "-q", "-p", "xtask", "--", "gen-files", "--bin"])
+        .arg(bin)
+        .arg("--out")
+        .arg(bin.parent().unwrap().join("assets"))
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "xtask gen-files: {gen:?}");
     let out = cargo_deb()
         .args([
             "-p",
@@ -382,6 +395,19 @@ fn the_debian_package_installs_runs_and_goes_away() {
         "enabled"
     );
     assert_eq!(m.sh("stat -c %U /var/lib/nodeproof").trim(), "nodeproof");
+    // The generated documentation, where the shells and man look for it.
+    for f in [
+        "/usr/share/man/man8/nodeproof.8.gz",
+        "/usr/share/man/man8/nodeproof-run.8.gz",
+        "/usr/share/bash-completion/completions/nodeproof",
+        "/usr/share/zsh/vendor-completions/_nodeproof",
+        "/usr/share/fish/vendor_completions.d/nodeproof.fish",
+    ] {
+        assert!(
+            m.sh(&format!("test -s {f}; echo $?")).starts_with('0'),
+            "no {f}"
+        );
+    }
     // The package's own default profile stands in for the kubelet's.
     m.sh("install -D -m 644 /usr/share/nodeproof/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json");
 
