@@ -56,6 +56,26 @@ const PACKAGES: &[(&str, &str)] = &[
         "packs that matrix's initramfs",
     ),
     (
+        "lintian",
+        "Debian's package checker on the package (agent/tests/systemd_nspawn.rs)",
+    ),
+    (
+        "zsh",
+        "zsh -n on the zsh completion (agent/tests/cli_docs.rs)",
+    ),
+    (
+        "fish",
+        "fish -n on the fish completion (agent/tests/cli_docs.rs)",
+    ),
+    (
+        "groff",
+        "renders the man pages with every warning on (agent/tests/cli_docs.rs)",
+    ),
+    (
+        "man-db",
+        "man -l on nodeproof(8) (agent/tests/cli_docs.rs)",
+    ),
+    (
         "dpkg-dev",
         "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
     ),
@@ -209,7 +229,14 @@ fn run() -> Result<()> {
                 &root().join("target/release/assets"),
             )?;
             let mut deb = cargo_deb()?;
-            deb.args(["-p", "nodeproof"]).args(rest);
+            deb.args(["-p", "nodeproof"]);
+            // The Debian convention (dch, dh_make): whoever builds the
+            // package names themselves; agent/Cargo.toml's is a placeholder.
+            if let Ok(email) = std::env::var("DEBEMAIL") {
+                let name = std::env::var("DEBFULLNAME").unwrap_or_else(|_| "nodeproof".into());
+                deb.arg("--maintainer").arg(format!("{name} <{email}>"));
+            }
+            deb.args(rest);
             eprintln!("+ {deb:?}");
             let status = deb
                 .current_dir(root())
