@@ -52,7 +52,9 @@ pub(crate) fn gen_files(out: &Path) -> Result<Vec<PathBuf>> {
     }
     let man = out.join("man");
     std::fs::create_dir_all(&man).with_context(|| format!("creating {}", man.display()))?;
-    let mut cmd = Cli::command();
+    // `nodeproof help <command>` prints what the command's own page says:
+    // no pages for clap's help subcommands, nor references to them.
+    let mut cmd = without_help_subcommand(Cli::command());
     cmd.build();
     for (name, page) in man_pages(&cmd)? {
         let path = man.join(format!("{name}.{MAN_SECTION}"));
@@ -62,9 +64,13 @@ pub(crate) fn gen_files(out: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
+fn without_help_subcommand(cmd: clap::Command) -> clap::Command {
+    cmd.disable_help_subcommand(true)
+        .mut_subcommands(without_help_subcommand)
+}
+
 /// `nodeproof` and every subcommand at every depth, hidden ones left out,
-/// each page's name and roff (clap's `help` subcommands included: the
-/// parent's page refers to them). `cmd` is built: clap has
+/// each page's name and roff. `cmd` is built: clap has
 /// named each subcommand `nodeproof-profile-lint` (its display name, which
 /// clap_mangen titles the page with, as git names its pages) and its
 /// synopsis `nodeproof profile lint` (its bin name).
