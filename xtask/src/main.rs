@@ -68,8 +68,8 @@ const PACKAGES: &[(&str, &str)] = &[
         "fish -n on the fish completion (agent/tests/cli_docs.rs)",
     ),
     (
-        "groff",
-        "renders the man pages with every warning on (agent/tests/cli_docs.rs)",
+        "groff-base",
+        "groff: renders the man pages with every warning on (agent/tests/cli_docs.rs)",
     ),
     (
         "man-db",
