@@ -3,7 +3,8 @@
 //! target/nspawn/). Installs the files, starts the unit and checks READY,
 //! STATUS=, the journal fields, /healthz, the user and its two
 //! capabilities, eBPF tracing, the watchdog restart and the kubelet drop-in;
-//! then the same through the Debian package (`dpkg -i`, `-r`, `--purge`).
+//! then the same through the Debian package (`dpkg -i`, `-r`, `--purge`),
+//! an upgrade from the previous package version, and lintian on the package.
 //! Needs root, debootstrap and systemd-container, and cargo-deb for the
 //! package (`cargo xtask setup` installs the first two, `cargo xtask test`
 //! cargo-deb under target/tools).
@@ -325,19 +326,42 @@ fn cargo_deb() -> Command {
 
 /// The Debian package of the binary under test, in `dir`: cargo-deb with
 /// the dev profile and no build packs target/debug/nodeproof, which cargo
-/// has just built for this test, with the metadata of agent/Cargo.toml.
-fn build_deb(dir: &Path) -> PathBuf {
-    let out = cargo_deb()
-        .args([
-            "-p",
-            "nodeproof",
-            "--profile",
-            "dev",
-            "--no-build",
-            "--fast",
-            "-o",
-        ])
-        .arg(dir)
+/// has just built for this test, with the metadata of agent/Cargo.toml, and
+/// the completions and man pages it generates, put beside it by the same
+/// `cargo xtask gen-files` that `cargo xtask deb` runs on the release build.
+/// `version` overrides the package's (`--deb-version`), for an older one.
+/// The tests of this file build in parallel: one at a time, since each
+/// rewrites the generated files.
+fn build_deb(dir: &Path, version: Option<&str>) -> PathBuf {
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let bin = Path::new(env!("CARGO_BIN_EXE_nodeproof"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let gen = Command::new(cargo)
+        .args(["run", "-q", "-p", "xtask", "--", "gen-files", "--bin"])
+        .arg(bin)
+        .arg("--out")
+        .arg(bin.parent().unwrap().join("assets"))
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "xtask gen-files: {gen:?}");
+    let out_dir = tempfile::tempdir_in(dir).unwrap();
+    let mut deb = cargo_deb();
+    deb.args([
+        "-p",
+        "nodeproof",
+        "--profile",
+        "dev",
+        "--no-build",
+        "--fast",
+    ]);
+    if let Some(v) = version {
+        deb.args(["--deb-version", v]);
+    }
+    let out = deb
+        .arg("-o")
+        .arg(out_dir.path())
         .current_dir(repo())
         .output()
         .unwrap();
@@ -346,14 +370,183 @@ fn build_deb(dir: &Path) -> PathBuf {
         "cargo deb failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let deb = std::fs::read_dir(dir)
+    let deb = std::fs::read_dir(out_dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "deb"))
         .expect("cargo deb wrote no .deb");
-    let name = dir.join("nodeproof.deb");
+    let name = dir.join(match version {
+        Some(v) => format!("nodeproof_{v}.deb"),
+        None => "nodeproof.deb".to_owned(),
+    });
     std::fs::rename(&deb, &name).unwrap();
     name
+}
+
+/// lintian, Debian's package checker, finds no error and no warning but
+/// those `systemd/debian/nodeproof.lintian-overrides` explains, and each of
+/// those overrides is still used (a stale one would hide nothing).
+#[test]
+fn the_debian_package_is_lintian_clean() {
+    let Some(_) = require(&[Need::Tool("lintian")]) else {
+        return;
+    };
+    let share = tempfile::tempdir().unwrap();
+    let deb = build_deb(share.path(), None);
+    let lintian = |args: &[&str]| {
+        let out = Command::new("lintian")
+            .args(args)
+            .args(["--tag-display-limit", "0"])
+            .arg(&deb)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status,
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The verdict (with --show-overrides lintian would fail on the overridden tags too).
+    let (status, text, stderr) = lintian(&["--fail-on", "error,warning"]);
+    eprintln!("{text}");
+    let flagged: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("E: ") || l.starts_with("W: "))
+        .collect();
+    assert!(
+        status.success() && flagged.is_empty(),
+        "lintian ({status:?}):\n{text}{stderr}"
+    );
+    let (_, text, _) = lintian(&["--show-overrides"]);
+    let overrides =
+        std::fs::read_to_string(repo().join("systemd/debian/nodeproof.lintian-overrides")).unwrap();
+    for tag in overrides
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().nth(1))
+    {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("O: ") && l.contains(tag)),
+            "override {tag} is not used by lintian any more: remove it\n{text}"
+        );
+    }
+}
+
+/// Upgrading from the previous package version (the same tree packed as
+/// 0.0.9-1) keeps what the admin and the agent wrote: the edited conffile
+/// (no .dpkg-new, no prompt), the state directory with its files, owner and
+/// mode; the running agent is restarted on the new package and stays
+/// enabled.
+#[test]
+fn an_upgrade_keeps_the_config_and_the_state_directory() {
+    let Some(_) = require(BOOT) else {
+        return;
+    };
+    let share = tempfile::tempdir().unwrap();
+    let old = build_deb(share.path(), Some("0.0.9-1"));
+    let new = build_deb(share.path(), None);
+    let root = rootfs();
+    let m = Machine::boot(&root, share.path());
+    let out = m.sh(&format!(
+        "dpkg -i /opt/np/{} 2>&1",
+        old.file_name().unwrap().to_string_lossy()
+    ));
+    assert_eq!(
+        m.sh("dpkg-query -W -f='${Version}' nodeproof"),
+        "0.0.9-1",
+        "{out}"
+    );
+    // The admin's edit and the agent's state.
+    m.sh("sed -i 's/^profile-resync-s = .*/profile-resync-s = 120/' /etc/nodeproof/config.toml");
+    m.sh("echo 'seen' > /var/lib/nodeproof/state && chown nodeproof:nodeproof /var/lib/nodeproof/state");
+    m.sh("install -D -m 644 /usr/share/nodeproof/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json");
+    start_and_check(&m);
+    let pid_before = show(&m, "nodeproof.service", "MainPID");
+
+    // Noninteractive as a fleet's tooling runs it: a conffile question would fail here.
+    let out = m.sh(&format!(
+        "DEBIAN_FRONTEND=noninteractive dpkg -i /opt/np/{} </dev/null 2>&1",
+        new.file_name().unwrap().to_string_lossy()
+    ));
+    assert_eq!(
+        m.sh("dpkg-query -W -f='${Version}' nodeproof"),
+        "0.1.0-1",
+        "{out}"
+    );
+    assert!(
+        m.sh("grep -c '^profile-resync-s = 120$' /etc/nodeproof/config.toml")
+            .trim()
+            == "1",
+        "the admin's config edit is gone after the upgrade: {out}"
+    );
+    assert_eq!(
+        m.sh("ls /etc/nodeproof/").trim(),
+        "config.toml",
+        "dpkg left a conffile copy beside the config: {out}"
+    );
+    assert_eq!(m.sh("cat /var/lib/nodeproof/state").trim(), "seen", "{out}");
+    assert_eq!(
+        m.sh("stat -c '%U %a' /var/lib/nodeproof /var/lib/nodeproof/state")
+            .trim(),
+        "nodeproof 750\nnodeproof 644",
+        "{out}"
+    );
+    assert_eq!(
+        m.sh("systemctl is-enabled nodeproof.service").trim(),
+        "enabled"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.sh("systemctl is-active nodeproof.service").trim() != "active" {
+        assert!(
+            Instant::now() < deadline,
+            "not active again after the upgrade: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid_after = show(&m, "nodeproof.service", "MainPID");
+    assert_ne!(
+        pid_before, pid_after,
+        "the agent was not restarted on the new package: {out}"
+    );
+}
+
+/// An admin who disabled the agent keeps it disabled across an upgrade
+/// (deb-systemd-helper's remembered state), and it is not started.
+#[test]
+fn an_upgrade_keeps_an_admins_disable() {
+    let Some(_) = require(BOOT) else {
+        return;
+    };
+    let share = tempfile::tempdir().unwrap();
+    let old = build_deb(share.path(), Some("0.0.9-1"));
+    let new = build_deb(share.path(), None);
+    let m = Machine::boot(&rootfs(), share.path());
+    m.sh(&format!(
+        "dpkg -i /opt/np/{} 2>&1",
+        old.file_name().unwrap().to_string_lossy()
+    ));
+    m.sh("systemctl disable nodeproof.service 2>&1");
+    let out = m.sh(&format!(
+        "dpkg -i /opt/np/{} </dev/null 2>&1",
+        new.file_name().unwrap().to_string_lossy()
+    ));
+    assert_eq!(
+        m.sh("dpkg-query -W -f='${Version}' nodeproof"),
+        "0.1.0-1",
+        "{out}"
+    );
+    assert_eq!(
+        m.sh("systemctl is-enabled nodeproof.service").trim(),
+        "disabled",
+        "{out}"
+    );
+    assert_eq!(
+        m.sh("systemctl is-active nodeproof.service").trim(),
+        "inactive",
+        "{out}"
+    );
 }
 
 #[test]
@@ -362,7 +555,7 @@ fn the_debian_package_installs_runs_and_goes_away() {
         return;
     };
     let share = tempfile::tempdir().unwrap();
-    let deb = build_deb(share.path());
+    let deb = build_deb(share.path(), None);
     eprintln!("package: {} bytes", std::fs::metadata(&deb).unwrap().len());
     let root = rootfs();
     let m = Machine::boot(&root, share.path());
@@ -382,6 +575,19 @@ fn the_debian_package_installs_runs_and_goes_away() {
         "enabled"
     );
     assert_eq!(m.sh("stat -c %U /var/lib/nodeproof").trim(), "nodeproof");
+    // The generated documentation, where the shells and man look for it.
+    for f in [
+        "/usr/share/man/man8/nodeproof.8.gz",
+        "/usr/share/man/man8/nodeproof-run.8.gz",
+        "/usr/share/bash-completion/completions/nodeproof",
+        "/usr/share/zsh/vendor-completions/_nodeproof",
+        "/usr/share/fish/vendor_completions.d/nodeproof.fish",
+    ] {
+        assert!(
+            m.sh(&format!("test -s {f}; echo $?")).starts_with('0'),
+            "no {f}"
+        );
+    }
     // The package's own default profile stands in for the kubelet's.
     m.sh("install -D -m 644 /usr/share/nodeproof/profiles/runtime-default-x86_64.json /var/lib/kubelet/seccomp/default.json");
 

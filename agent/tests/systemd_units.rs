@@ -145,3 +145,61 @@ fn sysusers_creates_the_user_tmpfiles_its_directories() {
     assert!(out.status.success() && stderr.is_empty(), "{stderr}");
     assert!(dir.path().join("var/lib/nodeproof").is_dir());
 }
+
+/// Every `Documentation=` under systemd/ is a page or file the package
+/// installs: `man:NAME(8)` one that `nodeproof gen-files` writes, `file:PATH`
+/// one of agent/Cargo.toml's deb assets; no web address (none is run for
+/// this project that a unit could promise).
+#[test]
+fn every_documentation_link_is_installed() {
+    let generated = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["gen-files", "--out"])
+        .arg(generated.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let mut units_files = vec![units().join("nodeproof.service")];
+    units_files.push(units().join("kubelet.service.d/10-nodeproof.conf"));
+    let mut links = 0;
+    for file in units_files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines() {
+            let Some(value) = line.strip_prefix("Documentation=") else {
+                continue;
+            };
+            for link in value.split_whitespace() {
+                links += 1;
+                if let Some(page) = link.strip_prefix("man:") {
+                    let (name, section) = page
+                        .strip_suffix(')')
+                        .and_then(|p| p.split_once('('))
+                        .unwrap_or_else(|| {
+                            panic!("{}: {link} is not man:NAME(SECTION)", file.display())
+                        });
+                    let path = generated.path().join(format!("man/{name}.{section}"));
+                    assert!(
+                        path.is_file(),
+                        "{}: {link} is not generated",
+                        file.display()
+                    );
+                } else if let Some(path) = link.strip_prefix("file:") {
+                    let (dir, name) = path.trim_start_matches('/').rsplit_once('/').unwrap();
+                    let asset = format!("\"{dir}/\"");
+                    assert!(
+                        manifest
+                            .lines()
+                            .any(|l| l.contains(&asset) && l.contains(name)),
+                        "{}: {link} is not a deb asset",
+                        file.display()
+                    );
+                } else {
+                    panic!("{}: {link} is neither man: nor file:", file.display());
+                }
+            }
+        }
+    }
+    assert!(links > 0, "no Documentation= found");
+}

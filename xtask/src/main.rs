@@ -61,6 +61,26 @@ const PACKAGES: &[(&str, &str)] = &[
         "packs that matrix's initramfs",
     ),
     (
+        "lintian",
+        "Debian's package checker on the package (agent/tests/systemd_nspawn.rs)",
+    ),
+    (
+        "zsh",
+        "zsh -n on the zsh completion (agent/tests/cli_docs.rs)",
+    ),
+    (
+        "fish",
+        "fish -n on the fish completion (agent/tests/cli_docs.rs)",
+    ),
+    (
+        "groff-base",
+        "groff: renders the man pages with every warning on (agent/tests/cli_docs.rs)",
+    ),
+    (
+        "man-db",
+        "man -l on nodeproof(8) (agent/tests/cli_docs.rs)",
+    ),
+    (
         "dpkg-dev",
         "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
     ),
@@ -104,6 +124,25 @@ const INSTALL: &[(&str, &str, u32)] = &[
 ];
 
 const BINARY_DEST: &str = "/usr/bin/nodeproof";
+
+/// What [`gen_files`] leaves in its directory (source relative to it,
+/// destination directory), installed beside [`INSTALL`]; agent/Cargo.toml's
+/// deb assets list the same.
+const GENERATED: &[(&str, &str)] = &[
+    (
+        "completions/nodeproof",
+        "/usr/share/bash-completion/completions/",
+    ),
+    (
+        "completions/_nodeproof",
+        "/usr/share/zsh/vendor-completions/",
+    ),
+    (
+        "completions/nodeproof.fish",
+        "/usr/share/fish/vendor_completions.d/",
+    ),
+    ("man/*.8.gz", "/usr/share/man/man8/"),
+];
 
 fn main() {
     if let Err(e) = run() {
@@ -170,7 +209,9 @@ fn run() -> Result<()> {
                 }
             };
             let dest = opts.destdir.clone().unwrap_or_else(|| PathBuf::from("/"));
-            let written = install(&root(), &bin, &dest)?;
+            let generated = root().join("target/release/assets");
+            gen_files(&bin, &generated)?;
+            let written = install(&root(), &bin, &generated, &dest)?;
             for w in &written {
                 eprintln!("installed {}", w.display());
             }
@@ -179,9 +220,28 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
+        "gen-files" => {
+            let opts = GenFilesArgs::parse(rest)?;
+            gen_files(&opts.bin, &opts.out)
+        }
         "deb" => {
+            // The completions and man pages the package ships come from the
+            // binary it ships: built first, asked, then packed by cargo-deb
+            // (whose own build is then a no-op).
+            cargo(&["build", "--release", "-p", "nodeproof"])?;
+            gen_files(
+                &root().join("target/release/nodeproof"),
+                &root().join("target/release/assets"),
+            )?;
             let mut deb = cargo_deb()?;
-            deb.args(["-p", "nodeproof"]).args(rest);
+            deb.args(["-p", "nodeproof"]);
+            // The Debian convention (dch, dh_make): whoever builds the
+            // package names themselves; agent/Cargo.toml's is a placeholder.
+            if let Ok(email) = std::env::var("DEBEMAIL") {
+                let name = std::env::var("DEBFULLNAME").unwrap_or_else(|_| "nodeproof".into());
+                deb.arg("--maintainer").arg(format!("{name} <{email}>"));
+            }
+            deb.args(rest);
             eprintln!("+ {deb:?}");
             let status = deb
                 .current_dir(root())
@@ -250,7 +310,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runtimes (default 2000 profiles per oracle, a new seed; NP_CAMPAIGN_ORACLE=runc-1.1.5,runc-1.1.15,crun-1.8,crun-1.21 picks them)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles\n  deb     the same files as a Debian package (cargo-deb)"
+                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runtimes (default 2000 profiles per oracle, a new seed; NP_CAMPAIGN_ORACLE=runc-1.1.5,runc-1.1.15,crun-1.8,crun-1.21 picks them)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles, completions, man pages\n  gen-files --bin PATH --out DIR  that binary's completions and gzipped man pages into DIR\n  deb     the same files as a Debian package (cargo-deb)"
             );
             if cmd == "help" {
                 Ok(())
@@ -290,13 +350,113 @@ impl InstallArgs {
     }
 }
 
-/// Copies the files of [`INSTALL`] and the binary under `destdir`. An
-/// existing /etc/nodeproof/config.toml is the admin's: kept, the example
-/// goes beside it as config.toml.example.
-fn install(repo: &Path, bin: &Path, destdir: &Path) -> Result<Vec<PathBuf>> {
+/// `BIN gen-files --out DIR`: completions and man pages from the binary's
+/// own clap definitions (agent/src/cli/docs.rs), fresh in DIR; then the man
+/// pages gzipped with `gzip -9n` (no name or time stamp, as dh_compress
+/// does; Debian policy 12.1). Done here rather than by cargo-deb, which
+/// compresses only assets outside the target directory.
+fn gen_files(bin: &Path, out: &Path) -> Result<()> {
+    if out.exists() {
+        std::fs::remove_dir_all(out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    let status = Command::new(bin)
+        .args(["gen-files", "--out"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !status.success() {
+        bail!("{} gen-files failed ({status})", bin.display());
+    }
+    let man = out.join("man");
+    for entry in std::fs::read_dir(&man).with_context(|| format!("reading {}", man.display()))? {
+        let page = entry?.path();
+        let status = Command::new("gzip")
+            .arg("-9nf")
+            .arg(&page)
+            .status()
+            .with_context(|| format!("running gzip on {}", page.display()))?;
+        if !status.success() {
+            bail!("gzip {} failed ({status})", page.display());
+        }
+    }
+    Ok(())
+}
+
+struct GenFilesArgs {
+    bin: PathBuf,
+    out: PathBuf,
+}
+
+impl GenFilesArgs {
+    fn parse(args: &[String]) -> Result<Self> {
+        let (mut bin, mut out) = (None, None);
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let value = it.next().map(PathBuf::from);
+            match a.as_str() {
+                "--bin" => bin = value,
+                "--out" => out = value,
+                other => bail!("unknown gen-files argument {other:?} (--bin PATH --out DIR)"),
+            }
+        }
+        Ok(GenFilesArgs {
+            bin: bin.context("gen-files needs --bin PATH")?,
+            out: out.context("gen-files needs --out DIR")?,
+        })
+    }
+}
+
+/// The files of [`GENERATED`] found in `generated`: (source, destination).
+fn generated_files(generated: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let mut files = Vec::new();
+    for (src, dest_dir) in GENERATED {
+        let (dir, name) = src
+            .rsplit_once('/')
+            .context("GENERATED source without a directory")?;
+        let dir = generated.join(dir);
+        let matches: Vec<PathBuf> = match name.strip_prefix('*') {
+            Some(suffix) => {
+                let mut m: Vec<PathBuf> = std::fs::read_dir(&dir)
+                    .with_context(|| format!("reading {}", dir.display()))?
+                    .map(|e| e.map(|e| e.path()))
+                    .collect::<std::io::Result<_>>()?;
+                m.retain(|p| p.to_string_lossy().ends_with(suffix));
+                m.sort();
+                m
+            }
+            None => vec![dir.join(name)],
+        };
+        if matches.is_empty() {
+            bail!("no {src} under {}", generated.display());
+        }
+        for path in matches {
+            let file = path.file_name().context("generated file without a name")?;
+            let dest = format!("{dest_dir}{}", file.to_string_lossy());
+            files.push((path, dest));
+        }
+    }
+    Ok(files)
+}
+
+/// Copies the files of [`INSTALL`], those of [`GENERATED`] from `generated`
+/// and the binary under `destdir`. An existing
+/// /etc/nodeproof/config.toml is the admin's: kept, the example goes beside
+/// it as config.toml.example.
+fn install(repo: &Path, bin: &Path, generated: &Path, destdir: &Path) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::PermissionsExt;
-    let mut files: Vec<(PathBuf, &str, u32)> = vec![(bin.to_path_buf(), BINARY_DEST, 0o755)];
-    files.extend(INSTALL.iter().map(|(s, d, m)| (repo.join(s), *d, *m)));
+    let mut files: Vec<(PathBuf, String, u32)> =
+        vec![(bin.to_path_buf(), BINARY_DEST.to_owned(), 0o755)];
+    files.extend(
+        INSTALL
+            .iter()
+            .map(|(s, d, m)| (repo.join(s), (*d).to_owned(), *m)),
+    );
+    files.extend(
+        generated_files(generated)?
+            .into_iter()
+            .map(|(s, d)| (s, d, 0o644)),
+    );
     let mut written = Vec::new();
     for (src, dest, mode) in files {
         let mut target = destdir.join(dest.trim_start_matches('/'));
@@ -575,10 +735,34 @@ mod tests {
         let dest = std::env::temp_dir().join(format!("xtask-install-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dest);
         let bin = root().join("Cargo.toml"); // any file stands in for the binary
-        let written = install(&root(), &bin, &dest).unwrap();
-        assert_eq!(written.len(), INSTALL.len() + 1);
+                                             // gen_files' tree, with stand-ins of its files.
+        let generated = dest.with_extension("generated");
+        let _ = std::fs::remove_dir_all(&generated);
+        for f in [
+            "completions/nodeproof",
+            "completions/_nodeproof",
+            "completions/nodeproof.fish",
+            "man/nodeproof.8.gz",
+            "man/nodeproof-check.8.gz",
+        ] {
+            let path = generated.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, format!(".TH {f}\n")).unwrap();
+        }
+        let written = install(&root(), &bin, &generated, &dest).unwrap();
+        assert_eq!(written.len(), INSTALL.len() + 1 + 5);
         for (_, d, _) in INSTALL {
             assert!(dest.join(d.trim_start_matches('/')).is_file(), "{d}");
+        }
+        for f in [
+            "usr/share/bash-completion/completions/nodeproof",
+            "usr/share/zsh/vendor-completions/_nodeproof",
+            "usr/share/fish/vendor_completions.d/nodeproof.fish",
+        ] {
+            assert!(dest.join(f).is_file(), "{f}");
+        }
+        for page in ["nodeproof.8.gz", "nodeproof-check.8.gz"] {
+            assert!(dest.join("usr/share/man/man8").join(page).is_file());
         }
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dest.join("usr/bin/nodeproof"))
@@ -587,12 +771,13 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o755);
         std::fs::write(dest.join("etc/nodeproof/config.toml"), "# mine\n").unwrap();
-        install(&root(), &bin, &dest).unwrap();
+        install(&root(), &bin, &generated, &dest).unwrap();
         assert_eq!(
             std::fs::read_to_string(dest.join("etc/nodeproof/config.toml")).unwrap(),
             "# mine\n"
         );
         assert!(dest.join("etc/nodeproof/config.toml.example").is_file());
         std::fs::remove_dir_all(&dest).unwrap();
+        std::fs::remove_dir_all(&generated).unwrap();
     }
 }

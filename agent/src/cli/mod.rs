@@ -6,6 +6,7 @@ mod advise;
 mod check;
 mod cluster;
 mod daemon;
+mod docs;
 mod gate;
 mod gpu;
 mod logging;
@@ -124,6 +125,19 @@ pub(crate) enum Command {
     /// Cluster mode: remove configured scheduling gates from pods once a node that
     /// could host them reports the conditions each gate waits for ([gate] config).
     GateController(gate::GateArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell)
+    /// on stdout; the package installs bash's, zsh's and fish's.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The packaging step: completions and man pages into DIR (`cargo xtask install|deb`).
+    #[command(hide = true)]
+    GenFiles {
+        /// Written as DIR/completions/* and DIR/man/*.8.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// `-o text|json`, the same on every command that prints.
@@ -210,6 +224,21 @@ fn parse_arch(s: &str) -> Result<Arch, String> {
 }
 
 pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
+    // Generated from the definitions alone: no config is read, so a broken
+    // /etc/nodeproof/config.toml does not break completion or packaging.
+    match &cli.command {
+        Command::Completions { shell } => {
+            docs::completions(*shell, &mut std::io::stdout());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::GenFiles { out } => {
+            for path in docs::gen_files(out)? {
+                println!("{}", path.display());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let config = Config::load(cli.config.as_deref())?;
     let root = seccomp_root(cli.seccomp_root.as_deref(), &config);
     match cli.command {
@@ -245,6 +274,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         } => pods::pods(&root, &config, once, kubeconfig, node_name, out.output),
         Command::Cluster { command } => cluster::run(command),
         Command::GateController(args) => gate::gate_controller(&config, args),
+        Command::Completions { .. } | Command::GenFiles { .. } => unreachable!("handled above"),
     }
 }
 

@@ -1,0 +1,237 @@
+//! deploy/daemonset.yaml parsed back with k8s-openapi's types (as kubectl
+//! would send it) and held to what the agent needs and no more: host PID,
+//! no privileged container, exactly the capabilities nodeproof.service
+//! grants (everything else dropped), every host path read-only, the
+//! ServiceAccount deploy/rbac-agent.yaml binds, and a ConfigMap the agent's
+//! own parser accepts, whose seccomp root is the one mounted.
+
+use std::path::Path;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, ServiceAccount};
+use serde_json::Value;
+
+use nodeproof::config::Config;
+
+fn manifest(name: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_multiple(&text).expect("YAML")
+}
+
+fn one<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str) -> T {
+    let mut of_kind = docs.iter().filter(|d| d["kind"] == kind);
+    let doc = of_kind.next().unwrap_or_else(|| panic!("no {kind}"));
+    assert!(of_kind.next().is_none(), "more than one {kind}");
+    serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{kind}: {e}"))
+}
+
+struct Deployed {
+    daemonset: DaemonSet,
+    config: ConfigMap,
+}
+
+fn deployed() -> Deployed {
+    let docs = manifest("daemonset.yaml");
+    Deployed {
+        daemonset: one(&docs, "DaemonSet"),
+        config: one(&docs, "ConfigMap"),
+    }
+}
+
+fn pod(d: &Deployed) -> &PodSpec {
+    d.daemonset
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+fn agent(d: &Deployed) -> &Container {
+    let pod = pod(d);
+    assert_eq!(pod.containers.len(), 1, "one container: the agent");
+    assert!(pod.init_containers.is_none(), "no init container");
+    &pod.containers[0]
+}
+
+/// The capabilities nodeproof.service gives the agent (`AmbientCapabilities=`),
+/// as Kubernetes names them (no `CAP_`).
+fn unit_capabilities() -> Vec<String> {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/nodeproof.service"),
+    )
+    .unwrap();
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .expect("AmbientCapabilities= in nodeproof.service");
+    let mut caps: Vec<String> = line
+        .split_whitespace()
+        .map(|c| c.strip_prefix("CAP_").unwrap().to_owned())
+        .collect();
+    caps.sort();
+    caps
+}
+
+#[test]
+fn the_agent_has_host_pid_and_exactly_the_units_capabilities_without_privilege() {
+    let d = deployed();
+    assert_eq!(pod(&d).host_pid, Some(true));
+    for unneeded in [pod(&d).host_network, pod(&d).host_ipc] {
+        assert_ne!(unneeded, Some(true));
+    }
+    let sc = agent(&d)
+        .security_context
+        .as_ref()
+        .expect("a securityContext");
+    assert_ne!(sc.privileged, Some(true), "privileged: true");
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    let caps = sc.capabilities.as_ref().expect("capabilities listed");
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    let mut added = caps.add.clone().expect("capabilities added");
+    added.sort();
+    assert_eq!(added, unit_capabilities());
+    let seccomp = sc.seccomp_profile.as_ref().expect("a seccomp profile");
+    assert_ne!(seccomp.type_, "Unconfined");
+    if let Some(psc) = &pod(&d).security_context {
+        assert!(psc
+            .seccomp_profile
+            .as_ref()
+            .is_none_or(|p| p.type_ != "Unconfined"));
+    }
+}
+
+#[test]
+fn every_host_path_is_mounted_read_only() {
+    let d = deployed();
+    let volumes = pod(&d).volumes.as_ref().unwrap();
+    let mounts = agent(&d).volume_mounts.as_ref().unwrap();
+    let mut host_paths = 0;
+    for v in volumes {
+        let Some(hp) = &v.host_path else { continue };
+        host_paths += 1;
+        assert!(
+            !["/", "/proc", "/sys", "/var/lib/kubelet", "/etc"].contains(&hp.path.as_str()),
+            "{} mounts the whole of {}",
+            v.name,
+            hp.path
+        );
+        let m: Vec<_> = mounts.iter().filter(|m| m.name == v.name).collect();
+        assert!(!m.is_empty(), "host path {} is not mounted", v.name);
+        for m in m {
+            assert_eq!(
+                m.read_only,
+                Some(true),
+                "{} is mounted writable",
+                m.mount_path
+            );
+        }
+    }
+    assert!(host_paths > 0);
+    for m in mounts {
+        assert!(
+            volumes.iter().any(|v| v.name == m.name),
+            "mount {} has no volume",
+            m.name
+        );
+    }
+}
+
+#[test]
+fn it_runs_as_rbac_agents_serviceaccount_with_its_node_name() {
+    let d = deployed();
+    let rbac = manifest("rbac-agent.yaml");
+    let sa: ServiceAccount = one(&rbac, "ServiceAccount");
+    assert_eq!(
+        pod(&d).service_account_name,
+        sa.metadata.name,
+        "not rbac-agent.yaml's ServiceAccount"
+    );
+    assert_eq!(d.daemonset.metadata.namespace, sa.metadata.namespace);
+    assert_ne!(pod(&d).automount_service_account_token, Some(false));
+    let env = agent(&d).env.as_ref().unwrap();
+    let node_name = env
+        .iter()
+        .find(|e| e.name == "NODE_NAME")
+        .expect("NODE_NAME");
+    let field = node_name
+        .value_from
+        .as_ref()
+        .and_then(|v| v.field_ref.as_ref())
+        .expect("NODE_NAME from the downward API");
+    assert_eq!(field.field_path, "spec.nodeName");
+}
+
+#[test]
+fn the_config_map_is_a_config_the_agent_accepts_and_its_root_is_mounted() {
+    let d = deployed();
+    let text = d
+        .config
+        .data
+        .as_ref()
+        .and_then(|data| data.get("config.toml"))
+        .expect("config.toml in the ConfigMap");
+    let config =
+        Config::parse(text, Path::new("config.toml")).expect("the agent's parser accepts it");
+    assert!(
+        !config.daemon.listen.ip().is_loopback(),
+        "the probes reach the pod's address, not its loopback"
+    );
+    let c = agent(&d);
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    let config_mount = mounts
+        .iter()
+        .find(|m| {
+            pod(&d).volumes.as_ref().unwrap().iter().any(|v| {
+                v.name == m.name
+                    && v.config_map.as_ref().map(|cm| cm.name.as_str())
+                        == d.config.metadata.name.as_deref()
+            })
+        })
+        .expect("the ConfigMap is mounted");
+    assert_eq!(
+        c.args.as_deref().unwrap(),
+        [
+            "run".to_owned(),
+            "--config".to_owned(),
+            format!("{}/config.toml", config_mount.mount_path)
+        ]
+    );
+    let root = config.seccomp.root.to_str().unwrap();
+    let seccomp_mount = mounts
+        .iter()
+        .find(|m| m.mount_path == root)
+        .unwrap_or_else(|| panic!("the seccomp root {root} is not mounted"));
+    let volume = pod(&d)
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == seccomp_mount.name)
+        .unwrap();
+    assert_eq!(
+        volume.host_path.as_ref().map(|h| h.path.as_str()),
+        Some("/var/lib/kubelet/seccomp"),
+        "the host's kubelet seccomp root"
+    );
+    // The probes are the agent's endpoints on the configured port.
+    let port = config.daemon.listen.port();
+    let ports = c.ports.as_ref().unwrap();
+    assert!(ports.iter().any(|p| p.container_port == i32::from(port)));
+    for (probe, path) in [
+        (&c.liveness_probe, "/healthz"),
+        (&c.readiness_probe, "/readyz"),
+    ] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("an HTTP probe");
+        assert_eq!(get.path.as_deref(), Some(path));
+    }
+}

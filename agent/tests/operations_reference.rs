@@ -1,0 +1,294 @@
+//! The reference section of docs/operations.md, generated from the code's
+//! own vocabulary: the condition types and statuses (`nodeproof-findings`),
+//! the reasons of the typed checks, the check and subsystem names, the pod
+//! Event reasons, the tracing strategies, and the metric families as the
+//! agent's `/metrics` renders them. The test fails when the file and the
+//! code drift; the fix is to re-run the generator:
+//!
+//! ```sh
+//! NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference
+//! ```
+//!
+//! Enums that have no `ALL` list are listed here behind an exhaustive
+//! `match`, so a new variant stops this file from compiling until it is
+//! listed.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use nodeproof::checks::profiles::Reason as ProfileReason;
+use nodeproof::checks::Subsystem;
+use nodeproof::daemon::metrics;
+use nodeproof::daemon::state::Shared;
+use nodeproof::pods::verdict::Reason as PodReason;
+use nodeproof_findings::{Check, ConditionStatus, ConditionType};
+use nodeproof_trace::{FailureReason, Strategy};
+
+const BEGIN: &str = "<!-- BEGIN GENERATED REFERENCE: NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference -->";
+const END: &str = "<!-- END GENERATED REFERENCE -->";
+
+fn doc() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md")
+}
+
+fn profile_reasons() -> Vec<ProfileReason> {
+    use ProfileReason::*;
+    let all = vec![
+        NoProfiles,
+        ProfilesValid,
+        ProfileRejected,
+        ProfileStartFails,
+        ProfileUnreadable,
+        ProfileInvalid,
+        ProfileOk,
+    ];
+    for r in &all {
+        match r {
+            NoProfiles | ProfilesValid | ProfileRejected | ProfileStartFails
+            | ProfileUnreadable | ProfileInvalid | ProfileOk => {}
+        }
+    }
+    all
+}
+
+fn pod_reasons() -> Vec<PodReason> {
+    use PodReason::*;
+    let all = vec![
+        ProfileMissing,
+        ProfileInvalid,
+        RuntimeClassMismatch,
+        RuntimeClassNotReady,
+    ];
+    for r in &all {
+        match r {
+            ProfileMissing | ProfileInvalid | RuntimeClassMismatch | RuntimeClassNotReady => {}
+        }
+    }
+    all
+}
+
+fn tracing_failures() -> Vec<FailureReason> {
+    use FailureReason::*;
+    let all = vec![
+        BpfPermissionDenied,
+        KernelUnsupported,
+        ProgramsNotBuilt,
+        LoadFailed,
+    ];
+    for r in &all {
+        match r {
+            BpfPermissionDenied | KernelUnsupported | ProgramsNotBuilt | LoadFailed => {}
+        }
+    }
+    all
+}
+
+fn checks() -> Vec<Check> {
+    use Check::*;
+    let all = vec![
+        SeccompProfile,
+        SeccompTracing,
+        GpuDriver,
+        GpuHealth,
+        KubeletAccess,
+        StaticPodProfile,
+        PodProfile,
+        RuntimeClassContract,
+    ];
+    for c in &all {
+        match c {
+            SeccompProfile | SeccompTracing | GpuDriver | GpuHealth | KubeletAccess
+            | StaticPodProfile | PodProfile | RuntimeClassContract => {}
+        }
+    }
+    all
+}
+
+fn code(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    items
+        .into_iter()
+        .map(|s| format!("`{}`", s.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `(name, type, help)` of every family `/metrics` renders for a fresh
+/// agent, from the OpenMetrics text itself.
+fn metric_families() -> Vec<(String, String, String)> {
+    let text = metrics::render(&metrics::registry(Arc::new(Shared::default()))).unwrap();
+    let mut families: Vec<(String, String, String)> = Vec::new();
+    for line in text.lines() {
+        let (field, rest) = if let Some(rest) = line.strip_prefix("# TYPE ") {
+            (1, rest)
+        } else if let Some(rest) = line.strip_prefix("# HELP ") {
+            (2, rest)
+        } else {
+            continue;
+        };
+        let (name, value) = rest.split_once(' ').unwrap();
+        let i = match families.iter().position(|f| f.0 == name) {
+            Some(i) => i,
+            None => {
+                families.push((name.to_owned(), String::new(), String::new()));
+                families.len() - 1
+            }
+        };
+        let f = &mut families[i];
+        if field == 1 {
+            f.1 = value.to_owned();
+        } else {
+            f.2 = value.to_owned();
+        }
+    }
+    families
+}
+
+fn generate() -> String {
+    let mut s = String::new();
+    s.push_str(BEGIN);
+    s.push_str("\n\n### Node conditions\n\n");
+    s.push_str("Written to `status.conditions` of this node's Node, and nowhere else; every one is positive (`True` = good).\n");
+    let _ = writeln!(
+        s,
+        "Statuses: {}.\n",
+        code(
+            [
+                ConditionStatus::True,
+                ConditionStatus::False,
+                ConditionStatus::Unknown
+            ]
+            .map(ConditionStatus::as_str)
+        )
+    );
+    s.push_str("| condition | reasons (from the code's enums) |\n| --- | --- |\n");
+    for t in ConditionType::ALL {
+        let reasons = match t {
+            ConditionType::SeccompProfilesReady => format!(
+                "files: {}; pods' references: {}",
+                code(profile_reasons().into_iter().map(ProfileReason::as_str)),
+                code(pod_reasons().into_iter().map(PodReason::as_str))
+            ),
+            ConditionType::SeccompTracingReady => format!(
+                "`StrategyLoaded` (True); False: {}",
+                code(tracing_failures().into_iter().map(FailureReason::as_str))
+            ),
+            // Not typed in nodeproof-gpu yet (strings in its policy); see "GPU reasons" below.
+            ConditionType::GPUDriverReady | ConditionType::GPUHealthy => {
+                "not an enum in the code yet: see [GPU reasons](#gpu-reasons)".to_owned()
+            }
+        };
+        let _ = writeln!(s, "| `{t}` | {reasons} |");
+    }
+    s.push_str("\n### Pod Events\n\n");
+    s.push_str("Warning Events on a pod whose seccomp reference is unusable here:\n\n");
+    s.push_str("| condition reason | Event reason |\n| --- | --- |\n");
+    for r in pod_reasons() {
+        let _ = writeln!(s, "| `{}` | `{}` |", r.as_str(), r.event_reason());
+    }
+    s.push_str("\n### Checks and subsystems\n\n");
+    let _ = writeln!(
+        s,
+        "Findings' `CHECK` column (`nodeproof check`, `-o json` `check`): {}.\n",
+        code(checks().into_iter().map(Check::as_str))
+    );
+    let _ = writeln!(
+        s,
+        "Subsystems (`/healthz/<name>`, `STATUS=`, journald `NODEPROOF_CHECK=`): {}.\n",
+        code(Subsystem::ALL.map(Subsystem::as_str))
+    );
+    let _ = writeln!(
+        s,
+        "Tracing strategies, in the order they are tried (`--strategy`, `nodeproof_seccomp_tracing_strategy{{strategy}}`): {}.",
+        code(Strategy::ALL.map(Strategy::as_str))
+    );
+    s.push_str("\n### Metrics\n\n");
+    s.push_str("The families `/metrics` serves (OpenMetrics; counters' samples end in `_total`), as a fresh agent renders them \
+                (a family whose source has not run, such as the pods watcher's without API credentials, is absent here; \
+                docs/pods.md, docs/daemon.md):\n\n");
+    s.push_str("| family | type | help |\n| --- | --- | --- |\n");
+    for (name, kind, help) in metric_families() {
+        let _ = writeln!(s, "| `{name}` | {kind} | {help} |");
+    }
+    s.push('\n');
+    s.push_str(END);
+    s
+}
+
+#[test]
+fn the_reference_in_operations_md_is_the_codes() {
+    let path = doc();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text
+        .find(BEGIN)
+        .expect("the BEGIN marker in docs/operations.md");
+    let end = text
+        .find(END)
+        .expect("the END marker in docs/operations.md")
+        + END.len();
+    let generated = generate();
+    if std::env::var_os("NODEPROOF_BLESS").is_some() {
+        let mut out = String::from(&text[..start]);
+        out.push_str(&generated);
+        out.push_str(&text[end..]);
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    assert!(
+        text[start..end] == generated,
+        "docs/operations.md's reference differs from the code: re-run \
+         NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference\n\
+         --- generated:\n{generated}"
+    );
+}
+
+#[test]
+fn the_reference_names_every_condition_type_and_metric() {
+    let generated = generate();
+    for t in ConditionType::ALL {
+        assert!(generated.contains(&format!("`{t}`")), "{t}");
+    }
+    let families = metric_families();
+    assert!(
+        families.iter().any(|f| f.0 == "nodeproof_condition"),
+        "{families:?}"
+    );
+    for (name, kind, help) in &families {
+        assert!(
+            !kind.is_empty() && !help.is_empty(),
+            "{name}: no TYPE or HELP"
+        );
+    }
+}
+
+/// The troubleshooting table quotes runc: every message in its first column
+/// is what runc 1.1.5 printed in the learned runs (docs/data), word for word.
+#[test]
+fn the_troubleshooting_table_quotes_runcs_real_messages() {
+    let text = std::fs::read_to_string(doc()).unwrap();
+    let learned = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/data/learn-runc-init-1.1.5.txt"),
+    )
+    .unwrap();
+    let section = text
+        .split("## Troubleshooting")
+        .nth(1)
+        .expect("a Troubleshooting section");
+    let mut quoted = 0;
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let message = row.split('`').nth(1).unwrap();
+        // The table of nodeproof's own symptoms quotes its conditions, not runc.
+        if message.starts_with("SeccompTracingReady") {
+            continue;
+        }
+        quoted += 1;
+        assert!(
+            learned.contains(message),
+            "{message:?} is not a message runc printed in docs/data/learn-runc-init-1.1.5.txt"
+        );
+    }
+    assert!(
+        quoted >= 10,
+        "only {quoted} runc messages found in the table"
+    );
+}
