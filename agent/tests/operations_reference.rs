@@ -91,6 +91,7 @@ fn checks() -> Vec<Check> {
         SeccompTracing,
         GpuDriver,
         GpuHealth,
+        GpuAdvertised,
         KubeletAccess,
         StaticPodProfile,
         PodProfile,
@@ -98,8 +99,8 @@ fn checks() -> Vec<Check> {
     ];
     for c in &all {
         match c {
-            SeccompProfile | SeccompTracing | GpuDriver | GpuHealth | KubeletAccess
-            | StaticPodProfile | PodProfile | RuntimeClassContract => {}
+            SeccompProfile | SeccompTracing | GpuDriver | GpuHealth | GpuAdvertised
+            | KubeletAccess | StaticPodProfile | PodProfile | RuntimeClassContract => {}
         }
     }
     all
