@@ -313,8 +313,23 @@ pub struct GuestRun {
 /// Boots `kernel` with `initrd` under TCG; kills qemu after `timeout`.
 pub fn boot(kernel: &Path, initrd: &Path, timeout: Duration) -> Result<GuestRun, VmError> {
     let started = Instant::now();
+    // thread=single: one host thread runs both vCPUs in turn. With
+    // multi-threaded TCG a 6.12 guest oopsed once with "int3" in __schedule
+    // right after the tracer detached: the kernel flips a tracepoint's static
+    // key with text_poke_bp (an int3 first, then the new bytes), and the idle
+    // vCPU, running __schedule all the time, executed the int3 after the poke
+    // had ended. Run in turn, every vCPU sees a patch before it runs again.
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2"])
+        .args([
+            "-accel",
+            "tcg,thread=single",
+            "-cpu",
+            "max",
+            "-m",
+            "1024",
+            "-smp",
+            "2",
+        ])
         .arg("-kernel")
         .arg(kernel)
         .arg("-initrd")
