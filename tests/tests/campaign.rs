@@ -2,7 +2,8 @@
 //! a bounded count per run with a seed that changes with each commit (HEAD's
 //! id; the clock outside a checkout) and is printed.
 //! `NP_CAMPAIGN_ORACLE` names the oracles, comma-separated (`runc-1.1.5`,
-//! `runc-1.1.15`, `crun-1.8`, `crun-1.21`; default `runc-1.1.5,crun-1.21`,
+//! `runc-1.1.15`, `crun-1.8`, `crun-1.21`, and `containerd`: through its CRI
+//! API with runc 1.1.5; default `runc-1.1.5,crun-1.21`,
 //! about two minutes in all), `NP_CAMPAIGN_SEED` replays a run,
 //! `NP_CAMPAIGN_CASES` sizes it (default 30 profiles × 2 modes per oracle),
 //! `NP_CAMPAIGN_RERUNS` bounds the re-runs that tell an intermittent failure
@@ -11,22 +12,51 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nodeproof_e2e::campaign::{self, Judgement};
+use nodeproof_e2e::cri::{self, ContainerdOracle};
 use nodeproof_e2e::oracle::SeccompOracle;
 use nodeproof_e2e::runtimes::RuntimeBuild;
 use nodeproof_e2e::splice::{self, SpliceOracle};
 use nodeproof_testkit::require;
 
-/// The oracles CI runs the campaign against when `NP_CAMPAIGN_ORACLE` is unset.
-const DEFAULT_ORACLES: &[RuntimeBuild] = &[RuntimeBuild::Runc1_1_5, RuntimeBuild::Crun1_21];
+/// One oracle of the campaign: a runtime build through the splice oracle,
+/// or containerd through its CRI API (with this machine's runc 1.1.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Splice(RuntimeBuild),
+    Containerd,
+}
 
-fn oracles() -> Vec<RuntimeBuild> {
+impl Choice {
+    fn parse(name: &str) -> Option<Choice> {
+        match name {
+            "containerd" => Some(Choice::Containerd),
+            _ => RuntimeBuild::parse(name).map(Choice::Splice),
+        }
+    }
+
+    /// The runtime build nodeproof's prediction is made for.
+    fn modelled(self) -> RuntimeBuild {
+        match self {
+            Choice::Splice(build) => build,
+            Choice::Containerd => RuntimeBuild::Runc1_1_5,
+        }
+    }
+}
+
+/// The oracles CI runs the campaign against when `NP_CAMPAIGN_ORACLE` is unset.
+const DEFAULT_ORACLES: &[Choice] = &[
+    Choice::Splice(RuntimeBuild::Runc1_1_5),
+    Choice::Splice(RuntimeBuild::Crun1_21),
+];
+
+fn oracles() -> Vec<Choice> {
     match std::env::var("NP_CAMPAIGN_ORACLE") {
         Ok(list) => list
             .split(',')
             .map(|name| {
-                RuntimeBuild::parse(name.trim()).unwrap_or_else(|| {
+                Choice::parse(name.trim()).unwrap_or_else(|| {
                     panic!(
-                        "NP_CAMPAIGN_ORACLE={list}: {name:?} is not one of {:?}",
+                        "NP_CAMPAIGN_ORACLE={list}: {name:?} is not `containerd` or one of {:?}",
                         RuntimeBuild::ALL.map(RuntimeBuild::name)
                     )
                 })
@@ -66,8 +96,14 @@ fn default_seed() -> u64 {
 
 #[test]
 fn campaign_agrees_with_real_runtimes() {
-    let builds = oracles();
-    let needs: Vec<_> = builds.iter().flat_map(|b| splice::needs(*b)).collect();
+    let choices = oracles();
+    let needs: Vec<_> = choices
+        .iter()
+        .flat_map(|c| match c {
+            Choice::Splice(build) => splice::needs(*build),
+            Choice::Containerd => cri::ORACLE.to_vec(),
+        })
+        .collect();
     let Some(_) = require(&needs) else {
         return;
     };
@@ -75,12 +111,35 @@ fn campaign_agrees_with_real_runtimes() {
     let n = env_or("NP_CAMPAIGN_CASES", 30) as usize;
     let reruns = env_or("NP_CAMPAIGN_RERUNS", 20) as usize;
     let mut failures = Vec::new();
-    for build in builds {
-        // A start takes well under a second; hangs (KILL_THREAD, close answered 0) need not wait 20.
-        let oracle = SpliceOracle::new(splice::default_oracle_dir(), build)
-            .expect("oracle")
-            .with_timeout(5);
-        failures.extend(campaign_against(&oracle, build, seed, n, reruns));
+    for choice in choices {
+        let build = choice.modelled();
+        match choice {
+            Choice::Splice(build) => {
+                // A start takes well under a second; hangs (KILL_THREAD, close answered 0) need not wait 20.
+                let oracle = SpliceOracle::new(splice::default_oracle_dir(), build)
+                    .expect("oracle")
+                    .with_timeout(5);
+                failures.extend(campaign_against(
+                    &oracle,
+                    build,
+                    build.name(),
+                    seed,
+                    n,
+                    reruns,
+                ));
+            }
+            Choice::Containerd => {
+                let oracle = ContainerdOracle::shared().expect("containerd oracle");
+                failures.extend(campaign_against(
+                    oracle.as_ref(),
+                    build,
+                    "containerd",
+                    seed,
+                    n,
+                    reruns,
+                ));
+            }
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
@@ -89,13 +148,14 @@ fn campaign_agrees_with_real_runtimes() {
 fn campaign_against(
     oracle: &dyn SeccompOracle,
     build: RuntimeBuild,
+    replay: &str,
     seed: u64,
     n: usize,
     reruns: usize,
 ) -> Option<String> {
     let started = std::time::Instant::now();
     let modelled = build.modelled();
-    eprintln!("campaign {build}: seed {seed}, {n} profiles × 2 modes (replay: NP_CAMPAIGN_ORACLE={build} NP_CAMPAIGN_SEED={seed} NP_CAMPAIGN_CASES={n})");
+    eprintln!("campaign {}: seed {seed}, {n} profiles × 2 modes (replay: NP_CAMPAIGN_ORACLE={replay} NP_CAMPAIGN_SEED={seed} NP_CAMPAIGN_CASES={n})", oracle.name());
     let jobs: Vec<(usize, bool)> = (0..n).flat_map(|i| [(i, true), (i, false)]).collect();
     let cases = campaign::cases(seed, n, modelled);
     let results = std::sync::Mutex::new(Vec::new());
@@ -136,14 +196,21 @@ fn campaign_against(
         })
         .collect();
     for m in &known {
-        eprintln!("campaign {build}: known gap (docs/runc-init-syscalls.md): {m}");
+        eprintln!(
+            "campaign {}: known gap (docs/runc-init-syscalls.md): {m}",
+            oracle.name()
+        );
     }
     for m in &no_verdict {
-        eprintln!("campaign {build}: the runtime gave no verdict: {m}");
+        eprintln!(
+            "campaign {}: the runtime gave no verdict: {m}",
+            oracle.name()
+        );
     }
     let judged = results.len() - intermittent.len() - not_seen - no_verdict.len();
     eprintln!(
-        "campaign {build}: seed {seed}: {} runs in {:.1} s, {agree} agree, {} intermittent ({intermittent:?}), {not_seen} predicted intermittent but never failed, {} on known gaps, {} without a verdict, {} disagree: {:.2} % of the non-intermittent agree",
+        "campaign {}: seed {seed}: {} runs in {:.1} s, {agree} agree, {} intermittent ({intermittent:?}), {not_seen} predicted intermittent but never failed, {} on known gaps, {} without a verdict, {} disagree: {:.2} % of the non-intermittent agree",
+        oracle.name(),
         results.len(),
         started.elapsed().as_secs_f64(),
         intermittent.len(),
@@ -154,7 +221,8 @@ fn campaign_against(
     );
     (!disagree.is_empty()).then(|| {
         format!(
-            "{build}, seed {seed}: {} of {} differ (replay with NP_CAMPAIGN_ORACLE={build} NP_CAMPAIGN_SEED={seed} NP_CAMPAIGN_CASES={n}):\n{}",
+            "{}, seed {seed}: {} of {} differ (replay with NP_CAMPAIGN_ORACLE={replay} NP_CAMPAIGN_SEED={seed} NP_CAMPAIGN_CASES={n}):\n{}",
+            oracle.name(),
             disagree.len(),
             results.len(),
             disagree.join("\n")

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use nodeproof_testkit::Need;
 use tonic::transport::Channel;
 
-use crate::oracle::Verdict;
+use crate::oracle::{OracleError, RuntimeRun, Verdict};
 use api::runtime_service_client::RuntimeServiceClient;
 use api::security_profile::ProfileType;
 use daemon::{CgroupDriver, Daemon, Layout};
@@ -100,6 +100,9 @@ pub enum Stage {
     Start,
     /// StartContainer had not returned after [`RUN_TIMEOUT`] (runc create hung).
     StartHung,
+    /// The oracle's own plumbing failed (writing the profile, a CRI call
+    /// erroring or timing out): no verdict of containerd's.
+    Oracle,
     /// The container ran and exited (with [`CriRun::exit_code`]).
     Exited,
     /// The container was still running at [`RUN_TIMEOUT`].
@@ -499,6 +502,30 @@ impl ContainerdOracle {
     }
 }
 
+/// containerd + this machine's runc as one of the campaign's oracles: the
+/// profile file is the pod's Localhost profile, `/bin/true` its command.
+impl crate::oracle::SeccompOracle for ContainerdOracle {
+    fn name(&self) -> &str {
+        "containerd+runc-1.1.5"
+    }
+
+    fn judge(&self, profile: &[u8], no_new_privileges: bool) -> Result<RuntimeRun, OracleError> {
+        let run = self.run(profile, no_new_privileges, &["/bin/true"]);
+        if run.stage == Stage::Oracle {
+            return Err(OracleError::Unavailable(run.detail));
+        }
+        Ok(RuntimeRun {
+            verdict: run.verdict,
+            exit: run.exit_code.unwrap_or(-1),
+            stderr: run.detail,
+            init_started: run.init_started,
+            // A start still going at RUN_TIMEOUT: a hang, or libseccomp still
+            // compiling thousands of rules; the campaign tells them apart.
+            timed_out: matches!(run.stage, Stage::StartHung | Stage::StillRunning),
+        })
+    }
+}
+
 impl Drop for ContainerdOracle {
     fn drop(&mut self) {
         let channel = self.channel.clone();
@@ -539,7 +566,7 @@ impl Drop for ContainerdOracle {
 fn plumbing_failure(why: &str) -> CriRun {
     CriRun {
         verdict: Verdict::StartFailed,
-        stage: Stage::Start,
+        stage: Stage::Oracle,
         exit_code: None,
         detail: format!("nodeproof oracle error: {why}"),
         init_started: false,
