@@ -18,7 +18,7 @@ use nodeproof_seccomp::runc_init::{self, ArgValue, InitSyscall};
 use nodeproof_seccomp::syscalls::resolve_syscall;
 use serde_json::{json, Value};
 
-use crate::oracle::{RuntimeRun, SeccompOracle, Verdict};
+use crate::oracle::{OracleError, SeccompOracle, Verdict};
 
 /// xorshift64*: the same cases for the same seed, without a dependency.
 pub struct Rng(u64);
@@ -608,24 +608,31 @@ pub fn judge(
         length_gap,
     } = predict(&case.profile, nnp, modelled);
     let run_once = |patient: bool| {
-        let r = if patient {
+        if patient {
             oracle.judge_patiently(&case.profile, nnp)
         } else {
             oracle.judge(&case.profile, nnp)
-        };
-        r.unwrap_or_else(|e| RuntimeRun {
-            // The oracle's own plumbing failed; say so instead of inventing a verdict.
-            verdict: Verdict::StartFailed,
-            exit: -1,
-            stderr: format!("nodeproof oracle error: {e}"),
-            init_started: false,
-            timed_out: false,
-        })
+        }
     };
-    let mut run = run_once(false);
+    // The oracle's own plumbing failing is no verdict: it must not agree with a
+    // predicted failure.
+    let no_verdict = |e: OracleError| {
+        Judgement::NoVerdict(format!(
+            "{} nnp={nnp}: {}: the oracle itself failed: {e}",
+            case.name,
+            oracle.name()
+        ))
+    };
+    let mut run = match run_once(false) {
+        Ok(run) => run,
+        Err(e) => return no_verdict(e),
+    };
     if run.timed_out && got != Outcome::StartFailed {
         // libseccomp takes seconds on thousands of rules: give the runtime its usual time.
-        run = run_once(true);
+        run = match run_once(true) {
+            Ok(run) => run,
+            Err(e) => return no_verdict(e),
+        };
     }
     let want = expected(run.verdict);
     if got == want {
@@ -633,7 +640,7 @@ pub fn judge(
     }
     if got == Outcome::StartFailed && run.verdict == Verdict::Accepted {
         let failed = (0..reruns)
-            .filter(|_| run_once(false).verdict != Verdict::Accepted)
+            .filter(|_| run_once(false).is_ok_and(|r| r.verdict != Verdict::Accepted))
             .count();
         if failed > 0 {
             return Judgement::Intermittent { failed, reruns };
