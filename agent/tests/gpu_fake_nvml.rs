@@ -51,11 +51,11 @@ fn conds(r: &GpuReport) -> [(String, String); 2] {
     [
         (
             e.driver_ready.status.to_string(),
-            e.driver_ready.reason.clone(),
+            e.driver_ready.reason.to_string(),
         ),
         (
             e.gpu_healthy.status.to_string(),
-            e.gpu_healthy.reason.clone(),
+            e.gpu_healthy.reason.to_string(),
         ),
     ]
 }

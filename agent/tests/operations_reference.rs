@@ -23,6 +23,7 @@ use nodeproof::daemon::metrics;
 use nodeproof::daemon::state::Shared;
 use nodeproof::pods::verdict::Reason as PodReason;
 use nodeproof_findings::{Check, ConditionStatus, ConditionType};
+use nodeproof_gpu::reason::{GpuReason, ReasonOf};
 use nodeproof_trace::{FailureReason, Strategy};
 
 const BEGIN: &str = "<!-- BEGIN GENERATED REFERENCE: NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference -->";
@@ -145,6 +146,13 @@ fn metric_families() -> Vec<(String, String, String)> {
     families
 }
 
+fn gpu_reasons(of: ReasonOf) -> impl Iterator<Item = &'static str> {
+    GpuReason::ALL
+        .into_iter()
+        .filter(move |r| r.of() == of)
+        .map(GpuReason::as_str)
+}
+
 fn generate() -> String {
     let mut s = String::new();
     s.push_str(BEGIN);
@@ -174,12 +182,28 @@ fn generate() -> String {
                 "`StrategyLoaded` (True); False: {}",
                 code(tracing_failures().into_iter().map(FailureReason::as_str))
             ),
-            // Not typed in nodeproof-gpu yet (strings in its policy); see "GPU reasons" below.
-            ConditionType::GPUDriverReady | ConditionType::GPUHealthy => {
-                "not an enum in the code yet: see [GPU reasons](#gpu-reasons)".to_owned()
-            }
+            ConditionType::GPUDriverReady => format!(
+                "{} (see [GPU reasons](#gpu-reasons))",
+                code(gpu_reasons(ReasonOf::Driver))
+            ),
+            ConditionType::GPUHealthy => format!(
+                "{}; `AdvertisedUnhealthy` when the kubelet offers an unhealthy device (see [GPU reasons](#gpu-reasons))",
+                code(gpu_reasons(ReasonOf::Health))
+            ),
         };
         let _ = writeln!(s, "| `{t}` | {reasons} |");
+    }
+    s.push_str("\n### GPU reasons\n\n");
+    s.push_str("The reasons of `GPUDriverReady`, `GPUHealthy` and the `gpu-driver`, `gpu-health` and `gpu-advertised` \
+                findings (`nodeproof_gpu::GpuReason`); docs/gpu.md says how each check decides.\n\n");
+    s.push_str("| reason | where | meaning |\n| --- | --- | --- |\n");
+    for r in GpuReason::ALL {
+        let wher = match r.of() {
+            ReasonOf::Driver => "`GPUDriverReady`, `gpu-driver`",
+            ReasonOf::Health => "`GPUHealthy`, `gpu-health`",
+            ReasonOf::Advertised => "`gpu-advertised`",
+        };
+        let _ = writeln!(s, "| `{}` | {wher} | {} |", r.as_str(), r.meaning());
     }
     s.push_str("\n### Pod Events\n\n");
     s.push_str("Warning Events on a pod whose seccomp reference is unusable here:\n\n");

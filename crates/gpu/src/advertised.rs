@@ -19,14 +19,12 @@ use serde::Serialize;
 
 use super::policy::Evaluation;
 use super::probe::Snapshot;
+use super::reason::GpuReason;
 
 /// The whole-GPU extended resource of NVIDIA's device plugin.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// MIG instances under the plugin's `mixed` strategy: `nvidia.com/mig-1g.10gb`.
 pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
-
-/// `GPUHealthy`'s reason when the kubelet offers a device NVML calls unhealthy.
-pub const REASON_ADVERTISED_UNHEALTHY: &str = "AdvertisedUnhealthy";
 
 pub fn is_nvidia_resource(name: &str) -> bool {
     name == GPU_RESOURCE || name.starts_with(MIG_RESOURCE_PREFIX)
@@ -355,7 +353,7 @@ pub fn apply(evaluation: &mut Evaluation, comparison: &Comparison) {
         message
     };
     v.status = nodeproof_findings::ConditionStatus::False;
-    v.reason = REASON_ADVERTISED_UNHEALTHY.into();
+    v.reason = GpuReason::AdvertisedUnhealthy;
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod nvml;
 pub mod pci;
 pub mod policy;
 pub mod probe;
+pub mod reason;
 pub mod report;
 mod worker;
 pub mod xid;
@@ -22,6 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use policy::{GpuConfig, PolicyState};
 pub use probe::{GpuProbe, Snapshot};
+pub use reason::GpuReason;
 pub use report::{DeviceHealth, GpuHealth, GpuMetrics, GpuReport};
 
 /// One probe cycle: discover, probe (only when NVIDIA devices exist, so no

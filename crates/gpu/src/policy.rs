@@ -13,6 +13,7 @@ use super::probe::{
     CudaDevice, CudaReport, CudaResult, CudaState, DriverState, FabricInfo, FabricState, GpuInfo,
     Snapshot,
 };
+use super::reason::GpuReason;
 use super::xid;
 pub use super::xid::XidClass;
 
@@ -293,7 +294,7 @@ struct GpuState {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Breach {
-    reason: &'static str,
+    reason: GpuReason,
     message: String,
     severity: Severity,
 }
@@ -313,7 +314,7 @@ pub struct Evaluation {
 pub struct Verdict {
     /// The condition status this verdict backs.
     pub status: ConditionStatus,
-    pub reason: String,
+    pub reason: GpuReason,
     pub message: String,
 }
 
@@ -329,7 +330,7 @@ pub struct GpuVerdict {
 pub struct CheckVerdict {
     pub check: &'static str,
     pub ok: bool,
-    pub reason: String,
+    pub reason: GpuReason,
     pub message: String,
     /// While a failure is held: clean intervals seen so far.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -340,10 +341,10 @@ pub struct CheckVerdict {
     pub warning: bool,
 }
 
-fn verdict(status: ConditionStatus, reason: &str, message: impl Into<String>) -> Verdict {
+fn verdict(status: ConditionStatus, reason: GpuReason, message: impl Into<String>) -> Verdict {
     Verdict {
         status,
-        reason: reason.into(),
+        reason,
         message: message.into(),
     }
 }
@@ -361,12 +362,12 @@ pub fn evaluate(
     let no_gpu = || Evaluation {
         driver_ready: verdict(
             ConditionStatus::Unknown,
-            "NoGPU",
+            GpuReason::NoGpu,
             "no NVIDIA PCI device on this node",
         ),
         gpu_healthy: verdict(
             ConditionStatus::Unknown,
-            "NoGPU",
+            GpuReason::NoGpu,
             "no NVIDIA PCI device on this node",
         ),
         gpus: Vec::new(),
@@ -381,7 +382,7 @@ pub fn evaluate(
         return Evaluation {
             gpu_healthy: verdict(
                 ConditionStatus::Unknown,
-                "DriverNotReady",
+                GpuReason::DriverNotReady,
                 format!(
                     "GPU health is unknown while the driver is not ready: {}",
                     driver_ready.message
@@ -443,12 +444,12 @@ pub fn evaluate(
     let gpu_healthy = match gpus.iter().flat_map(|g| &g.checks).find(|c| !c.ok) {
         None => verdict(
             ConditionStatus::True,
-            "GPUsHealthy",
+            GpuReason::GpusHealthy,
             format!("{} of {} GPUs healthy", gpus.len(), gpus.len()),
         ),
         Some(first) => verdict(
             ConditionStatus::False,
-            &first.reason,
+            first.reason,
             format!(
                 "{} of {} GPUs unhealthy: {}",
                 gpus.iter().filter(|g| !g.healthy).count(),
@@ -535,17 +536,17 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
     match &snapshot.driver {
         DriverState::LibraryMissing { detail } => verdict(
             ConditionStatus::False,
-            "NVMLLibraryMissing",
+            GpuReason::NvmlLibraryMissing,
             format!("{pci_text} but the NVML library cannot be loaded: {detail}"),
         ),
         DriverState::InitFailed { call, error } => verdict(
             ConditionStatus::False,
-            "NVMLInitFailed",
+            GpuReason::NvmlInitFailed,
             format!("{pci_text} but {call} failed: {error}"),
         ),
         DriverState::NotAnswering { call, waited_ms } => verdict(
             ConditionStatus::False,
-            "DriverNotAnswering",
+            GpuReason::DriverNotAnswering,
             format!("{pci_text} but {call} did not return within {waited_ms} ms"),
         ),
         DriverState::Ready => {
@@ -560,7 +561,7 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
             let Ok(list) = pci else {
                 return verdict(
                     ConditionStatus::True,
-                    "DriverReady",
+                    GpuReason::DriverReady,
                     format!("NVML answers for {seen} GPUs ({versions}); {pci_text}"),
                 );
             };
@@ -592,7 +593,7 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
                     .collect();
                 verdict(
                     ConditionStatus::False,
-                    "GPUsMissingFromNVML",
+                    GpuReason::GpusMissingFromNvml,
                     format!(
                         "NVML sees {seen} of {} NVIDIA PCI devices; not seen: {}",
                         list.len(),
@@ -602,7 +603,7 @@ fn driver_verdict(pci: &Result<&[PciGpu], String>, snapshot: &Snapshot) -> Verdi
             } else {
                 verdict(
                     ConditionStatus::True,
-                    "DriverReady",
+                    GpuReason::DriverReady,
                     format!(
                         "NVML answers for {seen} of {} NVIDIA PCI devices in {} ms ({versions})",
                         list.len(),
@@ -639,7 +640,7 @@ fn breaches(
             },
         );
     };
-    let mut rated = |check, severity, (reason, message): (&'static str, String)| {
+    let mut rated = |check, severity, (reason, message): (GpuReason, String)| {
         if severity != Severity::Ignore {
             b.insert(
                 check,
@@ -663,7 +664,7 @@ fn breaches(
                 "fabric",
                 f.degraded_bandwidth,
                 (
-                    "FabricDegradedBandwidth",
+                    GpuReason::FabricDegradedBandwidth,
                     "the NVLink fabric reports degraded bandwidth".into(),
                 ),
             );
@@ -680,7 +681,7 @@ fn breaches(
             "nvlink",
             f.nvlink_inactive,
             (
-                "NvLinkInactive",
+                GpuReason::NvLinkInactive,
                 format!(
                     "NVLink {} of {} links inactive: {}",
                     inactive.len(),
@@ -694,7 +695,7 @@ fn breaches(
         put(
             &mut b,
             "lost",
-            "GPULost",
+            GpuReason::GpuLost,
             "fallen off the bus (NVML_ERROR_GPU_IS_LOST)".into(),
         );
     }
@@ -709,12 +710,17 @@ fn breaches(
         state.xids.pop_front();
     }
     for (class, count, window, reason) in [
-        (XidClass::Fatal, x.fatal_count, x.fatal_window_s, "FatalXid"),
+        (
+            XidClass::Fatal,
+            x.fatal_count,
+            x.fatal_window_s,
+            GpuReason::FatalXid,
+        ),
         (
             XidClass::Other,
             x.other_count,
             x.other_window_s,
-            "XidRateExceeded",
+            GpuReason::XidRateExceeded,
         ),
     ] {
         let recent: Vec<u64> = state
@@ -749,7 +755,7 @@ fn breaches(
         put(
             &mut b,
             "ecc",
-            "UncorrectableECC",
+            GpuReason::UncorrectableEcc,
             format!(
                 "{v} uncorrectable ECC errors since driver load (max {})",
                 m.ecc_volatile_uncorrected_max
@@ -762,7 +768,7 @@ fn breaches(
             put(
                 &mut b,
                 "ecc",
-                "UncorrectableECC",
+                GpuReason::UncorrectableEcc,
                 format!("{v} lifetime uncorrectable ECC errors (max {max})"),
             );
         }
@@ -772,14 +778,14 @@ fn breaches(
             put(
                 &mut b,
                 "row-remap",
-                "RowRemapFailed",
+                GpuReason::RowRemapFailed,
                 "row remapping failed: no spare rows, the GPU needs replacing".into(),
             );
         } else if r.pending && m.row_remap_pending {
             put(
                 &mut b,
                 "row-remap",
-                "RowRemapPending",
+                GpuReason::RowRemapPending,
                 format!(
                     "{} rows remapped, a GPU reset is pending to apply them",
                     r.correctable + r.uncorrectable
@@ -791,7 +797,7 @@ fn breaches(
         put(
             &mut b,
             "retired-pages",
-            "RetiredPagesPending",
+            GpuReason::RetiredPagesPending,
             "retired pages wait for a GPU reset to take effect".into(),
         );
     }
@@ -801,7 +807,7 @@ fn breaches(
 /// The CUDA probe's verdict on one GPU NVML answered for: a node-wide CUDA
 /// failure applies to every GPU; otherwise the CUDA device with the GPU's
 /// UUID (or bus id) must have created a context and allocated.
-fn cuda_breach(c: &CudaReport, g: &GpuInfo) -> Option<(&'static str, String)> {
+fn cuda_breach(c: &CudaReport, g: &GpuInfo) -> Option<(GpuReason, String)> {
     let named = |call: &str, r: &CudaResult| {
         let text = r
             .text
@@ -812,21 +818,21 @@ fn cuda_breach(c: &CudaReport, g: &GpuInfo) -> Option<(&'static str, String)> {
             // cuda.h: the system is not yet ready to start any CUDA work;
             // on NVSwitch systems the fabric manager configures the fabric first.
             (
-                "CudaSystemNotReady",
+                GpuReason::CudaSystemNotReady,
                 format!("{what} while NVML answers: on NVSwitch systems the fabric manager is not running or has not finished"),
             )
         } else {
-            ("CudaFailed", what)
+            (GpuReason::CudaFailed, what)
         }
     };
     match &c.state {
         CudaState::LibraryMissing { detail } => Some((
-            "CudaLibraryMissing",
+            GpuReason::CudaLibraryMissing,
             format!("the CUDA library cannot be loaded: {detail}"),
         )),
         CudaState::InitFailed { call, result } => Some(named(call, result)),
         CudaState::NotAnswering { call, waited_ms } => Some((
-            "CudaNotAnswering",
+            GpuReason::CudaNotAnswering,
             format!("CUDA {call} did not return within {waited_ms} ms"),
         )),
         CudaState::Ready => {
@@ -836,7 +842,7 @@ fn cuda_breach(c: &CudaReport, g: &GpuInfo) -> Option<(&'static str, String)> {
             };
             match c.devices.iter().find(same) {
                 None => Some((
-                    "CudaDeviceMissing",
+                    GpuReason::CudaDeviceMissing,
                     format!(
                         "not among the {} devices CUDA enumerates (CUDA_VISIBLE_DEVICES in the agent's environment?)",
                         c.devices.len()
@@ -848,25 +854,25 @@ fn cuda_breach(c: &CudaReport, g: &GpuInfo) -> Option<(&'static str, String)> {
     }
 }
 
-fn fabric_breach(f: &FabricInfo) -> Option<(&'static str, String)> {
+fn fabric_breach(f: &FabricInfo) -> Option<(GpuReason, String)> {
     let hint = "on NVSwitch systems nvidia-fabricmanager registers each GPU";
     match f.state {
         FabricState::NotStarted => Some((
-            "FabricNotReady",
+            GpuReason::FabricNotReady,
             format!("GPU fabric registration not started ({hint})"),
         )),
         FabricState::InProgress => Some((
-            "FabricNotReady",
+            GpuReason::FabricNotReady,
             format!("GPU fabric registration in progress ({hint})"),
         )),
         FabricState::Completed => f.error.as_ref().map(|e| {
             (
-                "FabricRegistrationFailed",
+                GpuReason::FabricRegistrationFailed,
                 format!("GPU fabric registration completed with an error: {e}"),
             )
         }),
         FabricState::Unknown(v) => Some((
-            "FabricNotReady",
+            GpuReason::FabricNotReady,
             format!("GPU fabric state {v} is not one nodeproof knows"),
         )),
         FabricState::NotSupported => None,
@@ -892,7 +898,7 @@ fn judge_gpu(
             checks.push(CheckVerdict {
                 check,
                 ok: true,
-                reason: b.reason.into(),
+                reason: b.reason,
                 message: b.message.clone(),
                 clean_intervals: None,
                 warning: true,
@@ -904,7 +910,7 @@ fn judge_gpu(
                 let v = CheckVerdict {
                     check,
                     ok: false,
-                    reason: b.reason.into(),
+                    reason: b.reason,
                     message: b.message.clone(),
                     clean_intervals: Some(0),
                     warning: false,
@@ -916,7 +922,7 @@ fn judge_gpu(
                 let v = CheckVerdict {
                     check,
                     ok: false,
-                    reason: b.reason.into(),
+                    reason: b.reason,
                     message: format!(
                         "{} (clean for {} of {need} intervals)",
                         b.message,
@@ -931,7 +937,7 @@ fn judge_gpu(
             (None, _) => CheckVerdict {
                 check,
                 ok: true,
-                reason: "Healthy".into(),
+                reason: GpuReason::Healthy,
                 message: "ok".into(),
                 clean_intervals: None,
                 warning: false,

@@ -10,6 +10,7 @@ use super::advertised::Comparison;
 use super::pci::{PciError, PciGpu};
 use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
 use super::probe::{CudaState, Snapshot};
+use super::reason::GpuReason;
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 
 #[derive(Debug, Serialize)]
@@ -115,7 +116,7 @@ impl GpuReport {
             check: Check::GpuDriver,
             subject: "NVML".into(),
             status: status(&e.driver_ready),
-            reason: e.driver_ready.reason.clone(),
+            reason: e.driver_ready.reason.to_string(),
             message: e.driver_ready.message.clone(),
         }];
         for g in &e.gpus {
@@ -135,7 +136,8 @@ impl GpuReport {
                 status,
                 reason: failed
                     .first()
-                    .map_or_else(|| "Healthy".to_string(), |c| c.reason.clone()),
+                    .map_or(GpuReason::Healthy, |c| c.reason)
+                    .to_string(),
                 message: if failed.is_empty() {
                     "all checks pass".into()
                 } else {
@@ -323,20 +325,16 @@ impl GpuReport {
 /// offered, a warning when healthy devices are not offered.
 fn kubelet_finding(c: &Comparison) -> Finding {
     let (status, reason, message) = if let Some(m) = c.unhealthy_message() {
-        (
-            Status::Failed,
-            super::advertised::REASON_ADVERTISED_UNHEALTHY,
-            m,
-        )
+        (Status::Failed, GpuReason::AdvertisedUnhealthy, m)
     } else if let Some(m) = c.not_offered_message() {
-        (Status::Warning, "HealthyNotAdvertised", m)
+        (Status::Warning, GpuReason::HealthyNotAdvertised, m)
     } else if c.resources.is_empty() {
-        (Status::Ok, "NotCompared", c.notes.join("; "))
+        (Status::Ok, GpuReason::NotCompared, c.notes.join("; "))
     } else {
         let offered: u64 = c.resources.iter().map(|r| r.offered).sum();
         (
             Status::Ok,
-            "AdvertisedHealthy",
+            GpuReason::AdvertisedHealthy,
             format!("every one of the {offered} devices the kubelet offers is healthy"),
         )
     };
@@ -344,7 +342,7 @@ fn kubelet_finding(c: &Comparison) -> Finding {
         check: Check::GpuAdvertised,
         subject: "kubelet".into(),
         status,
-        reason: reason.into(),
+        reason: reason.to_string(),
         message,
     }
 }
@@ -381,7 +379,7 @@ fn condition(kind: ConditionType, v: &Verdict) -> Condition {
     Condition {
         kind,
         status: v.status,
-        reason: v.reason.clone(),
+        reason: v.reason.to_string(),
         message: v.message.clone(),
     }
 }
