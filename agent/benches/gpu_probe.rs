@@ -135,7 +135,7 @@ fn main() {
         let k = Instant::now();
         let read = gpu_check::read_kubelet(&mut kubelet);
         kubelet_times.push(k.elapsed());
-        gpu_check::compare(&mut r, &read, None);
+        gpu_check::compare(&mut r, &read, None, &None);
         let allocations = &read.as_ref().expect("pod-resources").allocations;
         let _ = attribute(&faults, allocations, |_, _| true);
         assert!(r.healthy() && r.kubelet.as_ref().is_some_and(|c| !c.offers_unhealthy()));

@@ -57,6 +57,8 @@ struct Node {
     probe: gpu::nvml::NvmlProbe,
     state: PolicyState,
     tracker: FaultTracker,
+    /// The DRA view the pods watcher would publish.
+    dra: gpu_check::NodeDra,
 }
 
 impl Node {
@@ -78,6 +80,7 @@ impl Node {
             config,
             state: PolicyState::default(),
             tracker: FaultTracker::default(),
+            dra: None,
         }
     }
 
@@ -88,11 +91,13 @@ impl Node {
         let faults = self.tracker.observe(report.snapshot.as_ref().unwrap());
         let read = gpu_check::pod_resources(&self.config)
             .and_then(|mut c| gpu_check::read_kubelet(&mut c));
-        gpu_check::compare(&mut report, &read, None);
-        let on_pods = match &read {
-            Ok(k) => attribute(&faults, &k.allocations, |_, _| true),
-            Err(_) => Vec::new(),
+        gpu_check::compare(&mut report, &read, None, &self.dra);
+        let view = match &self.dra {
+            Some(Ok(Some(v))) => Some(v),
+            _ => None,
         };
+        let allocations = gpu_check::allocations(read.as_ref().ok(), view);
+        let on_pods = attribute(&faults, &allocations, |_, _| true);
         (report, on_pods)
     }
 }
@@ -492,4 +497,215 @@ fn the_agent_compares_with_the_nodes_allocatable_without_pod_resources() {
         .count();
     assert_eq!(said, 1, "{}", agent.log_text());
     assert!(agent.stop(), "{}", agent.log_text());
+}
+
+/// This node's ResourceSlice of NVIDIA's DRA driver (`gpu-<minor>`, the
+/// `uuid` attribute), in the version's shape: v1beta1 wraps attributes in `basic`.
+fn gpu_slice(node: &str, gpus: u32, version: &str) -> Value {
+    let devices: Vec<Value> = (0..gpus)
+        .map(|i| {
+            let attributes = json!({"type": {"string": "gpu"}, "uuid": {"string": uuid(i)}, "index": {"int": i}});
+            if version == "v1beta1" {
+                json!({"name": format!("gpu-{i}"), "basic": {"attributes": attributes}})
+            } else {
+                json!({"name": format!("gpu-{i}"), "attributes": attributes})
+            }
+        })
+        .collect();
+    json!({"apiVersion": format!("resource.k8s.io/{version}"), "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-gpu.nvidia.com-x")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices}})
+}
+
+/// A pod whose container `main` uses a claim made from a template (named in
+/// the pod's status, as the claim controller records it).
+fn claiming_pod(name: &str, uid: &str, phase: &str, claim: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": {"nodeName": "n1",
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}, {"name": "sidecar"}]},
+        "status": {"phase": phase, "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": claim}]}})
+}
+
+fn allocated_claim(version: &str, name: &str, device: &str, pod: &str, uid: &str) -> Value {
+    json!({"apiVersion": format!("resource.k8s.io/{version}"), "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {
+            "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": device}]}},
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}})
+}
+
+/// DRA end to end in the agent (`nodeproof run`), on a kubelet without
+/// pod-resources: the slices of this node name the devices, the claims
+/// reserved for the pods running here map them to containers. XID 79 on GPU
+/// 2 is one GPUFault Event on the pod whose claim holds it, and GPUHealthy
+/// says the slices publish a broken device. Once with `resource.k8s.io/v1`
+/// and once with a server that serves only `v1beta1` (Kubernetes 1.32).
+#[test]
+fn dra_claims_map_a_gpu_fault_to_the_pod_holding_it() {
+    for version in ["v1", "v1beta1"] {
+        dra_end_to_end(version);
+    }
+}
+
+fn dra_end_to_end(version: &'static str) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.serve_dra(&[version]);
+    server.put("resourceslices", gpu_slice("n1", 4, version));
+    // Another node's slice: a node lists only its own.
+    let mut other = gpu_slice("n2", 4, version);
+    other["metadata"]["name"] = json!("n2-gpu.nvidia.com-x");
+    server.put("resourceslices", other);
+    server.put(
+        "pods",
+        claiming_pod("vllm-0", "u-vllm", "Running", "vllm-0-gpu-a1"),
+    );
+    server.put(
+        "pods",
+        claiming_pod("other-0", "u-other", "Running", "other-0-gpu-b2"),
+    );
+    server.put(
+        "resourceclaims",
+        allocated_claim(version, "vllm-0-gpu-a1", "gpu-2", "vllm-0", "u-vllm"),
+    );
+    server.put(
+        "resourceclaims",
+        allocated_claim(version, "other-0-gpu-b2", "gpu-1", "other-0", "u-other"),
+    );
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = seccomp_root(dir.path(), true);
+    let s = Scenario::new("gpus 4\n", 4);
+    let config = format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
+         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
+         [daemon]\ngpu-interval-s = 1\n",
+        root.display(),
+        kubeconfig.display(),
+        s.library().display(),
+        s.sysfs().display(),
+        s.dir.path().join("absent.sock").display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{version}: not within 15 s: {what}\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let healthy = || server.condition("n1", "GPUHealthy");
+    until("GPUHealthy True", &|| {
+        healthy().is_some_and(|c| c["status"] == "True")
+    });
+    // Both pods' claims resolved (a fault before that would find no holder).
+    until("the DRA view read", &|| {
+        agent
+            .log_text()
+            .contains(&format!("version={version} devices=4 allocations=2"))
+    });
+    // Every GPU is published through DRA: no "not offered" warning although no device plugin offers any.
+    let log = agent.log_text();
+    assert!(!log.contains("HealthyNotAdvertised"), "{version}: {log}");
+    let gpu_events = || -> Vec<Value> {
+        server
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "GPUFault")
+            .collect()
+    };
+    s.set("gpus 4\nxid 1 2 79\n");
+    until("one GPUFault Event", &|| !gpu_events().is_empty());
+    until("GPUHealthy AdvertisedUnhealthy", &|| {
+        healthy().is_some_and(|c| c["reason"] == "AdvertisedUnhealthy")
+    });
+    let events = gpu_events();
+    assert_eq!(events.len(), 1, "{version}: {events:?}");
+    assert_eq!(events[0]["involvedObject"]["name"], "vllm-0");
+    assert_eq!(events[0]["involvedObject"]["uid"], "u-vllm");
+    assert_eq!(
+        events[0]["message"],
+        format!(
+            "GPU {} (index 2) raised XID 79 while allocated to this pod's container main",
+            uuid(2)
+        )
+    );
+    let msg = healthy().unwrap()["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with("DRA ResourceSlices of this node publish 4 gpu.nvidia.com devices, 3 are healthy: GPU 2 (GPU-fa4e0000…)"),
+        "{version}: {msg}"
+    );
+    // The node read only what the Node authorizer lets it: its own slices
+    // by field selector, and each claim by name.
+    let log = server.log();
+    assert!(
+        log.iter().any(|l| l.path.ends_with("/resourceslices")
+            && l.query.contains("spec.nodeName%3Dn1")
+            && l.status == 200),
+        "{version}: {log:?}"
+    );
+    assert!(
+        log.iter()
+            .all(|l| l.status != 403 || !l.path.contains("resource.k8s.io")),
+        "{version}: {log:?}"
+    );
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+/// A kubelet with KubeletPodResourcesDynamicResources lists each
+/// container's claim devices by driver, pool and device name; the node's
+/// slices turn them into UUIDs, so the fault reaches the container.
+#[test]
+fn pod_resources_dynamic_resources_are_named_by_the_slices() {
+    use nodeproof_kube::dra::{slice_devices, DraView};
+    use nodeproof_podresources::ClaimDevice;
+    let claim = |device: &str| ClaimDevice {
+        claim_namespace: "ml".into(),
+        claim_name: "c".into(),
+        driver: "gpu.nvidia.com".into(),
+        pool: "n1".into(),
+        device: device.into(),
+    };
+    let mut node = Node::new(
+        "gpus 4\n",
+        4,
+        Some(KubeletState {
+            pods: vec![PodAllocation {
+                namespace: "ml".into(),
+                name: "vllm-0".into(),
+                containers: vec![ContainerAllocation {
+                    name: "main".into(),
+                    devices: Vec::new(),
+                    claims: vec![claim("gpu-3")],
+                }],
+            }],
+            ..KubeletState::default()
+        }),
+    );
+    node.dra = Some(Ok(Some(DraView {
+        version: "v1".into(),
+        devices: slice_devices(&gpu_slice("n1", 4, "v1")["spec"], "v1").unwrap(),
+        ..DraView::default()
+    })));
+    let (r, on_pods) = node.cycle(0);
+    assert!(r.healthy(), "{}", r.text());
+    assert!(on_pods.is_empty());
+    node.scenario.set("gpus 4\nxid 1 3 79\n");
+    let (_, on_pods) = node.cycle(60);
+    let got: Vec<(&str, &str, &str)> = on_pods
+        .iter()
+        .map(|p| (p.pod.as_str(), p.container.as_str(), p.device.as_str()))
+        .collect();
+    assert_eq!(got, [("vllm-0", "main", uuid(3).as_str())]);
 }

@@ -11,6 +11,7 @@
 //! of the manifest must be used, so removing one fails, and so does adding
 //! one nodeproof does not need.
 
+mod fake_nvml_support;
 mod support;
 
 use std::collections::BTreeSet;
@@ -136,6 +137,55 @@ fn check_and_agent_requests() -> Vec<Logged> {
     all
 }
 
+/// The agent on a GPU node (the fake NVML) of a cluster serving DRA: it
+/// lists this node's ResourceSlices and gets the claim its pod references.
+fn dra_requests() -> Vec<Logged> {
+    let dir = tempfile::tempdir().unwrap();
+    let server = sa_server();
+    let config = node_state(&server, dir.path());
+    server.serve_dra(&["v1"]);
+    server.put(
+        "resourceslices",
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n1-gpu"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"},
+                "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}]}}),
+    );
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "train-0", "namespace": "ml", "uid": "uid-train-0"},
+            "spec": {"nodeName": "n1", "resourceClaims": [{"name": "gpu", "resourceClaimName": "train-gpu"}],
+                "containers": [{"name": "train", "resources": {"claims": [{"name": "gpu"}]}}]},
+            "status": {"phase": "Running"}}),
+    );
+    let nvml = fake_nvml_support::Scenario::new("gpus 1\n", 1);
+    let config = config.replace(
+        "nvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+        &format!(
+            "nvml-library = \"{}\"\nsysfs-root = \"{}\"\n",
+            nvml.library().display(),
+            nvml.sysfs().display()
+        ),
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let start = Instant::now();
+    let read = |log: &[Logged]| {
+        log.iter()
+            .any(|l| l.path.ends_with("/resourceclaims/train-gpu"))
+    };
+    while !read(&server.log()) && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        read(&server.log()),
+        "the claim was read\n{}",
+        agent.log_text()
+    );
+    drop(agent);
+    server.log()
+}
+
 /// A transition Event repeated (False, True, False): the repeat is a PATCH.
 fn repeated_event_requests() -> Vec<Logged> {
     let dir = tempfile::tempdir().unwrap();
@@ -186,6 +236,7 @@ fn the_agent_service_account_may_do_exactly_what_nodeproof_does() {
     assert_eq!(sa.metadata.name.as_deref(), Some("nodeproof"));
     let mut log = check_and_agent_requests();
     log.extend(repeated_event_requests());
+    log.extend(dra_requests());
     let requests: BTreeSet<RequestInfo> = log
         .iter()
         .map(|l| request_info(&l.method, &l.path, &l.query))

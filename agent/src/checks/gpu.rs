@@ -10,7 +10,10 @@ use nodeproof_gpu::cuda::{CudaOptions, CudaProbe};
 use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::{GpuConfig, GpuReport, PolicyState};
-use nodeproof_podresources::{KubeletPodResources, PodResourcesError, PodResourcesSource};
+use nodeproof_kube::dra::DraView;
+use nodeproof_podresources::{
+    ClaimDevice, KubeletPodResources, PodResourcesError, PodResourcesSource,
+};
 
 use super::Round;
 
@@ -64,10 +67,18 @@ pub struct KubeletGpus {
     /// Every NVIDIA device held by a container of a pod the kubelet lists
     /// (terminated pods included: the caller filters).
     pub allocations: Vec<Allocation>,
+    /// Devices of DRA claims in containers (kubelets with
+    /// KubeletPodResourcesDynamicResources): named by driver, pool and
+    /// device, mapped to UUIDs through the node's ResourceSlices.
+    pub claims: Vec<(Allocation, ClaimDevice)>,
 }
 
-/// Reads allocatable devices and allocations. DRA claims are not mapped
-/// here: their device names need the node's ResourceSlices.
+/// This node's DRA view as the pods watcher last read it: `None` until read
+/// (or without API access); `Some(Ok(None))`: `resource.k8s.io` is not
+/// served; `Some(Err(..))`: the read failed, and why.
+pub type NodeDra = Option<Result<Option<DraView>, String>>;
+
+/// Reads allocatable devices and allocations.
 pub fn read_kubelet(source: &mut dyn PodResourcesSource) -> Result<KubeletGpus, PodResourcesError> {
     let mut allocatable: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for d in source.allocatable()? {
@@ -76,8 +87,18 @@ pub fn read_kubelet(source: &mut dyn PodResourcesSource) -> Result<KubeletGpus, 
         }
     }
     let mut allocations = Vec::new();
+    let mut claims = Vec::new();
     for p in source.list()? {
         for c in &p.containers {
+            for d in &c.claims {
+                let at = Allocation {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    container: c.name.clone(),
+                    device: String::new(),
+                };
+                claims.push((at, d.clone()));
+            }
             for d in c.devices.iter().filter(|d| is_nvidia_resource(&d.resource)) {
                 allocations.extend(d.ids.iter().map(|id| Allocation {
                     namespace: p.namespace.clone(),
@@ -91,7 +112,48 @@ pub fn read_kubelet(source: &mut dyn PodResourcesSource) -> Result<KubeletGpus, 
     Ok(KubeletGpus {
         allocatable,
         allocations,
+        claims,
     })
+}
+
+/// Every GPU or MIG device held by a container, by UUID: the device
+/// plugin's (pod-resources), and DRA claims' (pod-resources' dynamic
+/// resources where the kubelet has them, and the claims the API says are
+/// reserved for pods here), each DRA device named by this node's slices.
+pub fn allocations(kubelet: Option<&KubeletGpus>, dra: Option<&DraView>) -> Vec<Allocation> {
+    let mut out: Vec<Allocation> = kubelet.map(|k| k.allocations.clone()).unwrap_or_default();
+    if let Some(view) = dra {
+        for (at, d) in kubelet.map(|k| k.claims.as_slice()).unwrap_or_default() {
+            if let Some(uuid) = view.uuid_of(&d.driver, &d.pool, &d.device) {
+                out.push(Allocation {
+                    device: uuid.to_string(),
+                    ..at.clone()
+                });
+            }
+        }
+        out.extend(view.allocations.iter().filter_map(|a| {
+            Some(Allocation {
+                namespace: a.namespace.clone(),
+                pod: a.pod.clone(),
+                container: a.container.clone(),
+                device: a.uuid.clone()?,
+            })
+        }));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The UUIDs this node's ResourceSlices publish, by driver.
+fn dra_ids(view: &DraView) -> BTreeMap<String, Vec<String>> {
+    let mut ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for d in &view.devices {
+        if let Some(u) = &d.uuid {
+            ids.entry(d.driver.clone()).or_default().push(u.clone());
+        }
+    }
+    ids
 }
 
 /// A Node's allocatable NVIDIA resources by name (`None`: no Node seen).
@@ -111,23 +173,35 @@ pub fn nvidia_allocatable(node: &k8s_openapi::api::core::v1::Node) -> BTreeMap<S
         .collect()
 }
 
-/// Folds one pod-resources read into the report; a failed read leaves the
-/// comparison to the Node's counts (when given) and says why.
+/// Folds one pod-resources read and the DRA view into the report; a failed
+/// read leaves the comparison to the Node's counts (when given) and says why.
 pub fn compare(
     report: &mut GpuReport,
     kubelet: &Result<KubeletGpus, PodResourcesError>,
     node_allocatable: Option<BTreeMap<String, u64>>,
+    dra: &NodeDra,
 ) {
     let view = KubeletView {
         node_allocatable,
         allocatable_ids: kubelet.as_ref().ok().map(|k| k.allocatable.clone()),
+        dra_ids: match dra {
+            Some(Ok(Some(v))) => Some(dra_ids(v)),
+            _ => None,
+        },
     };
     nodeproof_gpu::compare_kubelet(report, &view);
-    if let (Some(c), Err(e)) = (&mut report.kubelet, kubelet) {
-        c.notes.push(format!(
-            "pod-resources: {}",
-            nodeproof_findings::errors::error_chain(e)
-        ));
+    if let Some(c) = &mut report.kubelet {
+        if let Err(e) = kubelet {
+            c.notes.push(format!(
+                "pod-resources: {}",
+                nodeproof_findings::errors::error_chain(e)
+            ));
+        }
+        match dra {
+            Some(Err(e)) => c.notes.push(format!("DRA: {e}")),
+            Some(Ok(Some(v))) => c.notes.extend(v.notes.iter().map(|n| format!("DRA: {n}"))),
+            _ => {}
+        }
     }
 }
 
@@ -136,7 +210,7 @@ pub fn compare(
 pub fn cycle_once(config: &GpuConfig) -> GpuReport {
     let mut report = nodeproof_gpu::cycle(config, &mut probe(config), &mut PolicyState::default());
     let kubelet = pod_resources(config).and_then(|mut s| read_kubelet(&mut s));
-    compare(&mut report, &kubelet, None);
+    compare(&mut report, &kubelet, None, &None);
     report
 }
 

@@ -147,6 +147,9 @@ async fn serve(
     let (gpu_faults, _) = tokio::sync::broadcast::channel(64);
     let (node_gpus, node_gpus_rx) = channel::channel(None);
     let node_gpus = Arc::new(node_gpus);
+    let (dra, dra_rx) = channel::channel(None);
+    let (dra_wanted, dra_wanted_rx) = channel::channel(false);
+    let dra_wanted = Arc::new(dra_wanted);
     let ctx = subsystems::Context {
         shared: shared.clone(),
         config: config_rx,
@@ -158,6 +161,8 @@ async fn serve(
         pod_rows: Arc::new(pod_rows),
         gpu_faults: gpu_faults.clone(),
         node_gpus: node_gpus_rx,
+        dra: dra_rx,
+        dra_wanted,
     };
     let mut running = Running {
         tasks: subsystems::spawn_checks(&ctx),
@@ -181,6 +186,8 @@ async fn serve(
             rows: rows_rx,
             gpu_faults: gpu_faults.clone(),
             node_gpus: node_gpus.clone(),
+            dra: Arc::new(dra),
+            dra_wanted: dra_wanted_rx,
             profiles_linted: ctx.profiles_linted.clone(),
             events: pod_events,
             nodes,

@@ -40,6 +40,10 @@ pub struct Feeds {
     pub rows: channel::Receiver<Vec<SummaryRow>>,
     /// This Node's allocatable NVIDIA resources, to the GPU probe.
     pub node_gpus: Arc<channel::Sender<crate::checks::gpu::NodeGpus>>,
+    /// This node's DRA view, to the GPU probe.
+    pub dra: Arc<channel::Sender<crate::checks::gpu::NodeDra>>,
+    /// Whether the GPU probe wants the DRA view (a node with NVIDIA devices).
+    pub dra_wanted: channel::Receiver<bool>,
     /// GPU faults attributed to containers, from the GPU probe.
     pub gpu_faults: tokio::sync::broadcast::Sender<Vec<nodeproof_gpu::faults::PodFault>>,
     /// Notified after each lint of the seccomp root: files may have changed.
@@ -226,22 +230,35 @@ async fn watch_with(
         }
         None => state.insert(PodsState::new(node_ctx)),
     };
+    let (claims_tx, claims_rx) = channel::channel(Vec::new());
     let wopts = WatchOptions {
         recheck: RECHECK,
         wake: Some(feeds.profiles_linted.clone()),
         node_seen: Some(feeds.nodes.clone()),
         node_gpus: Some(feeds.node_gpus.clone()),
+        pod_claims: Some(claims_tx),
     };
-    watch::rounds(
-        w.client.clone(),
-        state,
-        &wopts,
-        ctx.stop.clone(),
-        &w.node,
-        Some(feed),
-        rounds,
-    )
-    .await;
+    let interval = Duration::from_secs(ctx.config.borrow().daemon.gpu_interval_s);
+    // The DRA reader lives as long as this watcher, with its client and node.
+    let dra = crate::pods::dra::follow(
+        nodeproof_kube::dra::DraReader::new(w.client.clone(), &w.node),
+        claims_rx,
+        feeds.dra_wanted.clone(),
+        feeds.dra.clone(),
+        interval,
+    );
+    tokio::select! {
+        _ = watch::rounds(
+            w.client.clone(),
+            state,
+            &wopts,
+            ctx.stop.clone(),
+            &w.node,
+            Some(feed),
+            rounds,
+        ) => {}
+        _ = dra => {}
+    }
 }
 
 fn publish(shared: &Shared, round: &Round) {

@@ -51,6 +51,10 @@ pub struct Context {
     /// This Node's allocatable NVIDIA resources as the pods watcher last saw
     /// them (`None`: not watched), compared by count when pod-resources is absent.
     pub node_gpus: channel::Receiver<checks::gpu::NodeGpus>,
+    /// This node's DRA view as the pods watcher last read it.
+    pub dra: channel::Receiver<checks::gpu::NodeDra>,
+    /// Set by the GPU probe on a node with NVIDIA devices: only then is DRA read.
+    pub dra_wanted: Arc<channel::Sender<bool>>,
 }
 
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
@@ -389,6 +393,12 @@ fn gpu_probe(ctx: &Context) {
                 "GPU XID event"
             );
         }
+        // DRA is read for the GPU probe only on a node with NVIDIA devices.
+        ctx.dra_wanted.send_if_modified(|w| {
+            let changed = *w == report.no_gpu();
+            *w = !report.no_gpu();
+            changed
+        });
         if !report.no_gpu() {
             let key = (
                 config.gpu.pod_resources_socket.clone(),
@@ -418,9 +428,15 @@ fn gpu_probe(ctx: &Context) {
                 kubelet_said = said;
             }
             let node_allocatable = ctx.node_gpus.borrow().clone();
-            checks::gpu::compare(&mut report, &read, node_allocatable);
-            if let (false, Ok(k)) = (faults.is_empty(), &read) {
-                let on_pods = gpu::faults::attribute(&faults, &k.allocations, |_, _| true);
+            let dra = ctx.dra.borrow().clone();
+            checks::gpu::compare(&mut report, &read, node_allocatable, &dra);
+            if !faults.is_empty() {
+                let view = match &dra {
+                    Some(Ok(Some(v))) => Some(v),
+                    _ => None,
+                };
+                let allocations = checks::gpu::allocations(read.as_ref().ok(), view);
+                let on_pods = gpu::faults::attribute(&faults, &allocations, |_, _| true);
                 // No receiver: no pods watcher (no API credentials); nothing to write to.
                 if !on_pods.is_empty() && ctx.gpu_faults.send(on_pods).is_err() {
                     tracing::debug!(

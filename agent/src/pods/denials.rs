@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
+use nodeproof_kube::dra::{pod_claims, PodClaims};
 use nodeproof_kube::events::ObjectRef;
 use nodeproof_kube::refs::{pod_refs, PodRefs};
 use nodeproof_trace::names::errno_name;
@@ -23,6 +24,8 @@ struct IndexedPod {
     /// `Succeeded` or `Failed`: its containers are gone, though the
     /// kubelet's pod-resources still lists their devices.
     terminated: bool,
+    /// Its DRA claims, if it has any.
+    claims: Option<PodClaims>,
 }
 
 /// The pods bound to this node, by UID (fed by the watch).
@@ -73,6 +76,7 @@ impl PodIndex {
                 refs,
                 ids,
                 terminated,
+                claims: pod_claims(pod),
             },
         );
     }
@@ -96,6 +100,18 @@ impl PodIndex {
             .values()
             .find(|p| !p.terminated && p.refs.namespace == namespace && p.refs.name == name)
             .map(|p| p.refs.uid.as_str())
+    }
+
+    /// The DRA claims of the pods that have not terminated, by pod UID.
+    pub fn claims(&self) -> Vec<PodClaims> {
+        let mut out: Vec<PodClaims> = self
+            .pods
+            .values()
+            .filter(|p| !p.terminated)
+            .filter_map(|p| p.claims.clone())
+            .collect();
+        out.sort_by(|a, b| a.uid.cmp(&b.uid));
+        out
     }
 
     pub fn refs(&self) -> impl Iterator<Item = &PodRefs> {

@@ -5,6 +5,7 @@
 
 pub mod contract;
 pub mod denials;
+pub mod dra;
 pub mod gpu_faults;
 pub mod handlers;
 pub mod node;

@@ -460,6 +460,9 @@ pub struct WatchOptions {
     /// This Node's allocatable NVIDIA resources as each watch event shows
     /// them, for the GPU probe's comparison.
     pub node_gpus: Option<Arc<tokio::sync::watch::Sender<crate::checks::gpu::NodeGpus>>>,
+    /// The DRA claims of the pods running here, whenever they change, for
+    /// the DRA reader (`pods::dra`).
+    pub pod_claims: Option<tokio::sync::watch::Sender<Vec<nodeproof_kube::dra::PodClaims>>>,
 }
 
 impl Default for WatchOptions {
@@ -469,6 +472,7 @@ impl Default for WatchOptions {
             wake: None,
             node_seen: None,
             node_gpus: None,
+            pod_claims: None,
         }
     }
 }
@@ -610,6 +614,16 @@ pub async fn rounds(
         // Everything already queued goes into this one judgement.
         while let Ok(c) = rx.try_recv() {
             judge |= state.apply(c);
+        }
+        if let Some(tx) = &opts.pod_claims {
+            let claims = state.index.claims();
+            tx.send_if_modified(|v| {
+                let changed = *v != claims;
+                if changed {
+                    *v = claims;
+                }
+                changed
+            });
         }
         if !judge || !state.synced() {
             continue;

@@ -105,6 +105,8 @@ struct State {
     cluster: ClusterState,
     /// See "Scheduling gates and leases" below.
     gate: GateState,
+    /// The `resource.k8s.io` versions served (see "Dynamic Resource Allocation").
+    dra_versions: Vec<&'static str>,
 }
 
 impl State {
@@ -461,6 +463,9 @@ fn listed_resource(path: &str) -> Option<&'static str> {
     match path.trim_matches('/') {
         "api/v1/pods" => Some("pods"),
         "apis/node.k8s.io/v1/runtimeclasses" => Some("runtimeclasses"),
+        p if p.starts_with("apis/resource.k8s.io/") && p.ends_with("/resourceslices") => {
+            Some("resourceslices")
+        }
         "api/v1/nodes" => Some("nodes"),
         _ => None,
     }
@@ -473,6 +478,7 @@ fn list_allowed(who: &Identity, resource: &str, selector: Option<&str>) -> bool 
     match (who, resource) {
         (Identity::Node(me), "pods") => selector == Some(&format!("spec.nodeName={me}")),
         (Identity::Node(me), "nodes") => selector == Some(&format!("metadata.name={me}")),
+        (Identity::Node(me), "resourceslices") => selector == Some(&format!("spec.nodeName={me}")),
         _ => true,
     }
 }
@@ -480,6 +486,7 @@ fn list_allowed(who: &Identity, resource: &str, selector: Option<&str>) -> bool 
 fn forbidden_list(resource: &str) -> (u16, Value) {
     let message = match resource {
         "nodes" => "a node may only list and watch its own Node",
+        "resourceslices" => "a node may only list and watch the ResourceSlices of its own node (fieldSelector spec.nodeName)",
         _ => "a node may only list and watch pods bound to it",
     };
     status(403, "Forbidden", message)
@@ -495,6 +502,7 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
     match resource {
         "pods" => ("Pod", "v1"),
         "nodes" => ("Node", "v1"),
+        "resourceslices" => ("ResourceSlice", "resource.k8s.io/v1"),
         _ => ("RuntimeClass", "node.k8s.io/v1"),
     }
 }
@@ -744,6 +752,9 @@ fn route(
     if let Some(answer) = gate_route(s, &who, method, uri, &parts, content_type, body) {
         return answer;
     }
+    if let Some(answer) = dra_route(s, &who, method, &parts) {
+        return answer;
+    }
     let strategic = content_type == "application/strategic-merge-patch+json";
     if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
         let selector = query_param(uri, "fieldSelector");
@@ -792,6 +803,7 @@ fn route(
         let (api_version, kind) = match resource {
             "pods" => ("v1", "PodList"),
             "nodes" => ("v1", "NodeList"),
+            "resourceslices" => ("resource.k8s.io/v1", "ResourceSliceList"),
             _ => ("node.k8s.io/v1", "RuntimeClassList"),
         };
         let mut metadata = json!({"resourceVersion": version.to_string()});
@@ -1949,5 +1961,98 @@ fn lease_request(
             (if current.is_some() { 200 } else { 201 }, lease)
         }
         _ => status(405, "MethodNotAllowed", "not served for leases here"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Dynamic Resource Allocation
+//
+// `resource.k8s.io`: only the versions set with `serve_dra` are served (none
+// by default, as on a cluster without DRA); any other version's path is a
+// 404, as kube-apiserver answers for a group version it does not serve.
+// ResourceSlices (cluster-scoped) are listed through the generic list path
+// (a node only with `fieldSelector=spec.nodeName=<itself>`); ResourceClaims
+// are read one by one, and the Node authorizer's graph lets a node get a
+// claim only when a pod bound to it references it (by `resourceClaimName`
+// in its spec, or in its status for a template's claim).
+// ---------------------------------------------------------------------------
+
+impl TestApiServer {
+    /// Serve these `resource.k8s.io` versions (objects are stored as put).
+    pub fn serve_dra(&self, versions: &[&'static str]) {
+        self.state.lock().unwrap().dra_versions = versions.to_vec();
+    }
+}
+
+fn claim_referenced_by_pod_of(s: &State, node: &str, ns: &str, claim: &str) -> bool {
+    s.objects
+        .iter()
+        .filter(|((r, _), p)| {
+            *r == "pods"
+                && p["metadata"]["namespace"].as_str() == Some(ns)
+                && p["spec"]["nodeName"].as_str() == Some(node)
+        })
+        .any(|(_, p)| {
+            let named = |v: &Value| v["resourceClaimName"].as_str() == Some(claim);
+            p["spec"]["resourceClaims"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(named))
+                || p["status"]["resourceClaimStatuses"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(named))
+        })
+}
+
+fn dra_route(s: &State, who: &Identity, method: &Method, parts: &[&str]) -> Option<(u16, Value)> {
+    let ["apis", "resource.k8s.io", version, rest @ ..] = parts else {
+        return None;
+    };
+    if !s.dra_versions.contains(version) {
+        return Some(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    }
+    match (method.as_str(), rest) {
+        ("GET", ["namespaces", ns, "resourceclaims", name]) => {
+            if let Identity::Node(me) = who {
+                if !claim_referenced_by_pod_of(s, me, ns, name) {
+                    return Some(status(
+                        403,
+                        "Forbidden",
+                        &format!(
+                            "resourceclaims.resource.k8s.io \"{name}\" is forbidden: User \"system:node:{me}\" cannot get resource \"resourceclaims\" in API group \"resource.k8s.io\" in the namespace \"{ns}\": no relationship found between node '{me}' and this object"
+                        ),
+                    ));
+                }
+            }
+            Some(
+                match s.objects.get(&("resourceclaims", format!("{ns}/{name}"))) {
+                    Some(c) => (200, c.clone()),
+                    None => status(
+                        404,
+                        "NotFound",
+                        &format!("resourceclaims.resource.k8s.io \"{name}\" not found"),
+                    ),
+                },
+            )
+        }
+        // A node may not list claims: the authorizer has no selector for it.
+        ("GET", ["resourceclaims"] | ["namespaces", _, "resourceclaims"])
+            if matches!(who, Identity::Node(_)) =>
+        {
+            Some(status(
+                403,
+                "Forbidden",
+                "resourceclaims.resource.k8s.io is forbidden: a node may not list resourceclaims",
+            ))
+        }
+        ("GET", ["resourceslices"]) => None,
+        _ => Some(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )),
     }
 }

@@ -38,6 +38,10 @@ pub struct KubeletView {
     /// pod-resources `GetAllocatableResources` device ids of NVIDIA
     /// resources (`None`: the API could not be read).
     pub allocatable_ids: Option<BTreeMap<String, Vec<String>>>,
+    /// The device UUIDs this node's DRA ResourceSlices publish, by driver
+    /// (`None`: DRA not served or not read). The scheduler allocates these
+    /// through ResourceClaims; pod-resources' allocatable list leaves them out.
+    pub dra_ids: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// One device NVML knows, as the kubelet may name it: a whole GPU or a MIG
@@ -71,7 +75,11 @@ pub struct DeviceGap {
 /// One extended resource's comparison.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResourceComparison {
+    /// The extended resource, or the DRA driver's name.
     pub resource: String,
+    /// Offered through DRA ResourceSlices, not by a device plugin.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dra: bool,
     /// What the kubelet offers: the pod-resources ids' count, else the Node's allocatable.
     pub offered: u64,
     /// Of what it offers, how many NVML calls healthy (by id), else NVML's
@@ -168,29 +176,35 @@ pub fn compare(view: &KubeletView, devices: Vec<NvmlDevice>) -> Comparison {
     let mut resources = Vec::new();
     let mut notes = Vec::new();
     let by_id: BTreeMap<&str, &NvmlDevice> = devices.iter().map(|d| (d.id.as_str(), d)).collect();
+    // A device a DRA driver publishes is offered, though not by a device plugin.
+    let dra_offered: BTreeSet<&str> = view
+        .dra_ids
+        .iter()
+        .flat_map(|m| m.values().flatten())
+        .map(String::as_str)
+        .collect();
+    let gap = |id: &String| match by_id.get(id.as_str()) {
+        Some(d) if d.healthy => None,
+        Some(d) => Some(DeviceGap {
+            id: id.clone(),
+            gpu: Some(d.gpu),
+            why: d.why.clone(),
+        }),
+        None => Some(DeviceGap {
+            id: id.clone(),
+            gpu: None,
+            why: "NVML does not see it".into(),
+        }),
+    };
     if let Some(ids) = &view.allocatable_ids {
-        let offered_ids: BTreeSet<&str> = ids.values().flatten().map(String::as_str).collect();
+        let mut offered_ids: BTreeSet<&str> = ids.values().flatten().map(String::as_str).collect();
+        offered_ids.extend(&dra_offered);
         let mut names: BTreeSet<&str> = ids.keys().map(String::as_str).collect();
         names.extend(devices.iter().map(|d| d.resource.as_str()));
         for resource in names {
             let list = ids.get(resource).map(Vec::as_slice).unwrap_or_default();
-            let mut offered_unhealthy = Vec::new();
-            let mut healthy = 0;
-            for id in list {
-                match by_id.get(id.as_str()) {
-                    Some(d) if d.healthy => healthy += 1,
-                    Some(d) => offered_unhealthy.push(DeviceGap {
-                        id: id.clone(),
-                        gpu: Some(d.gpu),
-                        why: d.why.clone(),
-                    }),
-                    None => offered_unhealthy.push(DeviceGap {
-                        id: id.clone(),
-                        gpu: None,
-                        why: "NVML does not see it".into(),
-                    }),
-                }
-            }
+            let offered_unhealthy: Vec<DeviceGap> = list.iter().filter_map(gap).collect();
+            let healthy = (list.len() - offered_unhealthy.len()) as u64;
             let healthy_not_offered: Vec<DeviceGap> = devices
                 .iter()
                 .filter(|d| {
@@ -202,8 +216,13 @@ pub fn compare(view: &KubeletView, devices: Vec<NvmlDevice>) -> Comparison {
                     why: "healthy in NVML, not offered by the kubelet".into(),
                 })
                 .collect();
+            if list.is_empty() && healthy_not_offered.is_empty() && !dra_offered.is_empty() {
+                // Every device of this resource is offered through DRA.
+                continue;
+            }
             resources.push(ResourceComparison {
                 resource: resource.to_string(),
+                dra: false,
                 offered: list.len() as u64,
                 healthy,
                 offered_unhealthy,
@@ -220,8 +239,13 @@ pub fn compare(view: &KubeletView, devices: Vec<NvmlDevice>) -> Comparison {
             let offered = alloc.get(resource).copied().unwrap_or(0);
             let mine: Vec<&NvmlDevice> = devices
                 .iter()
-                .filter(|d| offered_as(single, d) == resource)
+                .filter(|d| {
+                    offered_as(single, d) == resource && !dra_offered.contains(d.id.as_str())
+                })
                 .collect();
+            if offered == 0 && mine.is_empty() && !dra_offered.is_empty() {
+                continue;
+            }
             let healthy = mine.iter().filter(|d| d.healthy).count() as u64;
             // Without ids the unhealthy devices are the likely ones offered
             // (a plugin that never re-checked offers all it registered).
@@ -249,6 +273,7 @@ pub fn compare(view: &KubeletView, devices: Vec<NvmlDevice>) -> Comparison {
             };
             resources.push(ResourceComparison {
                 resource: resource.to_string(),
+                dra: false,
                 offered,
                 healthy: healthy.min(offered),
                 offered_unhealthy,
@@ -257,8 +282,20 @@ pub fn compare(view: &KubeletView, devices: Vec<NvmlDevice>) -> Comparison {
             });
         }
         notes.push("pod-resources not read: compared by count from the Node".into());
-    } else {
+    } else if view.dra_ids.is_none() {
         notes.push("neither the Node nor pod-resources could be read: nothing compared".into());
+    }
+    for (driver, ids) in view.dra_ids.iter().flatten() {
+        let offered_unhealthy: Vec<DeviceGap> = ids.iter().filter_map(gap).collect();
+        resources.push(ResourceComparison {
+            resource: driver.clone(),
+            dra: true,
+            offered: ids.len() as u64,
+            healthy: (ids.len() - offered_unhealthy.len()) as u64,
+            offered_unhealthy,
+            healthy_not_offered: Vec::new(),
+            unnamed_not_offered: 0,
+        });
     }
     Comparison {
         devices,
@@ -282,13 +319,18 @@ impl Comparison {
             .iter()
             .filter(|r| !r.offered_unhealthy.is_empty())
             .map(|r| {
-                let mut s = format!(
-                    "kubelet offers {} {}, {} {} healthy: ",
-                    r.offered,
-                    r.resource,
-                    r.healthy,
-                    if r.healthy == 1 { "is" } else { "are" }
-                );
+                let is = if r.healthy == 1 { "is" } else { "are" };
+                let mut s = if r.dra {
+                    format!(
+                        "DRA ResourceSlices of this node publish {} {} devices, {} {is} healthy: ",
+                        r.offered, r.resource, r.healthy
+                    )
+                } else {
+                    format!(
+                        "kubelet offers {} {}, {} {is} healthy: ",
+                        r.offered, r.resource, r.healthy
+                    )
+                };
                 let gaps: Vec<String> = r.offered_unhealthy.iter().map(gap_text).collect();
                 s.push_str(&gaps.join(", "));
                 s
@@ -401,6 +443,7 @@ mod tests {
                     .map(|(k, v)| (k.to_string(), v))
                     .collect(),
             ),
+            dra_ids: None,
         }
     }
 
@@ -462,6 +505,7 @@ mod tests {
         let view = KubeletView {
             node_allocatable: Some([(GPU_RESOURCE.to_string(), 8)].into()),
             allocatable_ids: None,
+            dra_ids: None,
         };
         let c = compare(&view, nvml_devices(&s, &e));
         assert_eq!(
@@ -471,6 +515,7 @@ mod tests {
         let view = KubeletView {
             node_allocatable: Some([(GPU_RESOURCE.to_string(), 6)].into()),
             allocatable_ids: None,
+            dra_ids: None,
         };
         let (s, e) = judged((0..8).map(gpu).collect());
         let c = compare(&view, nvml_devices(&s, &e));
@@ -517,5 +562,38 @@ mod tests {
             "{msg}"
         );
         assert_eq!(c.resources.len(), 1, "{c:?}");
+    }
+
+    #[test]
+    fn dra_devices_count_as_offered_and_an_unhealthy_one_is_named() {
+        let mut gpus: Vec<GpuInfo> = (0..4).map(gpu).collect();
+        gpus[2].lost = true;
+        let (s, e) = judged(gpus);
+        // A DRA-only node: the device plugin offers nothing, the slices publish GPUs 0-2.
+        let view = KubeletView {
+            node_allocatable: Some(BTreeMap::new()),
+            allocatable_ids: Some(BTreeMap::new()),
+            dra_ids: Some([("gpu.nvidia.com".to_string(), (0..3).map(uuid).collect())].into()),
+        };
+        let c = compare(&view, nvml_devices(&s, &e));
+        assert_eq!(
+            c.unhealthy_message().as_deref(),
+            Some("DRA ResourceSlices of this node publish 3 gpu.nvidia.com devices, 2 are healthy: GPU 2 (GPU-8f000002…) fallen off the bus (NVML_ERROR_GPU_IS_LOST)")
+        );
+        // GPU 3 is published by nobody: the one healthy device not offered.
+        assert_eq!(
+            c.not_offered_message().as_deref(),
+            Some("1 healthy nvidia.com/gpu not offered by the kubelet: GPU 3 (GPU-8f000003…)")
+        );
+        // Counted from the Node only (pod-resources unreadable): DRA's devices are not missing either.
+        let view = KubeletView {
+            allocatable_ids: None,
+            ..view
+        };
+        let c = compare(&view, nvml_devices(&s, &e));
+        assert_eq!(
+            c.not_offered_message().as_deref(),
+            Some("1 healthy nvidia.com/gpu not offered by the kubelet")
+        );
     }
 }

@@ -162,8 +162,14 @@ impl PodFault {
         } else {
             String::new()
         };
+        // A DRA claim no container names is the pod's as a whole.
+        let holder = if self.container.is_empty() {
+            "this pod".to_string()
+        } else {
+            format!("this pod's container {}", self.container)
+        };
         format!(
-            "GPU {} (index {}){via} {} while allocated to this pod's container {}",
+            "GPU {} (index {}){via} {} while allocated to {holder}",
             if self.gpu_uuid.is_empty() {
                 "uuid unknown"
             } else {
@@ -171,7 +177,6 @@ impl PodFault {
             },
             self.gpu,
             self.kind.describe(),
-            self.container
         )
     }
 }

@@ -9,6 +9,7 @@
 //! - `contract_labels`: this node's contract labels from the agent's
 //!   verdicts (hysteresis, continuity, stale cleanup), pure;
 //! - `credentials`: the lookup order of credentials and node name;
+//! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
 //! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
@@ -27,6 +28,7 @@ pub mod connect;
 pub mod contract;
 pub mod contract_labels;
 pub mod credentials;
+pub mod dra;
 pub mod driver;
 pub mod events;
 pub mod identity;

@@ -1,0 +1,93 @@
+//! The DRA view for the GPU probe: while the probe asks for it (a node with
+//! NVIDIA devices), this node's ResourceSlices and the ResourceClaims of the
+//! pods running here are read through the API every GPU interval, and again
+//! when the pods' claims change. The reading and decoding are
+//! `nodeproof_kube::dra`'s; here only the loop, what it publishes, and the
+//! log line when the outcome changes (once, not every interval).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodeproof_kube::dra::{DraReader, PodClaims};
+use tokio::sync::watch;
+
+use crate::checks::gpu::NodeDra;
+
+/// Reads at most this often when the pods' claims keep changing.
+const MIN_GAP: Duration = Duration::from_secs(1);
+
+/// What a read's outcome is, for the log: said once per change.
+fn outcome(read: &NodeDra) -> String {
+    match read {
+        None => String::new(),
+        Some(Ok(None)) => "not served".into(),
+        // A new count is said too: a pod's claim came or went.
+        Some(Ok(Some(v))) => format!(
+            "{} {} {} {}",
+            v.version,
+            v.devices.len(),
+            v.allocations.len(),
+            v.notes.join("; ")
+        ),
+        Some(Err(e)) => e.clone(),
+    }
+}
+
+/// Runs until its future is dropped (the watcher stopping).
+pub async fn follow(
+    mut reader: DraReader,
+    mut claims: watch::Receiver<Vec<PodClaims>>,
+    mut wanted: watch::Receiver<bool>,
+    out: Arc<watch::Sender<NodeDra>>,
+    interval: Duration,
+) {
+    let mut said = String::new();
+    loop {
+        if wanted.wait_for(|w| *w).await.is_err() {
+            // No GPU probe any more (the agent is stopping).
+            return std::future::pending().await;
+        }
+        let pods = claims.borrow_and_update().clone();
+        let read: NodeDra = Some(
+            reader
+                .read(&pods)
+                .await
+                .map_err(|e| nodeproof_findings::errors::error_chain(&e)),
+        );
+        let now = outcome(&read);
+        if now != said {
+            match &read {
+                Some(Ok(None)) => tracing::info!(
+                    nodeproof_check = "gpu",
+                    "resource.k8s.io is not served: GPUs are compared without DRA"
+                ),
+                Some(Ok(Some(v))) if v.notes.is_empty() => tracing::info!(
+                    nodeproof_check = "gpu",
+                    version = %v.version,
+                    devices = v.devices.len(),
+                    allocations = v.allocations.len(),
+                    "reading this node's DRA ResourceSlices and the pods' ResourceClaims"
+                ),
+                Some(Ok(Some(v))) => tracing::warn!(
+                    nodeproof_check = "gpu",
+                    version = %v.version,
+                    error = %v.notes.join("; "),
+                    "some ResourceClaims of pods here cannot be read; their devices are not attributed"
+                ),
+                Some(Err(e)) => tracing::warn!(
+                    nodeproof_check = "gpu",
+                    error = %e,
+                    "this node's DRA ResourceSlices cannot be read; GPUs are compared without DRA"
+                ),
+                None => {}
+            }
+            said = now;
+        }
+        out.send_replace(read);
+        tokio::time::sleep(MIN_GAP).await;
+        tokio::select! {
+            _ = tokio::time::sleep(interval.saturating_sub(MIN_GAP)) => {}
+            r = claims.changed() => if r.is_err() { return },
+        }
+    }
+}
