@@ -15,6 +15,10 @@ use crate::checks::gpu::NodeDra;
 
 /// Reads at most this often when the pods' claims keep changing.
 const MIN_GAP: Duration = Duration::from_secs(1);
+/// How often a cluster that serves no `resource.k8s.io` version is asked
+/// again (three 404s each time), unless a pod here names a claim first:
+/// fleets without DRA must not pay three requests per node per GPU interval.
+const NOT_SERVED_RECHECK: Duration = Duration::from_secs(600);
 
 /// What a read's outcome is, for the log: said once per change.
 fn outcome(read: &NodeDra) -> String {
@@ -83,11 +87,27 @@ pub async fn follow(
             }
             said = now;
         }
+        let served = !matches!(read, Some(Ok(None)));
         out.send_replace(read);
         tokio::time::sleep(MIN_GAP).await;
-        tokio::select! {
-            _ = tokio::time::sleep(interval.saturating_sub(MIN_GAP)) => {}
-            r = claims.changed() => if r.is_err() { return },
+        let wait = if served {
+            interval
+        } else {
+            NOT_SERVED_RECHECK.max(interval)
+        };
+        let until = tokio::time::Instant::now() + wait.saturating_sub(MIN_GAP);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                r = claims.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    if served || !claims.borrow().is_empty() {
+                        break;
+                    }
+                }
+            }
         }
     }
 }
