@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::checks::Subsystem;
 use crate::pods::denials::PodDenialTotal;
@@ -69,6 +69,9 @@ struct Inner {
     first_rounds: BTreeMap<Subsystem, Instant>,
     metrics: Metrics,
     main_progress: Option<Instant>,
+    /// The wall-clock time of the main loop's last round, for
+    /// `nodeproof_heartbeat_timestamp_seconds` (Prometheus compares it with `time()`).
+    heartbeat: Option<SystemTime>,
     main_period: Duration,
     ready: bool,
     stopping: bool,
@@ -85,6 +88,8 @@ pub struct MetricsSnapshot {
     /// The node conditions, merged as [`Shared::conditions`] gives them.
     pub conditions: Vec<Condition>,
     pub metrics: Metrics,
+    /// When the main loop last went round (wall clock); `None` before its first round.
+    pub heartbeat: Option<SystemTime>,
 }
 
 /// What `/healthz` and friends answer.
@@ -152,9 +157,11 @@ impl Shared {
         f(&mut self.lock().metrics)
     }
 
-    pub fn main_progress(&self, now: Instant, period: Duration) {
+    /// The main loop went round at `now` (`wall` on the wall clock).
+    pub fn main_progress(&self, now: Instant, wall: SystemTime, period: Duration) {
         let mut i = self.lock();
         i.main_progress = Some(now);
+        i.heartbeat = Some(wall);
         i.main_period = period;
     }
 
@@ -272,6 +279,7 @@ impl Shared {
         MetricsSnapshot {
             conditions: merged(&i.checks),
             metrics: i.metrics.clone(),
+            heartbeat: i.heartbeat,
         }
     }
 }
@@ -300,7 +308,7 @@ mod tests {
         let s = Shared::default();
         let t0 = Instant::now();
         assert!(!s.healthz(t0).ok);
-        s.main_progress(t0, Duration::from_secs(1));
+        s.main_progress(t0, SystemTime::UNIX_EPOCH, Duration::from_secs(1));
         assert!(s.healthz(t0 + Duration::from_secs(2)).ok);
         assert!(!s.healthz(t0 + Duration::from_secs(4)).ok);
         s.set_check(
