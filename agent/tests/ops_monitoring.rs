@@ -489,6 +489,18 @@ fn as_prometheus_sees_it(expr: &str) -> String {
 fn the_dashboards_promql_parses_and_each_view_shows_the_same_metrics() {
     let d = dashboard();
     assert_eq!(d["uid"], "nodeproof");
+    // Grafana keys panels by id: one each.
+    let ids: Vec<u64> = d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_u64().expect("a panel id"))
+        .collect();
+    assert_eq!(
+        ids.iter().collect::<BTreeSet<_>>().len(),
+        ids.len(),
+        "{ids:?}"
+    );
     let node_var = d["templating"]["list"]
         .as_array()
         .unwrap()
