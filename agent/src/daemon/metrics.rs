@@ -8,7 +8,7 @@ use crate::checks::Subsystem;
 use nodeproof_findings::ConditionStatus;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -48,7 +48,7 @@ struct StateCollector(Arc<Shared>);
 
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        encode_snapshot(&self.0.metrics_snapshot(), &mut encoder)
+        encode_snapshot(&self.0.metrics_snapshot(Instant::now()), &mut encoder)
     }
 }
 
@@ -238,6 +238,14 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
                 m.task_restarts.get(&task).copied().unwrap_or(0),
             )
         }),
+    )?;
+    gauges(
+        enc,
+        "nodeproof_task_stalled",
+        "1 when the subsystem has not completed a round within three of its periods, or none yet (what /healthz/<task> fails on); 0 when it has.",
+        s.tasks_on_time
+            .iter()
+            .map(|(task, on_time)| ([("task", task.as_str())], u64::from(!on_time))),
     )?;
     counter(
         enc,
@@ -559,6 +567,7 @@ mod tests {
                 ("nodeproof_seccomp_denials", "counter"),
                 ("nodeproof_seccomp_tracing_strategy", "gauge"),
                 ("nodeproof_task_restarts", "counter"),
+                ("nodeproof_task_stalled", "gauge"),
             ],
             "{body}"
         );
@@ -703,6 +712,12 @@ mod tests {
             0.0
         );
         assert_eq!(value(&f, "nodeproof_config_reloads", &[]), 3.0);
+        // Only the profiles check has published, a round just now.
+        assert_eq!(f["nodeproof_task_stalled"].1.len(), 1, "{body}");
+        assert_eq!(
+            value(&f, "nodeproof_task_stalled", &[("task", "profiles")]),
+            0.0
+        );
         assert_eq!(
             value(&f, "nodeproof_heartbeat_timestamp_seconds", &[]),
             1_764_614_400.25

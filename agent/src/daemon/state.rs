@@ -90,6 +90,16 @@ pub struct MetricsSnapshot {
     pub metrics: Metrics,
     /// When the main loop last went round (wall clock); `None` before its first round.
     pub heartbeat: Option<SystemTime>,
+    /// Each subsystem that has published, in [`Subsystem::ALL`] order, and
+    /// whether it went round in time ([`on_time`], what `/healthz/<check>` says).
+    pub tasks_on_time: Vec<(Subsystem, bool)>,
+}
+
+/// Whether a check completed a round within three of its periods before
+/// `now`; one that has not completed any is not on time.
+fn on_time(c: &CheckState, now: Instant) -> bool {
+    c.progress
+        .is_some_and(|t| now.saturating_duration_since(t) <= c.period * 3)
 }
 
 /// What `/healthz` and friends answer.
@@ -234,7 +244,7 @@ impl Shared {
             .map(|c| format!("{}={} ({}): {}\n", c.kind, c.status, c.reason, c.message))
             .collect();
         Some(match c.progress {
-            Some(t) if now.duration_since(t) <= c.period * 3 => Health {
+            Some(_) if on_time(c, now) => Health {
                 ok: true,
                 body: format!("ok: {}\n{conditions}", c.summary),
             },
@@ -274,9 +284,14 @@ impl Shared {
     }
 
     /// The conditions and metric values at this moment, for a scrape.
-    pub fn metrics_snapshot(&self) -> MetricsSnapshot {
+    /// What a scrape at `now` reads.
+    pub fn metrics_snapshot(&self, now: Instant) -> MetricsSnapshot {
         let i = self.lock();
         MetricsSnapshot {
+            tasks_on_time: Subsystem::ALL
+                .iter()
+                .filter_map(|s| Some((*s, on_time(i.checks.get(s)?, now))))
+                .collect(),
             conditions: merged(&i.checks),
             metrics: i.metrics.clone(),
             heartbeat: i.heartbeat,
@@ -340,7 +355,7 @@ mod tests {
         );
         assert!(s.check_health(Subsystem::Pods, t0).is_none());
         assert_eq!(
-            s.metrics_snapshot().conditions,
+            s.metrics_snapshot(t0).conditions,
             vec![
                 cond("SeccompProfilesReady", "False"),
                 cond("SeccompTracingReady", "True")
@@ -366,7 +381,7 @@ mod tests {
             .collect();
         assert_eq!(merged.len(), 1, "{merged:?}");
         assert_eq!(
-            s.metrics_snapshot()
+            s.metrics_snapshot(t0)
                 .conditions
                 .iter()
                 .filter(|c| c.kind == ConditionType::SeccompProfilesReady)
@@ -375,6 +390,37 @@ mod tests {
         );
         assert_eq!(merged[0].reason, "ProfileMissing");
         assert_eq!(merged[0].message, "m; node profiles: m");
+        // Stalled as /healthz/<check> says: three periods without a round,
+        // or none yet.
+        s.set_check(
+            Subsystem::Gpu,
+            CheckState {
+                conditions: Vec::new(),
+                summary: String::new(),
+                progress: None,
+                period: Duration::from_secs(1),
+            },
+        );
+        use Subsystem::{Gpu, Pods, Profiles, Tracing};
+        assert_eq!(
+            s.metrics_snapshot(t0).tasks_on_time,
+            [
+                (Profiles, true),
+                (Pods, true),
+                (Tracing, true),
+                (Gpu, false)
+            ]
+        );
+        assert_eq!(
+            s.metrics_snapshot(t0 + Duration::from_secs(5))
+                .tasks_on_time,
+            [
+                (Profiles, false),
+                (Pods, true),
+                (Tracing, false),
+                (Gpu, false)
+            ]
+        );
         assert_eq!(
             s.status_line(),
             "profiles 2 ok, 1 failing, pods 1 watched, 1 with unusable profiles, tracing tp_btf"
