@@ -393,6 +393,24 @@ fn the_debian_package_is_lintian_clean() {
     };
     let share = tempfile::tempdir().unwrap();
     let deb = build_deb(share.path(), None);
+    // The operators' parts are in what lintian judges.
+    let listed = Command::new("dpkg-deb")
+        .arg("-c")
+        .arg(&deb)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for path in [
+        "./usr/share/nodeproof/prometheus/nodeproof.rules.yml",
+        "./usr/share/nodeproof/prometheus/nodeproof.tests.yml",
+        "./usr/share/nodeproof/grafana/nodeproof.json",
+        "./usr/share/doc/nodeproof/runbooks.md",
+    ] {
+        assert!(
+            listed.contains(path),
+            "{path} not in the package:\n{listed}"
+        );
+    }
     let lintian = |args: &[&str]| {
         let out = Command::new("lintian")
             .args(args)

@@ -84,6 +84,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "dpkg-dev",
         "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
     ),
+    (
+        "prometheus",
+        "promtool (Debian ships it only with the server, whose service the tests do not use): checks and unit-tests the alert rules, parses the dashboard's PromQL (agent/tests/ops_monitoring.rs)",
+    ),
 ];
 
 /// cargo-deb, pinned: the Debian package test builds with the dev profile,
@@ -121,6 +125,26 @@ const INSTALL: &[(&str, &str, u32)] = &[
         0o644,
     ),
     ("README.md", "/usr/share/doc/nodeproof/README.md", 0o644),
+    (
+        "docs/runbooks.md",
+        "/usr/share/doc/nodeproof/runbooks.md",
+        0o644,
+    ),
+    (
+        "deploy/prometheus/nodeproof.rules.yml",
+        "/usr/share/nodeproof/prometheus/nodeproof.rules.yml",
+        0o644,
+    ),
+    (
+        "deploy/prometheus/nodeproof.tests.yml",
+        "/usr/share/nodeproof/prometheus/nodeproof.tests.yml",
+        0o644,
+    ),
+    (
+        "deploy/grafana/nodeproof.json",
+        "/usr/share/nodeproof/grafana/nodeproof.json",
+        0o644,
+    ),
 ];
 
 const BINARY_DEST: &str = "/usr/bin/nodeproof";

@@ -8,6 +8,7 @@ use crate::checks::Subsystem;
 use nodeproof_findings::ConditionStatus;
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -47,7 +48,7 @@ struct StateCollector(Arc<Shared>);
 
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        encode_snapshot(&self.0.metrics_snapshot(), &mut encoder)
+        encode_snapshot(&self.0.metrics_snapshot(Instant::now()), &mut encoder)
     }
 }
 
@@ -238,12 +239,41 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
             )
         }),
     )?;
+    gauges(
+        enc,
+        "nodeproof_task_stalled",
+        "1 when the subsystem has not completed a round within three of its periods, or none yet (what /healthz/<task> fails on); 0 when it has.",
+        s.tasks_on_time
+            .iter()
+            .map(|(task, on_time)| ([("task", task.as_str())], u64::from(!on_time))),
+    )?;
     counter(
         enc,
         "nodeproof_config_reloads",
         "Successful SIGHUP reloads.",
         m.reloads,
+    )?;
+    // The main loop is what /healthz and systemd's watchdog watch; a served
+    // /metrics does not prove it runs (the HTTP server is its own task), so
+    // alerts compare this with Prometheus' `time()`.
+    family(
+        enc,
+        "nodeproof_heartbeat_timestamp_seconds",
+        "When the main loop last went round (Unix time, seconds); absent before its first round.",
+        MetricType::Gauge,
+        s.heartbeat
+            .map(|t| (NO_LABELS, ConstGauge::new(unix_seconds(t))))
+            .into_iter(),
     )
+}
+
+/// Seconds since the Unix epoch (negative before it: a clock set far back
+/// still gives a sample, and a very stale one).
+fn unix_seconds(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
 }
 
 /// The label set of a family's only, unlabelled sample.
@@ -447,6 +477,11 @@ mod tests {
     #[test]
     fn the_whole_exposition_parses_with_every_family_and_escaped_labels() {
         let shared = shared();
+        shared.main_progress(
+            Instant::now(),
+            UNIX_EPOCH + Duration::from_millis(1_764_614_400_250),
+            Duration::from_secs(1),
+        );
         shared.metrics(|m| {
             m.denials.insert(("mkdir".into(), ODD.into()), 7);
             m.denials.insert(("ptrace".into(), String::new()), 2);
@@ -523,6 +558,7 @@ mod tests {
                 ("nodeproof_gpu_faults", "counter"),
                 ("nodeproof_gpu_health", "gauge"),
                 ("nodeproof_gpu_xid_errors", "counter"),
+                ("nodeproof_heartbeat_timestamp_seconds", "gauge"),
                 ("nodeproof_pod_seccomp_denials", "counter"),
                 ("nodeproof_profile_revalidations", "counter"),
                 ("nodeproof_profile_verdicts", "gauge"),
@@ -531,6 +567,7 @@ mod tests {
                 ("nodeproof_seccomp_denials", "counter"),
                 ("nodeproof_seccomp_tracing_strategy", "gauge"),
                 ("nodeproof_task_restarts", "counter"),
+                ("nodeproof_task_stalled", "gauge"),
             ],
             "{body}"
         );
@@ -675,6 +712,16 @@ mod tests {
             0.0
         );
         assert_eq!(value(&f, "nodeproof_config_reloads", &[]), 3.0);
+        // Only the profiles check has published, a round just now.
+        assert_eq!(f["nodeproof_task_stalled"].1.len(), 1, "{body}");
+        assert_eq!(
+            value(&f, "nodeproof_task_stalled", &[("task", "profiles")]),
+            0.0
+        );
+        assert_eq!(
+            value(&f, "nodeproof_heartbeat_timestamp_seconds", &[]),
+            1_764_614_400.25
+        );
     }
 
     #[test]
@@ -692,11 +739,22 @@ mod tests {
         }
         // Nothing counted yet: the family is described, with no series.
         assert!(f["nodeproof_seccomp_denials"].1.is_empty(), "{body}");
+        // No heartbeat before the main loop's first round.
+        assert!(
+            f["nodeproof_heartbeat_timestamp_seconds"].1.is_empty(),
+            "{body}"
+        );
         // A node without NVIDIA devices: the GPU families, no driver sample.
         shared.metrics(|m| m.gpu = Some(GpuMetrics::default()));
         let f = parse(&render(&registry(shared)).unwrap());
         assert_eq!(f["nodeproof_gpu_driver_ready"].1, []);
         assert_eq!(f["nodeproof_gpu_health"].1, []);
+    }
+
+    #[test]
+    fn the_heartbeat_is_unix_seconds_even_before_the_epoch() {
+        assert_eq!(unix_seconds(UNIX_EPOCH + Duration::from_millis(1500)), 1.5);
+        assert_eq!(unix_seconds(UNIX_EPOCH - Duration::from_secs(2)), -2.0);
     }
 
     #[test]

@@ -213,7 +213,7 @@ async fn serve(
             _ = int.recv() => break,
         }
         let now = Instant::now();
-        shared.main_progress(now, period);
+        shared.main_progress(now, SystemTime::now(), period);
         let status = shared.status_line();
         if status != last_status {
             send(

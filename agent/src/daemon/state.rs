@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::checks::Subsystem;
 use crate::pods::denials::PodDenialTotal;
@@ -69,6 +69,9 @@ struct Inner {
     first_rounds: BTreeMap<Subsystem, Instant>,
     metrics: Metrics,
     main_progress: Option<Instant>,
+    /// The wall-clock time of the main loop's last round, for
+    /// `nodeproof_heartbeat_timestamp_seconds` (Prometheus compares it with `time()`).
+    heartbeat: Option<SystemTime>,
     main_period: Duration,
     ready: bool,
     stopping: bool,
@@ -85,6 +88,18 @@ pub struct MetricsSnapshot {
     /// The node conditions, merged as [`Shared::conditions`] gives them.
     pub conditions: Vec<Condition>,
     pub metrics: Metrics,
+    /// When the main loop last went round (wall clock); `None` before its first round.
+    pub heartbeat: Option<SystemTime>,
+    /// Each subsystem that has published, in [`Subsystem::ALL`] order, and
+    /// whether it went round in time ([`on_time`], what `/healthz/<check>` says).
+    pub tasks_on_time: Vec<(Subsystem, bool)>,
+}
+
+/// Whether a check completed a round within three of its periods before
+/// `now`; one that has not completed any is not on time.
+fn on_time(c: &CheckState, now: Instant) -> bool {
+    c.progress
+        .is_some_and(|t| now.saturating_duration_since(t) <= c.period * 3)
 }
 
 /// What `/healthz` and friends answer.
@@ -152,9 +167,11 @@ impl Shared {
         f(&mut self.lock().metrics)
     }
 
-    pub fn main_progress(&self, now: Instant, period: Duration) {
+    /// The main loop went round at `now` (`wall` on the wall clock).
+    pub fn main_progress(&self, now: Instant, wall: SystemTime, period: Duration) {
         let mut i = self.lock();
         i.main_progress = Some(now);
+        i.heartbeat = Some(wall);
         i.main_period = period;
     }
 
@@ -227,7 +244,7 @@ impl Shared {
             .map(|c| format!("{}={} ({}): {}\n", c.kind, c.status, c.reason, c.message))
             .collect();
         Some(match c.progress {
-            Some(t) if now.duration_since(t) <= c.period * 3 => Health {
+            Some(_) if on_time(c, now) => Health {
                 ok: true,
                 body: format!("ok: {}\n{conditions}", c.summary),
             },
@@ -267,11 +284,17 @@ impl Shared {
     }
 
     /// The conditions and metric values at this moment, for a scrape.
-    pub fn metrics_snapshot(&self) -> MetricsSnapshot {
+    /// What a scrape at `now` reads.
+    pub fn metrics_snapshot(&self, now: Instant) -> MetricsSnapshot {
         let i = self.lock();
         MetricsSnapshot {
+            tasks_on_time: Subsystem::ALL
+                .iter()
+                .filter_map(|s| Some((*s, on_time(i.checks.get(s)?, now))))
+                .collect(),
             conditions: merged(&i.checks),
             metrics: i.metrics.clone(),
+            heartbeat: i.heartbeat,
         }
     }
 }
@@ -300,7 +323,7 @@ mod tests {
         let s = Shared::default();
         let t0 = Instant::now();
         assert!(!s.healthz(t0).ok);
-        s.main_progress(t0, Duration::from_secs(1));
+        s.main_progress(t0, SystemTime::UNIX_EPOCH, Duration::from_secs(1));
         assert!(s.healthz(t0 + Duration::from_secs(2)).ok);
         assert!(!s.healthz(t0 + Duration::from_secs(4)).ok);
         s.set_check(
@@ -332,7 +355,7 @@ mod tests {
         );
         assert!(s.check_health(Subsystem::Pods, t0).is_none());
         assert_eq!(
-            s.metrics_snapshot().conditions,
+            s.metrics_snapshot(t0).conditions,
             vec![
                 cond("SeccompProfilesReady", "False"),
                 cond("SeccompTracingReady", "True")
@@ -358,7 +381,7 @@ mod tests {
             .collect();
         assert_eq!(merged.len(), 1, "{merged:?}");
         assert_eq!(
-            s.metrics_snapshot()
+            s.metrics_snapshot(t0)
                 .conditions
                 .iter()
                 .filter(|c| c.kind == ConditionType::SeccompProfilesReady)
@@ -367,6 +390,37 @@ mod tests {
         );
         assert_eq!(merged[0].reason, "ProfileMissing");
         assert_eq!(merged[0].message, "m; node profiles: m");
+        // Stalled as /healthz/<check> says: three periods without a round,
+        // or none yet.
+        s.set_check(
+            Subsystem::Gpu,
+            CheckState {
+                conditions: Vec::new(),
+                summary: String::new(),
+                progress: None,
+                period: Duration::from_secs(1),
+            },
+        );
+        use Subsystem::{Gpu, Pods, Profiles, Tracing};
+        assert_eq!(
+            s.metrics_snapshot(t0).tasks_on_time,
+            [
+                (Profiles, true),
+                (Pods, true),
+                (Tracing, true),
+                (Gpu, false)
+            ]
+        );
+        assert_eq!(
+            s.metrics_snapshot(t0 + Duration::from_secs(5))
+                .tasks_on_time,
+            [
+                (Profiles, false),
+                (Pods, true),
+                (Tracing, false),
+                (Gpu, false)
+            ]
+        );
         assert_eq!(
             s.status_line(),
             "profiles 2 ok, 1 failing, pods 1 watched, 1 with unusable profiles, tracing tp_btf"

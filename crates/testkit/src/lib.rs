@@ -588,6 +588,8 @@ fn package_of(tool: &str) -> &str {
         "cc" => "gcc",
         "busybox" => "busybox-static",
         "qemu-system-x86_64" => "qemu-system-x86",
+        // Debian ships promtool only in the server's package.
+        "promtool" => "prometheus",
         other => other,
     }
 }
@@ -657,6 +659,7 @@ mod tests {
         assert_eq!(m.what, "`systemd-nspawn-nodeproof-none` on PATH");
         assert_eq!(package_of("systemd-nspawn"), "systemd-container");
         assert_eq!(package_of("qemu-system-x86_64"), "qemu-system-x86");
+        assert_eq!(package_of("promtool"), "prometheus");
         assert!(Need::Tool("sh").check().is_ok());
     }
 

@@ -26,6 +26,10 @@ pub enum Failure {
     Watch,
 }
 
+impl Failure {
+    pub const ALL: [Failure; 3] = [Failure::Release, Failure::Event, Failure::Watch];
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailureLabel {
     pub request: Failure,
@@ -55,6 +59,12 @@ impl GateMetrics {
             errors: Family::default(),
             leader: Gauge::default(),
         });
+        // Every series a counter can have exists from the start, at 0: one
+        // born at its first increment is invisible to PromQL's increase()
+        // and rate(), which need a sample before the increment.
+        for request in Failure::ALL {
+            drop(m.errors.get_or_create(&FailureLabel { request }));
+        }
         let mut r = Registry::default();
         r.register(
             "nodeproof_gate_gated_pods",
@@ -84,10 +94,13 @@ impl GateMetrics {
         (m, r)
     }
 
+    /// The gate's waiting pods; a configured gate's release series start
+    /// here, at 0 (see [`GateMetrics::new`]).
     pub fn set_gated(&self, gate: &str, pods: usize) {
-        self.gated
-            .get_or_create(&GateLabel { gate: gate.into() })
-            .set(pods as i64);
+        let label = GateLabel { gate: gate.into() };
+        drop(self.releases.get_or_create(&label));
+        drop(self.release_seconds.get_or_create(&label));
+        self.gated.get_or_create(&label).set(pods as i64);
     }
 
     pub fn released(&self, gate: &str, since_creation: Option<Duration>) {
@@ -122,6 +135,22 @@ pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_exist_at_zero_before_their_first_increment() {
+        let (m, r) = GateMetrics::new();
+        m.set_gated("nodeproof.dev/gpu-driver-ready", 2);
+        let text = render(&r).unwrap();
+        for want in [
+            "nodeproof_gate_releases_total{gate=\"nodeproof.dev/gpu-driver-ready\"} 0\n",
+            "nodeproof_gate_release_seconds_count{gate=\"nodeproof.dev/gpu-driver-ready\"} 0\n",
+            "nodeproof_gate_errors_total{request=\"Release\"} 0\n",
+            "nodeproof_gate_errors_total{request=\"Event\"} 0\n",
+            "nodeproof_gate_errors_total{request=\"Watch\"} 0\n",
+        ] {
+            assert!(text.contains(want), "{want} in\n{text}");
+        }
+    }
 
     #[test]
     fn families_render() {
