@@ -19,11 +19,16 @@ use std::sync::Arc;
 
 use nodeproof::checks::profiles::Reason as ProfileReason;
 use nodeproof::checks::Subsystem;
+use nodeproof::daemon::logs::JOURNAL_FIELDS;
 use nodeproof::daemon::metrics;
 use nodeproof::daemon::state::Shared;
+use nodeproof::pods::denials::PodDenialTotal;
+use nodeproof::pods::gpu_faults::GpuFaultTotal;
 use nodeproof::pods::verdict::Reason as PodReason;
 use nodeproof_findings::{Check, ConditionStatus, ConditionType};
+use nodeproof_gpu::policy::XidClass;
 use nodeproof_gpu::reason::{GpuReason, ReasonOf};
+use nodeproof_gpu::{DeviceHealth, GpuHealth, GpuMetrics};
 use nodeproof_trace::{FailureReason, Strategy};
 
 const BEGIN: &str = "<!-- BEGIN GENERATED REFERENCE: NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference -->";
@@ -118,7 +123,48 @@ fn code(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
 /// `(name, type, help)` of every family `/metrics` renders for a fresh
 /// agent, from the OpenMetrics text itself.
 fn metric_families() -> Vec<(String, String, String)> {
-    let text = metrics::render(&metrics::registry(Arc::new(Shared::default()))).unwrap();
+    let shared = Arc::new(Shared::default());
+    // Every source has run once: a GPU node, API credentials (pods watched),
+    // the main loop gone round.
+    shared.main_progress(
+        std::time::Instant::now(),
+        std::time::SystemTime::now(),
+        std::time::Duration::from_secs(1),
+    );
+    shared.metrics(|m| {
+        m.gpu = Some(GpuMetrics {
+            driver_ready: Some(true),
+            health: vec![GpuHealth {
+                gpu: 0,
+                uuid: "GPU-0".into(),
+                check: "all",
+                ok: true,
+            }],
+            xid_totals: [((0, XidClass::Fatal), 1)].into(),
+            devices: vec![DeviceHealth {
+                plugin: "nvidia.com/gpu".into(),
+                device: "GPU-0".into(),
+                healthy: true,
+            }],
+            node: "n1".into(),
+        });
+        m.pod_denials = Some(vec![PodDenialTotal {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            syscall: "mkdir".into(),
+            action: "errno",
+            count: 1,
+        }]);
+        m.gpu_faults = Some(vec![GpuFaultTotal {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            xid: "79".into(),
+            count: 1,
+        }]);
+    });
+    let text = metrics::render(&metrics::registry(shared)).unwrap();
     let mut families: Vec<(String, String, String)> = Vec::new();
     for line in text.lines() {
         let (field, rest) = if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -228,16 +274,148 @@ fn generate() -> String {
         code(Strategy::ALL.map(Strategy::as_str))
     );
     s.push_str("\n### Metrics\n\n");
-    s.push_str("The families `/metrics` serves (OpenMetrics; counters' samples end in `_total`), as a fresh agent renders them \
-                (a family whose source has not run, such as the pods watcher's without API credentials, is absent here; \
-                docs/pods.md, docs/daemon.md):\n\n");
+    s.push_str("The families `/metrics` serves (OpenMetrics; counters' samples end in `_total`). A family whose source has \
+                not run is absent: the GPU families on a node without NVIDIA devices, the pods' families without API \
+                credentials, the heartbeat before the first round (docs/gpu.md, docs/pods.md, docs/daemon.md):\n\n");
     s.push_str("| family | type | help |\n| --- | --- | --- |\n");
     for (name, kind, help) in metric_families() {
         let _ = writeln!(s, "| `{name}` | {kind} | {help} |");
     }
+    s.push_str("\n### Journal fields\n\n");
+    s.push_str("Under systemd the agent logs to the journal with native fields: every tracing field below, upper-cased \
+                (`journalctl -u nodeproof XID=79`), plus journald's own (`_SYSTEMD_UNIT=`, `PRIORITY=`, \
+                `SYSLOG_IDENTIFIER=nodeproof`) and `MESSAGE=`. Spans' fields are on the lines logged inside them.\n\n");
+    s.push_str("| field | holds |\n| --- | --- |\n");
+    for (name, holds) in JOURNAL_FIELDS {
+        let _ = writeln!(s, "| `{}=` | {holds} |", name.to_uppercase());
+    }
     s.push('\n');
     s.push_str(END);
     s
+}
+
+/// The field names of every `tracing` event and span macro in the agent's
+/// and the crates' sources: the arguments before the message (`name = v`,
+/// `%name`, `?name`, `name`), as the macros read them.
+fn logged_fields() -> std::collections::BTreeSet<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs = vec![root.join("agent/src")];
+    for c in std::fs::read_dir(root.join("crates")).unwrap() {
+        dirs.push(c.unwrap().path().join("src"));
+    }
+    let mut files = Vec::new();
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for level in ["trace", "debug", "info", "warn", "error"] {
+            for suffix in ["!(", "_span!("] {
+                let pat = format!("tracing::{level}{suffix}");
+                for (at, _) in text.match_indices(&pat) {
+                    for arg in macro_args(&text[at + pat.len()..]) {
+                        if arg.starts_with('"') {
+                            break;
+                        }
+                        if let Some(name) = field_name(&arg) {
+                            names.insert(name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The top-level, comma-separated arguments up to the closing parenthesis.
+fn macro_args(text: &str) -> Vec<String> {
+    let (mut args, mut cur, mut depth, mut string) = (Vec::new(), String::new(), 0, false);
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if string {
+            cur.push(c);
+            if c == '\\' {
+                cur.extend(chars.next());
+            } else if c == '"' {
+                string = false;
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                string = true;
+                cur.push(c);
+            }
+            '(' | '[' | '{' => {
+                depth += 1;
+                cur.push(c);
+            }
+            ')' | ']' | '}' if depth == 0 => break,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                cur.push(c);
+            }
+            ',' if depth == 0 => args.push(std::mem::take(&mut cur).trim().to_owned()),
+            _ => cur.push(c),
+        }
+    }
+    args.push(cur.trim().to_owned());
+    args
+}
+
+fn field_name(arg: &str) -> Option<String> {
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
+    };
+    if let Some((name, _)) = arg.split_once('=') {
+        let name = name.trim();
+        return (ident(name) && !arg.contains("==")).then(|| name.to_owned());
+    }
+    let bare = arg.trim_start_matches(['%', '?']);
+    ident(bare).then(|| bare.to_owned())
+}
+
+#[test]
+fn every_field_the_code_logs_is_in_the_journal_reference_and_no_other() {
+    let logged = logged_fields();
+    let listed: std::collections::BTreeSet<String> =
+        JOURNAL_FIELDS.iter().map(|(n, _)| n.to_string()).collect();
+    let missing: Vec<&String> = logged.difference(&listed).collect();
+    let stale: Vec<&String> = listed.difference(&logged).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "agent/src/daemon/logs.rs JOURNAL_FIELDS drifted from the code: \
+         logged but not listed {missing:?}; listed but not logged {stale:?}"
+    );
+    // The scanner itself: fields before the message, not the format arguments after it.
+    assert_eq!(
+        macro_args(r#"xid = x.xid, %strategy, ?e, outcome, "a {} b", n) tail"#),
+        [
+            "xid = x.xid",
+            "%strategy",
+            "?e",
+            "outcome",
+            "\"a {} b\"",
+            "n"
+        ]
+    );
+    assert_eq!(field_name("xid = x.xid").as_deref(), Some("xid"));
+    assert_eq!(field_name("%strategy").as_deref(), Some("strategy"));
+    assert_eq!(field_name("a == b"), None);
 }
 
 #[test]
