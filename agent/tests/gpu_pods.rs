@@ -709,3 +709,56 @@ fn pod_resources_dynamic_resources_are_named_by_the_slices() {
         .collect();
     assert_eq!(got, [("vllm-0", "main", uuid(3).as_str())]);
 }
+
+/// `nodeproof gpu` (one shot) on a DRA-only node reads the slices with the
+/// node's credentials: the GPUs they publish are offered (no "not offered"
+/// warning although no device plugin offers any), and the one with a fatal
+/// XID is named as published but unhealthy.
+#[test]
+fn the_gpu_command_reads_this_nodes_dra_slices() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    server.serve_dra(&["v1"]);
+    server.put("resourceslices", gpu_slice("n1", 4, "v1"));
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let s = Scenario::new("gpus 4\nxid 1 2 79\n", 4);
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\n\
+             [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n",
+            kubeconfig.display(),
+            s.library().display(),
+            s.sysfs().display(),
+            s.dir.path().join("absent.sock").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["gpu", "-o", "json", "--config"])
+        .arg(&config)
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let advertised = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "gpu-advertised")
+        .cloned()
+        .unwrap();
+    assert_eq!(advertised["reason"], "AdvertisedUnhealthy", "{advertised}");
+    let msg = advertised["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("DRA ResourceSlices of this node publish 4 gpu.nvidia.com devices, 3 are healthy: GPU 2"),
+        "{msg}"
+    );
+    assert!(!msg.contains("not offered"), "{msg}");
+    assert_eq!(out.status.code(), Some(1), "unhealthy");
+}

@@ -205,12 +205,18 @@ pub fn compare(
     }
 }
 
-/// One cycle with a fresh probe and policy state (a one-shot command), and
-/// the kubelet's pod-resources when its socket is there.
-pub fn cycle_once(config: &GpuConfig) -> GpuReport {
-    let mut report = nodeproof_gpu::cycle(config, &mut probe(config), &mut PolicyState::default());
-    let kubelet = pod_resources(config).and_then(|mut s| read_kubelet(&mut s));
-    compare(&mut report, &kubelet, None, &None);
+/// One cycle with a fresh probe and policy state (a one-shot command), the
+/// kubelet's pod-resources when its socket is there, and on a node with
+/// NVIDIA devices the DRA view when credentials are found.
+pub fn cycle_once(config: &crate::config::Config) -> GpuReport {
+    let gpu = &config.gpu;
+    let mut report = nodeproof_gpu::cycle(gpu, &mut probe(gpu), &mut PolicyState::default());
+    if report.no_gpu() {
+        return report;
+    }
+    let kubelet = pod_resources(gpu).and_then(|mut s| read_kubelet(&mut s));
+    let dra = crate::pods::node::dra_once(&super::pods::options(config, &config.seccomp.root));
+    compare(&mut report, &kubelet, None, &dra);
     report
 }
 

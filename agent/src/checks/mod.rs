@@ -104,7 +104,7 @@ pub fn node_round(seccomp_root: &Path, config: &Config) -> Round {
     let files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
     let pods = pods::judge_once(&pods::options(config, seccomp_root)).map(|p| pods::round(&p));
     let tracing = tracing::probe();
-    let gpu = gpu::round(&gpu::cycle_once(&config.gpu));
+    let gpu = gpu::round(&gpu::cycle_once(config));
     let mut rounds = vec![
         (Subsystem::Profiles, files),
         (Subsystem::Tracing, tracing),

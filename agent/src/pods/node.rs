@@ -214,6 +214,45 @@ fn runtime() -> Result<tokio::runtime::Runtime, PodsRunError> {
 const ONCE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Lists this node's pods and the RuntimeClasses once and judges them.
+/// This node's DRA view once (`nodeproof gpu`, `nodeproof check`): `None`
+/// without credentials or a node name (nothing to read it with).
+pub fn dra_once(opts: &PodsOptions) -> crate::checks::gpu::NodeDra {
+    let text = |e: &dyn std::error::Error| nodeproof_findings::errors::error_chain(e);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return Some(Err(text(&e))),
+    };
+    let read = rt.block_on(async {
+        tokio::time::timeout(ONCE_DEADLINE, async {
+            let (client, node) = match connect(opts).await {
+                Ok(c) => c,
+                Err(PodsRunError::NoCredentials { .. } | PodsRunError::NoNodeName) => return None,
+                Err(e) => return Some(Err(text(&e))),
+            };
+            let pods = match list_all(
+                &Api::<Pod>::all(client.clone()),
+                ListParams::default().fields(&format!("spec.nodeName={node}")),
+            )
+            .await
+            {
+                Ok(p) => p,
+                Err(e) => return Some(Err(text(&e))),
+            };
+            let mut index = crate::pods::denials::PodIndex::default();
+            pods.iter().for_each(|p| index.upsert(p));
+            let mut reader = nodeproof_kube::dra::DraReader::new(client, &node);
+            Some(reader.read(&index.claims()).await.map_err(|e| text(&e)))
+        })
+        .await
+    });
+    read.unwrap_or_else(|_| {
+        Some(Err(format!(
+            "reading DRA did not finish within {} s",
+            ONCE_DEADLINE.as_secs()
+        )))
+    })
+}
+
 pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
     // The timer is made inside the runtime: it needs the runtime's clock.
     let judged = runtime()?.block_on(async {
