@@ -4,7 +4,8 @@
 //! unix socket: GetAllocatableResources + List, comparison, fault tracking
 //! and attribution), per GPU, the same with the CUDA probe (fake libcuda:
 //! context + 1 MiB allocation per GPU, every cycle), each with NVML and CUDA
-//! kept or released between cycles, and the process's memory.
+//! kept or released between cycles, everything on at once (pod-resources,
+//! CUDA, the DRA view), and the process's memory.
 //! `cargo bench -p nodeproof --bench gpu_probe`.
 
 #[path = "../tests/fake_nvml_support.rs"]
@@ -16,6 +17,7 @@ use nodeproof::checks::gpu as gpu_check;
 use nodeproof_gpu::faults::{attribute, FaultTracker};
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::{self as gpu, GpuConfig, GpuProbe, PolicyState};
+use nodeproof_kube::dra::{DraAllocation, DraView, SliceDevice};
 use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
 use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
 
@@ -156,6 +158,75 @@ fn main() {
         "memory with the pod-resources client: VmRSS {} KiB (+{} KiB for the client and the fake kubelet in this process)",
         status_kib("VmRSS:"),
         status_kib("VmRSS:").saturating_sub(rss_before_kubelet)
+    );
+    // Everything on, as the daemon runs on a GPU node of a DRA cluster:
+    // pod-resources, the CUDA probe every cycle, and the DRA view (8 slice
+    // devices, 8 claims) joined into the allocations faults are matched to.
+    let lib = s.set_cuda("devices 8\n");
+    std::fs::remove_file(s.dir.path().join("cuda-calls")).unwrap();
+    let mut full = config.clone();
+    full.cuda.enabled = true;
+    full.cuda.library = lib.to_string_lossy().into_owned();
+    full.cuda.interval_s = 0;
+    let mut probe = gpu_check::probe(&full);
+    let mut state = PolicyState::default();
+    let dra: gpu_check::NodeDra = Some(Ok(Some(DraView {
+        version: "v1".into(),
+        devices: uuids
+            .iter()
+            .enumerate()
+            .map(|(i, u)| SliceDevice {
+                driver: "gpu.nvidia.com".into(),
+                pool: "n1".into(),
+                name: format!("gpu-{i}"),
+                uuid: Some(u.clone()),
+                parent_uuid: None,
+            })
+            .collect(),
+        allocations: uuids
+            .iter()
+            .enumerate()
+            .map(|(i, u)| DraAllocation {
+                namespace: "ml".into(),
+                pod: format!("train-{i}"),
+                container: "main".into(),
+                claim: format!("train-{i}-gpu"),
+                driver: "gpu.nvidia.com".into(),
+                pool: "n1".into(),
+                device: format!("gpu-{i}"),
+                uuid: Some(u.clone()),
+            })
+            .collect(),
+        notes: Vec::new(),
+    })));
+    let view = match &dra {
+        Some(Ok(Some(v))) => Some(v),
+        _ => None,
+    };
+    let times: Vec<Duration> = (0..n)
+        .map(|i| {
+            let t = Instant::now();
+            let mut r = gpu::cycle_at(&full, &mut probe, &mut state, i);
+            let faults = tracker.observe(r.snapshot.as_ref().expect("snapshot"));
+            let read = gpu_check::read_kubelet(&mut kubelet);
+            gpu_check::compare(&mut r, &read, None, &dra);
+            let allocations = gpu_check::allocations(read.as_ref().ok(), view);
+            assert_eq!(allocations.len(), 16);
+            let _ = attribute(&faults, &allocations, |_, _| true);
+            assert!(r.healthy(), "{}", r.text());
+            let _ = r.metrics(&state);
+            t.elapsed()
+        })
+        .collect();
+    let per_gpu: Vec<Duration> = times.iter().map(|d| *d / 8).collect();
+    summary(
+        "full cycle: pod-resources + CUDA probe + DRA view (comparison, faults, attribution)",
+        times,
+    );
+    summary("  the same per GPU", per_gpu);
+    println!(
+        "memory with everything on: VmRSS {} KiB",
+        status_kib("VmRSS:")
     );
     let rss_nvml = status_kib("VmRSS:");
     for (release, cuda, n) in [(false, true, n), (true, false, n / 4), (true, true, n / 4)] {
