@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use nodeproof_bpfgen::Native;
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
+use nodeproof_seccomp::containerd;
 use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntime, OciRuntimeKind, RuncVersion};
@@ -35,10 +36,22 @@ pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileRep
     })
 }
 
+/// One file's report. A file nodeproof could not read is `rejected` where
+/// containerd cannot read it either, whoever reads (missing, a dangling
+/// symlink, a symlink loop: a pod naming it fails CreateContainer), and
+/// `unknown` otherwise (permissions, a FIFO, a link out of the root).
 pub fn lint_file(f: &ProfileFile, opts: &LintOptions) -> ProfileReport {
     match &f.contents {
         Ok(bytes) => lint_source(&f.display_path(), bytes, opts, &Native),
-        Err(d) => ProfileReport::unreadable(f.display_path(), d.clone()),
+        Err(d) => {
+            // A directory is no reference: `scan` walks into the ones it can
+            // list, and one it cannot is no file a pod names.
+            let reference = !f.path.is_dir();
+            reference
+                .then(|| containerd::read_failure_report(&f.path, opts))
+                .flatten()
+                .unwrap_or_else(|| ProfileReport::unreadable(f.display_path(), d.clone()))
+        }
     }
 }
 
