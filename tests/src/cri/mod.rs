@@ -351,19 +351,34 @@ impl ContainerdOracle {
             .ok_or(CriError::NoSandboxPid)
     }
 
-    /// Whether sandbox `id` is still ready (containerd marks it NOTREADY when
-    /// its pause process exits; one removed is not found).
+    /// Whether sandbox `id` can still take containers: READY (containerd
+    /// marks it NOTREADY when its pause process exits; one removed is not
+    /// found) and its pause process, as the verbose status names it, running.
+    /// A campaign run once met a sandbox containerd still called READY while
+    /// runc was handed `/proc/0/ns/ipc`: a pid of 0 is no pause either.
     async fn sandbox_ready(&self, id: &str) -> Result<bool, CriError> {
         let mut c = RuntimeServiceClient::new(self.channel.clone());
         let status = c.pod_sandbox_status(api::PodSandboxStatusRequest {
             pod_sandbox_id: id.to_string(),
-            verbose: false,
+            verbose: true,
         });
         match tokio::time::timeout(CALL_TIMEOUT, status).await {
-            Ok(Ok(r)) => Ok(r
-                .into_inner()
-                .status
-                .is_some_and(|s| s.state() == api::PodSandboxState::SandboxReady)),
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                let ready = r
+                    .status
+                    .is_some_and(|s| s.state() == api::PodSandboxState::SandboxReady);
+                let info: serde_json::Value = r
+                    .info
+                    .get("info")
+                    .and_then(|i| serde_json::from_str(i).ok())
+                    .unwrap_or_default();
+                // No pid in the verbose info: only the state can tell.
+                let pause = info["pid"]
+                    .as_u64()
+                    .is_none_or(|pid| pid > 0 && running(pid));
+                Ok(ready && pause)
+            }
             Ok(Err(status)) if status.code() == tonic::Code::NotFound => Ok(false),
             Ok(Err(status)) => Err(CriError::Call {
                 call: "PodSandboxStatus",
@@ -575,19 +590,7 @@ impl ContainerdOracle {
             .get("info")
             .and_then(|i| serde_json::from_str(i).ok())
             .unwrap_or_default();
-        match info["pid"].as_u64() {
-            Some(pid) => fs::read_to_string(format!("/proc/{pid}/stat"))
-                // A zombie has exited; only its reaping is pending.
-                .is_ok_and(|stat| {
-                    !stat
-                        .rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z')
-                }),
-            None => true,
-        }
+        info["pid"].as_u64().is_none_or(running)
     }
 
     /// Whether the `createRuntime` hook recorded container `id` (and forget the record).
@@ -663,6 +666,19 @@ impl Drop for ContainerdOracle {
             eprintln!("containerd oracle: mounts left behind and detached: {left:?}");
         }
     }
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has; only its
+/// reaping is pending).
+fn running(pid: u64) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 /// RunPodSandbox for this process's pod, its `attempt`th time.
