@@ -12,7 +12,7 @@ use nodeproof_bpfgen::compile;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::cbpf::{run, SeccompData};
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
-use nodeproof_seccomp::syscalls::resolve_syscall;
+use nodeproof_seccomp::syscalls::{resolve_syscall, Libseccomp};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -189,6 +189,7 @@ fn errno_actions_match_kernel() {
             rule("getuid", Action::Errno(libc::EACCES as u16), vec![]),
         ],
         listener_path: None,
+        libseccomp: Libseccomp::V2_5_4,
     };
     let missing = cstr("/nonexistent-nodeproof/dir");
     let probes = [
@@ -242,6 +243,7 @@ fn argument_conditions_and_trap_match_kernel() {
             rule("uname", Action::Trap, vec![]),
         ],
         listener_path: None,
+        libseccomp: Libseccomp::V2_5_4,
     };
     let pers = current_personality();
     let probes = [
@@ -287,6 +289,7 @@ fn default_kill_allowlist_matches_kernel() {
                 .map(|n| rule(n, Action::Allow, vec![]))
                 .collect(),
             listener_path: None,
+            libseccomp: Libseccomp::V2_5_4,
         };
         let probes = [
             Probe {

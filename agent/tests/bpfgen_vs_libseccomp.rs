@@ -9,7 +9,7 @@ use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::CompileError;
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 use nodeproof_seccomp::lint::{filter_spec, LintOptions, Runtime};
-use nodeproof_seccomp::syscalls::{resolve_syscall, syscall_name};
+use nodeproof_seccomp::syscalls::{resolve_syscall, syscall_name, Libseccomp};
 use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 
 fn show(p: &[SockFilter], i: usize) -> String {
@@ -311,6 +311,7 @@ fn random_spec(r: &mut Rng, names: &[String]) -> (FilterSpec, Arch) {
             arches,
             rules,
             listener_path: None,
+            libseccomp: Libseccomp::V2_5_4,
         },
         native,
     )
@@ -409,6 +410,7 @@ fn long_jumps_compile_identically() {
             arches: ARCH_SETS[case % ARCH_SETS.len()].to_vec(),
             rules,
             listener_path: None,
+            libseccomp: Libseccomp::V2_5_4,
         };
         let native = if case % 5 == 4 {
             Arch::X86
@@ -489,6 +491,7 @@ fn wide_eq_specs(rules_per_syscall: u64, syscalls: &[String], arches: &[Arch]) -
                 arches: arches.to_vec(),
                 rules,
                 listener_path: None,
+                libseccomp: Libseccomp::V2_5_4,
             });
         }
     }

@@ -240,6 +240,92 @@ fn profile_test_reports_the_denied_syscall() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("json-type"));
 }
 
+/// A path containerd cannot read whoever reads it fails CreateContainer, so
+/// `profile lint` (and the daemon's check, which lints the same way) says
+/// `rejected`, as containerd through CRI does (tests/tests/lint_vs_runtime.rs
+/// in nodeproof-e2e judges the same cases): a missing file, a dangling
+/// symlink, a symlink loop, an empty or blank file, given as arguments or
+/// found in a directory. CRI-O's reading is not modelled: `unknown` there.
+#[test]
+fn lint_predicts_what_containerd_does_with_a_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = write(d, "good.json", ALLOW_MKDIR_DENIED);
+    let empty = write(d, "empty.json", "");
+    let blank = write(d, "blank.json", " \n");
+    std::os::unix::fs::symlink("none.json", d.join("dangling.json")).unwrap();
+    std::os::unix::fs::symlink("loop2.json", d.join("loop1.json")).unwrap();
+    std::os::unix::fs::symlink("loop1.json", d.join("loop2.json")).unwrap();
+    std::os::unix::fs::symlink("good.json", d.join("link.json")).unwrap();
+    let path = |n: &str| d.join(n).to_string_lossy().into_owned();
+    let lint = |runtime: &str, paths: &[String]| {
+        let mut args = vec!["profile", "lint", "-o", "json", "--runtime", runtime];
+        args.extend(paths.iter().map(String::as_str));
+        let out = nodeproof(&args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let outcomes: Vec<(String, String)> = v["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let name = p["path"].as_str().unwrap().rsplit('/').next().unwrap();
+                (name.to_string(), p["outcome"].as_str().unwrap().to_string())
+            })
+            .collect();
+        (out.status.code(), outcomes, v)
+    };
+    let named = [
+        path("missing.json"),
+        path("dangling.json"),
+        path("loop1.json"),
+        empty.clone(),
+        blank.clone(),
+        path("link.json"),
+        good.clone(),
+    ];
+    let (code, outcomes, v) = lint("containerd", &named);
+    assert_eq!(code, Some(1));
+    let expected = [
+        ("missing.json", "rejected"),
+        ("dangling.json", "rejected"),
+        ("loop1.json", "rejected"),
+        ("empty.json", "rejected"),
+        ("blank.json", "rejected"),
+        ("link.json", "ok"),
+        ("good.json", "ok"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(n, o)| (n.to_string(), o.to_string()))
+        .collect();
+    assert_eq!(outcomes, expected, "{v}");
+    let said = v["profiles"][1]["diagnostics"][0]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        said.contains("is a symlink to nothing") && said.contains("CreateContainer fails"),
+        "{said}"
+    );
+
+    // The same files found in the directory (the seccomp root, as the daemon walks it).
+    let (_, walked, v) = lint("containerd", &[d.to_string_lossy().into_owned()]);
+    for (name, outcome) in [
+        ("dangling.json", "rejected"),
+        ("loop1.json", "rejected"),
+        ("empty.json", "rejected"),
+        ("good.json", "ok"),
+    ] {
+        assert!(
+            walked.contains(&(name.to_string(), outcome.to_string())),
+            "{name}: {v}"
+        );
+    }
+
+    // CRI-O's reading of a path is not modelled: what cannot be read is not judged.
+    let (_, crio, v) = lint("crio", &[path("missing.json"), path("dangling.json")]);
+    assert!(crio.iter().all(|(_, o)| o == "unknown"), "{v}");
+}
+
 /// Unreadable files (EACCES for a non-root reader) are an `unknown` outcome with the cause, not a crash.
 #[test]
 fn unreadable_profile_as_unprivileged_user() {

@@ -6,7 +6,7 @@ use nodeproof_seccomp::cbpf::BPF_MAXINSNS;
 use nodeproof_seccomp::cbpf::{run, validate, SeccompData};
 use nodeproof_seccomp::compiler::{CompileError, Errno, SkippedRule};
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
-use nodeproof_seccomp::syscalls::{resolve_syscall, syscall_name};
+use nodeproof_seccomp::syscalls::{resolve_syscall, syscall_name, Libseccomp};
 
 fn rule(i: usize, syscall: &str, action: Action, conds: Vec<Cond>) -> Rule {
     Rule {
@@ -26,6 +26,7 @@ fn spec(default_action: Action, arches: Vec<Arch>, rules: Vec<Rule>) -> FilterSp
         arches,
         rules,
         listener_path: None,
+        libseccomp: Libseccomp::V2_5_4,
     }
 }
 

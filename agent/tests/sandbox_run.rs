@@ -7,6 +7,7 @@ use nodeproof_bpfgen::compile;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Errno;
 use nodeproof_seccomp::filter::{Action, Arch, FilterSpec, Rule, RuleOrigin};
+use nodeproof_seccomp::syscalls::Libseccomp;
 use nodeproof_testkit::{require, Need, BUSYBOX};
 
 fn program(default_action: Action, rules: &[(&str, Action)]) -> Vec<SockFilter> {
@@ -27,6 +28,7 @@ fn program(default_action: Action, rules: &[(&str, Action)]) -> Vec<SockFilter> 
             })
             .collect(),
         listener_path: None,
+        libseccomp: Libseccomp::V2_5_4,
     };
     compile(&spec, Arch::native()).unwrap().program
 }

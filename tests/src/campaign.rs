@@ -9,10 +9,8 @@
 //! (a signal or a futex wake on init's thread), not a disagreement.
 
 use nodeproof_bpfgen::Native;
-use nodeproof_seccomp::cbpf::BPF_MAXINSNS;
-use nodeproof_seccomp::diagnostic::Code;
 use nodeproof_seccomp::filter::Arch;
-use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
+use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
 use nodeproof_seccomp::oci_runtime::{OciRuntime, OciRuntimeKind};
 use nodeproof_seccomp::runc_init::{self, ArgValue, InitSyscall};
 use nodeproof_seccomp::syscalls::resolve_syscall;
@@ -62,16 +60,6 @@ pub struct Case {
     /// then says the start fails whenever the rule matches, which in the real
     /// runtime is some starts, all or none.
     pub unfixed: Option<(u8, ArgValue)>,
-}
-
-/// What the model does not predict yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KnownGap {
-    /// Rules nodeproof leaves out (`unmodelled-syscall`: names only the
-    /// runtime's libseccomp 2.6 knows) could take the filter over the
-    /// kernel's 4096: at most two instructions per rule and architecture
-    /// (a syscall's test and its action) on top of the predicted length.
-    UnmodelledSyscalls { left_out: usize, predicted: usize },
 }
 
 /// The families the generator draws from.
@@ -521,8 +509,6 @@ pub enum Judgement {
     IntermittentNotSeen {
         reruns: usize,
     },
-    /// A disagreement on a case of a [`KnownGap`]: said, counted apart.
-    KnownGap(KnownGap, String),
     /// runc gave no verdict: it was still running at `RUN_TIMEOUT_S` (libseccomp
     /// adding thousands of rules), so there is nothing to compare.
     NoVerdict(String),
@@ -536,8 +522,6 @@ pub struct Prediction {
     pub first: String,
     /// Whether the start is said to fail only intermittently.
     pub intermittent: bool,
-    /// Set when the rules the prediction leaves out could decide the outcome.
-    pub length_gap: Option<KnownGap>,
 }
 
 /// The prediction for `oci_runtime` behind its CRI runtime: runc behind
@@ -558,30 +542,11 @@ pub fn predict(profile: &[u8], nnp: bool, oci_runtime: OciRuntime) -> Prediction
         format!("{}[{}]: {}", d.severity, d.code, d.message)
     });
     let intermittent = r.diagnostics.iter().any(|d| d.code.fails_only_sometimes());
-    let length_gap = length_unpredicted(&r);
     Prediction {
         outcome: r.outcome,
         first,
         intermittent,
-        length_gap,
     }
-}
-
-/// [`KnownGap::UnmodelledSyscalls`], when the rules a report leaves out
-/// could decide whether its filter fits the kernel's limit.
-pub fn length_unpredicted(r: &ProfileReport) -> Option<KnownGap> {
-    let left_out = r
-        .diagnostics
-        .iter()
-        .filter(|d| d.code == Code::UnmodelledSyscall)
-        .count();
-    let arches = r.architectures.len().max(1);
-    r.instructions
-        .filter(|&n| left_out > 0 && n + 2 * left_out * arches > BPF_MAXINSNS)
-        .map(|predicted| KnownGap::UnmodelledSyscalls {
-            left_out,
-            predicted,
-        })
 }
 
 pub fn expected(v: Verdict) -> Outcome {
@@ -605,7 +570,6 @@ pub fn judge(
         outcome: got,
         first: why,
         intermittent,
-        length_gap,
     } = predict(&case.profile, nnp, modelled);
     let run_once = |patient: bool| {
         if patient {
@@ -660,9 +624,6 @@ pub fn judge(
     );
     if run.timed_out && got != Outcome::StartFailed {
         return Judgement::NoVerdict(said);
-    }
-    if let Some(gap) = length_gap {
-        return Judgement::KnownGap(gap, said);
     }
     match case.unfixed {
         Some((index, what)) => Judgement::Disagree(format!(

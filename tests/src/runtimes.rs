@@ -185,6 +185,8 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{build} is not fetched from trixie")]
+    NotFromTrixie { build: RuntimeBuild },
     #[error("{} is not {build}: `--version` said {said:?}", binary.display())]
     WrongVersion {
         build: RuntimeBuild,
@@ -238,6 +240,41 @@ fn fetch_trixie(
     fs::rename(&staged, &bin).map_err(io(format!("install {}", bin.display())))?;
     let _ = fs::remove_dir_all(&private);
     Ok(bin)
+}
+
+/// trixie's dynamic loader and library directory, as unpacked beside a
+/// fetched runtime: a program run through them gets trixie's libc and
+/// libseccomp 2.6.0 in place of the machine's.
+#[derive(Debug, Clone)]
+pub struct TrixieLibraries {
+    pub loader: PathBuf,
+    pub lib_dir: PathBuf,
+}
+
+impl TrixieLibraries {
+    /// The libraries fetched with `build` (a trixie build; fetched into
+    /// `cache` first if need be).
+    pub fn of(build: RuntimeBuild, cache: &Path) -> Result<Self, RuntimeError> {
+        let Source::Trixie { .. } = build.source() else {
+            return Err(RuntimeError::NotFromTrixie { build });
+        };
+        build.binary(cache)?;
+        let root = cache.join("trixie").join(format!("root-{}", build.name()));
+        Ok(Self {
+            loader: root.join(TRIXIE_LOADER),
+            lib_dir: root.join(TRIXIE_LIB_DIR),
+        })
+    }
+
+    /// `program` run by trixie's loader with trixie's libraries first
+    /// (`ld.so --library-path`): nothing of it is patched, nothing reaches
+    /// its environment, and `/proc/self/exe` is the loader, so only for
+    /// programs that do not re-execute themselves.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new(&self.loader);
+        c.arg("--library-path").arg(&self.lib_dir).arg(program);
+        c
+    }
 }
 
 /// The cache of fetched runtimes under the workspace's `target/`.

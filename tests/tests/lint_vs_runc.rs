@@ -5,7 +5,6 @@
 //! CRI-O), and where the shared corpus is present, for every corpus profile
 //! too (against runc's recorded results, and live through runc 1.1.5).
 
-use nodeproof_e2e::campaign;
 use nodeproof_e2e::lintset::{first_line, predict, report_for, variants};
 use nodeproof_e2e::runtimes::RuntimeBuild;
 use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
@@ -56,22 +55,11 @@ fn corpus_predictions_match_recorded_runc_results() {
     );
 }
 
-/// How a run's comparison came out.
-enum Compared {
-    Agree,
-    /// The prediction says it does not model part of this filter and those
-    /// rules could take it over the kernel's limit
-    /// (`campaign::KnownGap::UnmodelledSyscalls`); a difference is counted
-    /// apart and printed, not failed.
-    KnownGap(String),
-    Disagree(String),
-}
-
-/// Each job through the real runtime and the prediction: (runs, disagreements, known gaps).
+/// Each job through the real runtime and the prediction: (runs, disagreements).
 fn live_mismatches(
     oracle: &SpliceOracle,
     profiles: Vec<(String, Vec<u8>)>,
-) -> (usize, Vec<String>, Vec<String>) {
+) -> (usize, Vec<String>) {
     let jobs: Vec<(String, Vec<u8>, bool)> = profiles
         .into_iter()
         .flat_map(|(name, bytes)| [(name.clone(), bytes.clone(), true), (name, bytes, false)])
@@ -83,9 +71,7 @@ fn live_mismatches(
         let run = oracle.run(&bytes, nnp, &["/bin/true"]);
         let report = report_for(&bytes, nnp, modelled);
         let got = report.outcome;
-        let c = if got == expected(run.verdict) {
-            Compared::Agree
-        } else {
+        if got != expected(run.verdict) {
             let said = format!(
                 "{name} nnp={nnp}: {} {} (exit {}, {}), nodeproof {got:?} ({})",
                 oracle.build(),
@@ -94,24 +80,17 @@ fn live_mismatches(
                 run.stderr.trim(),
                 first_line(&report)
             );
-            if campaign::length_unpredicted(&report).is_some() {
-                Compared::KnownGap(said)
-            } else {
-                Compared::Disagree(said)
-            }
-        };
-        compared.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+            compared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(said);
+        }
         None
     });
-    let (mut wrong, mut gaps) = (Vec::new(), Vec::new());
-    for c in compared.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        match c {
-            Compared::Agree => {}
-            Compared::KnownGap(m) => gaps.push(m),
-            Compared::Disagree(m) => wrong.push(m),
-        }
-    }
-    (total, wrong, gaps)
+    (
+        total,
+        compared.into_inner().unwrap_or_else(|e| e.into_inner()),
+    )
 }
 
 fn read_all(files: &[std::path::PathBuf]) -> Vec<(String, Vec<u8>)> {
@@ -159,14 +138,10 @@ fn own_profiles_match(build: RuntimeBuild) {
     let mut profiles = read_all(&own);
     profiles.extend(variants().into_iter().map(|(n, b)| (n.to_string(), b)));
     let oracle = SpliceOracle::new(splice::default_oracle_dir(), build).expect("oracle");
-    let (total, wrong, gaps) = live_mismatches(&oracle, profiles);
-    for g in &gaps {
-        eprintln!("{build}: known gap (unmodelled-syscall): {g}");
-    }
+    let (total, wrong) = live_mismatches(&oracle, profiles);
     eprintln!(
-        "{build}: {} of {total} runs agree, {} differ on a known gap, {} disagree",
-        total - wrong.len() - gaps.len(),
-        gaps.len(),
+        "{build}: {} of {total} runs agree, {} disagree",
+        total - wrong.len(),
         wrong.len()
     );
     assert!(
@@ -185,10 +160,8 @@ fn corpus_predictions_match_live_runc() {
         return;
     };
     let oracle = SpliceOracle::runc(splice::default_oracle_dir()).expect("oracle");
-    let (total, wrong, gaps) = live_mismatches(&oracle, read_all(&profiles_in(granted.corpus())));
+    let (total, wrong) = live_mismatches(&oracle, read_all(&profiles_in(granted.corpus())));
     assert!(total >= 66, "{total}");
-    // runc 1.1.5 is linked with the libseccomp 2.5.4 nodeproof resolves names with.
-    assert!(gaps.is_empty(), "{gaps:?}");
     assert!(
         wrong.is_empty(),
         "{} of {total} differ:\n{}",

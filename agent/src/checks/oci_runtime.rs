@@ -4,12 +4,16 @@
 //! in name order, later files winning, as CRI-O merges them); containerd's
 //! CRI `default_runtime_name` and that runtime's `options.BinaryName`
 //! (`/etc/containerd/config.toml`, config version 2 and 3). Parsing is pure;
-//! [`detect`] reads the files.
+//! [`detect`] reads the files. A crun found so has its release read from
+//! `crun --version` ([`crun_version`]).
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use nodeproof_seccomp::lint::Runtime;
-use nodeproof_seccomp::oci_runtime::OciRuntimeKind;
+use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntimeKind};
 use serde::Deserialize;
 use toml::Value;
 
@@ -28,17 +32,30 @@ pub const CRIO_CONF: &str = "/etc/crio/crio.conf";
 pub const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
 pub const CONTAINERD_CONF: &str = "/etc/containerd/config.toml";
 
-/// The OCI runtime `setting` names, or the one the node's `cri` runtime is configured with.
-pub fn resolve(setting: OciRuntimeSetting, cri: Runtime) -> OciRuntimeKind {
+/// The OCI runtime a CRI runtime is configured with: which one, and the
+/// binary it runs (a path, or a name looked up on PATH).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configured {
+    pub kind: OciRuntimeKind,
+    pub binary: String,
+}
+
+/// The OCI runtime `setting` names, or the one the node's `cri` runtime is
+/// configured with (with its binary when detected).
+pub fn resolve(setting: OciRuntimeSetting, cri: Runtime) -> Configured {
+    let named = |kind: OciRuntimeKind| Configured {
+        kind,
+        binary: kind.as_str().to_string(),
+    };
     match setting {
-        OciRuntimeSetting::Runc => OciRuntimeKind::Runc,
-        OciRuntimeSetting::Crun => OciRuntimeKind::Crun,
+        OciRuntimeSetting::Runc => named(OciRuntimeKind::Runc),
+        OciRuntimeSetting::Crun => named(OciRuntimeKind::Crun),
         OciRuntimeSetting::Auto => detect(cri),
     }
 }
 
 /// Reads the CRI runtime's configuration files on this node.
-pub fn detect(cri: Runtime) -> OciRuntimeKind {
+pub fn detect(cri: Runtime) -> Configured {
     match cri {
         Runtime::Crio => {
             let mut files = vec![PathBuf::from(CRIO_CONF)];
@@ -67,7 +84,7 @@ fn read(path: &Path) -> Option<String> {
 /// order), and that runtime's `runtime_path`. CRI-O's own default runtime is
 /// crun (since CRI-O 1.31; what most distributions' CRI-O packages run), so
 /// no setting means crun.
-pub fn crio_runtime(configs: &[String]) -> OciRuntimeKind {
+pub fn crio_runtime(configs: &[String]) -> Configured {
     let mut name = None;
     let mut paths: Vec<(String, String)> = Vec::new();
     for text in configs {
@@ -99,21 +116,29 @@ pub fn crio_runtime(configs: &[String]) -> OciRuntimeKind {
         .rev()
         .find(|(n, _)| *n == name)
         .map(|(_, p)| p.as_str());
-    kind_of(path.unwrap_or(&name)).unwrap_or(OciRuntimeKind::Crun)
+    let binary = path.unwrap_or(&name).to_string();
+    Configured {
+        kind: kind_of(&binary).unwrap_or(OciRuntimeKind::Crun),
+        binary,
+    }
 }
 
 /// containerd: the CRI plugin's `containerd.default_runtime_name` (default
 /// `runc`) and that runtime's `options.BinaryName` (default `runc` on PATH).
-pub fn containerd_runtime(config: Option<&str>) -> OciRuntimeKind {
+pub fn containerd_runtime(config: Option<&str>) -> Configured {
+    let runc = || Configured {
+        kind: OciRuntimeKind::Runc,
+        binary: "runc".into(),
+    };
     let Some(doc) = config.and_then(|t| t.parse::<toml::Table>().ok()) else {
-        return OciRuntimeKind::Runc;
+        return runc();
     };
     // v2: plugins."io.containerd.grpc.v1.cri".containerd; v3: plugins."io.containerd.cri.v1.runtime".containerd.
     let cri = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"]
         .iter()
         .find_map(|p| doc.get("plugins")?.get(p)?.get("containerd"));
     let Some(cri) = cri else {
-        return OciRuntimeKind::Runc;
+        return runc();
     };
     let name = cri
         .get("default_runtime_name")
@@ -125,7 +150,123 @@ pub fn containerd_runtime(config: Option<&str>) -> OciRuntimeKind {
         .and_then(|r| r.get("options"))
         .and_then(|o| o.get("BinaryName"))
         .and_then(Value::as_str);
-    binary.and_then(kind_of).unwrap_or(OciRuntimeKind::Runc)
+    match binary.and_then(|b| Some((kind_of(b)?, b))) {
+        Some((kind, binary)) => Configured {
+            kind,
+            binary: binary.to_string(),
+        },
+        None => runc(),
+    }
+}
+
+/// A crun release as `crun --version` names it, and the modelled release
+/// its behaviour is predicted with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrunRelease {
+    /// A release of a series the model was learned from (1.8.x, 1.21.x).
+    Modelled(CrunVersion),
+    /// Another release (`found`): predicted as the nearest modelled series.
+    Nearest { found: String, nearest: CrunVersion },
+}
+
+impl CrunRelease {
+    /// The modelled release predictions use.
+    pub fn modelled(&self) -> CrunVersion {
+        match self {
+            CrunRelease::Modelled(v) => *v,
+            CrunRelease::Nearest { nearest, .. } => *nearest,
+        }
+    }
+}
+
+/// The release in `crun --version`'s output (its first line is `crun
+/// version 1.8.1`), or `None` when that is not crun's.
+pub fn crun_release(version_output: &str) -> Option<CrunRelease> {
+    let found = version_output
+        .lines()
+        .next()?
+        .trim()
+        .strip_prefix("crun version ")?
+        .split_whitespace()
+        .next()?;
+    let mut parts = found.split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next()??, parts.next().flatten().unwrap_or(0));
+    const MODELLED: [(u32, CrunVersion); 2] = [(8, CrunVersion::V1_8), (21, CrunVersion::V1_21)];
+    if let Some(&(_, v)) = MODELLED.iter().find(|(m, _)| major == 1 && minor == *m) {
+        return Some(CrunRelease::Modelled(v));
+    }
+    // The nearest series by minor release (a tie goes to the newer); any
+    // 0.x is nearest 1.8, any 2.x or later nearest 1.21.
+    let nearest = match major {
+        0 => CrunVersion::V1_8,
+        1 => {
+            MODELLED
+                .iter()
+                .min_by_key(|(m, _)| (minor.abs_diff(*m), u32::MAX - m))
+                .expect("two modelled releases")
+                .1
+        }
+        _ => CrunVersion::V1_21,
+    };
+    Some(CrunRelease::Nearest {
+        found: found.to_string(),
+        nearest,
+    })
+}
+
+/// How long `crun --version` may take before the release counts as unknown.
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum VersionError {
+    #[error("cannot run `{binary} --version`")]
+    Spawn {
+        binary: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{binary} --version` did not finish within {timeout:?}")]
+    Timeout { binary: String, timeout: Duration },
+    #[error("`{binary} --version` said {said:?}, which names no crun release")]
+    Unrecognised { binary: String, said: String },
+}
+
+/// The crun release `binary` is: `binary --version`, run for at most `timeout`.
+pub fn crun_version(binary: &str, timeout: Duration) -> Result<CrunRelease, VersionError> {
+    let spawn = |source| VersionError::Spawn {
+        binary: binary.to_string(),
+        source,
+    };
+    let mut child = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(spawn)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait().map_err(spawn)? {
+            Some(_) => break,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(VersionError::Timeout {
+                    binary: binary.to_string(),
+                    timeout,
+                });
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    let mut said = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut said).map_err(spawn)?;
+    }
+    crun_release(&said).ok_or_else(|| VersionError::Unrecognised {
+        binary: binary.to_string(),
+        said: said.lines().next().unwrap_or("").to_string(),
+    })
 }
 
 /// runc or crun from a binary's path or a runtime's name.
@@ -146,20 +287,27 @@ mod tests {
 
     #[test]
     fn crio_defaults_to_crun_and_follows_default_runtime() {
-        assert_eq!(crio_runtime(&[]), OciRuntimeKind::Crun);
+        assert_eq!(crio_runtime(&[]).kind, OciRuntimeKind::Crun);
+        assert_eq!(crio_runtime(&[]).binary, "crun");
         let base = "[crio.runtime]\ndefault_runtime = \"runc\"\n[crio.runtime.runtimes.runc]\nruntime_path = \"/usr/bin/runc\"\n".to_string();
         assert_eq!(
-            crio_runtime(std::slice::from_ref(&base)),
+            crio_runtime(std::slice::from_ref(&base)).kind,
             OciRuntimeKind::Runc
         );
         // A later drop-in wins, and the runtime's path decides, not its name.
         let drop_in = "[crio.runtime]\ndefault_runtime = \"fast\"\n[crio.runtime.runtimes.fast]\nruntime_path = \"/usr/libexec/crio/crun\"\n".to_string();
-        assert_eq!(crio_runtime(&[base, drop_in]), OciRuntimeKind::Crun);
+        assert_eq!(
+            crio_runtime(&[base, drop_in]),
+            Configured {
+                kind: OciRuntimeKind::Crun,
+                binary: "/usr/libexec/crio/crun".into()
+            }
+        );
     }
 
     #[test]
     fn containerd_reads_binary_name_of_the_default_runtime() {
-        assert_eq!(containerd_runtime(None), OciRuntimeKind::Runc);
+        assert_eq!(containerd_runtime(None).kind, OciRuntimeKind::Runc);
         let v2 = r#"version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd]
   default_runtime_name = "crun"
@@ -168,15 +316,58 @@ mod tests {
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun.options]
   BinaryName = "/usr/bin/crun"
 "#;
-        assert_eq!(containerd_runtime(Some(v2)), OciRuntimeKind::Crun);
+        assert_eq!(containerd_runtime(Some(v2)).binary, "/usr/bin/crun");
         let v3 = r#"version = 3
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
   BinaryName = "/usr/local/bin/crun"
 "#;
-        assert_eq!(containerd_runtime(Some(v3)), OciRuntimeKind::Crun);
+        assert_eq!(containerd_runtime(Some(v3)).kind, OciRuntimeKind::Crun);
         assert_eq!(
-            containerd_runtime(Some("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nsnapshotter = \"overlayfs\"\n")),
+            containerd_runtime(Some("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nsnapshotter = \"overlayfs\"\n")).kind,
             OciRuntimeKind::Runc
         );
+    }
+
+    #[test]
+    fn crun_versions_map_to_the_modelled_releases() {
+        let modelled = |s: &str| crun_release(s).map(|r| r.modelled());
+        assert_eq!(
+            crun_release("crun version 1.8.1\ncommit: abc\nspec: 1.0.0\n+SYSTEMD +SELINUX"),
+            Some(CrunRelease::Modelled(CrunVersion::V1_8))
+        );
+        assert_eq!(
+            crun_release("crun version 1.21\ncommit: x"),
+            Some(CrunRelease::Modelled(CrunVersion::V1_21))
+        );
+        assert_eq!(
+            crun_release("crun version 1.14.4"),
+            Some(CrunRelease::Nearest {
+                found: "1.14.4".into(),
+                nearest: CrunVersion::V1_8
+            })
+        );
+        assert_eq!(modelled("crun version 1.15"), Some(CrunVersion::V1_21));
+        assert_eq!(modelled("crun version 1.23.1"), Some(CrunVersion::V1_21));
+        assert_eq!(modelled("crun version 0.17"), Some(CrunVersion::V1_8));
+        assert_eq!(modelled("crun version 2.0"), Some(CrunVersion::V1_21));
+        assert_eq!(crun_release("runc version 1.1.5"), None);
+        assert_eq!(crun_release(""), None);
+        assert_eq!(crun_release("crun version x.y"), None);
+    }
+
+    #[test]
+    fn a_version_that_never_comes_is_a_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let slow = dir.path().join("crun");
+        std::fs::write(&slow, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let started = Instant::now();
+        let e = crun_version(&slow.to_string_lossy(), Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(e, VersionError::Timeout { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let e =
+            crun_version(&dir.path().join("none").to_string_lossy(), VERSION_TIMEOUT).unwrap_err();
+        assert!(matches!(e, VersionError::Spawn { .. }), "{e}");
     }
 }

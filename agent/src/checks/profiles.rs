@@ -7,12 +7,13 @@ use serde::Deserialize;
 
 use nodeproof_bpfgen::Native;
 use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
+use nodeproof_seccomp::containerd;
 use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntime, OciRuntimeKind, RuncVersion};
 use nodeproof_seccomp::scan::{self, ProfileFile};
 
-use super::oci_runtime::{self, OciRuntimeSetting};
+use super::oci_runtime::{self, CrunRelease, OciRuntimeSetting};
 use super::Round;
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
@@ -35,10 +36,22 @@ pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileRep
     })
 }
 
+/// One file's report. A file nodeproof could not read is `rejected` where
+/// containerd cannot read it either, whoever reads (missing, a dangling
+/// symlink, a symlink loop: a pod naming it fails CreateContainer), and
+/// `unknown` otherwise (permissions, a FIFO, a link out of the root).
 pub fn lint_file(f: &ProfileFile, opts: &LintOptions) -> ProfileReport {
     match &f.contents {
         Ok(bytes) => lint_source(&f.display_path(), bytes, opts, &Native),
-        Err(d) => ProfileReport::unreadable(f.display_path(), d.clone()),
+        Err(d) => {
+            // A directory is no reference: `scan` walks into the ones it can
+            // list, and one it cannot is no file a pod names.
+            let reference = !f.path.is_dir();
+            reference
+                .then(|| containerd::read_failure_report(&f.path, opts))
+                .flatten()
+                .unwrap_or_else(|| ProfileReport::unreadable(f.display_path(), d.clone()))
+        }
     }
 }
 
@@ -121,9 +134,47 @@ pub fn lint_options(config: &SeccompConfig) -> LintOptions {
     LintOptions {
         runtime,
         no_new_privileges: config.no_new_privileges,
-        oci_runtime: modelled(oci_runtime::resolve(config.oci_runtime, runtime)),
+        oci_runtime: on_node(config.oci_runtime, runtime),
         ..LintOptions::default()
     }
+}
+
+/// The modelled OCI runtime release `setting` means for the node's `cri`
+/// runtime: [`modelled`] of the kind it names, except that a crun found by
+/// `auto` is the release its `--version` names (the nearest modelled one
+/// for another release, said in a warning; 1.21 when it cannot be told).
+pub fn on_node(setting: OciRuntimeSetting, cri: Runtime) -> OciRuntime {
+    let configured = oci_runtime::resolve(setting, cri);
+    if setting != OciRuntimeSetting::Auto || configured.kind != OciRuntimeKind::Crun {
+        return modelled(configured.kind);
+    }
+    let binary = configured.binary.as_str();
+    OciRuntime::Crun(
+        match oci_runtime::crun_version(binary, oci_runtime::VERSION_TIMEOUT) {
+            Ok(CrunRelease::Modelled(v)) => v,
+            Ok(CrunRelease::Nearest { found, nearest }) => {
+                tracing::warn!(
+                binary,
+                found,
+                predicted = nearest.as_str(),
+                "crun {found} is not a release nodeproof models; predicting crun {}, the nearest",
+                nearest.as_str()
+            );
+                nearest
+            }
+            Err(e) => {
+                let predicted = CrunVersion::V1_21;
+                tracing::warn!(
+                    binary,
+                    error = %nodeproof_findings::errors::error_chain(&e),
+                    predicted = predicted.as_str(),
+                    "crun's release is not known; predicting crun {}",
+                    predicted.as_str()
+                );
+                predicted
+            }
+        },
+    )
 }
 
 /// The modelled release of `kind`: runc 1.1 (learned from 1.1.5, checked

@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
-use nodeproof::checks::{oci_runtime, profiles};
+use nodeproof::checks::profiles;
 use nodeproof::config::Config;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{LintOptions, Runtime};
@@ -166,9 +166,10 @@ pub(crate) struct ModeArgs {
     /// The runc whose behaviour is predicted when the OCI runtime is runc (1.1 is 1.1.5).
     #[arg(long, value_enum, default_value_t = RuncVersion::V1_1)]
     pub(crate) runc_version: RuncVersion,
-    /// The crun whose behaviour is predicted when the OCI runtime is crun.
-    #[arg(long, value_enum, default_value_t = CrunVersionArg::V1_21)]
-    pub(crate) crun_version: CrunVersionArg,
+    /// The crun whose behaviour is predicted when the OCI runtime is crun (default:
+    /// what the node's crun says with `--version` when detected, else 1.21).
+    #[arg(long, value_enum)]
+    pub(crate) crun_version: Option<CrunVersionArg>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -299,10 +300,7 @@ pub(crate) fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
     }
     if mode.runtime.is_some() && mode.oci_runtime.is_none() {
         // A runtime named on the command line brings its own default OCI runtime.
-        opts.oci_runtime = profiles::modelled(oci_runtime::resolve(
-            config.seccomp.oci_runtime,
-            opts.runtime,
-        ));
+        opts.oci_runtime = profiles::on_node(config.seccomp.oci_runtime, opts.runtime);
     }
     let kind = match mode.oci_runtime {
         Some(OciRuntimeArg::Runc) => OciRuntimeKind::Runc,
@@ -314,9 +312,12 @@ pub(crate) fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
             RuncVersion::V1_1 | RuncVersion::V1_1_5 => OciRuntime::Runc(SeccompRuncVersion::V1_1_5),
             RuncVersion::V1_1_15 => OciRuntime::Runc(SeccompRuncVersion::V1_1_15),
         },
-        OciRuntimeKind::Crun => OciRuntime::Crun(match mode.crun_version {
-            CrunVersionArg::V1_8 => CrunVersion::V1_8,
-            CrunVersionArg::V1_21 => CrunVersion::V1_21,
+        OciRuntimeKind::Crun => OciRuntime::Crun(match (mode.crun_version, opts.oci_runtime) {
+            (Some(CrunVersionArg::V1_8), _) => CrunVersion::V1_8,
+            (Some(CrunVersionArg::V1_21), _) => CrunVersion::V1_21,
+            // The release found on the node, when the node's runtime is crun.
+            (None, OciRuntime::Crun(found)) => found,
+            (None, OciRuntime::Runc(_)) => CrunVersion::V1_21,
         }),
     };
     opts

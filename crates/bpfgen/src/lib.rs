@@ -27,7 +27,9 @@ use db::{ApiArg, ApiRule, ArchDb, DbError, WordSize};
 use nodeproof_seccomp::compiler::{CompileError, CompiledFilter, Compiler, Errno};
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, FilterSpec, Rule};
 use nodeproof_seccomp::fnv::Fnv;
-use nodeproof_seccomp::syscalls::{resolve_syscall, rule_number, syscall_name};
+use nodeproof_seccomp::syscalls::{
+    resolve_syscall_in, rule_number, syscall_name_in, Libseccomp as Release,
+};
 
 /// The compiler runc's filters are predicted with: natively where
 /// [`generate`] reproduces libseccomp, otherwise with libseccomp itself.
@@ -46,7 +48,10 @@ pub fn compile(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, Compil
         Ok(compiled) => Ok(compiled),
         Err(GenError::Refused(e)) => Err(e),
         Err(GenError::Unsupported { reason }) => {
-            tracing::debug!(reason, %native, "compiling the filter with libseccomp");
+            // The linked libseccomp is 2.5.4: for a runtime linked with 2.6.0
+            // the names only 2.6.0 knows are left out of this fallback's
+            // program (a MIPS o32 or PowerPC filter, or a host other than x86_64).
+            tracing::debug!(reason, %native, libseccomp = spec.libseccomp.as_str(), "compiling the filter with the linked libseccomp");
             libseccomp::compile(spec, native)
         }
     }
@@ -156,14 +161,15 @@ pub fn generate(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, GenEr
     let mut skipped = Vec::new();
     let default_ret = spec.default_action.to_ret();
     for rule in &spec.rules {
-        let nr = match rule_number(rule, native, host) {
+        let nr = match rule_number(spec.libseccomp, rule, native, host) {
             Ok(nr) => nr,
             Err(skip) => {
                 skipped.push(skip);
                 continue;
             }
         };
-        add_rule(&mut dbs, rule, nr, host, default_ret).map_err(GenError::Refused)?;
+        add_rule(&mut dbs, spec.libseccomp, rule, nr, host, default_ret)
+            .map_err(GenError::Refused)?;
     }
 
     let program = gen::generate(&gen::Collection {
@@ -183,6 +189,7 @@ pub fn generate(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, GenEr
 /// `seccomp_rule_add_array` (non-strict) for one rule on every filter.
 fn add_rule(
     dbs: &mut [ArchDb],
+    lib: Release,
     rule: &Rule,
     nr: i32,
     host: Arch,
@@ -227,7 +234,7 @@ fn add_rule(
         });
     }
     for db in dbs.iter_mut() {
-        let syscall = translate(nr, host, db.arch).map_err(|e| refuse(e.0))?;
+        let syscall = translate(lib, nr, host, db.arch).map_err(|e| refuse(e.0))?;
         let api = ApiRule {
             action,
             syscall,
@@ -254,29 +261,33 @@ const DENSE_NR: i32 = 1024;
 const NOT_LOOKED_UP: i32 = i32::MIN;
 const UNKNOWN: i32 = i32::MIN + 1;
 
-/// (host number, arch) → arch number, for numbers outside the dense table.
-type TranslatedMap = HashMap<(i32, Arch), Option<i32>, BuildHasherDefault<Fnv>>;
+/// (release, host number, arch) → arch number, for numbers outside the dense table.
+type TranslatedMap = HashMap<(Release, i32, Arch), Option<i32>, BuildHasherDefault<Fnv>>;
 
 thread_local! {
-    /// libseccomp's tables never change: (arch, host number) → arch number,
-    /// in a flat table for the usual numbers (this runs for every rule and
-    /// every extra arch) and a map for pseudo numbers.
+    /// libseccomp's tables never change: (release, arch, host number) → arch
+    /// number, in a flat table for the usual numbers (this runs for every
+    /// rule and every extra arch) and a map for pseudo numbers.
     static TRANSLATED_DENSE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     static TRANSLATED: RefCell<TranslatedMap> = RefCell::new(HashMap::default());
 }
 
-/// `arch_syscall_translate`: the host number to `arch`'s, through the name.
-fn translate(nr: i32, host: Arch, arch: Arch) -> Result<i32, Errno> {
+/// `arch_syscall_translate`: the host number to `arch`'s, through the name,
+/// in `lib`'s table.
+fn translate(lib: Release, nr: i32, host: Arch, arch: Arch) -> Result<i32, Errno> {
     if nr == -1 || arch == host {
         return Ok(nr);
     }
-    let lookup = || syscall_name(nr, host).and_then(|name| resolve_syscall(&name, arch));
+    let lookup =
+        || syscall_name_in(lib, nr, host).and_then(|name| resolve_syscall_in(lib, &name, arch));
     let found = if (0..DENSE_NR).contains(&nr) {
-        let slot = arch as usize * DENSE_NR as usize + nr as usize;
+        let table = lib as usize * Arch::ALL.len() + arch as usize;
+        let slot = table * DENSE_NR as usize + nr as usize;
         let cached = TRANSLATED_DENSE.with(|t| {
             let mut t = t.borrow_mut();
             if t.is_empty() {
-                t.resize(Arch::ALL.len() * DENSE_NR as usize, NOT_LOOKED_UP);
+                let tables = Release::ALL.len() * Arch::ALL.len();
+                t.resize(tables * DENSE_NR as usize, NOT_LOOKED_UP);
             }
             t[slot]
         });
@@ -290,7 +301,7 @@ fn translate(nr: i32, host: Arch, arch: Arch) -> Result<i32, Errno> {
             n => Some(n),
         }
     } else {
-        TRANSLATED.with(|t| *t.borrow_mut().entry((nr, arch)).or_insert_with(lookup))
+        TRANSLATED.with(|t| *t.borrow_mut().entry((lib, nr, arch)).or_insert_with(lookup))
     };
     found.ok_or(Errno(libc::EFAULT))
 }

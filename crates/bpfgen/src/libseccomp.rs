@@ -29,7 +29,7 @@ use libseccomp::{
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::{CompileError, CompiledFilter, Errno};
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule};
-use nodeproof_seccomp::syscalls::{rule_number, scmp_arch};
+use nodeproof_seccomp::syscalls::{rule_number, scmp_arch, Libseccomp};
 
 /// libseccomp reports failures as negative errno values.
 fn errno_of(e: &SeccompError) -> Errno {
@@ -116,7 +116,10 @@ fn build(
 
     let mut skipped = Vec::new();
     for rule in &spec.rules {
-        match rule_number(rule, native, host) {
+        // Names resolve with the linked library's own table whatever
+        // `spec.libseccomp` says (2.5.4's lookups, no release's changes on top):
+        // this is the library itself, and the oracle of the release it is.
+        match rule_number(Libseccomp::V2_5_4, rule, native, host) {
             Ok(nr) => add_rule(&mut ctx, rule, nr)?,
             Err(skip) => skipped.push(skip),
         }

@@ -73,32 +73,39 @@ pub fn read_failure(path: &Path) -> Option<ReadFailure> {
 /// fails); otherwise the file is read as [`scan`] reads any profile (a
 /// symlink followed, capped) and linted.
 pub fn lint_localhost(path: &Path, opts: &LintOptions, compiler: &dyn Compiler) -> ProfileReport {
-    let shown = path.to_string_lossy().into_owned();
-    if opts.runtime == Runtime::Containerd {
-        if let Some(failure) = read_failure(path) {
-            let mut report = ProfileReport::unreadable(
-                shown,
-                Diagnostic::error(
-                    Code::IoError,
-                    "",
-                    format!(
-                        "{} {}: containerd cannot load it, so CreateContainer fails",
-                        path.display(),
-                        failure.describe()
-                    ),
-                )
-                .with_help(
-                    "the kubelet reports CreateContainerError; put the profile file at this path",
-                ),
-            );
-            report.outcome = Outcome::Rejected;
-            return report;
-        }
+    if let Some(report) = read_failure_report(path, opts) {
+        return report;
     }
+    let shown = path.to_string_lossy().into_owned();
     match scan::read_entry(path, None).contents {
         Ok(bytes) => lint_source(&shown, &bytes, opts, compiler),
         Err(diagnostic) => ProfileReport::unreadable(shown, diagnostic),
     }
+}
+
+/// The `rejected` report for a reference containerd cannot read for certain
+/// ([`read_failure`]) under `opts.runtime`, if it is one. CRI-O is not
+/// modelled here: such a path stays `unknown` for it.
+pub fn read_failure_report(path: &Path, opts: &LintOptions) -> Option<ProfileReport> {
+    if opts.runtime != Runtime::Containerd {
+        return None;
+    }
+    let failure = read_failure(path)?;
+    let mut report = ProfileReport::unreadable(
+        path.to_string_lossy().into_owned(),
+        Diagnostic::error(
+            Code::IoError,
+            "",
+            format!(
+                "{} {}: containerd cannot load it, so CreateContainer fails",
+                path.display(),
+                failure.describe()
+            ),
+        )
+        .with_help("the kubelet reports CreateContainerError; put the profile file at this path"),
+    );
+    report.outcome = Outcome::Rejected;
+    Some(report)
 }
 
 #[cfg(test)]

@@ -75,9 +75,6 @@ codes! {
     ListenerPathMissing => "listener-path-missing",
     ListenerUnreachable => "listener-unreachable",
     UnknownSyscall => "unknown-syscall",
-    /// A syscall the runtime's newer libseccomp knows and nodeproof's (2.5.4) does not:
-    /// the rule is left out of nodeproof's filter, so that call and the filter's length are not predicted.
-    UnmodelledSyscall => "unmodelled-syscall",
     CompileFailed => "compile-failed",
     FilterTooLarge => "filter-too-large",
     /// `architectures` leaves out the node's arch, so runc's -ENOSYS stub does not cover it.

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::syscalls::Libseccomp;
+
 /// A seccomp action after the runtime's translation (runc's `getAction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -285,4 +287,7 @@ pub struct FilterSpec {
     pub rules: Vec<Rule>,
     /// `listenerPath` when the profile uses SCMP_ACT_NOTIFY.
     pub listener_path: Option<String>,
+    /// The libseccomp release the runtime builds it with: its table resolves
+    /// the rules' names.
+    pub libseccomp: Libseccomp,
 }

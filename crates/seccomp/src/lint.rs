@@ -20,7 +20,7 @@ use crate::oci_runtime::{EnosysStub, OciRuntime, OciRuntimeKind};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
-use crate::syscalls::resolve_syscall;
+use crate::syscalls::{resolve_syscall_in, Libseccomp};
 use crate::template::{self, TemplateContext};
 
 /// The container runtime whose decoder reads the profile.
@@ -266,8 +266,9 @@ fn prepare(
             }
         }
     };
-    let resolves = |name: &str| resolve_syscall(name, opts.arch).is_some();
-    let (translation, notes) = runc::translate(&profile, opts.oci_runtime.behaviour(), &resolves);
+    let behaviour = opts.oci_runtime.behaviour();
+    let resolves = |name: &str| resolve_syscall_in(behaviour.libseccomp, name, opts.arch).is_some();
+    let (translation, notes) = runc::translate(&profile, behaviour, &resolves);
     report.diagnostics.extend(notes);
     match translation {
         Translation::Disabled => {
@@ -346,7 +347,9 @@ fn predict(
             .with_help(format!("list {} in `architectures`", opts.arch.scmp_name())),
         );
     }
-    let mut program = behaviour.enosys_stub.program(profile, opts.arch);
+    let mut program = behaviour
+        .enosys_stub
+        .program(profile, opts.arch, behaviour.libseccomp);
     program.append(&mut compiled.program);
     compiled.program = program;
     report.instructions = Some(compiled.program.len());
@@ -566,7 +569,7 @@ fn lint_conflicts(
             .entry(&rule.syscall)
             .or_insert((rule.action, &rule.origin.pointer));
         if first != rule.action {
-            let winner = resolve_syscall(&rule.syscall, arch)
+            let winner = resolve_syscall_in(spec.libseccomp, &rule.syscall, arch)
                 .and_then(|nr| {
                     cbpf::run(
                         &compiled.program,
@@ -620,7 +623,9 @@ fn predict_runtime_needs(
             let answer_of = |name: &str| {
                 in_mode()
                     .find(|n| n.name == name)
-                    .and_then(|n| filter_action(compiled, opts.arch, n.name, n.args))
+                    .and_then(|n| {
+                        filter_action(spec.libseccomp, compiled, opts.arch, n.name, n.args)
+                    })
                     .and_then(answer)
             };
             if !branch.taken(&answer_of) {
@@ -672,7 +677,7 @@ fn predict_runtime_needs(
             };
             let all_denied = !action.lets_syscall_run()
                 && alternatives.iter().all(|alt| {
-                    filter_action(compiled, opts.arch, alt, [0; 6])
+                    filter_action(spec.libseccomp, compiled, opts.arch, alt, [0; 6])
                         .is_some_and(|a| !a.lets_syscall_run())
                 });
             if !all_denied {
@@ -755,19 +760,21 @@ fn init_actions(
     }
     argsets
         .into_iter()
-        .map_while(|args| filter_action(compiled, arch, need.name, args))
+        .map_while(|args| filter_action(spec.libseccomp, compiled, arch, need.name, args))
         .collect()
 }
 
-/// The action the compiled filter takes for `name(args)` on `arch`.
+/// The action the compiled filter takes for `name(args)` on `arch` (`name`
+/// resolved with the runtime's libseccomp).
 fn filter_action(
+    lib: Libseccomp,
     compiled: &CompiledFilter,
     arch: Arch,
     name: &str,
     args: [u64; 6],
 ) -> Option<Action> {
     // Negative numbers are libseccomp's pseudo-syscalls: the call does not exist on this arch.
-    let nr = resolve_syscall(name, arch).filter(|&nr| nr >= 0)?;
+    let nr = resolve_syscall_in(lib, name, arch).filter(|&nr| nr >= 0)?;
     let data = SeccompData::new(nr, arch.audit_arch(), args);
     cbpf::run(&compiled.program, &data)
         .ok()

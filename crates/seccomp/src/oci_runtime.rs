@@ -15,6 +15,7 @@ use crate::patchbpf;
 pub use crate::runc::RuncVersion;
 use crate::runc::{self, Stage};
 use crate::runc_init::InitSyscall;
+pub use crate::syscalls::Libseccomp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OciRuntime {
@@ -121,12 +122,13 @@ pub enum EnosysStub {
 }
 
 impl EnosysStub {
-    /// The instructions prepended to libseccomp's program for `profile` on `native`.
-    pub fn program(self, profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
+    /// The instructions prepended to libseccomp's program for `profile` on
+    /// `native`, its names resolved with the runtime's `lib`.
+    pub fn program(self, profile: &Seccomp, native: Arch, lib: Libseccomp) -> Vec<SockFilter> {
         match self {
             EnosysStub::Absent => Vec::new(),
-            EnosysStub::ListedArches => patchbpf::enosys_stub(profile),
-            EnosysStub::ListedAndNative => patchbpf::enosys_stub_with_native(profile, native),
+            EnosysStub::ListedArches => patchbpf::enosys_stub_in(profile, lib),
+            EnosysStub::ListedAndNative => patchbpf::enosys_stub_with_native(profile, native, lib),
         }
     }
 }
@@ -158,34 +160,7 @@ pub enum FlagSupport {
     Known(&'static [&'static str]),
 }
 
-/// The libseccomp releases the modelled runtimes are linked with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Libseccomp {
-    /// bookworm's 2.5.4 (runc 1.1.5, crun 1.8).
-    V2_5_4,
-    /// trixie's 2.6.0 (runc 1.1.15, crun 1.21).
-    V2_6_0,
-}
-
 impl Libseccomp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Libseccomp::V2_5_4 => "2.5.4",
-            Libseccomp::V2_6_0 => "2.6.0",
-        }
-    }
-
-    /// Whether this libseccomp resolves `name` where 2.5.4 (whose tables
-    /// nodeproof resolves names with) does not: x86_64's syscalls that
-    /// trixie's 2.6.0 added (measured by resolving every number 0..600 with
-    /// both libraries' `seccomp_syscall_resolve_num_arch`).
-    pub fn knows_beyond_2_5_4(self, name: &str) -> bool {
-        match self {
-            Libseccomp::V2_5_4 => false,
-            Libseccomp::V2_6_0 => LIBSECCOMP_2_6_X86_64_ADDED.contains(&name),
-        }
-    }
-
     /// The names `seccomp_arch_resolve_name` knows (src/arch.c), lowercase.
     pub fn arch_names(self) -> &'static [&'static str] {
         match self {
@@ -195,21 +170,6 @@ impl Libseccomp {
         }
     }
 }
-
-/// x86_64 syscalls libseccomp 2.6.0 (trixie) resolves and 2.5.4 (bookworm) does not.
-const LIBSECCOMP_2_6_X86_64_ADDED: &[&str] = &[
-    "uretprobe",
-    "statmount",
-    "listmount",
-    "lsm_get_self_attr",
-    "lsm_set_self_attr",
-    "lsm_list_modules",
-    "mseal",
-    "setxattrat",
-    "getxattrat",
-    "listxattrat",
-    "removexattrat",
-];
 
 const LIBSECCOMP_2_5_ARCHES: [&str; 23] = [
     "x86",

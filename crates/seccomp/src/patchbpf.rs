@@ -11,7 +11,7 @@ use crate::cbpf::{op, SockFilter};
 use crate::filter::Arch;
 use crate::model::Seccomp;
 use crate::runc::c_string_name;
-use crate::syscalls::max_syscall_numbers;
+use crate::syscalls::{max_syscall_numbers, Libseccomp};
 
 const ENOSYS: u32 = 38;
 const RET_ERRNO_ENOSYS: u32 = 0x0005_0000 | ENOSYS;
@@ -33,22 +33,33 @@ fn ja(skip: u32) -> SockFilter {
 /// The stub runc 1.1.5 prepends, or nothing when it adds none (permissive
 /// default action, or defaultErrnoRet already ENOSYS). With no listed
 /// architecture or no syscall named on one it is a 4-instruction no-op.
+/// Names are resolved with libseccomp 2.5.4, which runc 1.1.5 links.
 pub fn enosys_stub(profile: &Seccomp) -> Vec<SockFilter> {
-    stub(profile, listed_arches(profile))
+    enosys_stub_in(profile, Libseccomp::V2_5_4)
+}
+
+/// [`enosys_stub`] with names resolved by `lib` (runc resolves them with
+/// libseccomp-golang, through the libseccomp it is linked with).
+pub fn enosys_stub_in(profile: &Seccomp, lib: Libseccomp) -> Vec<SockFilter> {
+    stub(profile, listed_arches(profile), lib)
 }
 
 /// The stub runc 1.1.6 and later prepend: as 1.1.5's, with a section for
 /// the native architecture whether or not the profile lists it
 /// (findLastSyscalls loops over the listed architectures and the native one).
-pub fn enosys_stub_with_native(profile: &Seccomp, native: Arch) -> Vec<SockFilter> {
+pub fn enosys_stub_with_native(
+    profile: &Seccomp,
+    native: Arch,
+    lib: Libseccomp,
+) -> Vec<SockFilter> {
     let mut arches = listed_arches(profile);
     if !arches.contains(&native) {
         arches.push(native);
     }
-    stub(profile, arches)
+    stub(profile, arches, lib)
 }
 
-fn stub(profile: &Seccomp, arches: Vec<Arch>) -> Vec<SockFilter> {
+fn stub(profile: &Seccomp, arches: Vec<Arch>, lib: Libseccomp) -> Vec<SockFilter> {
     if !patches(profile) {
         return Vec::new();
     }
@@ -59,7 +70,7 @@ fn stub(profile: &Seccomp, arches: Vec<Arch>) -> Vec<SockFilter> {
     let mut last: BTreeMap<u32, BTreeMap<Arch, u32>> = BTreeMap::new();
     // findLastSyscalls resolves each name with GetSyscallFromNameByArch: a C string, cut at a NUL.
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
-    let largest = max_syscall_numbers(names.map(|n| c_string_name(n)), &arches);
+    let largest = max_syscall_numbers(lib, names.map(|n| c_string_name(n)), &arches);
     for (arch, largest) in arches.into_iter().zip(largest) {
         // An arch with no syscall keeps its (empty) audit-arch entry: runc
         // deletes only the arch from the inner map, so it still gets a jump.
@@ -99,7 +110,12 @@ pub fn native_left_out(profile: &Seccomp, native: Arch) -> bool {
         return false;
     }
     let names = profile.syscalls.iter().flat_map(|r| r.names.iter());
-    max_syscall_numbers(names.map(|n| c_string_name(n)), &[native])[0].is_some()
+    max_syscall_numbers(
+        Libseccomp::V2_5_4,
+        names.map(|n| c_string_name(n)),
+        &[native],
+    )[0]
+    .is_some()
 }
 
 fn generate(last: &BTreeMap<u32, BTreeMap<Arch, u32>>) -> Vec<SockFilter> {

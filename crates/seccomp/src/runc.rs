@@ -383,20 +383,14 @@ pub fn translate(
         }
         if !resolves(name) {
             let libseccomp = b.libseccomp.as_str();
-            notes.push(if b.libseccomp.knows_beyond_2_5_4(name) {
-                Diagnostic::warning(
-                    Code::UnmodelledSyscall,
-                    name_ptr(),
-                    format!("{rt} is linked with libseccomp {libseccomp}, which knows `{name}`, and adds this rule; nodeproof resolves names with libseccomp 2.5.4 and leaves it out, so what `{name}` gets and the filter's length (about one instruction per rule) are not predicted"),
-                )
-            } else {
+            notes.push(
                 Diagnostic::warning(
                     Code::UnknownSyscall,
                     name_ptr(),
                     format!("libseccomp {libseccomp} does not know the syscall `{name}`; {} skips it silently", rt.kind().as_str()),
                 )
-                .with_help(format!("check the spelling; syscalls newer than libseccomp {libseccomp} cannot be filtered by {rt}"))
-            });
+                .with_help(format!("check the spelling; syscalls newer than libseccomp {libseccomp} cannot be filtered by {rt}")),
+            );
             continue;
         }
         let mut conds = Vec::new();
@@ -474,6 +468,7 @@ pub fn translate(
         // No path, no socket to hand the fd to (crun then loads the filter without a listener).
         listener_path: (uses_notify && !p.listener_path.is_empty())
             .then(|| p.listener_path.clone()),
+        libseccomp: b.libseccomp,
     };
     (Translation::Filter(spec), notes)
 }

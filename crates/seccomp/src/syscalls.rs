@@ -1,5 +1,11 @@
 //! Syscall names and numbers per architecture, from libseccomp's tables
 //! (`seccomp_syscall_resolve_name_arch`), remembered per thread.
+//!
+//! The library nodeproof links is bookworm's 2.5.4; a runtime linked with
+//! another release resolves names with that release's table, so the lookups
+//! that feed a prediction take the [`Libseccomp`] the runtime runs with:
+//! 2.5.4 is the linked library, and 2.6.0 is 2.5.4 with the rows its table
+//! changed ([`LIBSECCOMP_2_6_0_CHANGED`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -32,6 +38,189 @@ pub fn scmp_arch(arch: Arch) -> ScmpArch {
     }
 }
 
+/// The libseccomp releases the modelled runtimes are linked with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Libseccomp {
+    /// bookworm's 2.5.4 (runc 1.1.5, crun 1.8), the library nodeproof links.
+    #[default]
+    V2_5_4,
+    /// trixie's 2.6.0 (runc 1.1.15, crun 1.21).
+    V2_6_0,
+}
+
+impl Libseccomp {
+    pub const ALL: [Libseccomp; 2] = [Libseccomp::V2_5_4, Libseccomp::V2_6_0];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Libseccomp::V2_5_4 => "2.5.4",
+            Libseccomp::V2_6_0 => "2.6.0",
+        }
+    }
+
+    /// The names whose numbers this release's table gives differently from
+    /// 2.5.4's, sorted by name.
+    fn changed(self) -> &'static [ChangedRow] {
+        match self {
+            Libseccomp::V2_5_4 => &[],
+            Libseccomp::V2_6_0 => &LIBSECCOMP_2_6_0_CHANGED,
+        }
+    }
+
+    /// Names this release's number-to-name lookup finds before another name
+    /// with the same number, where 2.5.4's finds the other: libseccomp
+    /// gives `switch_endian` and `sys_debug_setcontext` (PowerPC's) the same
+    /// pseudo number, -10191, and 2.6.0's generated table is searched in
+    /// another order.
+    fn found_first(self) -> &'static [&'static str] {
+        match self {
+            Libseccomp::V2_5_4 => &[],
+            Libseccomp::V2_6_0 => &["sys_debug_setcontext"],
+        }
+    }
+
+    /// This release's numbers for `name` where they are not 2.5.4's.
+    fn changed_row(self, name: &str) -> Option<&'static [i32; Arch::ALL.len()]> {
+        let rows = self.changed();
+        rows.binary_search_by(|(n, _)| (*n).cmp(name))
+            .ok()
+            .map(|i| &rows[i].1)
+    }
+}
+
+/// A name and its number on each of [`Arch::ALL`] (in that order), as
+/// `seccomp_syscall_resolve_name_arch` gives it: a negative number is
+/// libseccomp's pseudo number for a syscall the arch lacks, which a rule
+/// still takes (non-strict), so it orders the filter's tree but never
+/// reaches the program.
+type ChangedRow = (&'static str, [i32; Arch::ALL.len()]);
+
+/// Where trixie's libseccomp 2.6.0 resolves a name differently from
+/// bookworm's 2.5.4 (Debian's, which carries the Linux 6.7-rc3 table
+/// update): every name of either release's `src/syscalls.csv` resolved on
+/// every arch with both libraries. 2.6.0's table is Linux 6.13's: eleven
+/// x86_64 syscalls (statmount .. removexattrat, uretprobe), riscv64's
+/// `riscv_hwprobe`, m68k's three (pseudo numbers everywhere modelled), and
+/// x32's `map_shadow_stack`, a pseudo number in 2.5.4. Nothing else of
+/// 2.6.0 changes the program: its `gen_bpf.c`, `db.c` and `hash.c` differ
+/// from 2.5.4's in error paths, transactions and the precomputed program
+/// only. `nodeproof-e2e`'s `libseccomp_2_6` test holds this table and the
+/// native generator to the real library.
+const LIBSECCOMP_2_6_0_CHANGED: [ChangedRow; 16] = [
+    (
+        "atomic_barrier",
+        [
+            -10247, -10247, -10247, -10247, -10247, -10247, -10247, -10247, -10247, -10247, -10247,
+            -10247, -10247, -10247, -10247, -10247, -10247,
+        ],
+    ),
+    (
+        "atomic_cmpxchg_32",
+        [
+            -10248, -10248, -10248, -10248, -10248, -10248, -10248, -10248, -10248, -10248, -10248,
+            -10248, -10248, -10248, -10248, -10248, -10248,
+        ],
+    ),
+    (
+        "getpagesize",
+        [
+            -10249, -10249, -10249, -10249, -10249, -10249, -10249, -10249, -10249, -10249, -10249,
+            -10249, -10249, -10249, -10249, -10249, -10249,
+        ],
+    ),
+    (
+        "getxattrat",
+        [
+            464, 464, 1073742288, 464, 464, 4464, 5464, 6464, 4464, 5464, 6464, 464, 464, 464, 464,
+            464, 464,
+        ],
+    ),
+    (
+        "listmount",
+        [
+            458, 458, 1073742282, 458, 458, 4458, 5458, 6458, 4458, 5458, 6458, 458, 458, 458, 458,
+            458, 458,
+        ],
+    ),
+    (
+        "listxattrat",
+        [
+            465, 465, 1073742289, 465, 465, 4465, 5465, 6465, 4465, 5465, 6465, 465, 465, 465, 465,
+            465, 465,
+        ],
+    ),
+    (
+        "lsm_get_self_attr",
+        [
+            459, 459, 1073742283, 459, 459, 4459, 5459, 6459, 4459, 5459, 6459, 459, 459, 459, 459,
+            459, 459,
+        ],
+    ),
+    (
+        "lsm_list_modules",
+        [
+            461, 461, 1073742285, 461, 461, 4461, 5461, 6461, 4461, 5461, 6461, 461, 461, 461, 461,
+            461, 461,
+        ],
+    ),
+    (
+        "lsm_set_self_attr",
+        [
+            460, 460, 1073742284, 460, 460, 4460, 5460, 6460, 4460, 5460, 6460, 460, 460, 460, 460,
+            460, 460,
+        ],
+    ),
+    (
+        "map_shadow_stack",
+        [
+            453, 453, 1073742277, 453, 453, 4453, 5453, 6453, 4453, 5453, 6453, 453, 453, 453, 453,
+            453, 453,
+        ],
+    ),
+    (
+        "mseal",
+        [
+            462, 462, 1073742286, 462, 462, 4462, 5462, 6462, 4462, 5462, 6462, 462, 462, 462, 462,
+            462, 462,
+        ],
+    ),
+    (
+        "removexattrat",
+        [
+            466, 466, 1073742290, 466, 466, 4466, 5466, 6466, 4466, 5466, 6466, 466, 466, 466, 466,
+            466, 466,
+        ],
+    ),
+    (
+        "riscv_hwprobe",
+        [
+            -10250, -10250, -10250, -10250, -10250, -10250, -10250, -10250, -10250, -10250, -10250,
+            -10250, -10250, -10250, 258, -10250, -10250,
+        ],
+    ),
+    (
+        "setxattrat",
+        [
+            463, 463, 1073742287, 463, 463, 4463, 5463, 6463, 4463, 5463, 6463, 463, 463, 463, 463,
+            463, 463,
+        ],
+    ),
+    (
+        "statmount",
+        [
+            457, 457, 1073742281, 457, 457, 4457, 5457, 6457, 4457, 5457, 6457, 457, 457, 457, 457,
+            457, 457,
+        ],
+    ),
+    (
+        "uretprobe",
+        [
+            -10251, 335, 1073742159, -10251, -10251, -10251, -10251, -10251, -10251, -10251,
+            -10251, -10251, -10251, -10251, -10251, -10251, -10251,
+        ],
+    ),
+];
+
 type NumberRow = [i32; Arch::ALL.len()];
 const NOT_LOOKED_UP: i32 = i32::MIN;
 const UNKNOWN: i32 = i32::MIN + 1;
@@ -51,15 +240,32 @@ thread_local! {
     static RESOLVED: RefCell<NameCache> = RefCell::new(Default::default());
 }
 
-/// The syscall number libseccomp's `seccomp_syscall_resolve_name_arch` gives,
-/// possibly a negative pseudo number; `None` when the name is unknown.
+/// The syscall number libseccomp 2.5.4's `seccomp_syscall_resolve_name_arch`
+/// gives, possibly a negative pseudo number; `None` when the name is unknown.
 pub fn resolve_syscall(name: &str, arch: Arch) -> Option<i32> {
+    resolve_syscall_in(Libseccomp::V2_5_4, name, arch)
+}
+
+/// [`resolve_syscall`] with the table of `lib`.
+pub fn resolve_syscall_in(lib: Libseccomp, name: &str, arch: Arch) -> Option<i32> {
+    if let Some(row) = lib.changed_row(name) {
+        return known(row[arch as usize]);
+    }
     RESOLVED.with(|cache| number_on(row(&mut cache.borrow_mut(), name), name, arch))
 }
 
+/// libseccomp's `__NR_SCMP_ERROR`: a name the arch's table lacks.
+const SCMP_ERROR: i32 = -1;
+
+fn known(nr: i32) -> Option<i32> {
+    (nr != SCMP_ERROR).then_some(nr)
+}
+
 /// For each of `arches`, the largest syscall number above 0 among `names`
-/// (runc's ENOSYS stub asks this of every name: one lookup per name).
+/// as `lib` resolves them (runc's ENOSYS stub asks this of every name: one
+/// lookup per name).
 pub fn max_syscall_numbers<'a>(
+    lib: Libseccomp,
     names: impl IntoIterator<Item = &'a str>,
     arches: &[Arch],
 ) -> Vec<Option<i32>> {
@@ -67,9 +273,14 @@ pub fn max_syscall_numbers<'a>(
     RESOLVED.with(|cache| {
         let mut cache = cache.borrow_mut();
         for name in names {
+            let changed = lib.changed_row(name);
             let row = row(&mut cache, name);
             for (m, &arch) in max.iter_mut().zip(arches) {
-                if let Some(nr) = number_on(row, name, arch).filter(|&nr| nr > 0) {
+                let nr = match changed {
+                    Some(changed) => known(changed[arch as usize]),
+                    None => number_on(row, name, arch),
+                };
+                if let Some(nr) = nr.filter(|&nr| nr > 0) {
                     *m = Some(m.map_or(nr, |v: i32| v.max(nr)));
                 }
             }
@@ -109,9 +320,52 @@ fn number_on(row: &mut NumberRow, name: &str, arch: Arch) -> Option<i32> {
     (*slot != UNKNOWN).then_some(*slot)
 }
 
-/// The name libseccomp knows for syscall `nr` on `arch`.
+/// The name libseccomp 2.5.4 knows for syscall `nr` on `arch`.
 pub fn syscall_name(nr: i32, arch: Arch) -> Option<String> {
     ScmpSyscall::from(nr).get_name_by_arch(scmp_arch(arch)).ok()
+}
+
+/// [`syscall_name`] with the table of `lib`: `seccomp_syscall_resolve_num_arch`
+/// gives the name whose number on `arch` is `nr`, pseudo numbers included,
+/// with or without the ABI's base ([`raw_number`]).
+pub fn syscall_name_in(lib: Libseccomp, nr: i32, arch: Arch) -> Option<String> {
+    let raw = raw_number(arch, nr);
+    let numbered = |row: &[i32; Arch::ALL.len()]| {
+        let n = row[arch as usize];
+        n != SCMP_ERROR && raw_number(arch, n) == raw
+    };
+    if let Some(&name) = lib.found_first().iter().find(|&&name| {
+        lib.changed_row(name)
+            .map_or(resolve_syscall(name, arch), |row| known(row[arch as usize]))
+            .is_some_and(|n| raw_number(arch, n) == raw)
+    }) {
+        return Some(name.to_string());
+    }
+    if let Some((name, _)) = lib.changed().iter().find(|(_, row)| numbered(row)) {
+        return Some((*name).to_string());
+    }
+    // 2.5.4's name for `nr`, unless `lib` numbers that name differently.
+    syscall_name(nr, arch).filter(|name| lib.changed_row(name).is_none())
+}
+
+/// The number an ABI's table keys a syscall by: x32's without the x32 bit
+/// (`x32_syscall_resolve_num_munge`), the MIPS ABIs' without their base
+/// (`mips*_syscall_resolve_num_raw`), pseudo numbers as they are. The
+/// number-to-name lookup takes a number with or without it.
+fn raw_number(arch: Arch, nr: i32) -> i32 {
+    const X32_SYSCALL_BIT: i32 = 0x4000_0000;
+    let base = match arch {
+        Arch::X32 if nr >= 0 => return nr & !X32_SYSCALL_BIT,
+        Arch::Mips | Arch::Mipsel => 4000,
+        Arch::Mips64 | Arch::Mipsel64 => 5000,
+        Arch::Mips64N32 | Arch::Mipsel64N32 => 6000,
+        _ => return nr,
+    };
+    if nr >= base {
+        nr - base
+    } else {
+        nr
+    }
 }
 
 /// The number a rule is added with, or the rule runc skips.
@@ -121,14 +375,19 @@ pub fn syscall_name(nr: i32, arch: Arch) -> Option<String> {
 /// filter arch, so this is the host number even when cross-compiling
 /// (libseccomp's name table is shared by all arches, so a name known on
 /// `native` is known on the host too).
-pub fn rule_number(rule: &Rule, native: Arch, host: Arch) -> Result<i32, SkippedRule> {
-    let on_native = resolve_syscall(&rule.syscall, native);
+pub fn rule_number(
+    lib: Libseccomp,
+    rule: &Rule,
+    native: Arch,
+    host: Arch,
+) -> Result<i32, SkippedRule> {
+    let on_native = resolve_syscall_in(lib, &rule.syscall, native);
     on_native
         .and_then(|nr| {
             if native == host {
                 Some(nr)
             } else {
-                resolve_syscall(&rule.syscall, host)
+                resolve_syscall_in(lib, &rule.syscall, host)
             }
         })
         .ok_or_else(|| SkippedRule {
@@ -154,5 +413,62 @@ mod tests {
         );
         assert_eq!(resolve_syscall("read", Arch::X86_64), Some(0));
         assert_eq!(resolve_syscall("read", Arch::X86), Some(3));
+    }
+
+    #[test]
+    fn libseccomp_2_6_resolves_what_2_5_4_does_not() {
+        let v26 = Libseccomp::V2_6_0;
+        assert_eq!(resolve_syscall("mseal", Arch::X86_64), None);
+        assert_eq!(resolve_syscall_in(v26, "mseal", Arch::X86_64), Some(462));
+        assert_eq!(
+            resolve_syscall_in(v26, "mseal", Arch::X32),
+            Some(0x4000_0000 + 462)
+        );
+        assert_eq!(
+            resolve_syscall_in(v26, "uretprobe", Arch::X86),
+            Some(-10251)
+        );
+        assert_eq!(resolve_syscall_in(v26, "read", Arch::X86_64), Some(0));
+        assert_eq!(resolve_syscall_in(v26, "no_such", Arch::X86_64), None);
+        // map_shadow_stack: a pseudo number on x32 in 2.5.4, a real one in 2.6.0.
+        assert_eq!(resolve_syscall("map_shadow_stack", Arch::X32), Some(-10245));
+        assert_eq!(
+            syscall_name(-10245, Arch::X32).as_deref(),
+            Some("map_shadow_stack")
+        );
+        assert_eq!(syscall_name_in(v26, -10245, Arch::X32), None);
+        assert_eq!(
+            syscall_name_in(v26, 0x4000_0000 + 453, Arch::X32).as_deref(),
+            Some("map_shadow_stack")
+        );
+        assert_eq!(
+            syscall_name_in(v26, 462, Arch::X86_64).as_deref(),
+            Some("mseal")
+        );
+        assert_eq!(
+            syscall_name_in(v26, 0, Arch::X86_64).as_deref(),
+            Some("read")
+        );
+        assert_eq!(
+            max_syscall_numbers(v26, ["read", "mseal"], &[Arch::X86_64, Arch::X86]),
+            [Some(462), Some(462)]
+        );
+        // 2.5.4 does not know mseal, and read's 0 is not above 0.
+        assert_eq!(
+            max_syscall_numbers(Libseccomp::V2_5_4, ["read", "mseal"], &[Arch::X86_64]),
+            [None]
+        );
+    }
+
+    #[test]
+    fn the_2_6_table_is_sorted_and_differs_from_2_5_4_on_every_row() {
+        let rows = Libseccomp::V2_6_0.changed();
+        assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "sorted by name");
+        for (name, row) in rows {
+            let differs = Arch::ALL
+                .iter()
+                .any(|&a| resolve_syscall(name, a) != known(row[a as usize]));
+            assert!(differs, "{name} is 2.5.4's already");
+        }
     }
 }

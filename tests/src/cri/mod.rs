@@ -87,6 +87,8 @@ pub enum CriError {
     },
     #[error("container {id} reads running, but its process is gone (containerd lost its exit)")]
     ExitLost { id: String },
+    #[error("PodSandboxStatus gave no pid for the pause process")]
+    NoSandboxPid,
     #[error("CRI {call} took over {CALL_TIMEOUT:?}")]
     Timeout { call: &'static str },
 }
@@ -127,12 +129,21 @@ pub struct ContainerdOracle {
     rt: tokio::runtime::Runtime,
     channel: Channel,
     daemon: Mutex<Daemon>,
-    sandbox_id: String,
-    sandbox_config: api::PodSandboxConfig,
+    /// The pod sandbox containers join now; replaced when it is lost.
+    sandbox: Mutex<Sandbox>,
     profiles: PathBuf,
     counter: AtomicU64,
     /// containerd's `runtime_name runtime_version` from the CRI Version call.
     pub version: String,
+}
+
+/// One pod sandbox: its id and the config it was run with (the kubelet
+/// hands both to CreateContainer). A replacement is the same pod's next
+/// attempt, as the kubelet makes it when a sandbox dies.
+#[derive(Debug, Clone)]
+struct Sandbox {
+    id: String,
+    config: api::PodSandboxConfig,
 }
 
 static SHARED: Mutex<Weak<ContainerdOracle>> = Mutex::new(Weak::new());
@@ -184,29 +195,17 @@ impl ContainerdOracle {
         let channel = rt
             .block_on(api::connect(layout.socket()))
             .map_err(CriError::Connect)?;
-        let sandbox_config = sandbox_config();
-        let (version, sandbox_id) = rt.block_on(async {
+        let (version, sandbox) = rt.block_on(async {
             let mut c = RuntimeServiceClient::new(channel.clone());
             let v = call("Version", c.version(api::VersionRequest::default())).await?;
-            let s = call(
-                "RunPodSandbox",
-                c.run_pod_sandbox(api::RunPodSandboxRequest {
-                    config: Some(sandbox_config.clone()),
-                    runtime_handler: String::new(),
-                }),
-            )
-            .await?;
-            Ok::<_, CriError>((
-                format!("{} {}", v.runtime_name, v.runtime_version),
-                s.pod_sandbox_id,
-            ))
+            let s = run_sandbox(&mut c, 0).await?;
+            Ok::<_, CriError>((format!("{} {}", v.runtime_name, v.runtime_version), s))
         })?;
         Ok(ContainerdOracle {
             rt,
             channel,
             daemon: Mutex::new(daemon),
-            sandbox_id,
-            sandbox_config,
+            sandbox: Mutex::new(sandbox),
             profiles: dir.join("profiles"),
             counter: AtomicU64::new(0),
             version,
@@ -270,31 +269,161 @@ impl ContainerdOracle {
             ..Default::default()
         };
         let mut attempt = 0;
+        let mut sandbox_replaced = false;
         loop {
             let mut config = config.clone();
             if let Some(m) = config.metadata.as_mut() {
                 m.attempt = attempt;
             }
-            match self.rt.block_on(self.run_container(config)) {
+            let sandbox = self.sandbox();
+            let run = match self.rt.block_on(self.run_container(config, &sandbox)) {
                 // containerd 1.6.20's shim can miss the exit of a process that ends
                 // before the start is recorded (fixed in 1.6.23): the container then
                 // reads "running" forever with no process. That says nothing about
                 // the profile, so the run is repeated.
-                Err(CriError::ExitLost { .. }) if attempt < MAX_ATTEMPTS => attempt += 1,
-                Ok(run) => return run,
-                Err(e) => return plumbing_failure(&e.to_string()),
+                Err(CriError::ExitLost { .. }) if attempt < MAX_ATTEMPTS => {
+                    attempt += 1;
+                    continue;
+                }
+                Ok(run) => run,
+                Err(e) => plumbing_failure(&e.to_string()),
+            };
+            if run.verdict == Verdict::Accepted {
+                return run;
+            }
+            // A container of a sandbox whose pause process is gone cannot start
+            // (runc: `namespace path: lstat /proc/0/ns/ipc`): that failure is
+            // the oracle's, not the profile's. The case runs again, once, in a
+            // new sandbox.
+            match self.rt.block_on(self.sandbox_ready(&sandbox.id)) {
+                Ok(true) => return run,
+                Ok(false) if sandbox_replaced => {
+                    return plumbing_failure(&format!(
+                        "the pod sandbox was lost again (first run: {})",
+                        run.detail
+                    ))
+                }
+                Ok(false) => {
+                    if let Err(e) = self.replace_sandbox(&sandbox.id) {
+                        return plumbing_failure(&format!("replacing the lost pod sandbox: {e}"));
+                    }
+                    sandbox_replaced = true;
+                    attempt += 1;
+                }
+                Err(e) => return plumbing_failure(&format!("PodSandboxStatus: {e}")),
             }
         }
     }
 
-    async fn run_container(&self, config: api::ContainerConfig) -> Result<CriRun, CriError> {
+    /// The sandbox containers join now.
+    fn sandbox(&self) -> Sandbox {
+        self.sandbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The id of the sandbox containers join now (a test can end its pause).
+    pub fn sandbox_id(&self) -> String {
+        self.sandbox().id
+    }
+
+    /// The pid of the current sandbox's pause process (containerd's verbose
+    /// `info` JSON), for a test that ends it.
+    pub fn sandbox_pid(&self) -> Result<u32, CriError> {
+        let id = self.sandbox_id();
+        let mut c = RuntimeServiceClient::new(self.channel.clone());
+        let status = self.rt.block_on(call(
+            "PodSandboxStatus",
+            c.pod_sandbox_status(api::PodSandboxStatusRequest {
+                pod_sandbox_id: id,
+                verbose: true,
+            }),
+        ))?;
+        let info: serde_json::Value = status
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str(i).ok())
+            .unwrap_or_default();
+        info["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or(CriError::NoSandboxPid)
+    }
+
+    /// Whether sandbox `id` can still take containers: READY (containerd
+    /// marks it NOTREADY when its pause process exits; one removed is not
+    /// found) and its pause process, as the verbose status names it, running.
+    /// A campaign run once met a sandbox containerd still called READY while
+    /// runc was handed `/proc/0/ns/ipc`: a pid of 0 is no pause either.
+    async fn sandbox_ready(&self, id: &str) -> Result<bool, CriError> {
+        let mut c = RuntimeServiceClient::new(self.channel.clone());
+        let status = c.pod_sandbox_status(api::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        });
+        match tokio::time::timeout(CALL_TIMEOUT, status).await {
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                let ready = r
+                    .status
+                    .is_some_and(|s| s.state() == api::PodSandboxState::SandboxReady);
+                let info: serde_json::Value = r
+                    .info
+                    .get("info")
+                    .and_then(|i| serde_json::from_str(i).ok())
+                    .unwrap_or_default();
+                // No pid in the verbose info: only the state can tell.
+                let pause = info["pid"]
+                    .as_u64()
+                    .is_none_or(|pid| pid > 0 && running(pid));
+                Ok(ready && pause)
+            }
+            Ok(Err(status)) if status.code() == tonic::Code::NotFound => Ok(false),
+            Ok(Err(status)) => Err(CriError::Call {
+                call: "PodSandboxStatus",
+                status,
+            }),
+            Err(_) => Err(CriError::Timeout {
+                call: "PodSandboxStatus",
+            }),
+        }
+    }
+
+    /// Replaces the lost sandbox `dead` with the pod's next attempt, unless
+    /// another thread already has: stopped and removed as the kubelet does
+    /// (containerd removes the containers left in it), then run again.
+    fn replace_sandbox(&self, dead: &str) -> Result<(), CriError> {
+        let mut current = self.sandbox.lock().unwrap_or_else(|e| e.into_inner());
+        if current.id != dead {
+            return Ok(());
+        }
+        let attempt = current.config.metadata.as_ref().map_or(0, |m| m.attempt) + 1;
+        eprintln!("containerd oracle: pod sandbox {dead} lost its pause process; running attempt {attempt}");
+        let channel = self.channel.clone();
+        let dead = dead.to_string();
+        *current = self.rt.block_on(async move {
+            let mut c = RuntimeServiceClient::new(channel);
+            if let Err(e) = remove_sandbox(&mut c, &dead).await {
+                eprintln!("containerd oracle: lost sandbox {dead} not removed: {e}");
+            }
+            run_sandbox(&mut c, attempt).await
+        })?;
+        Ok(())
+    }
+
+    async fn run_container(
+        &self,
+        config: api::ContainerConfig,
+        sandbox: &Sandbox,
+    ) -> Result<CriRun, CriError> {
         let mut c = RuntimeServiceClient::new(self.channel.clone());
         let created = tokio::time::timeout(
             CALL_TIMEOUT,
             c.create_container(api::CreateContainerRequest {
-                pod_sandbox_id: self.sandbox_id.clone(),
+                pod_sandbox_id: sandbox.id.clone(),
                 config: Some(config),
-                sandbox_config: Some(self.sandbox_config.clone()),
+                sandbox_config: Some(sandbox.config.clone()),
             }),
         )
         .await
@@ -461,19 +590,7 @@ impl ContainerdOracle {
             .get("info")
             .and_then(|i| serde_json::from_str(i).ok())
             .unwrap_or_default();
-        match info["pid"].as_u64() {
-            Some(pid) => fs::read_to_string(format!("/proc/{pid}/stat"))
-                // A zombie has exited; only its reaping is pending.
-                .is_ok_and(|stat| {
-                    !stat
-                        .rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z')
-                }),
-            None => true,
-        }
+        info["pid"].as_u64().is_none_or(running)
     }
 
     /// Whether the `createRuntime` hook recorded container `id` (and forget the record).
@@ -529,21 +646,10 @@ impl crate::oracle::SeccompOracle for ContainerdOracle {
 impl Drop for ContainerdOracle {
     fn drop(&mut self) {
         let channel = self.channel.clone();
-        let id = self.sandbox_id.clone();
+        let id = self.sandbox_id();
         let stopped = self.rt.block_on(async move {
             let mut c = RuntimeServiceClient::new(channel);
-            call(
-                "StopPodSandbox",
-                c.stop_pod_sandbox(api::StopPodSandboxRequest {
-                    pod_sandbox_id: id.clone(),
-                }),
-            )
-            .await?;
-            call(
-                "RemovePodSandbox",
-                c.remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
-            )
-            .await
+            remove_sandbox(&mut c, &id).await
         });
         if let Err(e) = stopped {
             eprintln!("containerd oracle: sandbox not removed: {e}");
@@ -560,6 +666,61 @@ impl Drop for ContainerdOracle {
             eprintln!("containerd oracle: mounts left behind and detached: {left:?}");
         }
     }
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has; only its
+/// reaping is pending).
+fn running(pid: u64) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// RunPodSandbox for this process's pod, its `attempt`th time.
+async fn run_sandbox(
+    c: &mut RuntimeServiceClient<Channel>,
+    attempt: u32,
+) -> Result<Sandbox, CriError> {
+    let mut config = sandbox_config();
+    if let Some(m) = config.metadata.as_mut() {
+        m.attempt = attempt;
+    }
+    let s = call(
+        "RunPodSandbox",
+        c.run_pod_sandbox(api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        }),
+    )
+    .await?;
+    Ok(Sandbox {
+        id: s.pod_sandbox_id,
+        config,
+    })
+}
+
+/// StopPodSandbox, then RemovePodSandbox.
+async fn remove_sandbox(c: &mut RuntimeServiceClient<Channel>, id: &str) -> Result<(), CriError> {
+    call(
+        "StopPodSandbox",
+        c.stop_pod_sandbox(api::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        }),
+    )
+    .await?;
+    call(
+        "RemovePodSandbox",
+        c.remove_pod_sandbox(api::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        }),
+    )
+    .await
+    .map(drop)
 }
 
 /// The answer when the oracle's own plumbing failed: say so instead of inventing a verdict.
