@@ -295,7 +295,18 @@ impl ContainerdOracle {
             // (runc: `namespace path: lstat /proc/0/ns/ipc`): that failure is
             // the oracle's, not the profile's. The case runs again, once, in a
             // new sandbox.
-            match self.rt.block_on(self.sandbox_ready(&sandbox.id)) {
+            // A namespace path of pid 0 names no process at all: whatever
+            // containerd's sandbox status says, the spec it built did not
+            // come from a live pause, so the run says nothing of the profile
+            // (seen next to starts that hung past RUN_TIMEOUT, with the
+            // sandbox READY and its pause running; the cause is open).
+            let pid_zero = run.detail.contains("/proc/0/ns/");
+            let ready = if pid_zero {
+                Ok(false)
+            } else {
+                self.rt.block_on(self.sandbox_ready(&sandbox.id))
+            };
+            match ready {
                 Ok(true) => return run,
                 Ok(false) if sandbox_replaced => {
                     return plumbing_failure(&format!(
