@@ -1018,6 +1018,40 @@ mod tests {
     }
 
     #[test]
+    fn fuzz_figures_come_from_libfuzzers_final_stats() {
+        let log = "#3000\tDONE   corp: 1/1b lim: 33 exec/s: 0 rss: 27Mb\n\
+                   Done 3000 runs in 0 second(s)\n\
+                   stat::number_of_executed_units: 3000\n\
+                   stat::average_exec_per_sec:     1067\n\
+                   stat::new_units_added:          0\n";
+        assert_eq!(fuzz_stat(log, "number_of_executed_units"), Some(3000));
+        assert_eq!(fuzz_stat(log, "average_exec_per_sec"), Some(1067));
+        assert_eq!(fuzz_stat(log, "peak_rss_mb"), None);
+        assert_eq!(
+            fuzz_stat("crashed before the stats", "average_exec_per_sec"),
+            None
+        );
+    }
+
+    #[test]
+    fn fuzz_arguments_name_a_target_and_a_bound() {
+        let args =
+            |a: &[&str]| FuzzArgs::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let a = args(&["profile_lint", "--runs", "5"]).unwrap();
+        assert_eq!(
+            (a.target.as_deref(), a.runs, a.time_s),
+            (Some("profile_lint"), Some(5), None)
+        );
+        let a = args(&[]).unwrap();
+        assert_eq!((a.target, a.runs, a.time_s), (None, None, Some(60)));
+        let a = args(&["--time", "20", "--runs", "10000"]).unwrap();
+        assert_eq!((a.runs, a.time_s), (Some(10_000), Some(20)));
+        assert!(args(&["no_such_target"]).is_err());
+        assert!(args(&["--runs"]).is_err());
+        assert!(args(&["--time", "soon"]).is_err());
+    }
+
+    #[test]
     fn install_puts_every_file_in_place_and_keeps_an_existing_config() {
         let dest = std::env::temp_dir().join(format!("xtask-install-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dest);
