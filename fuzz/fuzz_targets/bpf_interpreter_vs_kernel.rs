@@ -310,13 +310,23 @@ fn kernel(program: &[SockFilter], nr: i64, args: [u64; 6]) -> (i64, Outcome) {
     // SAFETY: our copy of the write end; the child has its own.
     unsafe { libc::close(fds[1]) };
     let mut status = 0;
-    // SAFETY: pid is our child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    // libFuzzer's timeout alarm (SIGALRM, every second) interrupts the wait.
+    let waited = loop {
+        // SAFETY: pid is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r != -1 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break r;
+        }
+    };
+    assert_eq!(waited, pid, "{}", std::io::Error::last_os_error());
     let mut buf = [0u8; 16];
     let mut got = 0;
     while got < buf.len() {
         // SAFETY: reading into the rest of buf; the writer has exited.
         let n = unsafe { libc::read(fds[0], buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
         if n <= 0 {
             break;
         }

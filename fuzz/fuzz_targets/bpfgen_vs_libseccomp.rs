@@ -219,7 +219,21 @@ fn spec(input: &Input) -> (FilterSpec, Arch) {
 
 fuzz_target!(|input: Input| {
     let (spec, native) = spec(&input);
+    // NP_FUZZ_TIMES=1: the rule set and each compiler's time, for an input
+    // libFuzzer reports as slow.
+    let times = std::env::var_os("NP_FUZZ_TIMES").is_some();
+    if times {
+        eprintln!("{spec:#?} native {native}");
+    }
+    let started = std::time::Instant::now();
     let ours = generate(&spec, native);
+    if times {
+        eprintln!(
+            "native generator: {:?} in {:?}",
+            ours.as_ref().map(|c| c.program.len()),
+            started.elapsed()
+        );
+    }
     match ours {
         // libseccomp would never return on this rule set (the generator
         // detects the cycle libseccomp builds); nothing to compare against.
@@ -228,7 +242,15 @@ fuzz_target!(|input: Input| {
         Err(GenError::Unsupported { .. }) => return,
         _ => {}
     }
+    let started = std::time::Instant::now();
     let theirs = compile_with_libseccomp(&spec, native);
+    if times {
+        eprintln!(
+            "libseccomp: {:?} in {:?}",
+            theirs.as_ref().map(|c| c.program.len()),
+            started.elapsed()
+        );
+    }
     match (ours, theirs) {
         (Ok(ours), Ok(theirs)) => {
             if let Some(i) = (0..ours.program.len().max(theirs.program.len()))
