@@ -382,6 +382,9 @@ fn validate_agrees_with_kernel_loader() {
         ("ja out", vec![ins(op::JA, 0, 0, 1), ret_allow]),
         ("jeq out", vec![ins(op::JEQ_K, 0, 1, 0), ret_allow]),
         ("no ret", vec![ret_allow, ins(op::LD_IMM, 0, 0, 0)]),
+        // LSH K with bits above the opcode fields (found by the
+        // bpf_interpreter_vs_kernel fuzz target).
+        ("high opcode bits", vec![ins(0x0964, 0, 0, 4), ret_allow]),
     ];
     let mut rejected = 0;
     for (what, p) in &programs {
@@ -397,5 +400,5 @@ fn validate_agrees_with_kernel_loader() {
             rejected += 1;
         }
     }
-    assert_eq!(rejected, 10);
+    assert_eq!(rejected, 11);
 }

@@ -94,6 +94,33 @@ const PACKAGES: &[(&str, &str)] = &[
 /// which newer cargo-deb versions announce they will refuse.
 const CARGO_DEB_VERSION: &str = "3.8.0";
 
+/// cargo-fuzz, pinned like cargo-deb and installed the same way (under
+/// target/tools); it runs on the stable toolchain with `RUSTC_BOOTSTRAP=1`.
+const CARGO_FUZZ_VERSION: &str = "0.13.1";
+
+/// fuzz/fuzz_targets/, in the order `cargo xtask fuzz` runs them.
+const FUZZ_TARGETS: &[&str] = &[
+    "profile_lint",
+    "bpfgen_vs_libseccomp",
+    "bpf_interpreter_vs_kernel",
+    "sample_decoder",
+    "config",
+    "http_router",
+    "kube_decoders",
+    "podresources",
+];
+
+/// What every fuzz run is held to: an input that takes more memory or time
+/// is a finding (libFuzzer writes it under target/fuzz-artifacts/).
+const FUZZ_LIMITS: &[&str] = &["-rss_limit_mb=2048", "-timeout=10"];
+
+/// CI's smoke run of each target (`cargo xtask test`): whichever comes first.
+const FUZZ_SMOKE: FuzzArgs = FuzzArgs {
+    target: None,
+    runs: Some(10_000),
+    time_s: Some(20),
+};
+
 /// What `install` and the Debian package put where (source relative to the
 /// repository, destination absolute). agent/Cargo.toml's
 /// [package.metadata.deb] assets list the same files.
@@ -219,10 +246,14 @@ fn run() -> Result<()> {
                 "-D",
                 "warnings",
             ])?;
+            // A short run of every fuzz target: the targets build, and the
+            // seeds and a few thousand mutations find nothing.
+            fuzz(&FUZZ_SMOKE)?;
             let mut test = vec!["test", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
             cargo_test(&test)
         }
+        "fuzz" => fuzz(&FuzzArgs::parse(rest)?),
         "install" => {
             let opts = InstallArgs::parse(rest)?;
             let bin = match &opts.bin {
@@ -334,7 +365,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runtimes (default 2000 profiles per oracle, a new seed; NP_CAMPAIGN_ORACLE=runc-1.1.5,runc-1.1.15,crun-1.8,crun-1.21 picks them)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles, completions, man pages\n  gen-files --bin PATH --out DIR  that binary's completions and gzipped man pages into DIR\n  deb     the same files as a Debian package (cargo-deb)"
+                "usage: cargo xtask <command>\n\n  setup   install missing Debian packages (apt-get when root)\n  run     set up, build, run `nodeproof check` (or the given arguments)\n  test    set up, fmt + clippy, every test\n  bench   set up, run the benchmarks\n  campaign [CASES [SEED]]  the differential campaign against real runtimes (default 2000 profiles per oracle, a new seed; NP_CAMPAIGN_ORACLE=runc-1.1.5,runc-1.1.15,crun-1.8,crun-1.21 picks them)\n  install [--destdir D] [--bin PATH]  binary, units, kubelet drop-in, sysusers/tmpfiles, config, profiles, completions, man pages\n  gen-files --bin PATH --out DIR  that binary's completions and gzipped man pages into DIR\n  deb     the same files as a Debian package (cargo-deb)\n  fuzz [TARGET] [--runs N] [--time S]  build the cargo-fuzz targets (fuzz/) and run each (or TARGET) under libFuzzer, -rss_limit_mb=2048 -timeout=10, until N executions or S seconds (default 60 s); prints executions and rate per target"
             );
             if cmd == "help" {
                 Ok(())
@@ -343,6 +374,262 @@ fn run() -> Result<()> {
             }
         }
     }
+}
+
+struct FuzzArgs {
+    /// One of [`FUZZ_TARGETS`]; all of them when absent.
+    target: Option<String>,
+    /// libFuzzer's `-runs`.
+    runs: Option<u64>,
+    /// libFuzzer's `-max_total_time`, seconds.
+    time_s: Option<u64>,
+}
+
+impl FuzzArgs {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut out = FuzzArgs {
+            target: None,
+            runs: None,
+            time_s: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut number = |name: &str| -> Result<u64> {
+                let v = it.next().with_context(|| format!("{name} needs a value"))?;
+                v.parse()
+                    .with_context(|| format!("{name} {v:?}: not a whole number"))
+            };
+            match a.as_str() {
+                "--runs" => out.runs = Some(number("--runs")?),
+                "--time" => out.time_s = Some(number("--time")?),
+                t if !t.starts_with('-') && out.target.is_none() => {
+                    if !FUZZ_TARGETS.contains(&t) {
+                        bail!("no fuzz target {t:?} (one of {})", FUZZ_TARGETS.join(", "));
+                    }
+                    out.target = Some(t.to_owned());
+                }
+                other => {
+                    bail!("unknown fuzz argument {other:?} ([TARGET] [--runs N] [--time S])")
+                }
+            }
+        }
+        if out.runs.is_none() && out.time_s.is_none() {
+            out.time_s = Some(60);
+        }
+        Ok(out)
+    }
+}
+
+/// `cargo xtask fuzz`: builds every target with cargo-fuzz (cached under
+/// target/fuzz), then runs each one after the other under [`FUZZ_LIMITS`],
+/// its working corpus under target/fuzz-corpus/, what it finds under
+/// target/fuzz-artifacts/, libFuzzer's output in target/fuzz-logs/.
+fn fuzz(opts: &FuzzArgs) -> Result<()> {
+    let cargo_fuzz = cargo_fuzz()?;
+    let target_dir = root().join("target/fuzz");
+    let mut build = Command::new(&cargo_fuzz);
+    // No sanitizer: the targets are Rust (cargo-fuzz's release build keeps
+    // debug assertions and overflow checks on), and the fork per input of
+    // the kernel target is far cheaper without ASan's shadow memory.
+    build
+        .args(["build", "-s", "none", "--target-dir"])
+        .arg(&target_dir)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .current_dir(root());
+    if let Some(t) = &opts.target {
+        build.arg(t);
+    }
+    eprintln!("+ {build:?}");
+    let status = build.status().context("running cargo fuzz build")?;
+    if !status.success() {
+        bail!("cargo fuzz build failed ({status})");
+    }
+    let bin_dir = target_dir.join("x86_64-unknown-linux-gnu/release");
+    let targets: Vec<&str> = match &opts.target {
+        Some(t) => vec![t.as_str()],
+        None => FUZZ_TARGETS.to_vec(),
+    };
+    let mut failed = Vec::new();
+    for t in targets {
+        let run = run_fuzz_target(&bin_dir.join(t), t, opts)?;
+        println!("{}", run.summary());
+        if !run.ok {
+            failed.push(t);
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "fuzz targets found problems: {} (inputs under target/fuzz-artifacts/, output under target/fuzz-logs/)",
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// One target's run, from libFuzzer's final stats.
+struct FuzzRun {
+    target: String,
+    ok: bool,
+    executions: Option<u64>,
+    rate: Option<u64>,
+    wall_s: f64,
+    log: PathBuf,
+}
+
+impl FuzzRun {
+    fn summary(&self) -> String {
+        let n = |v: Option<u64>| v.map_or_else(|| "?".into(), |v| v.to_string());
+        format!(
+            "fuzz {}: {} ({} executions in {:.0} s, {} exec/s; {})",
+            self.target,
+            if self.ok { "ok" } else { "FAILED" },
+            n(self.executions),
+            self.wall_s,
+            n(self.rate),
+            self.log.display()
+        )
+    }
+}
+
+/// libFuzzer's `stat::NAME: VALUE` line of `-print_final_stats=1`.
+fn fuzz_stat(log: &str, name: &str) -> Option<u64> {
+    log.lines().rev().find_map(|l| {
+        l.strip_prefix("stat::")?
+            .strip_prefix(name)?
+            .strip_prefix(':')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+fn run_fuzz_target(bin: &Path, target: &str, opts: &FuzzArgs) -> Result<FuzzRun> {
+    let corpus = root().join("target/fuzz-corpus").join(target);
+    let artifacts = root().join("target/fuzz-artifacts").join(target);
+    let logs = root().join("target/fuzz-logs");
+    for d in [&corpus, &artifacts, &logs] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    // libFuzzer writes new inputs into the first directory and only reads the others.
+    let mut dirs = vec![corpus];
+    let committed = root().join("fuzz/seeds").join(target);
+    if committed.is_dir() {
+        dirs.push(committed);
+    }
+    let mut max_len = None;
+    match target {
+        "profile_lint" => {
+            // The project's profiles and the shared corpus, copied at run
+            // time (never committed from ../shared).
+            let seeds = root().join("target/fuzz-corpus/profile_lint-seeds");
+            copy_seeds(
+                &[
+                    nodeproof_testkit::own_profiles_dir(),
+                    nodeproof_testkit::corpus_dir(),
+                ],
+                &seeds,
+            )?;
+            dirs.push(seeds);
+            max_len = Some(64 * 1024);
+        }
+        "config" => {
+            let seeds = root().join("target/fuzz-corpus/config-seeds");
+            std::fs::create_dir_all(&seeds)?;
+            std::fs::copy(
+                root().join("systemd/config.toml"),
+                seeds.join("systemd-config.toml"),
+            )?;
+            dirs.push(seeds);
+        }
+        _ => {}
+    }
+    let log = logs.join(format!("{target}.log"));
+    let mut cmd = Command::new(bin);
+    cmd.args(&dirs)
+        .args(FUZZ_LIMITS)
+        .arg("-print_final_stats=1")
+        .arg(format!("-artifact_prefix={}/", artifacts.display()));
+    if let Some(n) = opts.runs {
+        cmd.arg(format!("-runs={n}"));
+    }
+    if let Some(s) = opts.time_s {
+        cmd.arg(format!("-max_total_time={s}"));
+    }
+    if let Some(m) = max_len {
+        cmd.arg(format!("-max_len={m}"));
+    }
+    let file =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    cmd.stdout(file.try_clone()?)
+        .stderr(file)
+        .current_dir(root());
+    eprintln!("+ {cmd:?}");
+    let started = std::time::Instant::now();
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    if !status.success() {
+        // The end of libFuzzer's report: the panic, the input, how to reproduce.
+        let lines: Vec<&str> = text.lines().collect();
+        for l in &lines[lines.len().saturating_sub(40)..] {
+            eprintln!("  {l}");
+        }
+    }
+    Ok(FuzzRun {
+        target: target.to_owned(),
+        ok: status.success(),
+        executions: fuzz_stat(&text, "number_of_executed_units"),
+        rate: fuzz_stat(&text, "average_exec_per_sec"),
+        wall_s,
+        log,
+    })
+}
+
+/// Every profile under `from` (recursively, .json) into `to`, flat, named by
+/// where it came from.
+fn copy_seeds(from: &[PathBuf], to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for dir in from {
+        for file in nodeproof_testkit::profiles_in(dir) {
+            let rel = file.strip_prefix(dir).unwrap_or(&file);
+            let name = format!(
+                "{}_{}",
+                dir.file_name().unwrap_or_default().to_string_lossy(),
+                rel.to_string_lossy().replace('/', "_")
+            );
+            std::fs::copy(&file, to.join(name))
+                .with_context(|| format!("copying {}", file.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `cargo-fuzz`: the pinned version under target/tools, installed there on
+/// first use (CI caches it with the rest of target/).
+fn cargo_fuzz() -> Result<PathBuf> {
+    let tools = root().join("target/tools");
+    let local = tools.join("bin/cargo-fuzz");
+    let pinned = Command::new(&local)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout).trim() == format!("cargo-fuzz {CARGO_FUZZ_VERSION}")
+        });
+    if !pinned {
+        let root = tools.to_string_lossy();
+        cargo(&[
+            "install",
+            "cargo-fuzz",
+            "--version",
+            CARGO_FUZZ_VERSION,
+            "--locked",
+            "--root",
+            &root,
+        ])?;
+    }
+    Ok(local)
 }
 
 struct InstallArgs {
@@ -752,6 +1039,40 @@ mod tests {
             ..Totals::default()
         };
         assert_eq!(ok.summary(0), "5 passed, 0 failed, 0 skipped");
+    }
+
+    #[test]
+    fn fuzz_figures_come_from_libfuzzers_final_stats() {
+        let log = "#3000\tDONE   corp: 1/1b lim: 33 exec/s: 0 rss: 27Mb\n\
+                   Done 3000 runs in 0 second(s)\n\
+                   stat::number_of_executed_units: 3000\n\
+                   stat::average_exec_per_sec:     1067\n\
+                   stat::new_units_added:          0\n";
+        assert_eq!(fuzz_stat(log, "number_of_executed_units"), Some(3000));
+        assert_eq!(fuzz_stat(log, "average_exec_per_sec"), Some(1067));
+        assert_eq!(fuzz_stat(log, "peak_rss_mb"), None);
+        assert_eq!(
+            fuzz_stat("crashed before the stats", "average_exec_per_sec"),
+            None
+        );
+    }
+
+    #[test]
+    fn fuzz_arguments_name_a_target_and_a_bound() {
+        let args =
+            |a: &[&str]| FuzzArgs::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let a = args(&["profile_lint", "--runs", "5"]).unwrap();
+        assert_eq!(
+            (a.target.as_deref(), a.runs, a.time_s),
+            (Some("profile_lint"), Some(5), None)
+        );
+        let a = args(&[]).unwrap();
+        assert_eq!((a.target, a.runs, a.time_s), (None, None, Some(60)));
+        let a = args(&["--time", "20", "--runs", "10000"]).unwrap();
+        assert_eq!((a.runs, a.time_s), (Some(10_000), Some(20)));
+        assert!(args(&["no_such_target"]).is_err());
+        assert!(args(&["--runs"]).is_err());
+        assert!(args(&["--time", "soon"]).is_err());
     }
 
     #[test]

@@ -22,7 +22,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -141,13 +141,7 @@ pub async fn serve_routes(
     mut stop: watch::Receiver<bool>,
 ) {
     let app = Arc::new(App { routes });
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(limits.header_read_timeout)
-        .max_header_size(limits.max_header_bytes)
-        .max_headers(limits.max_headers)
-        .max_buf_size(MAX_BUF_BYTES);
+    let http = builder(&limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut connections = JoinSet::new();
     let mut refusals = Refusals::default();
@@ -203,15 +197,47 @@ pub async fn serve_routes(
     connections.shutdown().await;
 }
 
+/// hyper's HTTP/1 server with `limits`' protocol bounds.
+fn builder(limits: &Limits) -> http1::Builder {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(limits.header_read_timeout)
+        .max_header_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers)
+        .max_buf_size(MAX_BUF_BYTES);
+    http
+}
+
+/// One connection over any byte stream, served exactly as [`serve_routes`]
+/// serves an accepted one (same hyper settings, same responses), until the
+/// client closes it or `limits` end it: what `fuzz/`'s `http_router` drives
+/// in memory.
+pub async fn serve_stream<S>(stream: S, routes: Routes, limits: Limits)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let app = Arc::new(App { routes });
+    let http = builder(&limits);
+    // Nobody stops it: the sender stays alive until the connection ends.
+    let (_stop, stop) = watch::channel(false);
+    let slot = Arc::new(Semaphore::new(1))
+        .try_acquire_owned()
+        .expect("a fresh semaphore has a permit");
+    connection(stream, http, app, stop, limits, slot).await;
+}
+
 /// One connection, from accept to close; its slot is given back on return.
-async fn connection(
-    stream: TcpStream,
+async fn connection<S>(
+    stream: S,
     http: http1::Builder,
     app: Arc<App>,
     mut stop: watch::Receiver<bool>,
     limits: Limits,
     _slot: OwnedSemaphorePermit,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = service_fn(move |req: Request<Incoming>| {
         let app = app.clone();
         async move { Ok::<_, Infallible>(app.respond(&req)) }
@@ -356,6 +382,7 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     fn shared() -> Arc<Shared> {
         let shared = Arc::new(Shared::default());
@@ -483,6 +510,54 @@ mod tests {
         .await;
         assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
         assert!(head.ends_with("\r\n\r\n"), "{head}");
+    }
+
+    /// Raw bytes through `serve_stream` over an in-memory stream (the last
+    /// request must end the connection); everything the server wrote back.
+    async fn in_memory(request: &'static [u8]) -> String {
+        let shared = shared();
+        let registry = metrics::registry(shared.clone());
+        let routes: Routes =
+            Box::new(move |method, path, now| route(method, path, &shared, &registry, now));
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(serve_stream(server, routes, Limits::default()));
+        client.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut out))
+            .await
+            .expect("closed within 5 s")
+            .unwrap();
+        served.await.unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn statuses(out: &str) -> Vec<&str> {
+        // A body ends with a bare newline, so the next status line starts a line.
+        out.lines().filter(|l| l.starts_with("HTTP/1.1 ")).collect()
+    }
+
+    /// `serve_stream` answers as the TCP server does: pipelined requests in
+    /// order; a request with a body refused.
+    #[tokio::test]
+    async fn serve_stream_answers_like_the_server() {
+        let out = in_memory(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n\
+              POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(
+            statuses(&out),
+            [
+                "HTTP/1.1 200 OK",
+                "HTTP/1.1 404 Not Found",
+                "HTTP/1.1 405 Method Not Allowed"
+            ],
+            "{out}"
+        );
+        let out =
+            in_memory(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi").await;
+        assert_eq!(statuses(&out), ["HTTP/1.1 413 Payload Too Large"], "{out}");
     }
 
     #[tokio::test]

@@ -192,6 +192,11 @@ pub fn run(program: &[SockFilter], data: &SeccompData) -> Result<u32, BpfError> 
         let code = ins.code;
         let k = ins.k;
         let bad = BpfError::BadOpcode { pc, code };
+        // The ALU and jump arms below read only the class, operation and
+        // source bits; an opcode with bits above them is none the kernel knows.
+        if code > 0xff {
+            return Err(bad);
+        }
         let next = pc + 1;
         let slot = |s: u32| {
             if s < BPF_MEMWORDS {
@@ -315,6 +320,14 @@ pub fn validate(program: &[SockFilter]) -> Result<(), BpfError> {
     for (pc, ins) in program.iter().enumerate() {
         let (code, k) = (ins.code, ins.k);
         let bad = BpfError::BadOpcode { pc, code };
+        // The kernel looks each opcode up whole (`chk_code_allowed` in
+        // net/core/filter.c indexes a table of the valid 8-bit codes;
+        // `seccomp_check_filter` switches on exact codes): bits above the
+        // class, operation and source fields make any instruction invalid.
+        // The ALU and jump arms below match on those fields alone.
+        if code > 0xff {
+            return Err(bad);
+        }
         let in_range = |off: u32| (off as usize) < len - pc - 1;
         match code {
             c if c == BPF_LD | BPF_W | BPF_ABS => {
@@ -633,5 +646,53 @@ mod tests {
             validate(&[ins(JA, 0, 0, 1), ins(RET_K, 0, 0, 0)]),
             Err(BpfError::JumpOutOfRange { pc: 0 })
         );
+    }
+
+    /// Found by the `bpf_interpreter_vs_kernel` fuzz target: opcode 0x964
+    /// (LSH K with bits 0x900 above the opcode fields) was accepted and run
+    /// as a shift; the kernel refuses the program with EINVAL. Every ALU and
+    /// jump opcode with such bits is refused, by the checker and the interpreter.
+    #[test]
+    fn opcodes_with_bits_above_the_fields_are_refused() {
+        let found = [ins(0x0964, 0, 0, 4), ins(RET_K, 0, 0, 0x7fc0_0000)];
+        assert_eq!(
+            validate(&found),
+            Err(BpfError::BadOpcode {
+                pc: 0,
+                code: 0x0964
+            })
+        );
+        assert_eq!(
+            run(&found, &data(0)),
+            Err(BpfError::BadOpcode {
+                pc: 0,
+                code: 0x0964
+            })
+        );
+        for code in [ALU_ADD_K, ALU_DIV_X, ALU_LSH_K, JEQ_K, JSET_K, JEQ_X, JA] {
+            for high in [0x0100, 0x0800, 0x8000] {
+                let p = [
+                    ins(code | high, 0, 0, 1),
+                    ins(RET_K, 0, 0, 0),
+                    ins(RET_K, 0, 0, 0),
+                ];
+                assert_eq!(
+                    validate(&p),
+                    Err(BpfError::BadOpcode {
+                        pc: 0,
+                        code: code | high
+                    }),
+                    "{:#06x}",
+                    code | high
+                );
+                assert!(run(&p, &data(0)).is_err(), "{:#06x}", code | high);
+                // Without the high bits the same program is valid.
+                assert_eq!(
+                    validate(&[ins(code, 0, 0, 1), p[1], p[2]]),
+                    Ok(()),
+                    "{code:#06x}"
+                );
+            }
+        }
     }
 }
