@@ -221,6 +221,19 @@ impl Order {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Fault;
 
+/// Why [`generate`] gave no program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GenFault {
+    /// Where libseccomp reports `-EFAULT`/`-ENOMEM`.
+    Fault,
+    /// A level of the rule tree links back into itself: libseccomp's
+    /// `_gen_bpf_chain` walks `lvl_prv`/`lvl_nxt` until it finds the end and
+    /// never does (some rule sets leave such a tree behind in 2.5.4's
+    /// `_db_tree_add`; found by the bpfgen_vs_libseccomp fuzz target, where
+    /// libseccomp was still generating after 120 s).
+    LevelLoops,
+}
+
 struct Entry {
     blk: BlkId,
     found: bool,
@@ -253,6 +266,8 @@ struct State<'a> {
     bad_arch_hsh: Hash,
     /// The database whose tree nodes are being generated.
     db: Option<&'a ArchDb>,
+    /// A level of that tree was found to loop (see [`GenFault::LevelLoops`]).
+    level_loops: bool,
 }
 
 /// The filter collection as the generator sees it.
@@ -262,7 +277,7 @@ pub(super) struct Collection<'a> {
     pub act_badarch: u32,
 }
 
-pub(super) fn generate(col: &Collection<'_>) -> Result<Vec<SockFilter>, Fault> {
+pub(super) fn generate(col: &Collection<'_>) -> Result<Vec<SockFilter>, GenFault> {
     let mut bufs = BUFFERS.with(|b| std::mem::take(&mut *b.borrow_mut()));
     bufs.blks.clear();
     bufs.table.clear();
@@ -274,8 +289,15 @@ pub(super) fn generate(col: &Collection<'_>) -> Result<Vec<SockFilter>, Fault> {
         def_hsh: 0,
         bad_arch_hsh: 0,
         db: None,
+        level_loops: false,
     };
-    let prog = st.build(col);
+    let prog = st.build(col).map_err(|Fault| {
+        if st.level_loops {
+            GenFault::LevelLoops
+        } else {
+            GenFault::Fault
+        }
+    });
     let bufs = Buffers {
         blks: st.blks,
         table: st.table,
@@ -459,14 +481,29 @@ impl<'a> State<'a> {
             }
             Some(c) => {
                 let db = self.db.ok_or(Fault)?;
+                // A level is a list of distinct nodes: a walk longer than
+                // the tree has nodes is going round a loop.
+                let bound = db.nodes.len();
                 let mut start = c;
+                let mut steps = 0;
                 while let Some(p) = db.nodes[start].lvl_prv {
                     start = p;
+                    steps += 1;
+                    if steps > bound {
+                        self.level_loops = true;
+                        return Err(Fault);
+                    }
                 }
                 let mut it = Some(start);
                 let mut first: Option<BlkId> = None;
                 let mut last: Option<BlkId> = None;
+                let mut steps = 0;
                 while let Some(n) = it {
+                    steps += 1;
+                    if steps > bound {
+                        self.level_loops = true;
+                        return Err(Fault);
+                    }
                     let b = self.node(n, &mut acc)?;
                     if let Some(l) = last {
                         self.blks[b].lvl_prv = Some(l);

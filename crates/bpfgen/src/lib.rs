@@ -177,7 +177,10 @@ pub fn generate(spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, GenEr
         act_default: default_ret,
         act_badarch: ACT_BADARCH,
     })
-    .map_err(|_| unsupported("a filter whose export libseccomp fails"))?;
+    .map_err(|e| match e {
+        gen::GenFault::LevelLoops => GenError::Refused(CompileError::ExportLoops),
+        gen::GenFault::Fault => unsupported("a filter whose export libseccomp fails"),
+    })?;
     Ok(CompiledFilter {
         native,
         arches,

@@ -105,6 +105,10 @@ pub enum CompileError {
     /// loops forever; the native generator stops and reports it.
     #[error("libseccomp never finishes adding the rule for syscall {syscall} at {pointer}, so runc init hangs")]
     RuleAddLoops { syscall: String, pointer: String },
+    /// libseccomp 2.5.4 leaves some rule sets' tree with a level that links
+    /// back into itself; generating the BPF then never finishes.
+    #[error("libseccomp's rule tree for this filter has a level that loops, so generating its BPF never finishes and runc init hangs")]
+    ExportLoops,
     #[error("cannot create a memfd for the exported filter")]
     Memfd {
         #[source]

@@ -309,7 +309,7 @@ fn predict(
         Err(e) => {
             let message = match e {
                 // Not a refusal: libseccomp never returns, and neither does runc init.
-                CompileError::RuleAddLoops { .. } => {
+                CompileError::RuleAddLoops { .. } | CompileError::ExportLoops => {
                     format!("the container never starts: {e}")
                 }
                 _ => format!(
