@@ -10,122 +10,16 @@
 //! cargo-deb under target/tools).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nodeproof_testkit::{require, Need};
 
 mod fake_nvml_support;
+#[path = "support/nspawn.rs"]
+mod nspawn;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The cached root filesystem, built once (~70 s). The tests of this file
-/// run in parallel: one of them builds it, the others wait.
-fn rootfs() -> PathBuf {
-    static BUILT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = repo().join("target/nspawn");
-    let root = dir.join("rootfs");
-    if root.join("usr/lib/systemd/systemd").exists() {
-        return root;
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let tmp = dir.join("rootfs.tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let status = Command::new("debootstrap")
-        .args([
-            "--variant=minbase",
-            "--include=systemd,systemd-sysv,dbus,curl",
-            "bookworm",
-        ])
-        .arg(&tmp)
-        .arg("http://deb.debian.org/debian")
-        .status()
-        .unwrap();
-    assert!(status.success(), "debootstrap failed");
-    std::fs::rename(&tmp, &root).unwrap();
-    root
-}
-
-struct Machine {
-    nspawn: Child,
-    leader: u32,
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        // SIGTERM: a clean halt of the container's systemd.
-        unsafe { libc::kill(self.nspawn.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.nspawn.wait();
-    }
-}
-
-impl Machine {
-    fn boot(root: &Path, share: &Path) -> Machine {
-        let cmd = format!(
-            "mount -t tmpfs -o mode=755 tmpfs /run; exec systemd-nspawn -D {} --register=no --keep-unit \
-             --private-network --boot --console=pipe --volatile=overlay --bind-ro={}:/opt/np \
-             --capability=CAP_BPF,CAP_PERFMON --system-call-filter='bpf perf_event_open'",
-            root.display(),
-            share.display()
-        );
-        let nspawn = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &cmd])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // unshare execs sh, which execs systemd-nspawn; its child is the container's PID 1.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let leader = loop {
-            let out = Command::new("pgrep")
-                .args(["-P", &nspawn.id().to_string()])
-                .output()
-                .unwrap();
-            // nspawn forks helpers first: wait for the child that is systemd.
-            let pid: Option<u32> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .next()
-                .and_then(|l| l.trim().parse().ok());
-            if let Some(pid) = pid {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                if comm.trim() == "systemd" {
-                    break pid;
-                }
-            }
-            assert!(Instant::now() < deadline, "container did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let m = Machine { nspawn, leader };
-        // The manager's socket appears a moment after PID 1 does.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let state = m.sh("timeout 30 systemctl is-system-running --wait 2>&1 || true");
-            if state.contains("running") || state.contains("degraded") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "container not running: {state}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        m
-    }
-
-    /// A shell command inside the container; stdout (and stderr on failure).
-    fn sh(&self, script: &str) -> String {
-        let out = Command::new("nsenter")
-            .args(["-t", &self.leader.to_string(), "-a", "sh", "-c", script])
-            .output()
-            .unwrap();
-        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-        if !out.status.success() {
-            s.push_str(&String::from_utf8_lossy(&out.stderr));
-        }
-        s
-    }
-}
+use nspawn::{repo, rootfs, show, Machine, BOOT};
 
 const INSTALL: &str = r#"set -e
 install -m 755 /opt/np/nodeproof /usr/bin/nodeproof
@@ -143,24 +37,6 @@ systemd-sysusers nodeproof.conf
 systemd-tmpfiles --create nodeproof.conf
 systemctl daemon-reload
 "#;
-
-/// What booting a container takes: root, debootstrap for its root
-/// filesystem, systemd-nspawn, and the tools `Machine` drives it with.
-const BOOT: &[Need] = &[
-    Need::Root,
-    Need::Tool("debootstrap"),
-    Need::Tool("systemd-nspawn"),
-    Need::Tool("nsenter"),
-    Need::Tool("unshare"),
-    Need::Tool("pgrep"),
-];
-
-/// `systemctl show -p NAME --value UNIT`, trimmed.
-fn show(m: &Machine, unit: &str, property: &str) -> String {
-    m.sh(&format!("systemctl show -p {property} --value {unit}"))
-        .trim()
-        .to_string()
-}
 
 /// The running unit's process is the nodeproof user with CAP_PERFMON (38)
 /// and CAP_BPF (39), nothing else, effective and bounding.

@@ -299,9 +299,21 @@ impl Shared {
     }
 }
 
-/// Every check's conditions, folded as `nodeproof check` folds them.
+/// Every check's conditions, folded as `nodeproof check` folds them. Until
+/// the profile files have been judged once, there is no node
+/// `SeccompProfilesReady`: the pods' half alone would say True for files
+/// nobody has read yet (the soak harness saw a restart with 10,000 profiles
+/// write PodProfilesReady=True for the 100 s its first lint took).
 fn merged(checks: &BTreeMap<Subsystem, CheckState>) -> Vec<Condition> {
-    crate::checks::node_conditions(checks.iter().map(|(s, c)| (*s, &c.conditions[..])))
+    let mut out =
+        crate::checks::node_conditions(checks.iter().map(|(s, c)| (*s, &c.conditions[..])));
+    let files_judged = checks
+        .get(&Subsystem::Profiles)
+        .is_some_and(|c| c.progress.is_some());
+    if !files_judged {
+        out.retain(|c| c.kind != ConditionType::SeccompProfilesReady);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -495,5 +507,43 @@ mod tests {
             s.set_check(Subsystem::Gpu, gpu("True"));
         }
         assert_eq!(s.take_rounds().len(), MAX_PENDING_ROUNDS);
+    }
+
+    #[test]
+    fn no_seccomp_profiles_ready_before_the_files_are_judged() {
+        let s = Shared::default();
+        let state = |conditions| CheckState {
+            conditions,
+            summary: String::new(),
+            progress: Some(Instant::now()),
+            period: Duration::from_secs(1),
+        };
+        s.set_check(
+            Subsystem::Pods,
+            state(vec![Condition {
+                reason: "PodProfilesReady".into(),
+                ..cond("SeccompProfilesReady", "True")
+            }]),
+        );
+        s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
+        assert_eq!(s.conditions(), vec![cond("GPUHealthy", "True")]);
+        let rounds = s.take_rounds();
+        assert!(
+            rounds
+                .iter()
+                .flatten()
+                .all(|c| c.kind != ConditionType::SeccompProfilesReady),
+            "{rounds:?}"
+        );
+        // The first lint brings the folded one.
+        s.set_check(
+            Subsystem::Profiles,
+            state(vec![cond("SeccompProfilesReady", "False")]),
+        );
+        let rounds = s.take_rounds();
+        assert_eq!(rounds.len(), 1);
+        assert_eq!(rounds[0].len(), 1);
+        assert_eq!(rounds[0][0].kind, ConditionType::SeccompProfilesReady);
+        assert_eq!(rounds[0][0].status, ConditionStatus::False);
     }
 }

@@ -2,6 +2,14 @@
 //! the profile task, so it is re-validated within a second instead of at
 //! the next resync. Runs on a thread of its own (the blocking inotify API)
 //! and coalesces bursts (an editor's write + rename) into one wake-up.
+//!
+//! inotify watches inodes, not paths, so the watches are set again from the
+//! root's path (and the task woken) when what the path names may have
+//! changed: the root itself moved or deleted, a root that was absent
+//! appearing (checked twice a second), or a mount added or removed in this
+//! mount namespace (a filesystem mounted over the root makes no inotify
+//! event; the kernel signals mount table changes to poll(2) on
+//! /proc/<pid>/mountinfo with POLLPRI, fs/proc_namespace.c `mounts_poll`).
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
@@ -57,11 +65,24 @@ pub fn watch(root: &Path, wake: mpsc::Sender<()>) -> Result<Watcher, WatchError>
     let mut inotify = Inotify::init().map_err(WatchError::Init)?;
     let mut dirs = HashMap::new();
     add_tree(&mut inotify, root, &mut dirs);
+    // The mount table of this thread's namespace (every thread of the agent
+    // shares one); without it, mounts are seen at the next resync only.
+    let mounts = std::fs::File::open("/proc/thread-self/mountinfo")
+        .inspect_err(|e| tracing::debug!(error = %e, "mount changes are not watched"))
+        .ok();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    let root = root.to_path_buf();
     let thread = std::thread::Builder::new()
         .name("profile-watch".into())
-        .spawn(move || run(inotify, dirs, &flag, &wake))
+        .spawn(move || {
+            let mut w = Watches {
+                inotify,
+                root,
+                dirs,
+            };
+            run(&mut w, mounts.as_ref(), &flag, &wake)
+        })
         .map_err(WatchError::Thread)?;
     Ok(Watcher {
         stop,
@@ -89,18 +110,65 @@ fn add_tree(inotify: &mut Inotify, dir: &Path, dirs: &mut HashMap<WatchDescripto
     }
 }
 
-/// Waits up to `timeout` for the fd to become readable.
-fn readable(inotify: &Inotify, timeout: Duration) -> bool {
+/// The inotify instance and what it watches, from the root's path.
+struct Watches {
+    inotify: Inotify,
+    root: PathBuf,
+    dirs: HashMap<WatchDescriptor, PathBuf>,
+}
+
+impl Watches {
+    /// Drops every watch and sets them again from the root's path.
+    fn rewatch(&mut self) {
+        for (wd, _) in self.dirs.drain() {
+            // A watch whose inode is gone is already removed (IN_IGNORED).
+            let _ = self.inotify.watches().remove(wd);
+        }
+        add_tree(&mut self.inotify, &self.root, &mut self.dirs);
+    }
+
+    fn is_root(&self, wd: &WatchDescriptor) -> bool {
+        self.dirs.get(wd) == Some(&self.root)
+    }
+}
+
+/// What woke the thread.
+struct Ready {
+    events: bool,
+    mounts_changed: bool,
+}
+
+/// Waits up to `timeout` for inotify events or a mount table change.
+fn wait(inotify: &Inotify, mounts: Option<&std::fs::File>, timeout: Duration) -> Ready {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
-    let mut pfd = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+    let mut pfd = vec![PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+    if let Some(m) = mounts {
+        pfd.push(PollFd::new(m.as_fd(), PollFlags::POLLPRI));
+    }
     // Saturates: a longer wait than poll can express is the longest it can.
     let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
-    nix::poll::poll(&mut pfd, ms).is_ok_and(|n| n > 0)
+    if !nix::poll::poll(&mut pfd, ms).is_ok_and(|n| n > 0) {
+        return Ready {
+            events: false,
+            mounts_changed: false,
+        };
+    }
+    let has = |i: usize, f: PollFlags| {
+        pfd.get(i)
+            .and_then(PollFd::revents)
+            .is_some_and(|r| r.intersects(f))
+    };
+    Ready {
+        events: has(0, PollFlags::POLLIN),
+        // mounts_poll answers POLLERR | POLLPRI once per change it has not
+        // reported to this open file yet.
+        mounts_changed: has(1, PollFlags::POLLPRI | PollFlags::POLLERR),
+    }
 }
 
 fn run(
-    mut inotify: Inotify,
-    mut dirs: HashMap<WatchDescriptor, PathBuf>,
+    w: &mut Watches,
+    mounts: Option<&std::fs::File>,
     stop: &AtomicBool,
     wake: &mpsc::Sender<()>,
 ) {
@@ -114,16 +182,25 @@ fn run(
         } else {
             Duration::from_millis(500)
         };
-        if readable(&inotify, timeout) {
+        let ready = wait(&w.inotify, mounts, timeout);
+        let mut rewatch = ready.mounts_changed;
+        if ready.events {
             let mut new_dirs = Vec::new();
-            match inotify.read_events(&mut buf) {
+            match w.inotify.read_events(&mut buf) {
                 Ok(events) => {
                     for e in events {
                         pending = true;
+                        if w.is_root(&e.wd)
+                            && e.mask.intersects(
+                                EventMask::MOVE_SELF | EventMask::DELETE_SELF | EventMask::IGNORED,
+                            )
+                        {
+                            rewatch = true;
+                        }
                         if e.mask.contains(EventMask::CREATE | EventMask::ISDIR)
                             || e.mask.contains(EventMask::MOVED_TO | EventMask::ISDIR)
                         {
-                            if let (Some(parent), Some(name)) = (dirs.get(&e.wd), e.name) {
+                            if let (Some(parent), Some(name)) = (w.dirs.get(&e.wd), e.name) {
                                 new_dirs.push(parent.join(name));
                             }
                         }
@@ -136,9 +213,17 @@ fn run(
                 }
             }
             for d in new_dirs {
-                add_tree(&mut inotify, &d, &mut dirs);
+                add_tree(&mut w.inotify, &d, &mut w.dirs);
             }
-        } else if pending {
+        }
+        // A root that was absent (never created, moved away) and is there now.
+        if !w.dirs.values().any(|d| *d == w.root) && w.root.is_dir() {
+            rewatch = true;
+        }
+        if rewatch {
+            w.rewatch();
+            pending = true;
+        } else if !ready.events && pending {
             pending = false;
             if wake.blocking_send(()).is_err() {
                 return;
@@ -186,5 +271,95 @@ mod tests {
         let start = Instant::now();
         rx.blocking_recv().unwrap();
         assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    /// One wake-up within a second, then quiet.
+    fn woken(rx: &mut mpsc::Receiver<()>, what: &str) {
+        let start = Instant::now();
+        while rx.try_recv().is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "no wake-up after {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        while rx.try_recv().is_ok() {}
+    }
+
+    /// Found by the soak harness (agent/tests/soak.rs): a root moved away
+    /// and replaced by another directory, or mounted over, changed what the
+    /// agent should judge without an inotify event on the watched inodes,
+    /// and SeccompProfilesReady stayed stale until the resync (300 s).
+    #[test]
+    fn a_replaced_or_mounted_over_root_is_watched_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("seccomp");
+        std::fs::create_dir(&root).unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        let _w = watch(&root, tx).unwrap();
+
+        // Moved away: a wake-up (the profiles are gone from the path).
+        std::fs::rename(&root, dir.path().join("old")).unwrap();
+        woken(&mut rx, "the root was moved away");
+        // Another directory takes its place: seen, and watched.
+        std::fs::create_dir(&root).unwrap();
+        woken(&mut rx, "a new root appeared");
+        std::fs::write(root.join("p.json"), "{}").unwrap();
+        woken(&mut rx, "a profile was written into the new root");
+        // The old directory is not watched any more.
+        std::fs::write(dir.path().join("old/q.json"), "{}").unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(rx.try_recv().is_err(), "woken by the old root");
+
+        // Mounted over: needs root and a mount namespace of its own.
+        let Some(_) = nodeproof_testkit::require(&[nodeproof_testkit::Need::Root]) else {
+            return;
+        };
+        let over = dir.path().join("over");
+        std::fs::create_dir(&over).unwrap();
+        let (root2, over2) = (root.clone(), over.clone());
+        std::thread::spawn(move || {
+            use std::ffi::CString;
+            let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: plain syscalls on this thread's own (unshared) mount namespace.
+            unsafe {
+                assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0);
+                let slash = CString::new("/").unwrap();
+                let flags = libc::MS_REC | libc::MS_PRIVATE;
+                assert_eq!(
+                    libc::mount(
+                        std::ptr::null(),
+                        slash.as_ptr(),
+                        std::ptr::null(),
+                        flags,
+                        std::ptr::null()
+                    ),
+                    0
+                );
+            }
+            let (tx, mut rx) = mpsc::channel(8);
+            let _w = watch(&root2, tx).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: as above.
+            let bound = unsafe {
+                libc::mount(
+                    c(&over2).as_ptr(),
+                    c(&root2).as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(bound, 0, "{}", std::io::Error::last_os_error());
+            woken(&mut rx, "a directory was mounted over the root");
+            std::fs::write(root2.join("covering.json"), "{}").unwrap();
+            woken(&mut rx, "a profile was written into the mounted directory");
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::umount(c(&root2).as_ptr()) }, 0);
+            woken(&mut rx, "the mount was removed");
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -73,6 +73,8 @@ pub struct Logged {
     pub content_type: String,
     pub body: Value,
     pub status: u16,
+    /// When it was answered (wall clock, to line up with the agent's journal).
+    pub at: std::time::SystemTime,
 }
 
 #[derive(Default)]
@@ -107,9 +109,29 @@ struct State {
     gate: GateState,
     /// The `resource.k8s.io` versions served (see "Dynamic Resource Allocation").
     dra_versions: Vec<&'static str>,
+    /// See "A standalone process" below: where the objects and the request
+    /// log are kept across a restart of the process, as etcd keeps them.
+    storage: Option<PathBuf>,
+    /// The resourceVersion last written to `storage`.
+    stored_rv: u64,
 }
 
 impl State {
+    /// Logs an answered request; with storage, appends it to the request
+    /// log on disk and writes the objects whenever they changed, before the
+    /// answer leaves (etcd has the write before the client hears of it).
+    fn record(&mut self, logged: Logged) {
+        if let Some(dir) = self.storage.clone() {
+            persist_request(&dir, &logged);
+            // Event PATCHes (a repeat's count) change no resourceVersion here.
+            if self.rv != self.stored_rv || logged.method != "GET" {
+                persist_objects(&dir, self);
+                self.stored_rv = self.rv;
+            }
+        }
+        self.log.push(logged);
+    }
+
     fn next_rv(&mut self) -> String {
         self.rv += 1;
         self.rv.to_string()
@@ -163,12 +185,18 @@ pub struct TestApiServer {
 impl TestApiServer {
     /// Start on 127.0.0.1 with a fresh self-signed certificate.
     pub fn start() -> Self {
-        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()])
-            .expect("self-signed certificate");
-        let ca_pem = certified.cert.pem();
-        let cert_der = certified.cert.der().clone();
-        let key_der =
-            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let cert = ServingCert::generate();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        Self::serve(listener, &cert, State::default())
+    }
+
+    fn serve(std_listener: std::net::TcpListener, cert: &ServingCert, state: State) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        let ca_pem = cert.cert_pem.clone();
+        let cert_der = rustls::pki_types::CertificateDer::from_pem_slice(cert.cert_pem.as_bytes())
+            .expect("certificate PEM");
+        let key_der = rustls::pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
+            .expect("key PEM");
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -181,9 +209,8 @@ impl TestApiServer {
         let (client_ca, client_ca_der) = client_ca();
         let state = Arc::new(Mutex::new(State {
             client_ca_der,
-            ..State::default()
+            ..state
         }));
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         std_listener.set_nonblocking(true).expect("nonblocking");
         let addr = std_listener.local_addr().expect("addr");
         let st = state.clone();
@@ -669,24 +696,26 @@ async fn handle(
         };
         let resp = watch(&st, &uri, &who, resource);
         // Logged when the stream starts: a watch from version V means every event up to V arrived.
-        st.lock().unwrap().log.push(Logged {
+        st.lock().unwrap().record(Logged {
             method: method.to_string(),
             path: uri.path().to_string(),
             query: uri.query().unwrap_or("").to_string(),
             content_type,
             body: Value::Null,
             status: resp.status().as_u16(),
+            at: std::time::SystemTime::now(),
         });
         return resp;
     }
     if let Some(resp) = write_fault(fault, &method, &uri) {
-        st.lock().unwrap().log.push(Logged {
+        st.lock().unwrap().record(Logged {
             method: method.to_string(),
             path: uri.path().to_string(),
             query: uri.query().unwrap_or("").to_string(),
             content_type,
             body: body_json,
             status: resp.status().as_u16(),
+            at: std::time::SystemTime::now(),
         });
         return resp;
     }
@@ -708,13 +737,14 @@ async fn handle(
     };
     {
         let mut s = st.lock().unwrap();
-        s.log.push(Logged {
+        s.record(Logged {
             method: method.to_string(),
             path: uri.path().to_string(),
             query: uri.query().unwrap_or("").to_string(),
             content_type,
             body: body_json,
             status: code,
+            at: std::time::SystemTime::now(),
         });
     }
     let mut resp = (
@@ -2054,5 +2084,166 @@ fn dra_route(s: &State, who: &Identity, method: &Method, parts: &[&str]) -> Opti
             "NotFound",
             "the server could not find the requested resource",
         )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A standalone process (agent/examples/apiserver.rs, the fault and soak
+// harness of agent/tests/soak.rs): the same server on a fixed address, its
+// serving certificate and its objects kept in a directory, so that the
+// process can be killed and started again as kube-apiserver is, with its
+// storage (etcd) intact.
+// ---------------------------------------------------------------------------
+
+/// A serving certificate and its key, PEM.
+#[derive(Clone)]
+pub struct ServingCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl ServingCert {
+    /// A fresh self-signed certificate for 127.0.0.1.
+    pub fn generate() -> ServingCert {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()])
+            .expect("self-signed certificate");
+        ServingCert {
+            cert_pem: certified.cert.pem(),
+            key_pem: certified.signing_key.serialize_pem(),
+        }
+    }
+
+    /// `dir/serving.pem` and `dir/serving.key`, made and kept on first use.
+    pub fn kept_in(dir: &Path) -> ServingCert {
+        let (c, k) = (dir.join("serving.pem"), dir.join("serving.key"));
+        if let (Ok(cert_pem), Ok(key_pem)) =
+            (std::fs::read_to_string(&c), std::fs::read_to_string(&k))
+        {
+            return ServingCert { cert_pem, key_pem };
+        }
+        let fresh = ServingCert::generate();
+        std::fs::write(&c, &fresh.cert_pem).expect("write serving.pem");
+        std::fs::write(&k, &fresh.key_pem).expect("write serving.key");
+        fresh
+    }
+}
+
+/// The objects kept across restarts: `etcd.json`.
+const OBJECTS_FILE: &str = "etcd.json";
+/// Every answered request, one JSON object a line: `requests.jsonl`.
+pub const REQUESTS_FILE: &str = "requests.jsonl";
+
+fn persist_request(dir: &Path, l: &Logged) {
+    use std::io::Write;
+    let at =
+        l.at.duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
+    let line = json!({
+        "at_us": at, "method": l.method, "path": l.path, "query": l.query,
+        "content_type": l.content_type, "body": l.body, "status": l.status,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(REQUESTS_FILE))
+        .expect("open the request log");
+    writeln!(f, "{line}").expect("append to the request log");
+}
+
+fn persist_objects(dir: &Path, s: &State) {
+    let events: Vec<Value> = s.events.values().cloned().collect();
+    let doc = json!({"rv": s.rv, "nodes": s.nodes, "events": events});
+    let tmp = dir.join(format!("{OBJECTS_FILE}.tmp"));
+    std::fs::write(&tmp, doc.to_string()).expect("write the objects");
+    std::fs::rename(&tmp, dir.join(OBJECTS_FILE)).expect("replace the objects");
+}
+
+/// The request log a standalone server kept in `dir`, across its restarts.
+pub fn stored_requests(dir: &Path) -> Vec<Logged> {
+    std::fs::read_to_string(dir.join(REQUESTS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| Logged {
+            method: v["method"].as_str().unwrap_or("").into(),
+            path: v["path"].as_str().unwrap_or("").into(),
+            query: v["query"].as_str().unwrap_or("").into(),
+            content_type: v["content_type"].as_str().unwrap_or("").into(),
+            body: v["body"].clone(),
+            status: v["status"].as_u64().unwrap_or(0) as u16,
+            at: std::time::UNIX_EPOCH + Duration::from_micros(v["at_us"].as_u64().unwrap_or(0)),
+        })
+        .collect()
+}
+
+/// The Node `name` as a standalone server in `dir` last stored it.
+pub fn stored_node(dir: &Path, name: &str) -> Option<Value> {
+    let text = std::fs::read_to_string(dir.join(OBJECTS_FILE)).ok()?;
+    let doc: Value = serde_json::from_str(&text).ok()?;
+    doc["nodes"].get(name).cloned()
+}
+
+impl TestApiServer {
+    /// Serves on `listener` with `cert`, its objects kept in `storage`:
+    /// those stored by an earlier process are served again. A restarted
+    /// kube-apiserver fills its watch cache from etcd at the current
+    /// resourceVersion, so a watch from an older one gets 410 Gone and the
+    /// client lists again (k8s.io/apiserver's watch cache, "too old
+    /// resource version"); `compacted` says the same here.
+    pub fn start_stored(
+        listener: std::net::TcpListener,
+        cert: &ServingCert,
+        storage: &Path,
+    ) -> Self {
+        let mut state = State {
+            storage: Some(storage.to_path_buf()),
+            ..State::default()
+        };
+        if let Ok(text) = std::fs::read_to_string(storage.join(OBJECTS_FILE)) {
+            let doc: Value = serde_json::from_str(&text).expect("stored objects");
+            state.rv = doc["rv"].as_u64().unwrap_or(0);
+            for (name, node) in doc["nodes"].as_object().into_iter().flatten() {
+                let rv = node["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(state.rv);
+                state.nodes.insert(name.clone(), node.clone());
+                state.changes.push((rv, "nodes", None, Some(node.clone())));
+            }
+            for ev in doc["events"].as_array().into_iter().flatten() {
+                let key = (
+                    ev["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    ev["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                );
+                state.events.insert(key, ev.clone());
+            }
+            state.changes.sort_by_key(|c| c.0);
+            state.compacted = state.rv;
+            state.stored_rv = state.rv;
+        }
+        Self::serve(listener, cert, state)
+    }
+
+    /// Writes the objects to storage now (those changed outside a request).
+    pub fn flush(&self) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(dir) = s.storage.clone() {
+            persist_objects(&dir, &s);
+            s.stored_rv = s.rv;
+        }
+    }
+
+    /// Whether a Node of that name is stored.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.state.lock().unwrap().nodes.contains_key(name)
+    }
+
+    /// The CA a client needs to trust this server (its self-signed certificate).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 }

@@ -360,10 +360,13 @@ impl<R: Reporter> ReportLoop<R> {
         for t in transitions {
             let from = t.from.map_or("none", ConditionStatus::as_str);
             // The journal entry: written even if the API server never comes back.
+            // Not `message =`: that is tracing's own field, and the journal
+            // would get two MESSAGE= values (journalctl shows the condition's
+            // text in place of "condition transition").
             if t.to == ConditionStatus::True {
-                tracing::info!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, message = %t.message, "condition transition");
+                tracing::info!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, condition_message = %t.message, "condition transition");
             } else {
-                tracing::warn!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, message = %t.message, "condition transition");
+                tracing::warn!(node = %node, condition = %t.kind, from, to = %t.to, reason = %t.reason, condition_message = %t.message, "condition transition");
             }
             // A condition first seen healthy is not news; anything else is.
             let event_type = match (t.from, t.to) {

@@ -32,12 +32,18 @@ impl ProfileFile {
 }
 
 /// Collect profiles from command-line paths: files are taken as given,
-/// directories are walked for `*.json`.
+/// directories are walked for `*.json`. A given path that is a symlink to a
+/// directory is that directory (a kubelet root under a symlinked
+/// `/var/lib/kubelet`): the kubelet only joins the root and the profile's
+/// name, and containerd's `os.ReadFile` follows every link on the way.
 pub fn collect(paths: &[PathBuf]) -> Vec<ProfileFile> {
     let mut out = Vec::new();
     for p in paths {
         match fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => walk(p, p, 0, &mut out),
+            Ok(m) if m.file_type().is_symlink() && fs::metadata(p).is_ok_and(|t| t.is_dir()) => {
+                walk(p, p, 0, &mut out)
+            }
             Ok(_) => out.push(read_entry(p, None)),
             Err(e) => out.push(ProfileFile {
                 path: p.clone(),
@@ -264,6 +270,39 @@ mod tests {
             assert_eq!(name, wname);
             assert!(what.starts_with(wwhat), "{name}: {what}");
         }
+    }
+
+    /// Found by the soak harness (agent/tests/soak.rs, "root-symlink"): a
+    /// root replaced by a symlink to the same directory was read as one
+    /// profile, "is a directory, not a profile file", and
+    /// SeccompProfilesReady went False.
+    #[test]
+    fn a_root_that_is_a_symlink_to_a_directory_is_walked() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("seccomp.real");
+        fs::create_dir(&real).unwrap();
+        fs::write(real.join("ok.json"), b"{}").unwrap();
+        symlink(real.join("ok.json"), real.join("inside.json")).unwrap();
+        let root = dir.path().join("seccomp");
+        symlink(&real, &root).unwrap();
+
+        let found = collect(std::slice::from_ref(&root));
+        let names: Vec<(PathBuf, bool)> = found
+            .iter()
+            .map(|f| (f.path.clone(), f.contents.is_ok()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (root.join("inside.json"), true),
+                (root.join("ok.json"), true)
+            ],
+            "{found:#?}"
+        );
+        // A link to a file is still taken as given.
+        let file = dir.path().join("one.json");
+        symlink(real.join("ok.json"), &file).unwrap();
+        assert!(collect(&[file])[0].contents.is_ok());
     }
 
     #[test]
