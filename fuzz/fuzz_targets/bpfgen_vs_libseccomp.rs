@@ -11,7 +11,7 @@ use nodeproof_bpfgen::libseccomp::compile as compile_with_libseccomp;
 use nodeproof_bpfgen::{generate, GenError};
 use nodeproof_seccomp::compiler::CompileError;
 use nodeproof_seccomp::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
-use nodeproof_seccomp::syscalls::syscall_name;
+use nodeproof_seccomp::syscalls::{syscall_name, Libseccomp};
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum ActionIn {
@@ -212,6 +212,8 @@ fn spec(input: &Input) -> (FilterSpec, Arch) {
             arches,
             rules,
             listener_path: None,
+            // The oracle is the libseccomp nodeproof links.
+            libseccomp: Libseccomp::V2_5_4,
         },
         native,
     )
