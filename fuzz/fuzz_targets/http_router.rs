@@ -30,7 +30,11 @@ fn runtime() -> &'static Runtime {
 
 fn shared() -> Arc<Shared> {
     let shared = Arc::new(Shared::default());
-    shared.main_progress(Instant::now(), Duration::from_secs(1));
+    shared.main_progress(
+        Instant::now(),
+        std::time::SystemTime::now(),
+        Duration::from_secs(1),
+    );
     shared
 }
 

@@ -539,7 +539,7 @@ fn run_fuzz_target(bin: &Path, target: &str, opts: &FuzzArgs) -> Result<FuzzRun>
     match target {
         "profile_lint" => {
             // The project's profiles and the shared corpus, copied at run
-            // time (never committed from ../shared).
+            // time (the corpus is never committed).
             let seeds = root().join("target/fuzz-corpus/profile_lint-seeds");
             copy_seeds(
                 &[
