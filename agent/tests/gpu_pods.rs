@@ -324,6 +324,26 @@ fn without_the_pod_resources_socket_nvml_alone_decides_and_says_why() {
     );
 }
 
+/// The agent on node n1 with the fake NVML of `s`, a GPU cycle a second,
+/// reporting with `kubeconfig` and reading pod-resources at `socket`.
+fn agent_config(
+    root: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    s: &Scenario,
+    socket: &std::path::Path,
+) -> String {
+    format!(
+        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
+         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
+         [daemon]\ngpu-interval-s = 1\n",
+        root.display(),
+        kubeconfig.display(),
+        s.library().display(),
+        s.sysfs().display(),
+        socket.display()
+    )
+}
+
 fn bound_pod(name: &str, uid: &str, phase: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "ml", "uid": uid},
@@ -361,16 +381,7 @@ fn the_agent_puts_one_event_on_the_running_pod_of_the_faulted_gpu() {
     server.put("pods", bound_pod("vllm-0", "u-vllm", "Running"));
     server.put("pods", bound_pod("other-0", "u-other", "Running"));
     server.put("pods", bound_pod("done-0", "u-done", "Succeeded"));
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
-         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
-         [daemon]\ngpu-interval-s = 1\n",
-        root.display(),
-        kubeconfig.display(),
-        s.library().display(),
-        s.sysfs().display(),
-        socket.display()
-    );
+    let config = agent_config(&root, &kubeconfig, &s, &socket);
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     let until = |what: &str, f: &dyn Fn() -> bool| {
@@ -452,16 +463,7 @@ fn the_agent_compares_with_the_nodes_allocatable_without_pod_resources() {
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
     let root = seccomp_root(dir.path(), true);
     let s = Scenario::new("gpus 4\n", 4);
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
-         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
-         [daemon]\ngpu-interval-s = 1\n",
-        root.display(),
-        kubeconfig.display(),
-        s.library().display(),
-        s.sysfs().display(),
-        s.dir.path().join("absent.sock").display()
-    );
+    let config = agent_config(&root, &kubeconfig, &s, &s.dir.path().join("absent.sock"));
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     let until = |what: &str, f: &dyn Fn() -> bool| {
@@ -582,16 +584,7 @@ fn dra_end_to_end(version: &'static str) {
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
     let root = seccomp_root(dir.path(), true);
     let s = Scenario::new("gpus 4\n", 4);
-    let config = format!(
-        "[seccomp]\nroot = \"{}\"\n[report]\nkubeconfig = \"{}\"\nnode-name = \"n1\"\nstart-spread-s = 0\n\
-         [gpu]\nnvml-library = \"{}\"\nsysfs-root = \"{}\"\npod-resources-socket = \"{}\"\n\
-         [daemon]\ngpu-interval-s = 1\n",
-        root.display(),
-        kubeconfig.display(),
-        s.library().display(),
-        s.sysfs().display(),
-        s.dir.path().join("absent.sock").display()
-    );
+    let config = agent_config(&root, &kubeconfig, &s, &s.dir.path().join("absent.sock"));
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
     let until = |what: &str, f: &dyn Fn() -> bool| {
