@@ -886,3 +886,62 @@ fn user_notif_error_is_notify_error_not_errno() {
         assert!(t.stats().unwrap().notify_emulated >= 2, "{s}");
     }
 }
+
+/// The daemon's pump retires exited processes: their keys leave the kernel's
+/// count map (which would otherwise fill with the dead: 16,384 keys), and
+/// their counts come back folded into one row with pid 0, the totals exact.
+#[test]
+fn retiring_pump_empties_the_kernel_map_of_exited_processes_keeping_totals() {
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
+    let t = Tracer::start(&cfg(None)).unwrap();
+    let mut pump = nodeproof_trace::Pump::new(
+        t,
+        CgroupResolver::host(),
+        nodeproof_trace::Filter::default(),
+    )
+    .retire_exited(nodeproof_trace::process_exited);
+    // A comm of our own: the tracer is host-wide and other tests deny too.
+    const COMM: &str = "np-retire-test";
+    let mut pids = Vec::new();
+    for round in 1..=3u64 {
+        for _ in 0..50 {
+            let (pid, status) = in_child(|| {
+                let name = path(COMM);
+                // SAFETY: a valid C string for PR_SET_NAME.
+                unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                install(&[("mkdir", ScmpAction::Errno(libc::EPERM))]);
+                call(MKDIR);
+                call(MKDIR);
+                0
+            });
+            assert!(exited_ok(status));
+            pids.push(pid);
+        }
+        let (rows, stats) = pump.rows(&NoPodLookup).unwrap();
+        assert_eq!(stats.lost_counts, 0);
+        let ours: Vec<_> = rows
+            .iter()
+            .filter(|r| r.comm == COMM && r.nr == MKDIR)
+            .collect();
+        assert!(ours.iter().all(|r| r.pid == 0), "{ours:#?}");
+        let total: u64 = ours.iter().map(|r| r.count).sum();
+        assert_eq!(total, 100 * round, "round {round}: {ours:#?}");
+        let left = pump
+            .source()
+            .counts()
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| pids.contains(&k.pid))
+            .count();
+        assert_eq!(
+            left, 0,
+            "round {round}: exited processes' keys left in the kernel map"
+        );
+    }
+    eprintln!(
+        "150 exited processes, 300 denials: 0 keys left in the kernel map, {} folded rows",
+        pump.retired_rows()
+    );
+}

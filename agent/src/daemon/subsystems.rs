@@ -263,6 +263,14 @@ fn tracer(ctx: &Context) {
         trace::CgroupResolver::host(),
         trace::Filter::default(),
     );
+    // Exited processes' counts leave the kernel's bounded map (see
+    // nodeproof_trace::retire); which pids are gone can only be told in the
+    // host's PID namespace (a DaemonSet without hostPID is not).
+    if trace::in_host_pid_namespace() {
+        pump = pump.retire_exited(trace::process_exited);
+    } else {
+        tracing::warn!(nodeproof_check = "tracing", "not in the host PID namespace: counts of exited processes stay in the kernel's map, which fills after 16384 process/syscall keys");
+    }
     let mut last_counts = Instant::now();
     while !ctx.stop_flag.load(Ordering::Relaxed) {
         let polled = pump.poll(TRACE_POLL, &trace::NoPodLookup, &mut |s| {

@@ -4,7 +4,7 @@
 //! (pod, container, syscall, outcome) per interval, and counter values.
 //! Pure: rows in, events and totals out; the caller owns the clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
@@ -172,8 +172,21 @@ pub struct PodDenialTotal {
     pub count: u64,
 }
 
-/// The row identity whose count the tracer keeps growing.
-type RowKey = (u64, u32, String, i32, Action, i32);
+/// What the aggregator counts by: a row's identity without its pid. The
+/// daemon's tracer folds the counts of exited processes into one row with
+/// pid 0 (`nodeproof_trace::retire`), so only the sum over pids keeps growing;
+/// the attribution is part of it because on hybrid cgroup hosts one cgroup2
+/// id holds processes of many pods.
+type RowKey = (
+    u64,
+    Option<String>,
+    Option<String>,
+    String,
+    i32,
+    &'static str,
+    Action,
+    i32,
+);
 
 struct Pending {
     namespace: String,
@@ -206,14 +219,30 @@ impl DenialAggregator {
     /// Takes the tracer's rows with cumulative counts (as `Tracer` keeps
     /// them) and counts what is new since the last call.
     pub fn observe(&mut self, rows: &[SummaryRow], pods: &PodIndex) {
+        let mut sums: HashMap<RowKey, (&SummaryRow, u64)> = HashMap::new();
         for r in rows {
-            let rk = (r.cgroup_id, r.pid, r.comm.clone(), r.nr, r.action, r.errno);
-            let before = self.seen.insert(rk, r.count).unwrap_or(0);
+            let rk = (
+                r.cgroup_id,
+                r.container_id.clone(),
+                r.pod_uid.clone(),
+                r.comm.clone(),
+                r.nr,
+                r.arch,
+                r.action,
+                r.errno,
+            );
+            sums.entry(rk).or_insert((r, 0)).1 += r.count;
+        }
+        // Only keys the tracer still has: a key that comes back later (its
+        // rows were dropped) starts again from nothing.
+        self.seen.retain(|k, _| sums.contains_key(k));
+        for (rk, (r, count)) in sums {
+            let before = self.seen.insert(rk, count).unwrap_or(0);
             // A smaller count is a restarted tracer: everything it has is new.
-            let delta = if r.count >= before {
-                r.count - before
+            let delta = if count >= before {
+                count - before
             } else {
-                r.count
+                count
             };
             if delta == 0 {
                 continue;
@@ -255,6 +284,17 @@ impl DenialAggregator {
                 ))
                 .or_default() += delta;
         }
+        // Pods deleted from this node take their series and their event
+        // clocks with them: on a node that churns pods these would only grow.
+        let here: HashSet<(&str, &str)> = pods
+            .refs()
+            .map(|p| (p.namespace.as_str(), p.name.as_str()))
+            .collect();
+        self.totals
+            .retain(|(ns, pod, ..), _| here.contains(&(ns.as_str(), pod.as_str())));
+        let pending = &self.pending;
+        self.last_emit
+            .retain(|k, _| pods.pod(&k.pod_uid).is_some() || pending.contains_key(k));
     }
 
     /// Events due at `now`: a key's denials since its last event, if that
@@ -440,5 +480,41 @@ mod tests {
         );
         idx.remove("u1");
         assert!(idx.is_empty());
+    }
+
+    /// The daemon's tracer moves an exited process's count into a row with
+    /// pid 0 (`nodeproof_trace::retire`): counted once, and the aggregator
+    /// keeps no state for pids that are gone.
+    #[test]
+    fn exited_processes_folded_by_the_tracer_are_not_counted_twice() {
+        let idx = index();
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        let at = |pid, count| SummaryRow {
+            pid,
+            ..row(count, Some("u1"))
+        };
+        agg.observe(&[at(42, 5)], &idx);
+        // 42 exited with 6; 43 started and was denied twice.
+        agg.observe(&[at(0, 6), at(43, 2)], &idx);
+        // Many more come and go, one denial each: when `pid` runs, 43 and
+        // every one before it are folded.
+        for pid in 44..1044 {
+            agg.observe(&[at(0, 8 + u64::from(pid - 44)), at(pid, 1)], &idx);
+        }
+        assert_eq!(agg.totals()[0].count, 6 + 2 + 1000);
+        assert_eq!(agg.seen.len(), 1, "one key: the pids are not part of it");
+    }
+
+    #[test]
+    fn a_deleted_pod_takes_its_totals_along() {
+        let mut idx = index();
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        agg.observe(&[row(3, Some("u1"))], &idx);
+        agg.due(SystemTime::UNIX_EPOCH);
+        assert_eq!(agg.totals().len(), 1);
+        idx.remove("u1");
+        agg.observe(&[row(3, Some("u1"))], &idx);
+        assert!(agg.totals().is_empty());
+        assert!(agg.last_emit.is_empty());
     }
 }

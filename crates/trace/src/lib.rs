@@ -12,12 +12,14 @@ pub mod event;
 pub mod loader;
 pub mod names;
 pub mod pump;
+pub mod retire;
 pub mod summary;
 
 pub use attribution::{Attribution, CgroupResolver, NoPodLookup, PodLookup, PodRef};
 pub use event::{Action, CgroupCreated, CountKey, Denial};
 pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
 pub use pump::{Pump, Sample};
+pub use retire::{in_host_pid_namespace, process_exited};
 pub use summary::{Filter, SummaryRow, TraceSummary};
 
 use nodeproof_findings::{Check, ConditionStatus, ConditionType};
@@ -130,6 +132,13 @@ pub trait EventSource {
     fn created_cgroups(&mut self, sink: &mut dyn FnMut(CgroupCreated)) -> Result<(), TraceError>;
     /// The exact in-kernel counts so far.
     fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError>;
+    /// Removes the counts of processes `exited` says are gone and returns
+    /// each with its final value: the count map is bounded (16,384 keys, one
+    /// per process, syscall and outcome), and one that only grows fills up
+    /// on a node where short-lived processes are denied, after which new
+    /// denials go uncounted. A gone process denies nothing more, so its
+    /// final value is exact.
+    fn retire(&mut self, exited: &dyn Fn(u32) -> bool) -> Result<Vec<(CountKey, u64)>, TraceError>;
     fn stats(&self) -> Result<Stats, TraceError>;
 }
 
@@ -146,6 +155,9 @@ impl<T: EventSource + ?Sized> EventSource for &mut T {
     }
     fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError> {
         (**self).counts()
+    }
+    fn retire(&mut self, exited: &dyn Fn(u32) -> bool) -> Result<Vec<(CountKey, u64)>, TraceError> {
+        (**self).retire(exited)
     }
     fn stats(&self) -> Result<Stats, TraceError> {
         (**self).stats()
@@ -433,6 +445,16 @@ mod tests {
         fn counts(&self) -> Result<Vec<(CountKey, u64)>, TraceError> {
             Ok(self.counts.clone())
         }
+        fn retire(
+            &mut self,
+            exited: &dyn Fn(u32) -> bool,
+        ) -> Result<Vec<(CountKey, u64)>, TraceError> {
+            let (gone, live) = std::mem::take(&mut self.counts)
+                .into_iter()
+                .partition(|(k, _)| exited(k.pid));
+            self.counts = live;
+            Ok(gone)
+        }
         fn stats(&self) -> Result<Stats, TraceError> {
             Ok(self.stats)
         }
@@ -584,6 +606,67 @@ mod tests {
         assert_eq!(s.summary[0].pod_uid.as_deref(), Some(uid));
         assert_eq!(s.summary[0].container_id.as_deref(), Some(id.as_str()));
         assert_eq!(s.summary[0].cgroup.as_deref(), Some(path.as_str()));
+    }
+
+    /// Counts of exited processes leave the source and come back folded
+    /// (pid 0) with the attribution they had; every total is kept.
+    #[test]
+    fn retiring_moves_exited_counts_out_of_the_source_keeping_sums() {
+        let uid = "8b6c7e2a-1d2f-4a5b-9c3d-0e1f2a3b4c5d";
+        let path = format!(
+            "/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope",
+            uid.replace('-', "_"),
+            "cd".repeat(32)
+        );
+        let key = |pid, nr| CountKey {
+            cgroup_id: 99,
+            pid,
+            nr,
+            errno: 1,
+            action: Action::Errno,
+            arch: AUDIT_ARCH_X86_64,
+            comm: "uname".into(),
+        };
+        let fake = Fake {
+            batches: vec![],
+            created: vec![vec![CgroupCreated { id: 99, path }]],
+            counts: vec![
+                (key(10, 63), 2),
+                (key(11, 63), 3),
+                (key(12, 63), 4),
+                (key(11, 99), 1),
+            ],
+            stats: Stats::default(),
+        };
+        fn odd_pids_exited(pid: u32) -> bool {
+            pid % 2 == 1
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut pump = Pump::new(
+            fake,
+            CgroupResolver::new(dir.path(), dir.path()),
+            Filter::default(),
+        )
+        .retire_exited(odd_pids_exited);
+        let total = |rows: &[SummaryRow], nr| -> u64 {
+            rows.iter().filter(|r| r.nr == nr).map(|r| r.count).sum()
+        };
+        let (rows, _) = pump.rows(&NoPodLookup).unwrap();
+        assert_eq!((total(&rows, 63), total(&rows, 99)), (9, 1), "{rows:#?}");
+        assert_eq!(
+            pump.source().counts.len(),
+            2,
+            "pid 11's two keys left the source"
+        );
+        let folded: Vec<&SummaryRow> = rows.iter().filter(|r| r.pid == 0).collect();
+        assert_eq!(folded.len(), 2, "{rows:#?}");
+        assert!(folded.iter().all(|r| r.pod_uid.as_deref() == Some(uid)));
+        // The source counts on; pid 13 comes and goes: totals only grow.
+        let mut fake = pump;
+        fake.source_mut().counts.push((key(13, 63), 5));
+        let (rows, _) = fake.rows(&NoPodLookup).unwrap();
+        assert_eq!((total(&rows, 63), total(&rows, 99)), (14, 1), "{rows:#?}");
+        assert_eq!(fake.retired_rows(), 2);
     }
 
     #[test]

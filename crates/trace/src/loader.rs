@@ -1025,6 +1025,40 @@ impl EventSource for Tracer {
         Ok(out)
     }
 
+    fn retire(&mut self, exited: &dyn Fn(u32) -> bool) -> Result<Vec<(CountKey, u64)>, TraceError> {
+        let map_err = |source| TraceError::Map {
+            name: "np_counts",
+            source,
+        };
+        // Keys first: deleting while iterating would make the kernel's
+        // get_next_key restart from the first key.
+        let gone: Vec<RawCountKey> = self
+            .counts
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| exited(k.tgid))
+            .collect();
+        let mut out = Vec::with_capacity(gone.len());
+        for raw in gone {
+            // Read, then delete: the process is gone, so nothing adds to the
+            // key in between (a reused pid would, within microseconds).
+            let per_cpu = match self.counts.get(&raw, 0) {
+                Ok(v) => v,
+                Err(aya::maps::MapError::KeyNotFound) => continue,
+                Err(e) => return Err(map_err(e)),
+            };
+            let key = decode_count_key(&raw).map_err(|source| TraceError::Decode { source })?;
+            match self.counts.remove(&raw) {
+                Ok(()) => out.push((key, per_cpu.iter().sum())),
+                // Deleted since the keys were listed: nothing to hand over.
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        Ok(out)
+    }
+
     fn stats(&self) -> Result<Stats, TraceError> {
         let mut v = [0u64; stat::MAX as usize];
         for (i, slot) in v.iter_mut().enumerate() {

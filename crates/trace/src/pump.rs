@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::attribution::{Attribution, CgroupResolver, PodLookup};
 use crate::event::Denial;
 use crate::names::SyscallNames;
+use crate::retire::Retired;
 use crate::summary::{self, Filter, SummaryRow};
 use crate::{EventSource, Stats, TraceError};
 
@@ -24,6 +25,9 @@ pub struct Pump<S> {
     resolver: CgroupResolver,
     names: SyscallNames,
     filter: Filter,
+    /// Set by [`Pump::retire_exited`]: how to tell a process is gone.
+    exited: Option<fn(u32) -> bool>,
+    retired: Retired,
 }
 
 impl<S: EventSource> Pump<S> {
@@ -33,11 +37,31 @@ impl<S: EventSource> Pump<S> {
             resolver,
             names: SyscallNames::default(),
             filter,
+            exited: None,
+            retired: Retired::default(),
         }
+    }
+
+    /// From now on, each [`Pump::rows`] first moves the counts of exited
+    /// processes out of the kernel (see [`crate::retire`]): their rows come
+    /// back folded, with pid 0. For a long-running reader (the daemon);
+    /// `nodeproof trace` keeps every pid.
+    pub fn retire_exited(mut self, exited: fn(u32) -> bool) -> Self {
+        self.exited = Some(exited);
+        self
+    }
+
+    /// Folded rows of exited processes held.
+    pub fn retired_rows(&self) -> usize {
+        self.retired.len()
     }
 
     pub fn source(&self) -> &S {
         &self.source
+    }
+
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
     }
 
     /// Waits up to `wait` for samples and hands each one that passes the
@@ -56,6 +80,7 @@ impl<S: EventSource> Pump<S> {
             resolver,
             names,
             filter,
+            ..
         } = self;
         let mut batch = Vec::new();
         source.poll(wait, &mut |d| {
@@ -83,12 +108,25 @@ impl<S: EventSource> Pump<S> {
         let resolver = &mut self.resolver;
         self.source
             .created_cgroups(&mut |c| resolver.learn(c.id, c.path))?;
-        let rows = summary::aggregate(
+        if let Some(exited) = self.exited {
+            // Before the live counts are read: a count is in one or the other.
+            let gone = self.source.retire(&exited)?;
+            for row in summary::aggregate(gone, &self.filter, &mut self.names, &mut |cg, pid| {
+                resolver.attribute(cg, pid, pods)
+            }) {
+                self.retired.add(row);
+            }
+        }
+        let mut rows = summary::aggregate(
             self.source.counts()?,
             &self.filter,
             &mut self.names,
             &mut |cg, pid| resolver.attribute(cg, pid, pods),
         );
+        if !self.retired.is_empty() {
+            rows.extend(self.retired.rows().cloned());
+            summary::sort_rows(&mut rows);
+        }
         Ok((rows, stats))
     }
 }

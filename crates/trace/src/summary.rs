@@ -171,13 +171,18 @@ pub fn aggregate(
             }
         })
         .collect();
+    sort_rows(&mut rows);
+    rows
+}
+
+/// Largest count first, then by pid and syscall number.
+pub fn sort_rows(rows: &mut [SummaryRow]) {
     rows.sort_by(|a, b| {
         b.count
             .cmp(&a.count)
             .then(a.pid.cmp(&b.pid))
             .then(a.nr.cmp(&b.nr))
     });
-    rows
 }
 
 /// Builds the run's summary.
