@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nodeproof_findings::ConditionType;
-use nodeproof_testkit::require;
+use nodeproof_testkit::{require, Need};
 use serde_json::Value;
 
 #[path = "support/apiserver.rs"]
@@ -214,7 +214,6 @@ struct Row {
     restarts: u64,
     transitions: usize,
     note: String,
-    not_run: Option<&'static str>,
 }
 
 /// What a fault reports back: when the API server was unreachable, what it saw.
@@ -431,6 +430,15 @@ impl Soak {
         restarts: u64,
         fault: impl FnOnce(&mut Soak) -> Outcome,
     ) {
+        // NODEPROOF_FAULTS=a,b runs only those (scripts/soak.sh faults a,b).
+        if let Some(only) = std::env::var("NODEPROOF_FAULTS")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            if !only.split(',').any(|f| f.trim() == name) {
+                return;
+            }
+        }
         eprintln!("fault {name}: start");
         let t0 = SystemTime::now();
         let before = self.restarts();
@@ -479,7 +487,6 @@ impl Soak {
             restarts: restarted,
             transitions: transitions.len(),
             note: outcome.notes.join("; "),
-            not_run: None,
         });
     }
 
@@ -559,40 +566,25 @@ impl Soak {
         problems
     }
 
-    fn not_run(&mut self, fault: &'static str, why: &'static str) {
-        self.rows.push(Row {
-            fault,
-            problems: Vec::new(),
-            recovered: None,
-            restarts: 0,
-            transitions: 0,
-            note: String::new(),
-            not_run: Some(why),
-        });
-    }
-
     fn table(&self) -> String {
         let mut out = format!(
             "{:<26} {:<8} {:>10} {:>8} {:>11}  {}\n",
             "FAULT", "RESULT", "RECOVERED", "RESTARTS", "TRANSITIONS", "NOTES"
         );
         for r in &self.rows {
-            let result = match (&r.not_run, r.problems.is_empty()) {
-                (Some(_), _) => "not run",
-                (None, true) => "ok",
-                (None, false) => "FAILED",
+            let result = if r.problems.is_empty() {
+                "ok"
+            } else {
+                "FAILED"
             };
             let recovered = r
                 .recovered
                 .map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64()));
-            let notes = match &r.not_run {
-                Some(why) => why.to_string(),
-                None => [r.note.clone(), r.problems.join("; ")]
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            };
+            let notes = [r.note.clone(), r.problems.join("; ")]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             out.push_str(&format!(
                 "{:<26} {:<8} {:>10} {:>8} {:>11}  {}\n",
                 r.fault, result, recovered, r.restarts, r.transitions, notes
@@ -1057,13 +1049,128 @@ fn state_dir_full(s: &mut Soak) -> Outcome {
     o
 }
 
-const CLOCK_NOT_RUN: &str =
-    "CLOCK_REALTIME is not namespaced (time namespaces cover MONOTONIC and BOOTTIME only): \
-     a jump inside the container is the host's clock, shared with everything else on it";
+/// Debian's libfaketime for threaded programs (package `libfaketime`,
+/// pulled in by `faketime`).
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+/// The agent's clock offset, read by libfaketime on every call.
+const FAKETIME_FILE: &str = "/etc/nodeproof/faketime";
+
+/// `lastHeartbeatTime` of every successful status PATCH since `since`:
+/// (when the server took it, the heartbeat the agent stamped).
+fn heartbeats(s: &Soak, since: SystemTime) -> Vec<(SystemTime, SystemTime)> {
+    apiserver::stored_requests(&s.api.dir)
+        .into_iter()
+        .filter(|l| {
+            l.method == "PATCH"
+                && l.path == format!("/api/v1/nodes/{NODE}/status")
+                && l.status < 300
+                && l.at >= since
+        })
+        .filter_map(|l| {
+            let hb = l.body["status"]["conditions"][0]["lastHeartbeatTime"].as_str()?;
+            Some((l.at, humantime::parse_rfc3339_weak(hb).ok()?))
+        })
+        .collect()
+}
+
+/// The first status write after `since` stamped `offset_s` away from the
+/// real time (± 5 min), within `within`.
+fn stamped(s: &Soak, since: SystemTime, offset_s: i64, within: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        let hit = heartbeats(s, since).into_iter().any(|(at, hb)| {
+            let skew = epoch_s(hb) - epoch_s(at) - offset_s as f64;
+            skew.abs() < 300.0
+        });
+        if hit {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    None
+}
+
+/// The agent's wall clock stepped, as an NTP step or a VM restored from a
+/// snapshot steps it. CLOCK_REALTIME is not namespaced (time namespaces
+/// cover MONOTONIC and BOOTTIME only), so the agent's own `clock_gettime`
+/// goes through libfaketime (LD_PRELOAD in a drop-in; the offset re-read
+/// on every call; the monotonic clock untouched). An hour forward, then two
+/// back: after each step the heartbeat is written at once with the new time,
+/// and a GPU fault made then reaches the server; then the clock is set right.
+fn clock_jumps(s: &mut Soak) -> Outcome {
+    let mut o = Outcome::default();
+    let lib = s.croot.join(FAKETIME_LIB.trim_start_matches('/'));
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    std::fs::copy(FAKETIME_LIB, &lib).unwrap();
+    let offset = |s: &Soak, v: &str| {
+        s.m.sh(&format!("echo '{v}' > {FAKETIME_FILE}.new && chmod 644 {FAKETIME_FILE}.new && mv {FAKETIME_FILE}.new {FAKETIME_FILE}"));
+    };
+    offset(s, "+0");
+    let out = s.m.sh(&format!(
+        "mkdir -p /etc/systemd/system/{UNIT}.d && printf '[Service]\nEnvironment=LD_PRELOAD={FAKETIME_LIB} FAKETIME_TIMESTAMP_FILE={FAKETIME_FILE} FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1\n' \
+         > /etc/systemd/system/{UNIT}.d/faketime.conf && systemctl daemon-reload && systemctl restart {UNIT} && systemctl is-active {UNIT}"
+    ));
+    if out.trim() != "active" {
+        o.problems
+            .push(format!("not active under libfaketime: {out}"));
+    }
+    let deadline = Instant::now() + RECOVERY;
+    while s.conditions() != s.baseline && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (step, offset_s) in [("an hour forward", 3600i64), ("two hours back", -3600)] {
+        let since = SystemTime::now();
+        offset(s, &format!("{offset_s:+}"));
+        // No condition changes: only the heartbeat can write now.
+        match stamped(s, since, offset_s, Duration::from_secs(10)) {
+            Some(d) => o.notes.push(format!(
+                "{step}: heartbeat with the new time {:.1} s after the step",
+                d.as_secs_f64()
+            )),
+            None => o.problems.push(format!(
+                "{step}: no heartbeat stamped with the new time within 10 s (heartbeat-s = 60)"
+            )),
+        }
+        let bad = SystemTime::now();
+        s.gpu(GPU_BAD);
+        match s.wait_status(ConditionType::GPUHealthy, "False", RECOVERY) {
+            Some(d) => o.notes.push(format!(
+                "{step}: a GPU fault on the server {:.1} s after it",
+                d.as_secs_f64()
+            )),
+            None => o
+                .problems
+                .push(format!("{step}: a GPU fault did not reach the server")),
+        }
+        s.gpu(GPU_GOOD);
+        if s.wait_status(ConditionType::GPUHealthy, "True", RECOVERY)
+            .is_none()
+        {
+            o.problems.push(format!(
+                "{step}: the GPU's recovery did not reach the server"
+            ));
+        }
+        if heartbeats(s, bad).is_empty() {
+            o.problems
+                .push(format!("{step}: no status write after the step"));
+        }
+    }
+    offset(s, "+0");
+    s.m.sh(&format!(
+        "rm /etc/systemd/system/{UNIT}.d/faketime.conf {FAKETIME_FILE} && systemctl daemon-reload && systemctl restart {UNIT}"
+    ));
+    o
+}
 
 #[test]
 fn faults_each_once() {
-    let Some(_) = require(BOOT) else {
+    // libfaketime for the clock jumps: `faketime` depends on it.
+    let needs: Vec<Need> = BOOT
+        .iter()
+        .copied()
+        .chain([Need::Tool("faketime")])
+        .collect();
+    let Some(_) = require(&needs) else {
         return;
     };
     let mut s = Soak::setup();
@@ -1081,7 +1188,7 @@ fn faults_each_once() {
     // An OOM kill is one restart, never a loop.
     s.fault("memory-max-tight", 1, memory_tight);
     s.fault("state-dir-full", 0, state_dir_full);
-    s.not_run("clock-jump", CLOCK_NOT_RUN);
+    s.fault("clock-jumps", 0, clock_jumps);
     let table = s.table();
     eprintln!("\n{table}");
     assert!(!s.failed(), "{table}");

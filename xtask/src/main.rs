@@ -85,6 +85,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "dpkg-shlibdeps: the Debian package's library dependencies (cargo deb)",
     ),
     (
+        "faketime",
+        "libfaketime, LD_PRELOADed into the agent for the clock-jump fault (agent/tests/soak.rs): CLOCK_REALTIME is not namespaced",
+    ),
+    (
         "prometheus",
         "promtool (Debian ships it only with the server, whose service the tests do not use): checks and unit-tests the alert rules, parses the dashboard's PromQL (agent/tests/ops_monitoring.rs)",
     ),

@@ -306,7 +306,7 @@ impl DenialAggregator {
         self.pending.retain(|k, p| {
             let ready = last_emit
                 .get(k)
-                .is_none_or(|t| now.duration_since(*t).unwrap_or_default() >= interval);
+                .is_none_or(|t| super::interval_passed(now, *t, interval));
             if !ready {
                 return true;
             }
@@ -516,5 +516,23 @@ mod tests {
         agg.observe(&[row(3, Some("u1"))], &idx);
         assert!(agg.totals().is_empty());
         assert!(agg.last_emit.is_empty());
+    }
+
+    /// An NTP step back (or a VM restored from a snapshot) must not mute a
+    /// pod's events until the clock catches up.
+    #[test]
+    fn a_clock_stepped_back_does_not_mute_events() {
+        let idx = index();
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        agg.observe(&[row(1, Some("u1"))], &idx);
+        assert_eq!(agg.due(t0).len(), 1);
+        agg.observe(&[row(2, Some("u1"))], &idx);
+        let back = t0 - Duration::from_secs(3600);
+        assert_eq!(agg.due(back).len(), 1, "an hour back: due now");
+        // From the new time on, the interval holds again.
+        agg.observe(&[row(3, Some("u1"))], &idx);
+        assert!(agg.due(back + Duration::from_secs(30)).is_empty());
+        assert_eq!(agg.due(back + Duration::from_secs(60)).len(), 1);
     }
 }

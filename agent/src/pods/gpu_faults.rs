@@ -105,7 +105,7 @@ impl GpuFaultAggregator {
         self.pending.retain(|k, p| {
             let ready = last_emit
                 .get(k)
-                .is_none_or(|t| now.duration_since(*t).unwrap_or_default() >= interval);
+                .is_none_or(|t| super::interval_passed(now, *t, interval));
             if !ready {
                 return true;
             }

@@ -13,3 +13,13 @@ pub mod node;
 pub mod target;
 pub mod verdict;
 pub mod watch;
+
+use std::time::{Duration, SystemTime};
+
+/// Whether `interval` has passed since `last` at `now` (wall-clock times:
+/// events carry them). A clock stepped back before `last` (an NTP step, a
+/// VM restored from a snapshot) counts as passed: waiting for the clock to
+/// catch up would mute a pod's events for as long as the step.
+pub(crate) fn interval_passed(now: SystemTime, last: SystemTime, interval: Duration) -> bool {
+    now.duration_since(last).map_or(true, |d| d >= interval)
+}

@@ -346,9 +346,14 @@ impl Tracker {
         if !self.resumed || (self.entries.is_empty() && self.stale.is_empty()) {
             return None;
         }
+        // A clock stepped back before the last write (an NTP step, a VM
+        // restored from a snapshot) makes the heartbeat due now: the API
+        // server and the controllers compare it with their own clocks, and
+        // waiting for ours to catch up would leave it stale for as long as
+        // the step.
         let heartbeat_due = self
             .last_write
-            .is_none_or(|t| now >= t + self.heartbeat_after(t));
+            .is_none_or(|t| now < t || now >= t + self.heartbeat_after(t));
         if !self.dirty && !heartbeat_due {
             return None;
         }
@@ -464,6 +469,21 @@ mod tests {
         assert_eq!(up.conditions[0].last_transition, t(0));
         tr.written(&up);
         assert!(tr.due(t(1)).is_none());
+    }
+
+    #[test]
+    fn a_clock_stepped_back_makes_the_heartbeat_due_now_not_after_the_step() {
+        let mut tr = resumed(Policy::default());
+        tr.observe(t(3600), &[cond("SeccompProfilesReady", true)]);
+        tr.written(&tr.due(t(3600)).unwrap());
+        assert!(tr.due(t(3630)).is_none());
+        // An hour back: written now, stamped with the clock as it is.
+        let up = tr.due(t(30)).expect("a heartbeat right after the step");
+        assert_eq!(up.conditions[0].last_heartbeat, t(30));
+        tr.written(&up);
+        // The period holds again from there.
+        assert!(tr.due(t(60)).is_none());
+        assert!(tr.due(t(400)).is_some());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::conditions::{Policy, Tracker, Transition};
 use super::contract_labels::{ContractLabels, ContractVerdict, LabelTransition};
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
-use super::ratelimit::{self, Limited, LoadPolicy, Pacing};
+use super::ratelimit::{self, Limited, LoadPolicy, Pacing, WallWait};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -84,7 +84,7 @@ impl Backoff {
 #[derive(Debug, Clone)]
 struct Retry {
     backoff: Backoff,
-    not_before: Option<SystemTime>,
+    not_before: Option<WallWait>,
 }
 
 impl Retry {
@@ -101,17 +101,18 @@ impl Retry {
     }
 
     fn ready(&self, now: SystemTime) -> bool {
-        self.not_before.is_none_or(|t| now >= t)
+        self.not_before.is_none_or(|w| w.over(now))
     }
 
-    /// The pending wait, if it is still in the future.
+    /// The pending wait, if it is not over.
     fn waiting(&self, now: SystemTime) -> Option<SystemTime> {
-        self.not_before.filter(|t| *t > now)
+        self.not_before.filter(|w| !w.over(now)).map(|w| w.until())
     }
 
     /// Nothing before `at` (a pacing slot), without counting a failure.
-    fn hold_until(&mut self, at: SystemTime) {
-        self.not_before = Some(self.not_before.map_or(at, |t| t.max(at)));
+    fn hold_until(&mut self, now: SystemTime, at: SystemTime) {
+        let at = self.waiting(now).map_or(at, |t| t.max(at));
+        self.not_before = Some(WallWait::new(now, at));
     }
 
     /// Schedules the next attempt from how this one went: at once after a
@@ -132,12 +133,12 @@ impl Retry {
             }
             Err(e) => match ratelimit::deferred(&e) {
                 Some(wait) => {
-                    self.not_before = Some(now + wait);
+                    self.not_before = Some(WallWait::new(now, now + wait));
                     Ok(())
                 }
                 None => {
                     let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
-                    self.not_before = Some(now + delay);
+                    self.not_before = Some(WallWait::new(now, now + delay));
                     Err(e)
                 }
             },
@@ -453,8 +454,8 @@ impl<R: Reporter> ReportLoop<R> {
         // the change window; every request spends a token (`Limited`).
         if self.node_retry.ready(now) {
             if let Some(at) = self.pacing.hold(now, || self.tracker.due(now).is_some()) {
-                self.node_retry.hold_until(at);
-                self.event_retry.hold_until(at);
+                self.node_retry.hold_until(now, at);
+                self.event_retry.hold_until(now, at);
                 return Ok(());
             }
         }
@@ -713,5 +714,29 @@ mod tests {
         assert!(delays[6..].windows(2).any(|w| w[0] != w[1]), "{delays:?}");
         b.reset();
         assert!(b.next() <= Duration::from_millis(1500));
+    }
+
+    /// A retry pending when the clock steps back an hour is due at once,
+    /// not an hour later.
+    #[test]
+    fn a_pending_retry_does_not_grow_by_a_clock_step_back() {
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s);
+        let mut r = Retry::new(&LoopConfig::default(), 7);
+        let failed = r.settle(
+            t(3600),
+            Err(ReportError::Timeout {
+                op: "patch node status",
+                node: "n".into(),
+                after: Duration::from_secs(10),
+            }),
+        );
+        assert!(failed.is_err());
+        assert!(!r.ready(t(3600)));
+        assert!(r.waiting(t(3600)).is_some());
+        assert!(r.ready(t(10)), "stepped back an hour: due now");
+        assert_eq!(r.waiting(t(10)), None);
+        r.hold_until(t(10), t(40));
+        assert!(!r.ready(t(20)));
+        assert!(r.ready(t(40)));
     }
 }

@@ -124,13 +124,14 @@ impl TokenBucket {
 
     fn refill(&mut self, now: SystemTime) {
         if let Some(at) = self.at {
-            // A clock stepped back refills nothing (and takes nothing back).
+            // A clock stepped back refills nothing (and takes nothing back)
+            // now, and refilling goes on from the new time: anchored at the
+            // old one, nothing would refill until the clock caught up, and
+            // writes would stop for as long as the step.
             let elapsed = now.duration_since(at).unwrap_or_default().as_secs_f64();
             self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
         }
-        if self.at.is_none_or(|at| now > at) {
-            self.at = Some(now);
-        }
+        self.at = Some(now);
     }
 
     /// Spend a token at `now`, or say how long until one is there.
@@ -268,6 +269,32 @@ pub fn first_write_at(start: SystemTime, spread: Duration, u: f64) -> SystemTime
 const START_SALT: u64 = 0x0053_5441_5254;
 const CHANGE_SALT: u64 = 0x4348_414e_4745;
 
+/// A wait on the wall clock, kept with the time it was set. A clock stepped
+/// back before that time (an NTP step, a VM restored from a snapshot) ends
+/// it: compared with its end alone, the wait would grow by the step (an
+/// hour back, an hour without writes). A step forward ends it early, as it
+/// ends any wait on this clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallWait {
+    set: SystemTime,
+    until: SystemTime,
+}
+
+impl WallWait {
+    pub fn new(set: SystemTime, until: SystemTime) -> Self {
+        WallWait { set, until }
+    }
+
+    /// Whether the wait is over at `now`.
+    pub fn over(&self, now: SystemTime) -> bool {
+        now >= self.until || now < self.set
+    }
+
+    pub fn until(&self) -> SystemTime {
+        self.until
+    }
+}
+
 /// One agent's start and change spread: the first flush waits for the
 /// node's slot in `[start, start + start_spread)`, and a due status write
 /// for its slot in `[since, since + change_spread)` (`since`: when it was
@@ -277,10 +304,10 @@ const CHANGE_SALT: u64 = 0x4348_414e_4745;
 pub struct Pacing {
     start_spread: Duration,
     start_draw: f64,
-    first: Option<SystemTime>,
+    first: Option<WallWait>,
     change_spread: Duration,
     change_draw: f64,
-    change_since: Option<SystemTime>,
+    change: Option<WallWait>,
 }
 
 impl Pacing {
@@ -291,7 +318,7 @@ impl Pacing {
             first: None,
             change_spread: load.change_spread,
             change_draw: unit(seed, CHANGE_SALT),
-            change_since: None,
+            change: None,
         }
     }
 
@@ -302,23 +329,25 @@ impl Pacing {
         now: SystemTime,
         status_due: impl FnOnce() -> bool,
     ) -> Option<SystemTime> {
-        let first = *self
-            .first
-            .get_or_insert_with(|| first_write_at(now, self.start_spread, self.start_draw));
-        if now < first {
-            return Some(first);
+        let first = *self.first.get_or_insert_with(|| {
+            WallWait::new(now, first_write_at(now, self.start_spread, self.start_draw))
+        });
+        if !first.over(now) {
+            return Some(first.until());
         }
         if self.change_spread.is_zero() || !status_due() {
             return None;
         }
-        let since = *self.change_since.get_or_insert(now);
-        let at = since + self.change_spread.mul_f64(self.change_draw);
-        (now < at).then_some(at)
+        let (spread, draw) = (self.change_spread, self.change_draw);
+        let change = *self
+            .change
+            .get_or_insert_with(|| WallWait::new(now, now + spread.mul_f64(draw)));
+        (!change.over(now)).then_some(change.until())
     }
 
     /// The flush went through: the next change waits anew.
     pub fn flushed(&mut self) {
-        self.change_since = None;
+        self.change = None;
     }
 }
 
@@ -388,7 +417,7 @@ mod tests {
     }
 
     #[test]
-    fn unlimited_bucket_never_waits_and_a_clock_step_back_refills_nothing() {
+    fn unlimited_bucket_never_waits_and_a_clock_step_back_refills_from_the_new_time() {
         let mut b = TokenBucket::new(f64::INFINITY, 1);
         for _ in 0..1000 {
             assert!(b.try_take(t(0)).is_ok());
@@ -396,8 +425,11 @@ mod tests {
         let mut b = TokenBucket::new(1.0, 1);
         assert!(b.try_take(t(10_000)).is_ok());
         assert!(b.try_take(t(0)).is_err(), "stepping back is no refill");
-        assert!(b.try_take(t(10_500)).is_err());
-        assert!(b.try_take(t(11_000)).is_ok());
+        assert!(b.try_take(t(500)).is_err());
+        // One second after the step, not after the clock is back at 10 s:
+        // anchored at the old time, writes would stop for as long as the step.
+        assert!(b.try_take(t(1_000)).is_ok());
+        assert!(b.try_take(t(1_000)).is_err());
     }
 
     #[test]
@@ -465,6 +497,35 @@ mod tests {
         // Unlimited: never holds.
         let mut none = Pacing::new(&LoadPolicy::UNLIMITED, 5);
         assert_eq!(none.hold(t(0), || true), None);
+    }
+
+    /// An agent started at 1 h whose clock then steps back an hour must not
+    /// wait for its start slot, or a change's slot, until the clock is back.
+    #[test]
+    fn pacing_slots_do_not_grow_by_a_clock_step_back() {
+        let load = LoadPolicy {
+            start_spread: Duration::from_secs(30),
+            change_spread: Duration::from_secs(20),
+            ..LoadPolicy::UNLIMITED
+        };
+        let hour = 3_600_000;
+        let mut p = Pacing::new(&load, 5);
+        assert!(p.hold(t(hour), || false).is_some(), "in its start slot");
+        assert_eq!(p.hold(t(1000), || false), None, "stepped back: slot over");
+        let mut p = Pacing::new(&load, 5);
+        assert!(p.hold(t(hour), || false).is_some());
+        assert_eq!(p.hold(t(hour + 30_000), || false), None);
+        let held = p.hold(t(hour + 40_000), || true).expect("a change waits");
+        assert!(held > t(hour + 40_000));
+        assert_eq!(p.hold(t(1000), || true), None, "stepped back: slot over");
+    }
+
+    #[test]
+    fn a_wall_wait_ends_at_its_end_or_when_the_clock_steps_back_past_its_start() {
+        let w = WallWait::new(t(10_000), t(70_000));
+        assert!(!w.over(t(10_000)) && !w.over(t(69_999)));
+        assert!(w.over(t(70_000)));
+        assert!(w.over(t(9_999)), "a step back before it was set");
     }
 
     #[test]
