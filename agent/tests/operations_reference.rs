@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use nodeproof::checks::profiles::Reason as ProfileReason;
+use nodeproof::checks::profiles::RuntimeReason;
 use nodeproof::checks::Subsystem;
 use nodeproof::daemon::logs::JOURNAL_FIELDS;
 use nodeproof::daemon::metrics;
@@ -102,11 +103,24 @@ fn checks() -> Vec<Check> {
         StaticPodProfile,
         PodProfile,
         RuntimeClassContract,
+        OciRuntime,
     ];
     for c in &all {
         match c {
             SeccompProfile | SeccompTracing | GpuDriver | GpuHealth | GpuAdvertised
-            | KubeletAccess | StaticPodProfile | PodProfile | RuntimeClassContract => {}
+            | KubeletAccess | StaticPodProfile | PodProfile | RuntimeClassContract | OciRuntime => {
+            }
+        }
+    }
+    all
+}
+
+fn runtime_reasons() -> Vec<RuntimeReason> {
+    use RuntimeReason::*;
+    let all = vec![Configured, Detected, ReleaseNotModelled, ReleaseUnknown];
+    for r in &all {
+        match r {
+            Configured | Detected | ReleaseNotModelled | ReleaseUnknown => {}
         }
     }
     all
@@ -262,6 +276,12 @@ fn generate() -> String {
         s,
         "Findings' `CHECK` column (`nodeproof check`, `-o json` `check`): {}.\n",
         code(checks().into_iter().map(Check::as_str))
+    );
+    let _ = writeln!(
+        s,
+        "`oci-runtime` findings' reasons (which runtime and release profiles are judged for, and how it was chosen; \
+         the last two are warnings): {}.\n",
+        code(runtime_reasons().into_iter().map(RuntimeReason::as_str))
     );
     let _ = writeln!(
         s,

@@ -45,13 +45,18 @@ fn auto_predicts_the_crun_on_the_node() {
         return;
     }
     let on_path = crun_version("crun", VERSION_TIMEOUT).expect("crun --version");
+    let auto = profiles::on_node(OciRuntimeSetting::Auto, Runtime::Crio);
+    assert_eq!(auto.runtime, OciRuntime::Crun(on_path.modelled()));
+    // bookworm's 1.8.1 is a modelled series: said as such, not as a warning.
     assert_eq!(
-        profiles::on_node(OciRuntimeSetting::Auto, Runtime::Crio),
-        OciRuntime::Crun(on_path.modelled())
+        auto.finding.reason,
+        profiles::RuntimeReason::Detected.as_str(),
+        "{}",
+        auto.finding.message
     );
     // Naming crun in the config predicts the default modelled release, without running it.
     assert_eq!(
-        profiles::on_node(OciRuntimeSetting::Crun, Runtime::Crio),
+        profiles::on_node(OciRuntimeSetting::Crun, Runtime::Crio).runtime,
         OciRuntime::Crun(CrunVersion::V1_21)
     );
 }

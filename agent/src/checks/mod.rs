@@ -100,8 +100,9 @@ pub fn node_conditions<'a>(
 /// conditions are folded by [`node_conditions`], as the daemon folds its
 /// subsystems' latest rounds.
 pub fn node_round(seccomp_root: &Path, config: &Config) -> Round {
-    let lint = profiles::lint_options(&config.seccomp);
-    let files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
+    let (lint, runtime) = profiles::lint_setup(&config.seccomp);
+    let mut files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
+    files.findings.push(runtime);
     let pods = pods::judge_once(&pods::options(config, seccomp_root)).map(|p| pods::round(&p));
     let tracing = tracing::probe();
     let gpu = gpu::round(&gpu::cycle_once(config));

@@ -130,51 +130,165 @@ fn reason(r: &ProfileReport) -> &'static str {
 /// detected) and the noNewPrivileges mode of the `[seccomp]` section. The
 /// one place the checks build [`LintOptions`]; the CLI's flags override it.
 pub fn lint_options(config: &SeccompConfig) -> LintOptions {
+    lint_setup(config).0
+}
+
+/// [`lint_options`] and the `oci-runtime` finding that says which runtime
+/// (and release) they predict, and how it was chosen.
+pub fn lint_setup(config: &SeccompConfig) -> (LintOptions, Finding) {
     let runtime = detect_runtime(config);
-    LintOptions {
-        runtime,
-        no_new_privileges: config.no_new_privileges,
-        oci_runtime: on_node(config.oci_runtime, runtime),
-        ..LintOptions::default()
+    let on_node = on_node(config.oci_runtime, runtime);
+    (
+        LintOptions {
+            runtime,
+            no_new_privileges: config.no_new_privileges,
+            oci_runtime: on_node.runtime,
+            ..LintOptions::default()
+        },
+        on_node.finding,
+    )
+}
+
+/// Why the `oci-runtime` finding says what it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeReason {
+    /// Named by `seccomp.oci-runtime` in the config.
+    Configured,
+    /// Read from the CRI runtime's configuration (and, for crun, its
+    /// `--version`): a release nodeproof models.
+    Detected,
+    /// crun's `--version` names a release nodeproof does not model; the
+    /// nearest modelled one is predicted.
+    ReleaseNotModelled,
+    /// crun's release could not be read; crun 1.21 is predicted.
+    ReleaseUnknown,
+}
+
+impl RuntimeReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeReason::Configured => "RuntimeConfigured",
+            RuntimeReason::Detected => "RuntimeDetected",
+            RuntimeReason::ReleaseNotModelled => "RuntimeReleaseNotModelled",
+            RuntimeReason::ReleaseUnknown => "RuntimeReleaseUnknown",
+        }
     }
+}
+
+/// The OCI runtime profiles are judged for on this node, and the
+/// `oci-runtime` finding that says how it was chosen.
+pub struct RuntimeOnNode {
+    pub runtime: OciRuntime,
+    pub finding: Finding,
 }
 
 /// The modelled OCI runtime release `setting` means for the node's `cri`
 /// runtime: [`modelled`] of the kind it names, except that a crun found by
 /// `auto` is the release its `--version` names (the nearest modelled one
-/// for another release, said in a warning; 1.21 when it cannot be told).
-pub fn on_node(setting: OciRuntimeSetting, cri: Runtime) -> OciRuntime {
-    let configured = oci_runtime::resolve(setting, cri);
-    if setting != OciRuntimeSetting::Auto || configured.kind != OciRuntimeKind::Crun {
-        return modelled(configured.kind);
-    }
+/// for another release, a warning; 1.21 when it cannot be told, a warning too).
+pub fn on_node(setting: OciRuntimeSetting, cri: Runtime) -> RuntimeOnNode {
+    judge_runtime(
+        setting,
+        cri,
+        &oci_runtime::resolve(setting, cri),
+        |binary| oci_runtime::crun_version(binary, oci_runtime::VERSION_TIMEOUT),
+    )
+}
+
+/// [`on_node`] for a runtime already resolved, with `crun_version` asking
+/// a crun binary its release.
+pub fn judge_runtime(
+    setting: OciRuntimeSetting,
+    cri: Runtime,
+    configured: &oci_runtime::Configured,
+    crun_version: impl FnOnce(&str) -> Result<CrunRelease, oci_runtime::VersionError>,
+) -> RuntimeOnNode {
     let binary = configured.binary.as_str();
-    OciRuntime::Crun(
-        match oci_runtime::crun_version(binary, oci_runtime::VERSION_TIMEOUT) {
-            Ok(CrunRelease::Modelled(v)) => v,
-            Ok(CrunRelease::Nearest { found, nearest }) => {
-                tracing::warn!(
+    let finding =
+        |runtime: OciRuntime, status, reason: RuntimeReason, message: String| RuntimeOnNode {
+            runtime,
+            finding: Finding {
+                check: Check::OciRuntime,
+                subject: binary.to_string(),
+                status,
+                reason: reason.as_str().to_string(),
+                message,
+            },
+        };
+    if setting != OciRuntimeSetting::Auto {
+        let runtime = modelled(configured.kind);
+        return finding(
+            runtime,
+            Status::Ok,
+            RuntimeReason::Configured,
+            format!("profiles are judged as {runtime} would (seccomp.oci-runtime in the config)"),
+        );
+    }
+    if configured.kind != OciRuntimeKind::Crun {
+        let runtime = modelled(configured.kind);
+        return finding(
+            runtime,
+            Status::Ok,
+            RuntimeReason::Detected,
+            format!(
+                "{} starts this node's containers ({}'s configuration); profiles are judged as {runtime} would",
+                configured.kind.as_str(),
+                match cri {
+                    Runtime::Containerd => "containerd",
+                    Runtime::Crio => "CRI-O",
+                }
+            ),
+        );
+    }
+    match crun_version(binary) {
+        Ok(CrunRelease::Modelled(v)) => {
+            let runtime = OciRuntime::Crun(v);
+            finding(
+                runtime,
+                Status::Ok,
+                RuntimeReason::Detected,
+                format!("crun {} starts this node's containers (crun --version); profiles are judged as it would", v.as_str()),
+            )
+        }
+        Ok(CrunRelease::Nearest { found, nearest }) => {
+            tracing::warn!(
                 binary,
                 found,
                 predicted = nearest.as_str(),
                 "crun {found} is not a release nodeproof models; predicting crun {}, the nearest",
                 nearest.as_str()
             );
-                nearest
-            }
-            Err(e) => {
-                let predicted = CrunVersion::V1_21;
-                tracing::warn!(
-                    binary,
-                    error = %nodeproof_findings::errors::error_chain(&e),
-                    predicted = predicted.as_str(),
-                    "crun's release is not known; predicting crun {}",
+            finding(
+                OciRuntime::Crun(nearest),
+                Status::Warning,
+                RuntimeReason::ReleaseNotModelled,
+                format!(
+                    "crun {found} is not a release nodeproof models; profiles are judged as crun {} would (the nearest)",
+                    nearest.as_str()
+                ),
+            )
+        }
+        Err(e) => {
+            let predicted = CrunVersion::V1_21;
+            let error = nodeproof_findings::errors::error_chain(&e);
+            tracing::warn!(
+                binary,
+                error = %error,
+                predicted = predicted.as_str(),
+                "crun's release is not known; predicting crun {}",
+                predicted.as_str()
+            );
+            finding(
+                OciRuntime::Crun(predicted),
+                Status::Warning,
+                RuntimeReason::ReleaseUnknown,
+                format!(
+                    "crun's release could not be read ({error}); profiles are judged as crun {} would",
                     predicted.as_str()
-                );
-                predicted
-            }
-        },
-    )
+                ),
+            )
+        }
+    }
 }
 
 /// The modelled release of `kind`: runc 1.1 (learned from 1.1.5, checked
@@ -339,5 +453,86 @@ impl Default for SeccompConfig {
             no_new_privileges: false,
             oci_runtime: OciRuntimeSetting::Auto,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oci_runtime::{Configured, VersionError};
+
+    fn crun() -> Configured {
+        Configured {
+            kind: OciRuntimeKind::Crun,
+            binary: "/usr/local/bin/crun".into(),
+        }
+    }
+
+    fn never(_: &str) -> Result<CrunRelease, VersionError> {
+        panic!("crun --version must not be asked")
+    }
+
+    #[test]
+    fn a_crun_release_not_modelled_is_a_warning_naming_both_releases() {
+        let got = judge_runtime(OciRuntimeSetting::Auto, Runtime::Crio, &crun(), |_| {
+            Ok(CrunRelease::Nearest {
+                found: "1.23.1".into(),
+                nearest: CrunVersion::V1_21,
+            })
+        });
+        assert_eq!(got.runtime, OciRuntime::Crun(CrunVersion::V1_21));
+        let f = got.finding;
+        assert_eq!((f.check, f.status), (Check::OciRuntime, Status::Warning));
+        assert_eq!(f.reason, "RuntimeReleaseNotModelled");
+        assert_eq!(f.subject, "/usr/local/bin/crun");
+        assert!(
+            f.message.contains("crun 1.23.1 is not a release") && f.message.contains("crun 1.21"),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn an_unreadable_crun_release_is_a_warning_with_the_cause() {
+        let got = judge_runtime(OciRuntimeSetting::Auto, Runtime::Crio, &crun(), |b| {
+            Err(VersionError::Timeout {
+                binary: b.into(),
+                timeout: std::time::Duration::from_secs(5),
+            })
+        });
+        assert_eq!(got.runtime, OciRuntime::Crun(CrunVersion::V1_21));
+        assert_eq!(got.finding.status, Status::Warning);
+        assert_eq!(got.finding.reason, "RuntimeReleaseUnknown");
+        assert!(
+            got.finding.message.contains("did not finish within 5s"),
+            "{}",
+            got.finding.message
+        );
+    }
+
+    #[test]
+    fn a_modelled_crun_runc_and_a_configured_runtime_are_ok() {
+        let got = judge_runtime(OciRuntimeSetting::Auto, Runtime::Crio, &crun(), |_| {
+            Ok(CrunRelease::Modelled(CrunVersion::V1_8))
+        });
+        assert_eq!(got.runtime, OciRuntime::Crun(CrunVersion::V1_8));
+        assert_eq!(
+            (got.finding.status, got.finding.reason.as_str()),
+            (Status::Ok, "RuntimeDetected")
+        );
+        let runc = Configured {
+            kind: OciRuntimeKind::Runc,
+            binary: "runc".into(),
+        };
+        let got = judge_runtime(OciRuntimeSetting::Auto, Runtime::Containerd, &runc, never);
+        assert_eq!(got.runtime, OciRuntime::Runc(RuncVersion::V1_1_5));
+        assert!(
+            got.finding.message.contains("containerd's configuration"),
+            "{}",
+            got.finding.message
+        );
+        let got = judge_runtime(OciRuntimeSetting::Crun, Runtime::Containerd, &crun(), never);
+        assert_eq!(got.runtime, OciRuntime::Crun(CrunVersion::V1_21));
+        assert_eq!(got.finding.reason, "RuntimeConfigured");
     }
 }

@@ -300,7 +300,7 @@ pub(crate) fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
     }
     if mode.runtime.is_some() && mode.oci_runtime.is_none() {
         // A runtime named on the command line brings its own default OCI runtime.
-        opts.oci_runtime = profiles::on_node(config.seccomp.oci_runtime, opts.runtime);
+        opts.oci_runtime = profiles::on_node(config.seccomp.oci_runtime, opts.runtime).runtime;
     }
     let kind = match mode.oci_runtime {
         Some(OciRuntimeArg::Runc) => OciRuntimeKind::Runc,

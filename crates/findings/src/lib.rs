@@ -41,6 +41,8 @@ pub enum Check {
     /// An annotated RuntimeClass's contract on this node.
     #[serde(rename = "runtimeclass-contract")]
     RuntimeClassContract,
+    /// The OCI runtime (and its release) whose behaviour profiles are judged by.
+    OciRuntime,
 }
 
 impl Check {
@@ -55,6 +57,7 @@ impl Check {
             Check::StaticPodProfile => "static-pod-profile",
             Check::PodProfile => "pod-profile",
             Check::RuntimeClassContract => "runtimeclass-contract",
+            Check::OciRuntime => "oci-runtime",
         }
     }
 }
