@@ -5,8 +5,8 @@
 //! holds 16,384 keys. Nothing deletes a key when its process exits, so on a
 //! node where short-lived processes are denied (a shell loop, a crash-looping
 //! container) the map fills within hours; from then on new denials are only
-//! counted as `lost_counts`, and every read copies all 16,384 rows (the
-//! 30-minute soak's RSS grew from 48 to 77 MB that way). A [`Pump`] that
+//! counted as `lost_counts`, and every read copies every row, up to 16,384
+//! (the daemon's memory grows with the processes ever denied). A [`Pump`] that
 //! retires moves each gone process's final count here, folded into one row
 //! per cgroup, attribution, comm, syscall and outcome with `pid` 0, and
 //! deletes its key.
