@@ -359,6 +359,15 @@ fn run() -> Result<()> {
             if which.is_none_or(|w| w == "daemon_start") {
                 cargo(&["bench", "-p", "nodeproof", "--bench", "daemon_start"])?;
             }
+            if which.is_none_or(|w| w == "count_retirement") {
+                cargo(&[
+                    "bench",
+                    "-p",
+                    "nodeproof-trace",
+                    "--bench",
+                    "count_retirement",
+                ])?;
+            }
             if which.is_none_or(|w| w == "trace_overhead") {
                 prepare_kernel();
                 cargo(&[
