@@ -172,21 +172,12 @@ pub struct PodDenialTotal {
     pub count: u64,
 }
 
-/// What the aggregator counts by: a row's identity without its pid. The
+/// What the aggregator counts by: a row's identity without its pid, as the
 /// daemon's tracer folds the counts of exited processes into one row with
-/// pid 0 (`nodeproof_trace::retire`), so only the sum over pids keeps growing;
-/// the attribution is part of it because on hybrid cgroup hosts one cgroup2
+/// pid 0 (`nodeproof_trace::retire`); only the sum over pids keeps growing.
+/// The attribution is part of it because on hybrid cgroup hosts one cgroup2
 /// id holds processes of many pods.
-type RowKey = (
-    u64,
-    Option<String>,
-    Option<String>,
-    String,
-    i32,
-    &'static str,
-    Action,
-    i32,
-);
+type RowKey = nodeproof_trace::retire::FoldKey;
 
 struct Pending {
     namespace: String,
@@ -221,16 +212,7 @@ impl DenialAggregator {
     pub fn observe(&mut self, rows: &[SummaryRow], pods: &PodIndex) {
         let mut sums: HashMap<RowKey, (&SummaryRow, u64)> = HashMap::new();
         for r in rows {
-            let rk = (
-                r.cgroup_id,
-                r.container_id.clone(),
-                r.pod_uid.clone(),
-                r.comm.clone(),
-                r.nr,
-                r.arch,
-                r.action,
-                r.errno,
-            );
+            let rk = nodeproof_trace::retire::fold_key(r);
             sums.entry(rk).or_insert((r, 0)).1 += r.count;
         }
         // Only keys the tracer still has: a key that comes back later (its

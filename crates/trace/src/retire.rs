@@ -29,8 +29,9 @@ use crate::Action;
 pub const RETIRED_ROWS: usize = 16384;
 
 /// Everything a folded row is identified by: a row's fields but the pid and
-/// the count.
-type FoldKey = (
+/// the count. A reader that sums rows by this key (the daemon's denial
+/// aggregator does) sees totals that only grow.
+pub type FoldKey = (
     u64,
     Option<String>,
     Option<String>,
@@ -41,7 +42,7 @@ type FoldKey = (
     i32,
 );
 
-fn fold_key(r: &SummaryRow) -> FoldKey {
+pub fn fold_key(r: &SummaryRow) -> FoldKey {
     (
         r.cgroup_id,
         r.container_id.clone(),
