@@ -648,3 +648,86 @@ fn a_looping_rule_tree_is_refused_not_hung() {
         started.elapsed()
     );
 }
+
+/// The fuzzer's `bpfgen_vs_libseccomp-libseccomp-loops-3`
+/// (fuzz/open-findings/README.md): libseccomp 2.5.4 never returns from it
+/// (an endless `lvl_prv` walk in `_db_tree_put`), so it is not compared with
+/// libseccomp here. The native generator must answer, with the refusal of
+/// the first rule it cannot add.
+#[test]
+fn a_rule_set_libseccomp_never_returns_from_is_answered_natively() {
+    let cond = |index, op, value, value_two| Cond {
+        index,
+        op,
+        value,
+        value_two,
+    };
+    let rule = |i: usize, syscall: &str, action, conds| Rule {
+        syscall: syscall.into(),
+        action,
+        conds,
+        origin: RuleOrigin {
+            pointer: format!("/syscalls/{i}").into(),
+            name_index: 0,
+        },
+    };
+    let base = filter_spec(
+        br#"{"defaultAction": "SCMP_ACT_TRAP"}"#,
+        &LintOptions::default(),
+    )
+    .expect("a filter spec");
+    let spec = FilterSpec {
+        default_action: Action::Trace(15677),
+        arches: vec![Arch::Mipsel64N32, Arch::Arm, Arch::Riscv64, Arch::X32],
+        rules: vec![
+            rule(
+                0,
+                "sendmmsg",
+                Action::KillProcess,
+                vec![
+                    cond(2, CmpOp::Lt, 4, 12884901891),
+                    cond(3, CmpOp::Ge, 4294967295, 0),
+                    cond(1, CmpOp::Le, 8589934593, 0),
+                    cond(5, CmpOp::Eq, 4294967295, 4294967295),
+                ],
+            ),
+            rule(
+                1,
+                "sendmmsg",
+                Action::KillProcess,
+                vec![
+                    cond(2, CmpOp::Lt, 4, 12884901891),
+                    cond(3, CmpOp::Lt, 14250864334433484799, 0),
+                    cond(1, CmpOp::Le, 8589934595, 18446744073709551614),
+                ],
+            ),
+            rule(
+                2,
+                "socketcall",
+                Action::Trace(12349),
+                vec![
+                    cond(1, CmpOp::Ge, 4294967295, 12884901891),
+                    cond(2, CmpOp::Lt, 1, 14250864334433484799),
+                    cond(1, CmpOp::Eq, 4294967295, 18446744073709551613),
+                    cond(6, CmpOp::MaskedEq, 67317169913855, 7),
+                ],
+            ),
+            rule(3, "epoll_wait_old", Action::KillThread, vec![]),
+            rule(
+                4,
+                "close_range",
+                Action::Notify,
+                vec![cond(0, CmpOp::Lt, 16777215, 0)],
+            ),
+        ],
+        ..base
+    };
+    let got = generate(&spec, Arch::X86);
+    assert!(
+        matches!(
+            &got,
+            Err(GenError::Refused(CompileError::BadArgIndex { syscall, index: 6, .. })) if syscall == "socketcall"
+        ),
+        "{got:?}"
+    );
+}
