@@ -158,15 +158,17 @@ impl ApiServer {
             .collect()
     }
 
-    /// Every successful status PATCH: (when, type → status).
-    fn status_writes(&self) -> Vec<(SystemTime, BTreeMap<String, String>)> {
+    /// Every successful PATCH of the Node's status, as the server logged it.
+    fn status_patches(&self) -> impl Iterator<Item = apiserver::Logged> {
+        let path = format!("/api/v1/nodes/{NODE}/status");
         apiserver::stored_requests(&self.dir)
             .into_iter()
-            .filter(|l| {
-                l.method == "PATCH"
-                    && l.path == format!("/api/v1/nodes/{NODE}/status")
-                    && l.status < 300
-            })
+            .filter(move |l| l.method == "PATCH" && l.path == path && l.status < 300)
+    }
+
+    /// Every successful status PATCH: (when, type → status).
+    fn status_writes(&self) -> Vec<(SystemTime, BTreeMap<String, String>)> {
+        self.status_patches()
             .map(|l| {
                 let conds = l.body["status"]["conditions"]
                     .as_array()
@@ -1058,14 +1060,9 @@ const FAKETIME_FILE: &str = "/etc/nodeproof/faketime";
 /// `lastHeartbeatTime` of every successful status PATCH since `since`:
 /// (when the server took it, the heartbeat the agent stamped).
 fn heartbeats(s: &Soak, since: SystemTime) -> Vec<(SystemTime, SystemTime)> {
-    apiserver::stored_requests(&s.api.dir)
-        .into_iter()
-        .filter(|l| {
-            l.method == "PATCH"
-                && l.path == format!("/api/v1/nodes/{NODE}/status")
-                && l.status < 300
-                && l.at >= since
-        })
+    s.api
+        .status_patches()
+        .filter(|l| l.at >= since)
         .filter_map(|l| {
             let hb = l.body["status"]["conditions"][0]["lastHeartbeatTime"].as_str()?;
             Some((l.at, humantime::parse_rfc3339_weak(hb).ok()?))
