@@ -10,6 +10,8 @@
 //!   verdicts (hysteresis, continuity, stale cleanup), pure;
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
+//! - `device_health`: the Node annotation naming the GPUs the agent judges
+//!   unhealthy (read by the cluster side's DRA device taints), pure;
 //! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
 //! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
 //! - `driver`: the loop that brings the API server to the desired state;
@@ -28,6 +30,7 @@ pub mod connect;
 pub mod contract;
 pub mod contract_labels;
 pub mod credentials;
+pub mod device_health;
 pub mod dra;
 pub mod driver;
 pub mod events;
