@@ -8,11 +8,15 @@
 //!
 //! - `gate`: the scheduling-gate controller (`nodeproof gate-controller`),
 //!   docs/gate-controller.md;
+//! - `device_taints`: DeviceTaintRules for the GPUs the agents call
+//!   unhealthy, run beside the gate controller (same docs, "Unhealthy DRA
+//!   devices");
 //! - `policy`: `cluster policy`, admission policies from the contracts;
 //! - `check`: `cluster check`, one snapshot judged purely (`check::evaluate`);
 //! - `connect`: a cluster reader's client. See docs/cluster.md.
 
 pub mod check;
 pub mod connect;
+pub mod device_taints;
 pub mod gate;
 pub mod policy;
