@@ -49,6 +49,11 @@ fn node(i: usize, driver_ok: bool, heartbeat: SystemTime) -> Node {
     labels.insert("kubernetes.io/hostname".into(), json!(format!("node-{i}")));
     labels.insert("nvidia.com/gpu.count".into(), json!("8"));
     labels.insert("gpu.generation".into(), json!(((i % 3) + 7).to_string()));
+    // The readiness labels the controller keeps (steer.rs).
+    if driver_ok {
+        labels.insert("gate.nodeproof.dev/gpu-driver-ready".into(), json!("ready"));
+    }
+    labels.insert("gate.nodeproof.dev/seccomp-ready".into(), json!("ready"));
     for k in 0..15 {
         labels.insert(
             format!("example.com/label-{k}"),

@@ -59,7 +59,7 @@ impl MarkPolicy {
 }
 
 /// One taint nodeproof owns.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Taint {
     pub key: String,
     pub value: String,

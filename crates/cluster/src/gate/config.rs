@@ -14,6 +14,9 @@
 //! conditions = ["SeccompProfilesReady"]
 //! runtime-class-contract = true
 //! ```
+//!
+//! `steer = false` turns off the narrowing at release (`steer.rs`): the gate
+//! is then only removed, and the scheduler may pick any node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +38,10 @@ pub struct GateConfig {
     pub stale_heartbeats: Option<u32>,
     /// Gate name → what it waits for. Absent: [`default_gates`].
     pub gates: Option<BTreeMap<String, GateSpec>>,
+    /// Narrow a pod to the nodes ready for its gate when removing the gate,
+    /// through a readiness label the controller keeps on the Nodes
+    /// (default true; docs/gate-controller.md, "Placement").
+    pub steer: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -54,6 +61,12 @@ pub struct Gate {
     pub name: String,
     pub conditions: Vec<ConditionType>,
     pub contract: bool,
+    /// The readiness label the controller keeps on the Nodes ready for this
+    /// gate's conditions, and adds to a pod's nodeSelector as it removes the
+    /// gate; `None` when not steering, or when the gate waits for no
+    /// condition (its RuntimeClass's nodeSelector on the contract label
+    /// steers it).
+    pub label: Option<String>,
 }
 
 /// What the controller judges with.
@@ -65,14 +78,38 @@ pub struct Policy {
     pub stale_after: Duration,
 }
 
+/// The prefix of every readiness label ([`Gate::label`]): the controller
+/// owns the Nodes' labels under it and removes those no gate wants.
+pub const READINESS_LABEL_PREFIX: &str = "gate.nodeproof.dev/";
+/// The value of a readiness label on a ready node.
+pub const READY: &str = "ready";
+
+/// `gate.nodeproof.dev/<name>` for the gate `prefix/<name>` (or `<name>`):
+/// a valid label key for every qualified gate name (the name part is at most
+/// 63 characters, as a label name must be).
+pub fn readiness_label(gate: &str) -> String {
+    let name = gate.rsplit_once('/').map_or(gate, |(_, n)| n);
+    format!("{READINESS_LABEL_PREFIX}{name}")
+}
+
+/// The pod condition the controller adds (through `pods/status`) as it
+/// removes `gate`: the readiness label's key, so `kubectl describe pod`
+/// names the gate next to PodScheduled. A pod condition type other than
+/// the system ones must be a qualified name (`validatePodConditions`),
+/// which it is.
+pub fn pod_condition_type(gate: &str) -> String {
+    readiness_label(gate)
+}
+
 impl Policy {
     pub fn gate(&self, name: &str) -> Option<&Gate> {
         self.gates.iter().find(|g| g.name == name)
     }
 }
 
-/// The two gates of issue #14: the first article's `gpu-driver-ready`, and
-/// seccomp profiles with the pod's RuntimeClass contract.
+/// The default gates: a vLLM pod waiting for a node whose GPU driver is
+/// loaded and healthy, and seccomp profiles with the pod's RuntimeClass
+/// contract.
 pub fn default_gates() -> BTreeMap<String, GateSpec> {
     BTreeMap::from([
         (
@@ -102,7 +139,14 @@ impl GateConfig {
         if self.stale_heartbeats == Some(0) {
             out.push("gate.stale-heartbeats must be at least 1".to_string());
         }
+        let mut labels: BTreeMap<String, &str> = BTreeMap::new();
         for (name, spec) in self.gates.iter().flatten() {
+            if let Some(other) = labels.insert(readiness_label(name), name) {
+                out.push(format!(
+                    "gate.gates.{name:?}: shares its readiness label {} with {other:?} (the part after the last `/` must differ between gates)",
+                    readiness_label(name)
+                ));
+            }
             if !is_qualified_name(name) {
                 out.push(format!(
                     "gate.gates.{name:?}: not a qualified name (a scheduling gate's name is `prefix/name` or `name`, as a label key)"
@@ -122,6 +166,7 @@ impl GateConfig {
         let heartbeat = Duration::from_secs(self.heartbeat_s.unwrap_or(DEFAULT_HEARTBEAT_S));
         let stale = self.stale_heartbeats.unwrap_or(DEFAULT_STALE_HEARTBEATS);
         let gates = self.gates.clone().unwrap_or_else(default_gates);
+        let steer = self.steer.unwrap_or(true);
         Policy {
             gates: gates
                 .into_iter()
@@ -133,6 +178,7 @@ impl GateConfig {
                         }
                     }
                     Gate {
+                        label: (steer && !conditions.is_empty()).then(|| readiness_label(&name)),
                         name,
                         conditions,
                         contract: spec.runtime_class_contract,
@@ -199,6 +245,7 @@ mod tests {
         let c = GateConfig {
             heartbeat_s: Some(0),
             stale_heartbeats: Some(0),
+            steer: None,
             gates: Some(BTreeMap::from([
                 (
                     "Bad_Prefix/x".to_string(),
@@ -220,6 +267,48 @@ mod tests {
         assert_eq!(p.len(), 4, "{p:?}");
         assert!(p[2].contains("\"Bad_Prefix/x\": not a qualified name"));
         assert!(p[3].contains("waits for nothing"));
+    }
+
+    #[test]
+    fn readiness_labels_are_label_keys_and_unique_per_gate() {
+        let p = GateConfig::default().policy();
+        let gpu = p.gate("nodeproof.dev/gpu-driver-ready").unwrap();
+        assert_eq!(
+            gpu.label.as_deref(),
+            Some("gate.nodeproof.dev/gpu-driver-ready")
+        );
+        assert_eq!(readiness_label("plain"), "gate.nodeproof.dev/plain");
+        let off = GateConfig {
+            steer: Some(false),
+            ..GateConfig::default()
+        };
+        assert!(off.policy().gates.iter().all(|g| g.label.is_none()));
+        let spec = GateSpec {
+            conditions: vec![ConditionType::GPUHealthy],
+            runtime_class_contract: false,
+        };
+        let clash = GateConfig {
+            gates: Some(BTreeMap::from([
+                ("a.example/x".to_string(), spec.clone()),
+                ("b.example/x".to_string(), spec.clone()),
+            ])),
+            ..GateConfig::default()
+        };
+        let p = clash.problems();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("shares its readiness label gate.nodeproof.dev/x"));
+        // A contract-only gate is steered by its RuntimeClass, not a label.
+        let contract_only = GateConfig {
+            gates: Some(BTreeMap::from([(
+                "c.example/rc".to_string(),
+                GateSpec {
+                    conditions: vec![],
+                    runtime_class_contract: true,
+                },
+            )])),
+            ..GateConfig::default()
+        };
+        assert!(contract_only.policy().gates[0].label.is_none());
     }
 
     #[test]

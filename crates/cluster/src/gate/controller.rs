@@ -28,12 +28,13 @@ use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::config::Policy;
+use super::config::{Gate, Policy};
 use super::event::{event_body, event_patch, EventBook, EventWrite};
 use super::leader::{elect, LeaderError, LeaseOptions};
 use super::metrics::{Failure, GateMetrics};
 use super::pod::{PodKey, PodNeeds};
 use super::state::{pod_key, Decision, Gatekeeper};
+use super::steer::{pod_condition, pod_status_patch, release_patch};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -72,6 +73,10 @@ pub async fn run(
         dirty: BTreeSet::new(),
         retry: BTreeSet::new(),
         pending_events: BTreeMap::new(),
+        relabel: BTreeSet::new(),
+        relabel_retry: BTreeSet::new(),
+        pod_conditions: BTreeMap::new(),
+        conditions_due: false,
     };
     let mut pods = watch_stream(
         Api::<Pod>::all(client.clone()),
@@ -96,6 +101,7 @@ pub async fn run(
                     c.metrics.set_leader(leads);
                     if leads {
                         c.dirty.extend(c.gk.pod_keys());
+                        c.relabel.extend(c.gk.node_names());
                     }
                 }
                 if changed.is_err() {
@@ -123,10 +129,14 @@ pub async fn run(
             _ = std::future::ready(()), if c.leading && sync.all_listed() && !c.pending_events.is_empty() => {}
             _ = tick.tick() => {
                 let now = SystemTime::now();
-                let stale = c.gk.tick(now);
-                c.dirty.extend(stale);
+                let changed = c.gk.tick(now);
+                c.dirty.extend(changed.pods);
+                c.relabel.extend(changed.nodes);
                 let retry = std::mem::take(&mut c.retry);
                 c.dirty.extend(retry);
+                let retry = std::mem::take(&mut c.relabel_retry);
+                c.relabel.extend(retry);
+                c.conditions_due = true;
                 for (gate, n) in c.gk.gated_by_gate() {
                     c.metrics.set_gated(&gate, n);
                 }
@@ -194,7 +204,28 @@ struct Controller {
     retry: BTreeSet<PodKey>,
     /// The Event message each waiting pod should carry, not yet written.
     pending_events: BTreeMap<PodKey, String>,
+    /// Nodes whose readiness labels to look at (and write) next round.
+    relabel: BTreeSet<String>,
+    /// Nodes whose label write failed: looked at again at the next tick.
+    relabel_retry: BTreeSet<String>,
+    /// Pod conditions not yet written (a failed write is tried again at the
+    /// next ticks, [`CONDITION_TRIES`] times in all: the pod is bound by then
+    /// and no longer watched).
+    pod_conditions: BTreeMap<PodKey, PendingCondition>,
+    /// A tick passed since pending pod conditions were last tried.
+    conditions_due: bool,
 }
+
+#[derive(Debug, Clone)]
+struct PendingCondition {
+    namespace: String,
+    name: String,
+    conditions: Vec<serde_json::Value>,
+    tries: u32,
+}
+
+/// Writes of one pod condition before it is given up (and said so).
+const CONDITION_TRIES: u32 = 3;
 
 /// Event writes per round of the loop (see `Controller::process`).
 const EVENTS_PER_ROUND: usize = 100;
@@ -289,8 +320,16 @@ impl Controller {
     /// Events, so that a large judgement (the first one, or a pool of nodes
     /// changing) takes turns with the watches instead of holding them.
     async fn process(&mut self, leader: &watch::Receiver<bool>) {
-        let dirty = std::mem::take(&mut self.dirty);
         let now = SystemTime::now();
+        // Labels first: a pod released in this round is narrowed to them.
+        let relabel = std::mem::take(&mut self.relabel);
+        for node in relabel {
+            if !self.still_leading(leader) {
+                return;
+            }
+            self.write_labels(&node, now).await;
+        }
+        let dirty = std::mem::take(&mut self.dirty);
         let decisions: Vec<Decision> = dirty.iter().filter_map(|k| self.gk.judge(k, now)).collect();
         for d in decisions {
             if !self.still_leading(leader) {
@@ -318,28 +357,119 @@ impl Controller {
             };
             self.write_event(&needs, &message, SystemTime::now()).await;
         }
+        if std::mem::take(&mut self.conditions_due) {
+            let pending = std::mem::take(&mut self.pod_conditions);
+            for (key, p) in pending {
+                if !self.still_leading(leader) {
+                    return;
+                }
+                self.write_pod_condition(key, p).await;
+            }
+        }
     }
 
-    /// Removes the gates `d` releases; the message of the Event the pod
-    /// should carry, if it still waits.
-    async fn release(&mut self, mut d: Decision, now: SystemTime) -> Option<String> {
+    /// Makes `node`'s readiness labels what its conditions say now.
+    async fn write_labels(&mut self, node: &str, now: SystemTime) {
+        let Some(patch) = self.gk.label_patch(node, now) else {
+            return;
+        };
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api
+            .patch(node, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(n) => {
+                tracing::info!(node, labels = %patch["metadata"]["labels"], "readiness labels written");
+                // What the patch returns is the node as it now is: judge
+                // with it at once rather than waiting for the watch.
+                let keys = self.gk.upsert_node(&n, now);
+                self.dirty.extend(keys);
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                self.metrics.failed(Failure::Label);
+                tracing::warn!(node, error = %e, "writing the node's readiness labels failed; retrying");
+                self.relabel_retry.insert(node.to_string());
+            }
+        }
+    }
+
+    /// Writes a released pod's conditions through `pods/status`.
+    async fn write_pod_condition(&mut self, key: PodKey, mut p: PendingCondition) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
+        let patch = pod_status_patch(p.conditions.clone());
+        match api
+            .patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                self.metrics.failed(Failure::PodCondition);
+                p.tries += 1;
+                if p.tries < CONDITION_TRIES {
+                    tracing::warn!(pod = %key, error = %e, "writing the pod's release condition failed; retrying");
+                    self.pod_conditions.insert(key, p);
+                } else {
+                    tracing::error!(pod = %key, error = %e, tries = p.tries, "writing the pod's release condition failed; giving up (its gate is removed)");
+                }
+            }
+        }
+    }
+
+    /// Removes the gates `d` releases (narrowing the pod to their ready
+    /// nodes, in one guarded patch) and queues the pod's conditions; the
+    /// message of the Event the pod should carry, if it still waits.
+    async fn release(&mut self, d: Decision, now: SystemTime) -> Option<String> {
         let needs = self.gk.pod(&d.key).map(|e| e.needs.clone())?;
-        // Highest index first: removing it leaves the lower ones in place.
-        d.release.sort_by_key(|r| std::cmp::Reverse(r.1));
-        for (gate, index) in &d.release {
-            let span = tracing::info_span!("release", pod = %d.key, gate = %gate, index);
+        if !d.release.is_empty() {
+            let policy = self.gk.policy().clone();
+            let gates: Vec<(&Gate, usize)> = d
+                .release
+                .iter()
+                .filter_map(|(name, index)| Some((policy.gate(name)?, *index)))
+                .collect();
+            let names: Vec<&str> = gates.iter().map(|(g, _)| g.name.as_str()).collect();
+            let span = tracing::info_span!("release", pod = %d.key, gates = ?names);
             let _g = span.enter();
-            match remove_gate(&self.client, &needs, gate, *index).await {
-                Ok(()) => {
-                    self.gk.mark_released(&d.key, gate);
+            let patch = release_patch(&needs, &gates);
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &needs.namespace);
+            match api
+                .patch(
+                    &needs.name,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(patch),
+                )
+                .await
+            {
+                Ok(_) => {
                     let age = needs.created.and_then(|c| now.duration_since(c).ok());
-                    self.metrics.released(gate, age);
-                    tracing::info!("scheduling gate removed");
+                    let mut conditions = Vec::new();
+                    for (gate, _) in &gates {
+                        self.gk.mark_released(&d.key, &gate.name);
+                        self.metrics.released(&gate.name, age);
+                        if let Some(v) = d.released.iter().find(|v| v.gate == gate.name) {
+                            conditions.push(pod_condition(gate, v, now));
+                        }
+                    }
+                    tracing::info!("scheduling gates removed");
+                    if !conditions.is_empty() {
+                        self.write_pod_condition(
+                            d.key.clone(),
+                            PendingCondition {
+                                namespace: needs.namespace.clone(),
+                                name: needs.name.clone(),
+                                conditions,
+                                tries: 0,
+                            },
+                        )
+                        .await;
+                    }
                 }
                 Err(e) if is_race(&e) => {
                     // The gates changed under us: the watch brings the new
                     // list, and the pod is judged again from it.
-                    tracing::debug!(error = %e, "gate moved before the patch; judged again");
+                    tracing::debug!(error = %e, "the pod changed before the patch; judged again");
                     self.retry.insert(d.key.clone());
                     return None;
                 }
@@ -432,6 +562,7 @@ impl Upsert<Node> for Controller {
     fn upsert(&mut self, o: &Node, now: SystemTime) {
         let keys = self.gk.upsert_node(o, now);
         self.dirty.extend(keys);
+        self.relabel.insert(o.name_any());
     }
 }
 
@@ -442,67 +573,9 @@ impl Upsert<RuntimeClass> for Controller {
     }
 }
 
-/// The guarded removal of `gate` at `index`.
-async fn remove_gate(
-    client: &Client,
-    needs: &PodNeeds,
-    gate: &str,
-    index: usize,
-) -> Result<(), kube::Error> {
-    let patch = removal_patch(&needs.uid, gate, index);
-    let api: Api<Pod> = Api::namespaced(client.clone(), &needs.namespace);
-    api.patch(
-        &needs.name,
-        &PatchParams::default(),
-        &Patch::Json::<()>(patch),
-    )
-    .await
-    .map(|_| ())
-}
-
-/// Removes the gate at `index` only if the pod is still the one judged
-/// (uid) and that entry is still `gate`.
-pub fn removal_patch(uid: &str, gate: &str, index: usize) -> json_patch::Patch {
-    let ops = serde_json::json!([
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": gate},
-        {"op": "remove", "path": format!("/spec/schedulingGates/{index}")},
-    ]);
-    serde_json::from_value(ops).expect("three well-formed RFC 6902 operations")
-}
-
 /// A failed `test` (422: kube-apiserver answers a JSON patch that does not
 /// apply with UnprocessableEntity), a conflict, or a pod gone: the pod
 /// changed, which the watch will show.
 fn is_race(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if matches!(s.code, 404 | 409 | 422))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn pod(gates: &[&str]) -> serde_json::Value {
-        let gates: Vec<_> = gates.iter().map(|g| json!({"name": g})).collect();
-        json!({"metadata": {"uid": "u1"}, "spec": {"schedulingGates": gates}})
-    }
-
-    #[test]
-    fn the_removal_removes_exactly_that_gate_or_nothing() {
-        let ours = "nodeproof.dev/gpu-driver-ready";
-        let mut p = pod(&["example.com/quota", ours]);
-        json_patch::patch(&mut p, &removal_patch("u1", ours, 1)).unwrap();
-        assert_eq!(p, pod(&["example.com/quota"]));
-        // Another controller removed its gate first: ours moved to 0, the test fails.
-        let mut moved = pod(&[ours]);
-        assert!(json_patch::patch(&mut moved, &removal_patch("u1", ours, 1)).is_err());
-        assert_eq!(moved, pod(&[ours]), "nothing removed");
-        // Index 0 now holds another gate: never removed in our name.
-        let mut other = pod(&["example.com/quota", ours]);
-        assert!(json_patch::patch(&mut other, &removal_patch("u1", ours, 0)).is_err());
-        // Another pod under the same name.
-        let mut again = pod(&[ours]);
-        assert!(json_patch::patch(&mut again, &removal_patch("u2", ours, 0)).is_err());
-    }
 }

@@ -25,7 +25,7 @@ use nodeproof_kube::marks::Taint;
 use nodeproof_kube::taints::{tolerates, untolerated, Toleration};
 
 use super::affinity;
-use super::config::{Gate, Policy};
+use super::config::{Gate, Policy, READY};
 use super::node::NodeFacts;
 use super::pod::{ClassFacts, PodNeeds};
 
@@ -78,39 +78,32 @@ pub enum NotReady {
         status: ConditionStatus,
         reason: String,
     },
+    /// Every condition is ready, but the node does not carry the gate's
+    /// readiness label yet: a pod released now could not be placed there
+    /// (the controller writes the label; the watch brings it back).
+    Unlabelled(String),
 }
 
-impl fmt::Display for NotReady {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NotReady::Lacks(r) => write!(f, "lack {r}"),
-            NotReady::Contract {
-                label,
-                state: Some(s),
-            } => write!(f, "{label}={s}"),
-            NotReady::Contract { label, state: None } => write!(f, "without {label}"),
-            NotReady::Missing(k) => write!(f, "without {k}"),
-            NotReady::Stale(k) => write!(f, "{k}=Unknown StaleHeartbeat"),
-            NotReady::Condition {
-                kind,
-                status,
-                reason,
-            } if reason.is_empty() => {
-                write!(f, "{kind}={}", status.as_str())
-            }
-            NotReady::Condition {
-                kind,
-                status,
-                reason,
-            } => {
-                write!(f, "{kind}={} {reason}", status.as_str())
-            }
-        }
-    }
+/// Why a node cannot host the pod at all (the scheduler's node-only
+/// filters), the first failing one in the order below.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Unmatched {
+    /// The pod's (merged) nodeSelector or required node affinity excludes
+    /// the node, which is ready for the gate's conditions.
+    ExcludedReady,
+    /// The pod's nodeSelector or required node affinity excludes the node
+    /// (also every node outside the label index's candidates, judged
+    /// without being looked at).
+    Excluded,
+    /// `spec.unschedulable`, not tolerated.
+    Cordoned,
+    /// The first NoSchedule/NoExecute taint the pod does not tolerate.
+    Untolerated(Taint),
 }
 
-/// A [`NotReady`] borrowing from the node and the pod, so that the loop over
-/// the nodes allocates nothing; made owned once per distinct reason.
+/// A [`NotReady`] or [`Unmatched`] borrowing from the node and the pod, so
+/// that the loop over the nodes allocates nothing; made owned once per
+/// distinct reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Why<'a> {
     Lacks(&'a str),
@@ -125,6 +118,7 @@ enum Why<'a> {
         status: ConditionStatus,
         reason: &'a str,
     },
+    Unlabelled(&'a str),
 }
 
 impl Why<'_> {
@@ -146,6 +140,26 @@ impl Why<'_> {
                 status,
                 reason: reason.to_string(),
             },
+            Why::Unlabelled(l) => NotReady::Unlabelled(l.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Miss<'a> {
+    ExcludedReady,
+    Excluded,
+    Cordoned,
+    Untolerated(&'a Taint),
+}
+
+impl Miss<'_> {
+    fn owned(self) -> Unmatched {
+        match self {
+            Miss::ExcludedReady => Unmatched::ExcludedReady,
+            Miss::Excluded => Unmatched::Excluded,
+            Miss::Cordoned => Unmatched::Cordoned,
+            Miss::Untolerated(t) => Unmatched::Untolerated(t.clone()),
         }
     }
 }
@@ -156,39 +170,168 @@ pub struct Verdict {
     pub gate: String,
     /// At least one matching node is ready.
     pub release: bool,
+    /// Nodes judged (matching or not).
+    pub total: usize,
     /// Nodes that could host the pod.
     pub matching: usize,
     /// Of those, ready for this gate.
     pub ready: usize,
-    /// Why the others are not: how many nodes for each first reason.
+    /// Why the matching others are not: how many nodes for each first reason.
     pub reasons: BTreeMap<NotReady, usize>,
+    /// Why the other nodes cannot host the pod at all.
+    pub unmatched: BTreeMap<Unmatched, usize>,
+    /// Nodes judged that are ready for the gate's conditions, fitting the
+    /// pod or not.
+    pub conditions_ready: usize,
     pub blocked: Option<Blocked>,
+    /// The policy's staleness, for the message.
+    pub stale_after: Duration,
+    /// The first ready node by name and its first condition's message
+    /// (what the pod condition at release quotes).
+    pub example: Option<(String, String)>,
 }
 
+/// Reasons named in one Event message at most; the rest are counted.
+const MAX_GROUPS: usize = 6;
+/// An Event message is cut here (at a character boundary).
+pub const MAX_MESSAGE: usize = 1024;
+
 impl Verdict {
+    /// Nodes the caller did not pass because the label index showed they
+    /// do not carry the pod's nodeSelector: `n` of them, `ready` of which are
+    /// ready for the gate's conditions. Counted as a full scan would.
+    pub fn add_excluded(&mut self, n: usize, ready: usize) {
+        let ready = ready.min(n);
+        self.total += n;
+        self.conditions_ready += ready;
+        for (kind, k) in [
+            (Unmatched::ExcludedReady, ready),
+            (Unmatched::Excluded, n - ready),
+        ] {
+            if k > 0 {
+                *self.unmatched.entry(kind).or_insert(0) += k;
+            }
+        }
+    }
+
     /// The Event's message: "waiting for nodeproof.dev/gpu-driver-ready: 0 of
-    /// 12 matching nodes ready (8 GPUDriverReady=False NVMLInitFailed, 4 lack
-    /// nvidia.com/gpu)"; the reasons most frequent first.
+    /// 12 nodes ready for the pod: 8 GPUDriverReady=False (NVMLInitFailed), 3
+    /// have a taint the pod does not tolerate (node.kubernetes.io/not-ready:NoSchedule),
+    /// 1 lacks nvidia.com/gpu"; groups most frequent first, at most
+    /// [`MAX_GROUPS`] of them, the message at most [`MAX_MESSAGE`] bytes.
     pub fn message(&self) -> String {
         if let Some(b) = &self.blocked {
             return format!("waiting for {}: {b}", self.gate);
         }
         let mut line = format!(
-            "waiting for {}: {} of {} matching nodes ready",
-            self.gate, self.ready, self.matching
+            "waiting for {}: {} of {} nodes ready for the pod",
+            self.gate, self.ready, self.total
         );
-        if self.matching == 0 {
-            line.push_str(" (no node matches the pod's nodeSelector, affinity and tolerations)");
-            return line;
+        let mut groups: Vec<(usize, String)> = self
+            .reasons
+            .iter()
+            .map(|(r, n)| (*n, not_ready_text(r, *n, self.stale_after)))
+            .chain(
+                self.unmatched
+                    .iter()
+                    .map(|(u, n)| (*n, unmatched_text(u, *n))),
+            )
+            .collect();
+        // Most frequent first; equal counts in the order of the enums.
+        groups.sort_by_key(|g| std::cmp::Reverse(g.0));
+        if !groups.is_empty() {
+            let shown: Vec<String> = groups
+                .iter()
+                .take(MAX_GROUPS)
+                .map(|(n, text)| format!("{n} {text}"))
+                .collect();
+            line.push_str(": ");
+            line.push_str(&shown.join(", "));
+            let rest: usize = groups.iter().skip(MAX_GROUPS).map(|(n, _)| n).sum();
+            if rest > 0 {
+                line.push_str(&format!(", {rest} more for other reasons"));
+            }
         }
-        let mut hist: Vec<(&NotReady, &usize)> = self.reasons.iter().collect();
-        hist.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        if !hist.is_empty() {
-            let parts: Vec<String> = hist.iter().map(|(r, n)| format!("{n} {r}")).collect();
-            line.push_str(&format!(" ({})", parts.join(", ")));
-        }
-        line
+        truncate(line, MAX_MESSAGE)
     }
+}
+
+fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// `900 s` → `15m`, `7200 s` → `2h`: a fixed threshold, not each node's age,
+/// so that a message does not change (and the Event is not patched) as
+/// heartbeats age.
+pub fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn not_ready_text(r: &NotReady, n: usize, stale_after: Duration) -> String {
+    match r {
+        NotReady::Lacks(res) => format!("{} {res}", plural(n, "lacks", "lack")),
+        NotReady::Contract {
+            label,
+            state: Some(s),
+        } => format!("{label}={s}"),
+        NotReady::Contract { label, state: None } => format!("without {label}"),
+        NotReady::Missing(k) => format!("without {k}"),
+        NotReady::Stale(k) => format!(
+            "with a {k} heartbeat older than {} (its agent stopped reporting)",
+            short_duration(stale_after)
+        ),
+        NotReady::Condition {
+            kind,
+            status,
+            reason,
+        } if reason.is_empty() => format!("{kind}={}", status.as_str()),
+        NotReady::Condition {
+            kind,
+            status,
+            reason,
+        } => format!("{kind}={} ({reason})", status.as_str()),
+        NotReady::Unlabelled(label) => format!("ready, not yet labelled {label}={READY}"),
+    }
+}
+
+fn unmatched_text(u: &Unmatched, n: usize) -> String {
+    match u {
+        Unmatched::ExcludedReady => {
+            "ready but excluded by the pod's own nodeSelector or affinity".to_string()
+        }
+        Unmatched::Excluded => "excluded by the pod's nodeSelector or affinity".to_string(),
+        Unmatched::Cordoned => "cordoned".to_string(),
+        Unmatched::Untolerated(t) => format!(
+            "{} a taint the pod does not tolerate ({})",
+            plural(n, "has", "have"),
+            nodeproof_kube::taints::display(t)
+        ),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, with an ellipsis.
+pub fn truncate(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s.push('…');
+    s
 }
 
 /// Where the pod may go: its own constraints with its RuntimeClass's merged
@@ -257,16 +400,59 @@ pub fn placement<'a>(
 
 /// The scheduler's node-only filters.
 pub fn could_host(p: &Placement<'_>, node: &NodeFacts) -> bool {
-    (!node.unschedulable || p.tolerates_unschedulable)
-        && affinity::matches(&p.selector, p.affinity, &node.labels, &node.name)
-        && untolerated(&p.tolerations, &node.taints).is_empty()
+    mismatch(p, node).is_none()
+}
+
+/// The first of the node-only filters that refuses `node`.
+fn mismatch<'a>(p: &Placement<'_>, node: &'a NodeFacts) -> Option<Miss<'a>> {
+    if !affinity::matches(&p.selector, p.affinity, &node.labels, &node.name) {
+        return Some(Miss::Excluded);
+    }
+    if node.unschedulable && !p.tolerates_unschedulable {
+        return Some(Miss::Cordoned);
+    }
+    untolerated(&p.tolerations, &node.taints)
+        .first()
+        .map(|t| Miss::Untolerated(t))
+}
+
+/// Whether every condition `gate` names is True with a fresh heartbeat on
+/// `node`; the first reason if not. What the readiness label says.
+fn conditions_ready<'a>(
+    gate: &Gate,
+    node: &'a NodeFacts,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Result<(), Why<'a>> {
+    for kind in &gate.conditions {
+        let Some(c) = node.conditions.get(kind) else {
+            return Err(Why::Missing(*kind));
+        };
+        if c.stale(now, stale_after) {
+            return Err(Why::Stale(*kind));
+        }
+        if c.status != ConditionStatus::True {
+            return Err(Why::Condition {
+                kind: *kind,
+                status: c.status,
+                reason: &c.reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `node` is ready for `gate`'s conditions: the readiness label it
+/// should carry (`gate.nodeproof.dev/<gate>=ready`), for every gate that steers.
+pub fn ready_for(gate: &Gate, node: &NodeFacts, now: SystemTime, stale_after: Duration) -> bool {
+    conditions_ready(gate, node, now, stale_after).is_ok()
 }
 
 /// Whether `node` (which could host the pod) is ready for `gate`; the first reason if not.
 fn readiness<'a>(
     pod: &'a PodNeeds,
     p: &Placement<'a>,
-    gate: &Gate,
+    gate: &'a Gate,
     node: &'a NodeFacts,
     now: SystemTime,
     stale_after: Duration,
@@ -282,19 +468,10 @@ fn readiness<'a>(
             return Err(Why::Contract { label, state });
         }
     }
-    for kind in &gate.conditions {
-        let Some(c) = node.conditions.get(kind) else {
-            return Err(Why::Missing(*kind));
-        };
-        if c.stale(now, stale_after) {
-            return Err(Why::Stale(*kind));
-        }
-        if c.status != ConditionStatus::True {
-            return Err(Why::Condition {
-                kind: *kind,
-                status: c.status,
-                reason: &c.reason,
-            });
+    conditions_ready(gate, node, now, stale_after)?;
+    if let Some(label) = &gate.label {
+        if node.labels.get(label).map(String::as_str) != Some(READY) {
+            return Err(Why::Unlabelled(label));
         }
     }
     Ok(())
@@ -315,10 +492,15 @@ pub fn judge<'n>(
         .map(|g| Verdict {
             gate: g.name.clone(),
             release: false,
+            total: 0,
             matching: 0,
             ready: 0,
             reasons: BTreeMap::new(),
+            unmatched: BTreeMap::new(),
+            conditions_ready: 0,
             blocked: None,
+            stale_after: policy.stale_after,
+            example: None,
         })
         .collect();
     let p = match placement(pod, classes) {
@@ -331,21 +513,52 @@ pub fn judge<'n>(
         }
     };
     let mut why: Vec<HashMap<Why<'_>, usize>> = vec![HashMap::new(); gates.len()];
+    let mut miss: Vec<HashMap<Miss<'_>, usize>> = vec![HashMap::new(); gates.len()];
+    let mut example: Vec<Option<&NodeFacts>> = vec![None; gates.len()];
     for node in nodes {
-        if !could_host(&p, node) {
-            continue;
-        }
-        for ((v, gate), why) in verdicts.iter_mut().zip(&gates).zip(&mut why) {
+        let refused = mismatch(&p, node);
+        for (i, (v, gate)) in verdicts.iter_mut().zip(&gates).enumerate() {
+            v.total += 1;
+            let cond_ready = ready_for(gate, node, now, policy.stale_after);
+            v.conditions_ready += usize::from(cond_ready);
+            if let Some(m) = refused {
+                let m = match m {
+                    Miss::Excluded if cond_ready => Miss::ExcludedReady,
+                    m => m,
+                };
+                *miss[i].entry(m).or_insert(0) += 1;
+                continue;
+            }
             v.matching += 1;
             match readiness(pod, &p, gate, node, now, policy.stale_after) {
-                Ok(()) => v.ready += 1,
-                Err(r) => *why.entry(r).or_insert(0) += 1,
+                Ok(()) => {
+                    v.ready += 1;
+                    if example[i].is_none_or(|e| node.name < e.name) {
+                        example[i] = Some(node);
+                    }
+                }
+                Err(r) => *why[i].entry(r).or_insert(0) += 1,
             }
         }
     }
-    for (v, why) in verdicts.iter_mut().zip(why) {
+    for (((v, why), miss), (gate, example)) in verdicts
+        .iter_mut()
+        .zip(why)
+        .zip(miss)
+        .zip(gates.iter().zip(example))
+    {
         v.release = v.ready > 0;
         v.reasons = why.into_iter().map(|(r, n)| (r.owned(), n)).collect();
+        v.unmatched = miss.into_iter().map(|(m, n)| (m.owned(), n)).collect();
+        v.example = example.map(|n| {
+            let message = gate
+                .conditions
+                .first()
+                .and_then(|k| n.conditions.get(k))
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            (n.name.clone(), message)
+        });
     }
     verdicts
 }
@@ -395,9 +608,16 @@ mod tests {
                 NodeCondition {
                     status: ConditionStatus::True,
                     reason: "Ok".into(),
+                    message: String::new(),
                     heartbeat: Some(now() - Duration::from_secs(60)),
                 },
             );
+        }
+        // The readiness labels the controller keeps on a ready node.
+        for g in &policy().gates {
+            if let Some(l) = &g.label {
+                n.labels.insert(l.clone(), READY.into());
+            }
         }
         n
     }
@@ -587,8 +807,9 @@ mod tests {
         assert_eq!((v.matching, v.ready), (3, 0));
         assert_eq!(
             v.message(),
-            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 3 matching nodes ready \
-             (1 without GPUHealthy, 1 GPUDriverReady=Unknown StaleHeartbeat, 1 GPUDriverReady=False NVMLInitFailed)"
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 3 nodes ready for the pod: \
+             1 without GPUHealthy, 1 with a GPUDriverReady heartbeat older than 15m (its agent stopped reporting), \
+             1 GPUDriverReady=False (NVMLInitFailed)"
         );
         assert!(gpu_verdict(&p, &[silent, just_in_time], &HashMap::new()).release);
         // A True condition with the only stale heartbeat never releases.
@@ -627,8 +848,9 @@ mod tests {
         let v = gpu_verdict(&p, &nodes, &HashMap::new());
         assert_eq!(
             v.message(),
-            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 12 matching nodes ready \
-             (8 GPUDriverReady=False NVMLInitFailed, 4 lack nvidia.com/gpu)"
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 13 nodes ready for the pod: \
+             8 GPUDriverReady=False (NVMLInitFailed), 4 lack nvidia.com/gpu, \
+             1 has a taint the pod does not tolerate (dedicated:NoSchedule)"
         );
     }
 
@@ -670,8 +892,8 @@ mod tests {
         assert!(!seccomp.release);
         assert_eq!(
             seccomp.message(),
-            "waiting for nodeproof.dev/seccomp-ready: 0 of 1 matching nodes ready \
-             (1 runtimeclass.nodeproof.dev/vllm=not-ready)"
+            "waiting for nodeproof.dev/seccomp-ready: 0 of 1 nodes ready for the pod: \
+             1 runtimeclass.nodeproof.dev/vllm=not-ready"
         );
         // The GPU gate does not ask for the contract.
         assert!(verdicts.iter().find(|v| v.gate == GPU).unwrap().release);
@@ -700,8 +922,8 @@ mod tests {
         let v = gpu_verdict(&p, &[node("a")], &HashMap::new());
         assert_eq!(
             v.message(),
-            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 0 matching nodes ready \
-             (no node matches the pod's nodeSelector, affinity and tolerations)"
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 1 nodes ready for the pod: \
+             1 ready but excluded by the pod's own nodeSelector or affinity"
         );
     }
 }

@@ -24,10 +24,20 @@ pub enum Failure {
     Release,
     Event,
     Watch,
+    /// A Node's readiness labels (`steer.rs`).
+    Label,
+    /// The pod condition written through `pods/status` at release.
+    PodCondition,
 }
 
 impl Failure {
-    pub const ALL: [Failure; 3] = [Failure::Release, Failure::Event, Failure::Watch];
+    pub const ALL: [Failure; 5] = [
+        Failure::Release,
+        Failure::Event,
+        Failure::Watch,
+        Failure::Label,
+        Failure::PodCondition,
+    ];
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -147,6 +157,8 @@ mod tests {
             "nodeproof_gate_errors_total{request=\"Release\"} 0\n",
             "nodeproof_gate_errors_total{request=\"Event\"} 0\n",
             "nodeproof_gate_errors_total{request=\"Watch\"} 0\n",
+            "nodeproof_gate_errors_total{request=\"Label\"} 0\n",
+            "nodeproof_gate_errors_total{request=\"PodCondition\"} 0\n",
         ] {
             assert!(text.contains(want), "{want} in\n{text}");
         }

@@ -10,7 +10,8 @@
 //! - `node`, `pod`: what is judged of Nodes, gated Pods, RuntimeClasses;
 //! - `judge`: one pod's gates against the nodes → `Verdict`s;
 //! - `state`: the picture kept from the watches, and which pods a change affects;
-//! - `event`: the one aggregated Event per gated pod.
+//! - `event`: the one aggregated Event per gated pod;
+//! - `steer`: readiness labels on the Nodes and the narrowing patch at release.
 //!
 //! I/O: `controller` (watches, gate removal by guarded JSON patch, Events),
 //! `leader` (a coordination.k8s.io/v1 Lease through kube-lease-manager),
@@ -27,3 +28,4 @@ pub mod node;
 pub mod pod;
 pub mod resources;
 pub mod state;
+pub mod steer;

@@ -17,6 +17,9 @@ use super::resources::{extended_of, Milli};
 pub struct NodeCondition {
     pub status: ConditionStatus,
     pub reason: String,
+    /// What the agent says (the pod condition at release quotes one ready
+    /// node's); not judged.
+    pub message: String,
     /// `lastHeartbeatTime`; none: never fresh.
     pub heartbeat: Option<SystemTime>,
 }
@@ -75,6 +78,7 @@ impl NodeFacts {
                         NodeCondition {
                             status: ConditionStatus::parse(&c.status),
                             reason: c.reason.clone().unwrap_or_default(),
+                            message: c.message.clone().unwrap_or_default(),
                             heartbeat: c
                                 .last_heartbeat_time
                                 .as_ref()
@@ -165,6 +169,7 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let d = Duration::from_secs(900);
         let cond = |hb: SystemTime| NodeCondition {
+            message: String::new(),
             status: ConditionStatus::True,
             reason: "Ok".into(),
             heartbeat: Some(hb),

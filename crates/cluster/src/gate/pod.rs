@@ -22,12 +22,17 @@ pub struct PodNeeds {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// The version judged: guards a release that sets `spec.nodeSelector`
+    /// where the pod had none (a JSON patch cannot test for absence).
+    pub resource_version: String,
     pub created: Option<SystemTime>,
     /// Every gate on the pod, in order (a removal names its index).
     pub all_gates: Vec<String>,
     /// The configured ones among them, in the pod's order.
     pub gates: Vec<String>,
     pub node_selector: BTreeMap<String, String>,
+    /// `spec.nodeSelector` is present (a release adds keys to it, or sets it whole).
+    pub has_node_selector: bool,
     pub affinity: Option<NodeSelector>,
     pub tolerations: Vec<Toleration>,
     pub extended: BTreeMap<String, Milli>,
@@ -65,6 +70,7 @@ impl PodNeeds {
             namespace,
             name,
             uid: pod.metadata.uid.clone().unwrap_or_default(),
+            resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
             created: pod
                 .metadata
                 .creation_timestamp
@@ -73,6 +79,7 @@ impl PodNeeds {
             all_gates,
             gates,
             node_selector: spec.node_selector.clone().unwrap_or_default(),
+            has_node_selector: spec.node_selector.is_some(),
             affinity: spec
                 .affinity
                 .as_ref()

@@ -15,9 +15,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 
 use super::config::Policy;
-use super::judge::{could_host, judge, placement, Verdict};
+use super::judge::{could_host, judge, placement, ready_for, Verdict};
 use super::node::NodeFacts;
 use super::pod::{ClassFacts, PodKey, PodNeeds};
+use super::steer::{label_patch, wanted_labels};
 
 #[derive(Debug, Clone)]
 pub struct PodEntry {
@@ -26,12 +27,23 @@ pub struct PodEntry {
     pub released: BTreeSet<String>,
 }
 
+/// What [`Gatekeeper::tick`] found changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// Pods to judge again.
+    pub pods: Vec<PodKey>,
+    /// Nodes whose heartbeats went stale (or fresh) since the last look.
+    pub nodes: Vec<String>,
+}
+
 /// What to do for one pod after judging it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub key: PodKey,
     /// Gates to remove now: (name, index in the pod's `schedulingGates`).
     pub release: Vec<(String, usize)>,
+    /// The verdicts of the gates removed now (the pod conditions quote them).
+    pub released: Vec<Verdict>,
     /// The verdicts of the gates that stay.
     pub waiting: Vec<Verdict>,
 }
@@ -64,18 +76,47 @@ pub struct Gatekeeper {
     /// is judged against the nodes of its rarest pair only (the others
     /// cannot match it, so the verdict is the same).
     by_label: HashMap<String, HashMap<String, HashSet<String>>>,
+    /// Each node's readiness for each gate's conditions (in policy order),
+    /// when last looked at, and how many nodes are ready per gate: what the
+    /// label index's left-out nodes count as in a verdict.
+    node_ready: HashMap<String, Vec<bool>>,
+    ready_count: Vec<usize>,
 }
 
 impl Gatekeeper {
     pub fn new(policy: Policy) -> Self {
         Gatekeeper {
-            policy,
             nodes: HashMap::new(),
             stale: HashMap::new(),
             classes: HashMap::new(),
             pods: HashMap::new(),
             by_label: HashMap::new(),
+            node_ready: HashMap::new(),
+            ready_count: vec![0; policy.gates.len()],
+            policy,
         }
+    }
+
+    /// Looks at `name`'s readiness per gate again (`None`: gone).
+    fn refresh_ready(&mut self, name: &str, now: SystemTime) {
+        if let Some(old) = self.node_ready.remove(name) {
+            for (count, was) in self.ready_count.iter_mut().zip(old) {
+                *count -= usize::from(was);
+            }
+        }
+        let Some(facts) = self.nodes.get(name) else {
+            return;
+        };
+        let flags: Vec<bool> = self
+            .policy
+            .gates
+            .iter()
+            .map(|g| ready_for(g, facts, now, self.policy.stale_after))
+            .collect();
+        for (count, is) in self.ready_count.iter_mut().zip(&flags) {
+            *count += usize::from(*is);
+        }
+        self.node_ready.insert(name.to_string(), flags);
     }
 
     pub fn policy(&self) -> &Policy {
@@ -165,8 +206,9 @@ impl Gatekeeper {
         } else {
             index(&mut self.by_label, &facts);
         }
-        let before = self.nodes.insert(name, facts);
-        let after = &self.nodes[&node_name(node)];
+        let before = self.nodes.insert(name.clone(), facts);
+        self.refresh_ready(&name, now);
+        let after = &self.nodes[&name];
         if before
             .as_ref()
             .is_some_and(|b| b.judged_alike(after, now, self.policy.stale_after))
@@ -178,7 +220,9 @@ impl Gatekeeper {
 
     pub fn delete_node(&mut self, name: &str) -> Vec<PodKey> {
         self.stale.remove(name);
-        match self.nodes.remove(name) {
+        let gone = self.nodes.remove(name);
+        self.refresh_ready(name, SystemTime::UNIX_EPOCH);
+        match gone {
             Some(before) => {
                 unindex(&mut self.by_label, &before);
                 self.affected([Some(&before), None])
@@ -206,8 +250,8 @@ impl Gatekeeper {
     }
 
     /// Heartbeats that went stale since the last look: the pods those nodes
-    /// could host.
-    pub fn tick(&mut self, now: SystemTime) -> Vec<PodKey> {
+    /// could host, and the nodes (whose readiness labels may change).
+    pub fn tick(&mut self, now: SystemTime) -> Tick {
         let mut changed = Vec::new();
         for (name, facts) in &self.nodes {
             let set = facts.stale_set(now, self.policy.stale_after);
@@ -216,18 +260,33 @@ impl Gatekeeper {
                 changed.push(name.clone());
             }
         }
+        for name in &changed {
+            self.refresh_ready(name, now);
+        }
         let mut keys = BTreeSet::new();
-        for name in changed {
-            let node = &self.nodes[&name];
+        for name in &changed {
+            let node = &self.nodes[name];
             keys.extend(self.affected([Some(node), None]));
         }
-        keys.into_iter().collect()
+        changed.sort();
+        Tick {
+            pods: keys.into_iter().collect(),
+            nodes: changed,
+        }
+    }
+
+    /// The patch of `node`'s labels that makes its readiness labels what its
+    /// conditions say at `now` (`steer::label_patch`); `None` when they are,
+    /// or the node is unknown.
+    pub fn label_patch(&self, node: &str, now: SystemTime) -> Option<serde_json::Value> {
+        let facts = self.nodes.get(node)?;
+        label_patch(&facts.labels, &wanted_labels(&self.policy, facts, now))
     }
 
     /// Judge one pod at `now`; `None` when it is no longer tracked.
     pub fn judge(&self, key: &str, now: SystemTime) -> Option<Decision> {
         let e = self.pods.get(key)?;
-        let verdicts = match self.candidates(&e.needs) {
+        let mut verdicts = match self.candidates(&e.needs) {
             Some(names) => {
                 let nodes = names.iter().filter_map(|n| self.nodes.get(n));
                 judge(&e.needs, &self.policy, nodes, &self.classes, now)
@@ -240,7 +299,21 @@ impl Gatekeeper {
                 now,
             ),
         };
+        for v in verdicts.iter_mut().filter(|v| v.blocked.is_none()) {
+            // The nodes the label index left out do not carry the pod's nodeSelector.
+            let ready = self
+                .policy
+                .gates
+                .iter()
+                .position(|g| g.name == v.gate)
+                .map_or(0, |i| self.ready_count[i]);
+            v.add_excluded(
+                self.nodes.len().saturating_sub(v.total),
+                ready.saturating_sub(v.conditions_ready),
+            );
+        }
         let mut release = Vec::new();
+        let mut released = Vec::new();
         let mut waiting = Vec::new();
         for v in verdicts {
             if e.released.contains(&v.gate) {
@@ -249,6 +322,7 @@ impl Gatekeeper {
             if v.release {
                 let index = e.needs.all_gates.iter().position(|g| *g == v.gate)?;
                 release.push((v.gate.clone(), index));
+                released.push(v);
             } else {
                 waiting.push(v);
             }
@@ -256,6 +330,7 @@ impl Gatekeeper {
         Some(Decision {
             key: key.to_string(),
             release,
+            released,
             waiting,
         })
     }
@@ -347,10 +422,6 @@ pub fn pod_key(pod: &Pod) -> PodKey {
     )
 }
 
-fn node_name(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,7 +445,7 @@ mod tests {
     fn node(name: &str, pool: &str, status: &str, heartbeat: SystemTime) -> Node {
         let hb = rfc3339(heartbeat);
         serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"pool": pool}},
+            "metadata": {"name": name, "labels": {"pool": pool, "gate.nodeproof.dev/gpu-driver-ready": "ready"}},
             "status": {"allocatable": {"nvidia.com/gpu": "1"}, "conditions": [
                 {"type": "GPUDriverReady", "status": status, "reason": "R", "lastHeartbeatTime": hb},
                 {"type": "GPUHealthy", "status": "True", "reason": "R", "lastHeartbeatTime": hb},
@@ -410,7 +481,7 @@ mod tests {
         assert!(d.release.is_empty());
         assert_eq!(
             d.message().unwrap(),
-            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 1 matching nodes ready (1 GPUDriverReady=False R)"
+            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 2 nodes ready for the pod: 1 GPUDriverReady=False (R), 1 excluded by the pod's nodeSelector or affinity"
         );
         // A heartbeat alone: nothing to re-judge.
         assert!(g
@@ -481,16 +552,24 @@ mod tests {
         g.upsert_node(&node("a1", "a", "True", t(0)), t(0));
         g.upsert_pod(&pod("p", json!({})));
         assert_eq!(g.judge("ml/p", t(1)).unwrap().release.len(), 1);
-        assert!(g.tick(t(1)).is_empty());
+        assert!(g.tick(t(1)).pods.is_empty());
         let later = t(0) + stale_after + Duration::from_secs(1);
-        assert_eq!(g.tick(later), ["ml/p"]);
-        assert!(g.tick(later).is_empty(), "once per change");
+        let tick = g.tick(later);
+        assert_eq!(tick.pods, ["ml/p"]);
+        assert_eq!(tick.nodes, ["a1"]);
+        assert!(g.tick(later).pods.is_empty(), "once per change");
         let d = g.judge("ml/p", later).unwrap();
         assert!(d.release.is_empty());
         assert!(d
             .message()
             .unwrap()
-            .contains("1 GPUDriverReady=Unknown StaleHeartbeat"));
+            .contains("1 with a GPUDriverReady heartbeat older than 15m"));
+        // The label follows: the stale node is to lose its readiness label.
+        assert_eq!(
+            g.label_patch("a1", later),
+            Some(json!({"metadata": {"labels": {"gate.nodeproof.dev/gpu-driver-ready": null}}}))
+        );
+        assert_eq!(g.label_patch("a1", t(1)), None, "fresh: as it is");
     }
 
     #[test]
