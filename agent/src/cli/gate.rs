@@ -1,7 +1,8 @@
 //! `nodeproof gate-controller`: the scheduling-gate controller, cluster
 //! mode (deploy/gate-controller.yaml, docs/gate-controller.md). The work is
 //! in `nodeproof_cluster::gate`; this picks the client, the Lease and the
-//! `/metrics` listener.
+//! `/metrics` listener, and runs `nodeproof_cluster::device_taints` beside
+//! it (DeviceTaintRules for unhealthy DRA devices, on a Lease of its own).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,6 +13,8 @@ use anyhow::{Context, Result};
 
 use nodeproof::config::Config;
 use nodeproof::daemon::http;
+use nodeproof_cluster::device_taints::controller as device_taints;
+use nodeproof_cluster::device_taints::metrics::DeviceTaintMetrics;
 use nodeproof_cluster::gate::controller::{self, Options};
 use nodeproof_cluster::gate::leader::LeaseOptions;
 use nodeproof_cluster::gate::metrics::{self, GateMetrics};
@@ -91,7 +94,8 @@ pub(crate) fn gate_controller(config: &Config, args: GateArgs) -> Result<ExitCod
 
 async fn run(kubeconfig: Option<PathBuf>, listen: SocketAddr, opts: Options) -> Result<()> {
     let client = client(kubeconfig).await?;
-    let (gate_metrics, registry) = GateMetrics::new();
+    let (gate_metrics, mut registry) = GateMetrics::new();
+    let taint_metrics = DeviceTaintMetrics::register(&mut registry);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let listener = http::bind(listen).await?;
     let routes: http::Routes = Box::new(move |method, path, _now| {
@@ -136,7 +140,27 @@ async fn run(kubeconfig: Option<PathBuf>, listen: SocketAddr, opts: Options) -> 
         gates = ?opts.policy.gates.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
         "gate controller starting"
     );
-    controller::run(client, opts, gate_metrics, stop).await?;
+    let taint_opts = device_taints::Options::beside(&opts.lease);
+    let taints = tokio::spawn({
+        let (client, stop) = (client.clone(), stop.clone());
+        async move {
+            if let Err(e) = device_taints::run(client, taint_opts, taint_metrics, stop).await {
+                // The gates go on: tainting devices is a second, separate duty.
+                tracing::warn!(
+                    error = %nodeproof_findings::errors::error_chain(&e),
+                    "unhealthy DRA devices are not tainted"
+                );
+            }
+        }
+    });
+    let gates = controller::run(client, opts, gate_metrics, stop).await;
+    // The device taints stop on the same signal (releasing their Lease);
+    // when the gate controller ends on its own they are stopped with it.
+    if gates.is_err() {
+        taints.abort();
+    }
+    let _ = taints.await;
+    gates?;
     let _ = server.await;
     Ok(())
 }

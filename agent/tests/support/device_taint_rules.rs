@@ -1,0 +1,272 @@
+// ---------------------------------------------------------------------------
+// DRA device taints (included by apiserver.rs, section "DeviceTaintRules").
+//
+// `resource.k8s.io` DeviceTaintRules, cluster-scoped, served only in the
+// versions set with `serve_device_taint_rules` (none by default: as on
+// kube-apiserver without the DRADeviceTaints/DRADeviceTaintRules feature
+// gates, or with resource.k8s.io/v1beta2 off, whose paths answer 404).
+// List and watch go through the generic paths (stored in `objects` under
+// "devicetaintrules"); create, get and delete are here, as upstream's
+// registry and validation have them:
+// - pkg/registry/resource/devicetaintrule/strategy.go: PrepareForCreate sets
+//   `metadata.generation` 1 and drops any status; the taint's `timeAdded` is
+//   set on create when absent (KEP-5055: "Added automatically during create
+//   or update if not set");
+// - pkg/apis/resource/validation/validation.go, ValidateDeviceTaintRule: the
+//   name a DNS subdomain (NameIsDNSSubdomain), the selector's device a DNS
+//   label, the taint's key a label name (required), its value a label value,
+//   its effect required and one of None, NoSchedule, NoExecute: 422 Invalid;
+// - the generic registry: a name that exists is 409 AlreadyExists, a delete
+//   whose `preconditions.uid` is not the object's 409 Conflict, a missing one
+//   404 NotFound. A node may not write them (no Node-authorizer rule for it).
+// ---------------------------------------------------------------------------
+
+impl TestApiServer {
+    /// Serve DeviceTaintRules in these `resource.k8s.io` versions (e.g. `&["v1beta2"]`).
+    pub fn serve_device_taint_rules(&self, versions: &[&'static str]) {
+        self.state.lock().unwrap().device_taint_versions = versions.to_vec();
+    }
+
+    /// The DeviceTaintRules stored, by name.
+    pub fn device_taint_rules(&self) -> Vec<Value> {
+        self.state
+            .lock()
+            .unwrap()
+            .objects
+            .iter()
+            .filter(|((r, _), _)| *r == "devicetaintrules")
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+}
+
+/// `devicetaintrules` under `apis/resource.k8s.io/<version>`, if that is the path.
+fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
+    match parts {
+        ["apis", "resource.k8s.io", version, rest @ ..]
+            if rest.first() == Some(&"devicetaintrules") =>
+        {
+            Some((version, rest))
+        }
+        _ => None,
+    }
+}
+
+/// The 404 of a version that does not serve DeviceTaintRules (list, watch
+/// or any other request on that path).
+fn device_taints_not_served(s: &State, path: &str) -> Option<(u16, Value)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (version, _) = device_taint_path(&parts)?;
+    (!s.device_taint_versions.contains(&version)).then(|| {
+        status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    })
+}
+
+/// apimachinery's IsDNS1123Label.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// apimachinery's IsDNS1123Subdomain.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// apimachinery's IsValidLabelValue (empty allowed).
+fn is_label_value(s: &str) -> bool {
+    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    s.is_empty()
+        || (s.len() <= 63
+            && s.chars().all(inner)
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// apimachinery's IsQualifiedName (a label name): `[prefix/]name`.
+fn is_label_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
+}
+
+fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
+    let mut errs = Vec::new();
+    let name = rule["metadata"]["name"].as_str().unwrap_or("");
+    if name.is_empty() {
+        errs.push("metadata.name: Required value: name or generateName is required".into());
+    } else if !is_dns_subdomain(name) {
+        errs.push(format!(
+            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        ));
+    }
+    let sel = &rule["spec"]["deviceSelector"];
+    if let Some(device) = sel["device"].as_str() {
+        if !is_dns_label(device) {
+            errs.push(format!(
+                "spec.deviceSelector.device: Invalid value: \"{device}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"
+            ));
+        }
+    }
+    if let Some(driver) = sel["driver"].as_str() {
+        if driver.len() > 63 || !is_dns_subdomain(driver) {
+            errs.push(format!(
+                "spec.deviceSelector.driver: Invalid value: \"{driver}\": must be a DNS subdomain of at most 63 characters"
+            ));
+        }
+    }
+    let taint = &rule["spec"]["taint"];
+    match taint["key"].as_str().unwrap_or("") {
+        "" => errs.push("spec.taint.key: Required value: name part must be non-empty".into()),
+        k if !is_label_name(k) => errs.push(format!(
+            "spec.taint.key: Invalid value: \"{k}\": must be a qualified name"
+        )),
+        _ => {}
+    }
+    if let Some(v) = taint["value"].as_str() {
+        if !is_label_value(v) {
+            errs.push(format!(
+                "spec.taint.value: Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+            ));
+        }
+    }
+    match taint["effect"].as_str().unwrap_or("") {
+        "" => errs.push("spec.taint.effect: Required value".into()),
+        "None" | "NoSchedule" | "NoExecute" => {}
+        e => errs.push(format!(
+            "spec.taint.effect: Unsupported value: \"{e}\": supported values: \"NoExecute\", \"NoSchedule\", \"None\""
+        )),
+    }
+    errs
+}
+
+fn device_taint_route(
+    s: &mut State,
+    who: &Identity,
+    method: &Method,
+    parts: &[&str],
+    body: &Value,
+) -> Option<(u16, Value)> {
+    let (version, rest) = device_taint_path(parts)?;
+    if !s.device_taint_versions.contains(&version) {
+        return Some(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    }
+    if let (Identity::Node(me), false) = (who, method == Method::GET) {
+        return Some(status(
+            403,
+            "Forbidden",
+            &format!("devicetaintrules.resource.k8s.io is forbidden: User \"system:node:{me}\" cannot {} resource \"devicetaintrules\" in API group \"resource.k8s.io\" at the cluster scope", method.as_str().to_lowercase()),
+        ));
+    }
+    let api_version = format!("resource.k8s.io/{version}");
+    match (method.as_str(), rest) {
+        // Lists and watches: the generic paths.
+        ("GET", ["devicetaintrules"]) => None,
+        ("GET", ["devicetaintrules", name]) => Some(
+            match s.objects.get(&("devicetaintrules", name.to_string())) {
+                Some(o) => (200, o.clone()),
+                None => status(
+                    404,
+                    "NotFound",
+                    &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
+                ),
+            },
+        ),
+        ("POST", ["devicetaintrules"]) => {
+            let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let errs = validate_device_taint_rule(body);
+            if !errs.is_empty() {
+                return Some(invalid(
+                    "DeviceTaintRule.resource.k8s.io",
+                    &name,
+                    &format!("[{}]", errs.join(", ")),
+                ));
+            }
+            if s.objects.contains_key(&("devicetaintrules", name.clone())) {
+                return Some(status(
+                    409,
+                    "AlreadyExists",
+                    &format!("devicetaintrules.resource.k8s.io \"{name}\" already exists"),
+                ));
+            }
+            let rv = s.next_rv();
+            let mut rule = body.clone();
+            rule["apiVersion"] = json!(api_version);
+            rule["kind"] = json!("DeviceTaintRule");
+            rule["metadata"]["uid"] = json!(format!("uid-dtr-{rv}"));
+            rule["metadata"]["resourceVersion"] = json!(rv);
+            rule["metadata"]["generation"] = json!(1);
+            rule["metadata"]["creationTimestamp"] =
+                json!(k8s_openapi::jiff::Timestamp::now().to_string());
+            if rule["spec"]["taint"]["timeAdded"].is_null() {
+                rule["spec"]["taint"]["timeAdded"] =
+                    json!(k8s_openapi::jiff::Timestamp::now().to_string());
+            }
+            if let Some(m) = rule.as_object_mut() {
+                m.remove("status");
+            }
+            let before = s.objects.insert(("devicetaintrules", name), rule.clone());
+            let at = s.rv;
+            s.changes
+                .push((at, "devicetaintrules", before, Some(rule.clone())));
+            Some((201, rule))
+        }
+        ("DELETE", ["devicetaintrules", name]) => {
+            let key = ("devicetaintrules", name.to_string());
+            let Some(current) = s.objects.get(&key).cloned() else {
+                return Some(status(
+                    404,
+                    "NotFound",
+                    &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
+                ));
+            };
+            if let Some(uid) = body["preconditions"]["uid"].as_str() {
+                if current["metadata"]["uid"].as_str() != Some(uid) {
+                    return Some(status(
+                        409,
+                        "Conflict",
+                        &format!(
+                            "Operation cannot be fulfilled on devicetaintrules.resource.k8s.io \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            current["metadata"]["uid"].as_str().unwrap_or("")
+                        ),
+                    ));
+                }
+            }
+            let rv = s.next_rv();
+            s.objects.remove(&key);
+            let mut gone = current;
+            gone["metadata"]["resourceVersion"] = json!(rv);
+            let at = s.rv;
+            s.changes
+                .push((at, "devicetaintrules", Some(gone.clone()), None));
+            Some((200, gone))
+        }
+        _ => Some(status(
+            405,
+            "MethodNotAllowed",
+            "not served for devicetaintrules here",
+        )),
+    }
+}
