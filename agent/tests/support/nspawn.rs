@@ -28,6 +28,8 @@ pub fn rootfs() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let tmp = dir.join("rootfs.tmp");
     let _ = std::fs::remove_dir_all(&tmp);
+    // The machine's own Debian mirror (its apt sources, or NODEPROOF_APT_MIRROR).
+    let mirror = nodeproof_debpkg::mirror().unwrap_or_else(|e| panic!("{e}"));
     let status = Command::new("debootstrap")
         .args([
             "--variant=minbase",
@@ -35,7 +37,7 @@ pub fn rootfs() -> PathBuf {
             "bookworm",
         ])
         .arg(&tmp)
-        .arg("http://deb.debian.org/debian")
+        .arg(&mirror.uri)
         .status()
         .unwrap();
     assert!(status.success(), "debootstrap failed");

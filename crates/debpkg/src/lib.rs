@@ -4,13 +4,15 @@
 //! machine's keyring), unpacked with `dpkg-deb -x`. Nothing is installed and
 //! no maintainer script runs. Used for the tracer's kernel matrix (a suite's
 //! cloud kernel) and for the OCI runtimes of another suite (trixie's crun and runc).
+//! The mirror is the machine's own ([`sources::mirror`]).
+
+pub mod sources;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The Debian mirror the machine's sources use (see /etc/apt/sources.list.d/debian.sources).
-pub const MIRROR: &str = "http://deb.debian.org/debian";
+pub use sources::{mirror, Mirror, MirrorError};
 /// The executables this crate runs.
 pub const TOOLS: &[&str] = &["apt-get", "apt-cache", "dpkg-deb"];
 
@@ -36,6 +38,8 @@ pub enum DebError {
     },
     #[error("apt-get download {package} left no {package}_*.deb in {dir}")]
     NoDeb { package: String, dir: PathBuf },
+    #[error(transparent)]
+    Mirror(#[from] MirrorError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DebError + '_ {
@@ -68,15 +72,17 @@ pub struct PrivateApt {
 }
 
 impl PrivateApt {
-    /// Sets up `dir/apt` for `suite` (a Debian codename such as `trixie`).
+    /// Sets up `dir/apt` for `suite` (a Debian codename such as `trixie`)
+    /// from the machine's mirror ([`mirror`]).
     pub fn new(dir: &Path, suite: &str) -> Result<Self, DebError> {
+        let mirror = mirror()?.uri;
         let root = dir.join("apt");
         for sub in ["lists/partial", "cache/archives/partial"] {
             let d = root.join(sub);
             fs::create_dir_all(&d).map_err(io(&d))?;
         }
         let list = root.join("sources.list");
-        fs::write(&list, format!("deb {MIRROR} {suite} main\n")).map_err(io(&list))?;
+        fs::write(&list, format!("deb {mirror} {suite} main\n")).map_err(io(&list))?;
         Ok(Self { root })
     }
 

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodeproof_debpkg::PrivateApt;
-pub use nodeproof_debpkg::MIRROR;
+
 /// The executables the harness runs on the host.
 pub const TOOLS: &[&str] = &[
     "qemu-system-x86_64",
