@@ -120,6 +120,78 @@ fn usage_errors_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid config"));
 }
 
+/// `--no-new-privileges[=B]`: alone it means true, and only `=` attaches a
+/// value, so a profile named right after the flag is linted as a path.
+#[test]
+fn no_new_privileges_takes_a_value_only_with_equals() {
+    let dir = tempfile::tempdir().unwrap();
+    // runc loads the filter before dropping capabilities when NNP is false:
+    // a denied capset fails the start then, and not with NNP.
+    let capset = write(
+        dir.path(),
+        "capset.json",
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["capset"],"action":"SCMP_ACT_ERRNO"}]}"#,
+    );
+    let lint = |args: &[&str]| {
+        let mut all = vec!["profile", "lint", "-o", "json", "--runtime", "containerd"];
+        all.extend(args);
+        all.extend(["--oci-runtime", "runc"]);
+        let out = nodeproof(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {stderr}"));
+        let profiles: Vec<(String, String)> = v["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let name = p["path"].as_str().unwrap().rsplit('/').next().unwrap();
+                (name.to_string(), p["outcome"].as_str().unwrap().to_string())
+            })
+            .collect();
+        (out.status.code(), profiles)
+    };
+    let one = |outcome: &str| vec![("capset.json".to_string(), outcome.to_string())];
+    assert_eq!(
+        lint(&["--no-new-privileges", &capset]),
+        (Some(0), one("ok"))
+    );
+    assert_eq!(
+        lint(&["--no-new-privileges=true", &capset]),
+        (Some(0), one("ok"))
+    );
+    assert_eq!(
+        lint(&["--no-new-privileges=false", &capset]),
+        (Some(1), one("start-failed"))
+    );
+    assert_eq!(lint(&[&capset]), (Some(1), one("start-failed")));
+    // A word after the flag is a path, never the flag's value.
+    let (code, profiles) = lint(&["--no-new-privileges", "false", &capset]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        profiles,
+        vec![
+            ("false".to_string(), "rejected".to_string()),
+            ("capset.json".to_string(), "ok".to_string())
+        ]
+    );
+    // `profile test PATH --no-new-privileges -- CMD` still parses.
+    let out = nodeproof(&[
+        "profile",
+        "test",
+        &capset,
+        "--no-new-privileges",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn logs_to_a_pipe_carry_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();

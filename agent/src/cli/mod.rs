@@ -153,8 +153,16 @@ pub(crate) struct ModeArgs {
     /// Whose decoder reads the profile (default: detected, else containerd).
     #[arg(long, value_enum)]
     pub(crate) runtime: Option<RuntimeArg>,
-    /// The container's noNewPrivileges (containerd: false unless allowPrivilegeEscalation: false).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    /// The container's noNewPrivileges (containerd: false unless allowPrivilegeEscalation: false);
+    /// alone it means true, a value only with `=` (`--no-new-privileges=false`).
+    #[arg(
+        long,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "B"
+    )]
     pub(crate) no_new_privileges: Option<bool>,
     /// Node architecture (x86_64, aarch64, ... or SCMP_ARCH_*); default: this machine's.
     #[arg(long, value_parser = parse_arch)]
