@@ -803,3 +803,54 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
     assert!(failures >= 1);
     assert_eq!(failures, lp.stats().failures);
 }
+
+/// The GPUs the probe calls unhealthy go on the Node as the node identity
+/// (NodeRestriction lets a node annotate its own Node), are written only
+/// when the set changes, and the annotation goes when none is unhealthy.
+#[tokio::test]
+async fn unhealthy_gpus_are_published_in_the_nodes_annotation_only_when_they_change() {
+    use nodeproof_kube::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
+    let c = cluster();
+    let mut lp = c.report_loop(Policy::default()).await;
+    lp.observe(t0(), &healthy());
+    lp.flush(t0()).await.unwrap();
+    assert!(c.server.node("n1")["metadata"]["annotations"][UNHEALTHY_DEVICES].is_null());
+    let patches = |c: &Cluster| {
+        c.server
+            .log()
+            .iter()
+            .filter(|l| {
+                l.method == "PATCH"
+                    && l.path == "/api/v1/nodes/n1"
+                    && l.body["metadata"]["annotations"].is_object()
+            })
+            .count()
+    };
+    // Healthy GPUs: nothing to write.
+    lp.observe_devices(UnhealthyDevices::new());
+    lp.flush(t0()).await.unwrap();
+    assert_eq!(patches(&c), 0);
+    let lost: UnhealthyDevices = [("GPU-bbbb".to_string(), "GPULost".to_string())]
+        .into_iter()
+        .collect();
+    lp.observe_devices(lost.clone());
+    lp.flush(t0()).await.unwrap();
+    assert_eq!(
+        c.server.node("n1")["metadata"]["annotations"][UNHEALTHY_DEVICES],
+        "GPU-bbbb=GPULost"
+    );
+    assert!(lp.settled(t0()));
+    // The same set again, and again: no new write.
+    lp.observe_devices(lost.clone());
+    lp.flush(t0() + min(1)).await.unwrap();
+    lp.observe_devices(lost);
+    lp.flush(t0() + min(2)).await.unwrap();
+    assert_eq!(patches(&c), 1);
+    // Recovered: the annotation is removed.
+    lp.observe_devices(UnhealthyDevices::new());
+    lp.flush(t0() + min(3)).await.unwrap();
+    assert!(c.server.node("n1")["metadata"]["annotations"]
+        .get(UNHEALTHY_DEVICES)
+        .is_none());
+    assert_eq!(patches(&c), 2);
+}

@@ -10,6 +10,7 @@ use nodeproof_gpu::cuda::{CudaOptions, CudaProbe};
 use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::{GpuConfig, GpuReport, PolicyState};
+use nodeproof_kube::device_health::UnhealthyDevices;
 use nodeproof_kube::dra::DraView;
 use nodeproof_podresources::{
     ClaimDevice, KubeletPodResources, PodResourcesError, PodResourcesSource,
@@ -49,6 +50,22 @@ pub fn probe(config: &GpuConfig) -> NvmlProbe {
         buffer_bytes: usize::try_from(c.buffer_bytes).unwrap_or(usize::MAX),
         release: config.release_between_cycles,
     }))
+}
+
+/// The GPUs this cycle judges unhealthy, by UUID, each with its first
+/// failing check's reason: what the Node's `gpu.nodeproof.dev/unhealthy-devices`
+/// says (the cluster side taints them for DRA). A GPU without a UUID (NVML
+/// never gave one) cannot be named and is left out; so is every GPU while
+/// the driver is not ready (no GPU is judged then: `GPUDriverReady` says it).
+pub fn unhealthy_devices(report: &GpuReport) -> UnhealthyDevices {
+    let mut out = UnhealthyDevices::new();
+    for g in report.evaluation.gpus.iter().filter(|g| !g.healthy) {
+        let (Some(uuid), Some(failed)) = (&g.uuid, g.checks.iter().find(|c| !c.ok)) else {
+            continue;
+        };
+        out.insert(uuid, &failed.reason.to_string());
+    }
+    out
 }
 
 /// The real pod-resources source: the kubelet's socket from `[gpu]`.
@@ -223,6 +240,61 @@ pub fn cycle_once(config: &crate::config::Config) -> GpuReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeproof_findings::ConditionStatus;
+    use nodeproof_gpu::policy::{CheckVerdict, Evaluation, GpuVerdict, Verdict};
+    use nodeproof_gpu::reason::GpuReason;
+
+    #[test]
+    fn the_unhealthy_devices_are_the_failed_gpus_by_uuid_with_their_first_failed_check() {
+        let check = |name, ok, reason| CheckVerdict {
+            check: name,
+            ok,
+            reason,
+            message: String::new(),
+            clean_intervals: None,
+            warning: false,
+        };
+        let gpu = |index, uuid: Option<&str>, checks: Vec<CheckVerdict>| GpuVerdict {
+            index,
+            uuid: uuid.map(String::from),
+            healthy: checks.iter().all(|c| c.ok),
+            checks,
+        };
+        let verdict = |status| Verdict {
+            status,
+            reason: GpuReason::DriverReady,
+            message: String::new(),
+        };
+        let report = GpuReport::new(
+            Ok(Vec::new()),
+            None,
+            Evaluation {
+                driver_ready: verdict(ConditionStatus::True),
+                gpu_healthy: verdict(ConditionStatus::False),
+                gpus: vec![
+                    gpu(
+                        0,
+                        Some("GPU-a"),
+                        vec![check("lost", true, GpuReason::Healthy)],
+                    ),
+                    gpu(
+                        1,
+                        Some("GPU-b"),
+                        vec![
+                            check("lost", true, GpuReason::Healthy),
+                            check("xid", false, GpuReason::FatalXid),
+                            check("ecc", false, GpuReason::UncorrectableEcc),
+                        ],
+                    ),
+                    // No UUID: cannot be named.
+                    gpu(2, None, vec![check("lost", false, GpuReason::GpuLost)]),
+                ],
+                no_gpu: false,
+            },
+        );
+        let d = unhealthy_devices(&report);
+        assert_eq!(d.encode().as_deref(), Some("GPU-b=FatalXid"));
+    }
 
     #[test]
     fn the_nodes_nvidia_allocatable_is_read_and_the_rest_left_out() {

@@ -150,6 +150,7 @@ async fn serve(
     let (dra, dra_rx) = channel::channel(None);
     let (dra_wanted, dra_wanted_rx) = channel::channel(false);
     let dra_wanted = Arc::new(dra_wanted);
+    let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
     let ctx = subsystems::Context {
         shared: shared.clone(),
         config: config_rx,
@@ -163,6 +164,7 @@ async fn serve(
         node_gpus: node_gpus_rx,
         dra: dra_rx,
         dra_wanted,
+        reporter_news: pod_events.clone(),
     };
     let mut running = Running {
         tasks: subsystems::spawn_checks(&ctx),
@@ -170,7 +172,6 @@ async fn serve(
         stop_flag,
     };
     let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<Vec<Condition>>(ROUNDS_IN_FLIGHT);
-    let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
     let (nodes, nodes_rx) = tokio::sync::mpsc::channel(4);
     let reporter = subsystems::start_reporter(
         &config,

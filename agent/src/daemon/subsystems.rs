@@ -55,6 +55,9 @@ pub struct Context {
     pub dra: channel::Receiver<checks::gpu::NodeDra>,
     /// Set by the GPU probe on a node with NVIDIA devices: only then is DRA read.
     pub dra_wanted: Arc<channel::Sender<bool>>,
+    /// The reporter's news: the GPU probe sends the GPUs it judges unhealthy
+    /// (when that set changes) for the Node's annotation. Closed when not reporting.
+    pub reporter_news: mpsc::Sender<PodsNews>,
 }
 
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
@@ -378,6 +381,8 @@ fn gpu_probe(ctx: &Context) {
     )
     .unwrap_or_default();
     let mut failed: HashMap<String, String> = HashMap::new();
+    // The unhealthy set the reporter has (sent again when it changes).
+    let mut devices_sent: Option<nodeproof_kube::device_health::UnhealthyDevices> = None;
     while !ctx.stop_flag.load(Ordering::Relaxed) {
         let config = ctx.config.borrow().clone();
         let key = ProbeKey::of(&config.gpu);
@@ -471,6 +476,18 @@ fn gpu_probe(ctx: &Context) {
             let healthy = report.evaluation.gpus.iter().filter(|g| g.healthy).count();
             format!("{healthy}/{total} GPUs healthy")
         };
+        let devices = checks::gpu::unhealthy_devices(&report);
+        if devices_sent.as_ref() != Some(&devices) {
+            // Full (the reporter is behind) or closed (not reporting): tried
+            // again next cycle, or never needed.
+            if ctx
+                .reporter_news
+                .try_send(PodsNews::UnhealthyDevices(devices.clone()))
+                .is_ok()
+            {
+                devices_sent = Some(devices);
+            }
+        }
         let mut metrics = report.metrics(&state);
         metrics.node.clone_from(&node);
         ctx.shared.metrics(|m| m.gpu = Some(metrics));

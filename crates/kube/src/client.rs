@@ -252,6 +252,8 @@ pub struct NodeState {
     pub labels: BTreeMap<String, String>,
     /// nodeproof's own taints only.
     pub taints: Vec<Taint>,
+    /// The `gpu.nodeproof.dev/unhealthy-devices` annotation, as it is.
+    pub unhealthy_devices: Option<String>,
 }
 
 /// The API server, or a stand-in for it.
@@ -265,7 +267,9 @@ pub trait Reporter {
     async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError>;
     /// Create or patch one core/v1 Event.
     async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError>;
-    /// Strategic-merge PATCH of the Node's labels (`marks::label_patch`).
+    /// Strategic-merge PATCH of the Node's metadata: its labels
+    /// (`marks::label_patch`) or the unhealthy-devices annotation
+    /// (`device_health::UnhealthyDevices::node_patch`).
     async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError>;
     /// Make nodeproof's taints on the Node exactly `ours`, keeping others'.
     async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError>;
@@ -525,6 +529,12 @@ pub fn node_state(node: &Node) -> NodeState {
         conditions,
         labels,
         taints,
+        unhealthy_devices: node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::device_health::UNHEALTHY_DEVICES))
+            .cloned(),
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use super::client::{NodeState, Refusal, ReportError, Reporter};
 use super::conditions::{Policy, Tracker, Transition};
 use super::contract_labels::{ContractLabels, ContractVerdict, LabelTransition};
+use super::device_health::UnhealthyDevices;
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
 use super::marks::{self, MarkPolicy, Taint};
 use super::ratelimit::{self, Limited, LoadPolicy, Pacing, WallWait};
@@ -193,6 +194,7 @@ pub struct Stats {
     pub node_reads: u64,
     pub status_writes: u64,
     pub event_writes: u64,
+    /// PATCHes of the Node's metadata: labels, the unhealthy-devices annotation.
     pub label_writes: u64,
     pub taint_writes: u64,
     /// Events the API server refused for good (see [`Dropped`]).
@@ -200,10 +202,12 @@ pub struct Stats {
     pub failures: u64,
 }
 
-/// Labels and taints that differ from the Node's.
+/// Labels, taints and the unhealthy-devices annotation that differ from the Node's.
 struct MarksDue {
     labels: Option<BTreeMap<String, String>>,
     taints: Option<Vec<Taint>>,
+    /// The annotation's new value (`Some(None)`: remove it).
+    devices: Option<Option<String>>,
 }
 
 pub struct ReportLoop<R> {
@@ -218,6 +222,11 @@ pub struct ReportLoop<R> {
     /// Our labels and taints as last read or written.
     labels_on_node: BTreeMap<String, String>,
     taints_on_node: Vec<Taint>,
+    /// The GPUs the probe last called unhealthy (`None`: no GPU probe has
+    /// said yet, so the Node's annotation is left as it is).
+    devices_wanted: Option<UnhealthyDevices>,
+    /// The unhealthy-devices annotation as last read or written.
+    devices_on_node: Option<String>,
     /// The Node's writes (read, status, labels, taints).
     node_retry: Retry,
     /// The Events, on their own schedule.
@@ -244,6 +253,8 @@ impl<R: Reporter> ReportLoop<R> {
             contracts: ContractLabels::default(),
             labels_on_node: BTreeMap::new(),
             taints_on_node: Vec::new(),
+            devices_wanted: None,
+            devices_on_node: None,
             node_retry,
             event_retry,
             dropped: Vec::new(),
@@ -285,6 +296,7 @@ impl<R: Reporter> ReportLoop<R> {
         self.labels_on_node = state.labels.clone();
         self.taints_on_node = state.taints.clone();
         self.taints_on_node.sort();
+        self.devices_on_node = state.unhealthy_devices.clone();
         let drift = if state.uid.is_some() && state.uid != self.node_uid {
             self.node_uid = state.uid.clone();
             Some(NodeDrift::Recreated)
@@ -342,6 +354,13 @@ impl<R: Reporter> ReportLoop<R> {
                 &message,
             );
         }
+    }
+
+    /// The GPUs one probe cycle judged unhealthy: the Node's annotation
+    /// (`device_health::UNHEALTHY_DEVICES`) follows, written only when it
+    /// changes and removed when none is. Never touches the network.
+    pub fn observe_devices(&mut self, devices: UnhealthyDevices) {
+        self.devices_wanted = Some(devices);
     }
 
     /// A finding about a pod (another check attaches it): an Event on the Pod.
@@ -418,7 +437,16 @@ impl<R: Reporter> ReportLoop<R> {
             wanted.sort();
             (wanted != self.taints_on_node).then_some(wanted)
         };
-        (labels.is_some() || taints.is_some()).then_some(MarksDue { labels, taints })
+        let devices = self
+            .devices_wanted
+            .as_ref()
+            .map(UnhealthyDevices::encode)
+            .filter(|v| *v != self.devices_on_node);
+        (labels.is_some() || taints.is_some() || devices.is_some()).then_some(MarksDue {
+            labels,
+            taints,
+            devices,
+        })
     }
 
     /// When the loop next has something to do (None: nothing until new results).
@@ -489,6 +517,7 @@ impl<R: Reporter> ReportLoop<R> {
         self.labels_on_node = state.labels.clone();
         self.taints_on_node = state.taints.clone();
         self.taints_on_node.sort();
+        self.devices_on_node = state.unhealthy_devices.clone();
         Ok(state)
     }
 
@@ -519,7 +548,12 @@ impl<R: Reporter> ReportLoop<R> {
             self.tracker.written(&update);
             self.stats.status_writes += 1;
         }
-        if let Some(MarksDue { labels, taints }) = self.marks_due() {
+        if let Some(MarksDue {
+            labels,
+            taints,
+            devices,
+        }) = self.marks_due()
+        {
             if let Some(labels) = labels {
                 let body = marks::label_patch(&self.labels_on_node, &labels);
                 self.reporter.patch_labels(&body).await?;
@@ -530,6 +564,17 @@ impl<R: Reporter> ReportLoop<R> {
                 self.reporter.set_taints(&taints).await?;
                 self.taints_on_node = taints;
                 self.stats.taint_writes += 1;
+            }
+            if let (Some(value), Some(wanted)) = (devices, &self.devices_wanted) {
+                self.reporter.patch_labels(&wanted.node_patch()).await?;
+                tracing::info!(
+                    node = %self.reporter.node(),
+                    annotation = super::device_health::UNHEALTHY_DEVICES,
+                    unhealthy_devices = value.as_deref().unwrap_or(""),
+                    "unhealthy GPUs published on the Node"
+                );
+                self.devices_on_node = value;
+                self.stats.label_writes += 1;
             }
         }
         Ok(())
@@ -631,6 +676,7 @@ pub async fn run<R: Reporter>(
                     lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
                 }
                 PodsNews::Contracts(verdicts) => lp.observe_contracts(SystemTime::now(), &verdicts),
+                PodsNews::UnhealthyDevices(devices) => lp.observe_devices(devices),
             },
             Some(n) = next_node(&mut nodes) => {
                 lp.node_seen(&n);
@@ -676,6 +722,9 @@ pub enum PodsNews {
     Event(PodEvent),
     /// One round's verdicts of every annotated RuntimeClass.
     Contracts(Vec<ContractVerdict>),
+    /// The GPUs the GPU probe judged unhealthy (sent by the probe, when the
+    /// set changes): the Node's `gpu.nodeproof.dev/unhealthy-devices`.
+    UnhealthyDevices(UnhealthyDevices),
 }
 
 /// The pods watcher's next news; pending forever without a source (or once it ended).
