@@ -192,6 +192,78 @@ fn no_new_privileges_takes_a_value_only_with_equals() {
     );
 }
 
+/// `nodeproof ARGS` with `input` on its standard input.
+fn nodeproof_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(args)
+        .env("NODEPROOF_LOG", "off")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nodeproof");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    // Written from a thread: a large input must not block on a full pipe.
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("wait for nodeproof");
+    let _ = writer.join();
+    out
+}
+
+/// `profile lint -` lints the profile on standard input, named `<stdin>`.
+#[test]
+fn lint_reads_standard_input_for_dash() {
+    let out = nodeproof_with_stdin(
+        &["profile", "lint", "-o", "json", "-"],
+        ALLOW_MKDIR_DENIED.as_bytes(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["profiles"][0]["path"], "<stdin>", "{v}");
+    assert_eq!(v["profiles"][0]["outcome"], "ok", "{v}");
+    assert_eq!(v["profiles"].as_array().unwrap().len(), 1, "{v}");
+
+    // The text output points into the input as into a file, beside files named with it.
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.json", ALLOW_MKDIR_DENIED);
+    let typo = "{\n  \"defaultAction\": \"SCMP_ACT_ALLOW\",\n  \"syscalls\": [{\"names\": [\"mkdir\"], \"action\": \"SCMP_ACT_ERRNO\", \"agrs\": []}]\n}\n";
+    let out = nodeproof_with_stdin(&["profile", "lint", &good, "-"], typo.as_bytes());
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("  --> <stdin>:3:"), "{text}");
+    assert!(
+        text.contains("\"agrs\": []"),
+        "the source line is echoed: {text}"
+    );
+    assert!(text.contains("<stdin>: outcome ok"), "{text}");
+    assert!(
+        text.find(&format!("{good}: outcome ok")) < text.find("<stdin>: outcome"),
+        "{text}"
+    );
+
+    // Empty input is a profile containerd refuses, not nothing linted.
+    let out = nodeproof_with_stdin(&["profile", "lint", "-o", "json", "-"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["profiles"][0]["path"], "<stdin>", "{v}");
+    assert_eq!(v["profiles"][0]["outcome"], "rejected", "{v}");
+
+    let out = nodeproof_with_stdin(&["profile", "lint", "-", "-"], b"{}");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("named more than once"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn logs_to_a_pipe_carry_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,8 @@ use super::{exit, lint_options, parse_duration, Format, ModeArgs, OutputArgs};
 pub(crate) enum ProfileCommand {
     /// Predict what the runtime does with profiles; exit 0 all ok, 1 otherwise.
     Lint {
-        /// Files or directories (default: the seccomp root).
+        /// Files or directories (default: the seccomp root); `-` reads one profile
+        /// from standard input, named `<stdin>` in the output.
         paths: Vec<PathBuf>,
         #[command(flatten)]
         mode: ModeArgs,
@@ -81,9 +82,14 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
             } else {
                 paths
             };
-            let files = scan::collect(&paths);
+            let files = collect(&paths)?;
+            // The text output echoes the source, which standard input cannot give twice.
+            let stdin = files
+                .iter()
+                .find(|f| f.path == Path::new(scan::STDIN_NAME))
+                .and_then(|f| f.contents.as_ref().ok().cloned());
             let reports = profiles::lint_files(files, &opts);
-            print_reports(&reports, out.output)?;
+            print_reports(&reports, stdin.as_deref(), out.output)?;
             Ok(exit(reports.iter().all(|r| profiles::passes(r, strict))))
         }
         ProfileCommand::Compile { path, mode, format } => {
@@ -98,7 +104,27 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
     }
 }
 
-fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
+/// The profiles the command line names, in its order: `-` is standard input
+/// (once: a second `-` would read nothing), any other path is a file or a
+/// directory walked.
+fn collect(paths: &[PathBuf]) -> Result<Vec<scan::ProfileFile>> {
+    let stdin = Path::new("-");
+    if paths.iter().filter(|p| p.as_path() == stdin).count() > 1 {
+        bail!("`-` (standard input) is named more than once: name it once, it holds one profile");
+    }
+    let mut files = Vec::new();
+    for p in paths {
+        if p == stdin {
+            files.push(scan::read_stream(std::io::stdin().lock()));
+        } else {
+            files.extend(scan::collect(std::slice::from_ref(p)));
+        }
+    }
+    Ok(files)
+}
+
+/// `stdin`: the profile read from standard input, if any, for the text output's source lines.
+fn print_reports(reports: &[ProfileReport], stdin: Option<&[u8]>, output: Format) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match output {
         Format::Json => {
@@ -108,7 +134,10 @@ fn print_reports(reports: &[ProfileReport], output: Format) -> Result<()> {
         Format::Text => {
             for r in reports {
                 let mut text = String::new();
-                let src = std::fs::read(&r.path).unwrap_or_default();
+                let src = match stdin {
+                    Some(bytes) if r.path == scan::STDIN_NAME => bytes.to_vec(),
+                    _ => std::fs::read(&r.path).unwrap_or_default(),
+                };
                 render_text(&r.path, &src, &r.diagnostics, &mut text);
                 write!(out, "{text}")?;
                 let errors = r.count(nodeproof_seccomp::diagnostic::Severity::Error);

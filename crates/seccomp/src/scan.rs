@@ -4,7 +4,7 @@
 //! the root, files are read up to a size cap.
 
 use std::ffi::OsStr;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -82,6 +82,17 @@ fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<ProfileFile>) {
         }
         out.push(read_entry(&path, Some(root)));
     }
+}
+
+/// The name a profile read from standard input goes by (`profile lint -`).
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// A profile read from `input` (standard input), named [`STDIN_NAME`] and
+/// capped at [`MAX_PROFILE_BYTES`] like a file.
+pub fn read_stream(input: impl Read) -> ProfileFile {
+    let path = PathBuf::from(STDIN_NAME);
+    let contents = read_capped(input, &path);
+    ProfileFile { path, contents }
 }
 
 /// Read one entry. `root` is set when the entry was found by walking a
@@ -173,9 +184,10 @@ fn read_checked(path: &Path, root: Option<&Path>) -> Result<Vec<u8>, Diagnostic>
 
 // A diagnostic is what callers report; it is built once per file, so its size does not matter.
 #[allow(clippy::result_large_err)]
-fn read_capped(file: File, path: &Path) -> Result<Vec<u8>, Diagnostic> {
+fn read_capped(input: impl Read, path: &Path) -> Result<Vec<u8>, Diagnostic> {
     let mut buf = Vec::new();
-    file.take(MAX_PROFILE_BYTES + 1)
+    input
+        .take(MAX_PROFILE_BYTES + 1)
         .read_to_end(&mut buf)
         .map_err(|e| io_diag(path, "cannot read", &e))?;
     if buf.len() as u64 > MAX_PROFILE_BYTES {
@@ -215,7 +227,24 @@ fn io_diag(path: &Path, what: &str, e: &io::Error) -> Diagnostic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_stream_is_read_under_the_cap() {
+        let f = read_stream(&b"{}"[..]);
+        assert_eq!(f.display_path(), "<stdin>");
+        assert_eq!(f.contents.unwrap(), b"{}");
+        let big = vec![b' '; MAX_PROFILE_BYTES as usize + 10];
+        let f = read_stream(&big[..]);
+        let d = f.contents.unwrap_err();
+        assert_eq!(d.code, Code::TooLarge);
+        assert!(
+            d.message.starts_with("<stdin> is 4194305 bytes"),
+            "{}",
+            d.message
+        );
+    }
 
     #[test]
     fn odd_entries_are_reported_never_opened() {
