@@ -8,7 +8,7 @@
 //!
 //! A cluster that does not serve DeviceTaintRule (a 404 on its list path:
 //! the feature gates or the version are off) is said once, at warn, and
-//! `nodeproof_device_taint_rules_served` is 0; it is asked again every
+//! `nodeproof_gate_device_taint_rules_served` is 0; it is asked again every
 //! [`Options::recheck`], not at every change. One that serves no
 //! ResourceSlices has no DRA devices to taint (said once, at info).
 //!

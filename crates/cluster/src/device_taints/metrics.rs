@@ -40,17 +40,17 @@ impl DeviceTaintMetrics {
             drop(m.errors.get_or_create(&RequestLabel { request }));
         }
         registry.register(
-            "nodeproof_device_taint_rules_served",
+            "nodeproof_gate_device_taint_rules_served",
             "1 when the API server serves DeviceTaintRule (resource.k8s.io/v1beta2), 0 when it does not",
             m.served.clone(),
         );
         registry.register(
-            "nodeproof_device_taint_rules",
+            "nodeproof_gate_device_taint_rules",
             "DeviceTaintRules of nodeproof's for unhealthy GPUs, as last seen",
             m.rules.clone(),
         );
         registry.register(
-            "nodeproof_device_taint_errors",
+            "nodeproof_gate_device_taint_errors",
             "Failed DeviceTaintRule requests",
             m.errors.clone(),
         );
