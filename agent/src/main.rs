@@ -5,10 +5,8 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     let daemon = matches!(cli.command, cli::Command::Run);
     cli::init_logging(daemon);
     if daemon {

@@ -264,6 +264,39 @@ fn lint_reads_standard_input_for_dash() {
     );
 }
 
+/// --help says what each argument is, and shows a global flag only where it means something.
+#[test]
+fn help_describes_every_argument_shown() {
+    let help = |args: &[&str]| {
+        let out = nodeproof(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let pods = help(&["pods", "--help"]);
+    assert!(
+        pods.contains("--once") && pods.contains("Judge the pods once"),
+        "{pods}"
+    );
+    let compile = help(&["profile", "compile", "--help"]);
+    assert!(compile.contains("The profile file"), "{compile}");
+    for args in [["completions", "--help"], ["gate-controller", "--help"]] {
+        let text = help(&args);
+        assert!(!text.contains("--seccomp-root"), "{args:?}: {text}");
+    }
+    assert!(help(&["check", "--help"]).contains("--seccomp-root <DIR>"));
+    assert!(!help(&["completions", "--help"]).contains("--config"));
+
+    let out = nodeproof(&["gate-controller", "--seccomp-root", "/x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "`nodeproof gate-controller` reads no seccomp profiles from the kubelet's root"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn logs_to_a_pipe_carry_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();

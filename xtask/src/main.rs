@@ -228,9 +228,16 @@ fn run() -> Result<()> {
             // The binary has no source-tree fallback: on a machine without a
             // kubelet, the checkout's example profiles are the root to judge.
             let kubelet_root = Path::new("/var/lib/kubelet/seccomp");
+            // Before the command: the global flag, which commands that read no
+            // profiles (gpu, trace) refuse after their name.
             if !kubelet_root.exists() && !args.iter().any(|a| a.starts_with("--seccomp-root")) {
-                args.push("--seccomp-root".into());
-                args.push(root().join("profiles").display().to_string());
+                args.splice(
+                    0..0,
+                    [
+                        "--seccomp-root".into(),
+                        root().join("profiles").display().to_string(),
+                    ],
+                );
             }
             let status = Command::new(&bin)
                 .args(&args)

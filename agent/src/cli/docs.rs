@@ -14,17 +14,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use clap::CommandFactory;
 use clap_complete::Shell;
 
-use super::Cli;
+use super::command;
 
 /// Section 8: system administration commands (a node agent run by systemd).
 const MAN_SECTION: &str = "8";
 
 /// `nodeproof completions <shell>`: the script on stdout.
 pub(crate) fn completions(shell: Shell, out: &mut dyn Write) {
-    let mut cmd = Cli::command();
+    let mut cmd = command();
     clap_complete::generate(shell, &mut cmd, "nodeproof", out);
 }
 
@@ -54,7 +53,7 @@ pub(crate) fn gen_files(out: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(&man).with_context(|| format!("creating {}", man.display()))?;
     // `nodeproof help <command>` prints what the command's own page says:
     // no pages for clap's help subcommands, nor references to them.
-    let mut cmd = without_help_subcommand(Cli::command());
+    let mut cmd = without_help_subcommand(command());
     cmd.build();
     for (name, page) in man_pages(&cmd)? {
         let path = man.join(format!("{name}.{MAN_SECTION}"));

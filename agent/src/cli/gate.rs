@@ -32,6 +32,8 @@ pub(crate) struct GateArgs {
     /// The Lease's namespace (default: $POD_NAMESPACE, then the ServiceAccount's).
     #[arg(long)]
     namespace: Option<String>,
+    /// The Lease the replicas elect their leader with (the device taints take
+    /// `<NAME>-device-taints`).
     #[arg(long, default_value = "nodeproof-gate-controller")]
     lease_name: String,
     /// This replica's name in the Lease (default: $POD_NAME, then the hostname).

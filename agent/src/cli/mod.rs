@@ -20,7 +20,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use nodeproof::checks::profiles;
 use nodeproof::config::Config;
@@ -44,7 +44,7 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     pub(crate) config: Option<PathBuf>,
     /// The kubelet's seccomp root (default /var/lib/kubelet/seccomp).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_name = "DIR")]
     pub(crate) seccomp_root: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -105,6 +105,7 @@ pub(crate) enum Command {
     /// This node's pods and their seccomp references, judged here: --once prints
     /// (exit 0 all usable, 1 not); otherwise watch and report until Ctrl-C.
     Pods {
+        /// Judge the pods once, print them and exit (default: watch and report until Ctrl-C).
         #[arg(long)]
         once: bool,
         /// Kubeconfig (default: the kubelet's, then in-cluster).
@@ -128,6 +129,7 @@ pub(crate) enum Command {
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell)
     /// on stdout; the package installs bash's, zsh's and fish's.
     Completions {
+        /// The shell whose completion script to print.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -138,6 +140,85 @@ pub(crate) enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// The commands that read no profiles from the kubelet's seccomp root, with
+/// their subcommands: the global `--seccomp-root` is neither shown nor taken
+/// there (`nodeproof --seccomp-root DIR CMD`, before the command, is).
+const WITHOUT_SECCOMP_ROOT: &[&[&str]] = &[
+    &["gpu"],
+    &["trace"],
+    &["cluster"],
+    &["gate-controller"],
+    &["completions"],
+    &["gen-files"],
+    &["profile", "compile"],
+    &["profile", "test"],
+];
+
+/// The commands that read no config: the global `--config` is neither
+/// shown nor taken there.
+const WITHOUT_CONFIG: &[&[&str]] = &[&["completions"], &["gen-files"]];
+
+/// The command line's definition: [`Cli`]'s, with the global flags left off
+/// the commands they mean nothing to ([`WITHOUT_SECCOMP_ROOT`],
+/// [`WITHOUT_CONFIG`]). What `main` parses and what the completions and man
+/// pages describe.
+pub(crate) fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    for path in WITHOUT_SECCOMP_ROOT {
+        cmd = refuse_global(cmd, path, "seccomp_root", "seccomp-root", "DIR", "reads no seccomp profiles from the kubelet's root: drop --seccomp-root (it is for check, preflight, run, pods, advise and profile lint)");
+    }
+    for path in WITHOUT_CONFIG {
+        cmd = refuse_global(
+            cmd,
+            path,
+            "config",
+            "config",
+            "FILE",
+            "reads no config: drop --config",
+        );
+    }
+    cmd
+}
+
+/// Parses the process's arguments with [`command`]; exits on a usage error (2) or --help (0).
+pub(crate) fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// Gives the subcommand at `path` (and every subcommand below it) a hidden
+/// `--LONG` of the global flag's id, which keeps the global one off it (clap
+/// propagates a global flag only where its id is not defined) and refuses
+/// any value with `why`.
+fn refuse_global(
+    cmd: clap::Command,
+    path: &[&str],
+    id: &'static str,
+    long: &'static str,
+    value_name: &'static str,
+    why: &'static str,
+) -> clap::Command {
+    fn refuse_below(cmd: clap::Command, arg: &clap::Arg) -> clap::Command {
+        cmd.arg(arg.clone())
+            .mut_subcommands(|sub| refuse_below(sub, arg))
+    }
+    let (first, rest) = path.split_first().expect("a command path");
+    cmd.mut_subcommand(*first, |sub| {
+        if rest.is_empty() {
+            let name = format!("nodeproof {}", sub.get_name());
+            let why = format!("`{name}` {why}");
+            let arg = clap::Arg::new(id)
+                .long(long)
+                .value_name(value_name)
+                .hide(true)
+                .value_parser(move |_: &str| Err::<PathBuf, String>(why.clone()));
+            refuse_below(sub, &arg)
+        } else {
+            refuse_global(sub, rest, id, long, value_name, why)
+        }
+    })
 }
 
 /// `-o text|json`, the same on every command that prints.
@@ -354,4 +435,117 @@ pub(crate) fn stop_on_sigint_sigterm() -> Result<()> {
             .with_context(|| format!("cannot install the handler for signal {signal}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every visible command at every depth, built (globals propagated), with its path.
+    fn commands() -> Vec<(String, clap::Command)> {
+        fn walk(cmd: &clap::Command, path: String, out: &mut Vec<(String, clap::Command)>) {
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(sub, format!("{path} {}", sub.get_name()), out);
+            }
+            out.push((path, cmd.clone()));
+        }
+        let mut cmd = command();
+        cmd.build();
+        let mut out = Vec::new();
+        walk(&cmd, "nodeproof".into(), &mut out);
+        out
+    }
+
+    fn visible(cmd: &clap::Command, long: &str) -> bool {
+        cmd.get_arguments()
+            .any(|a| a.get_long() == Some(long) && !a.is_hide_set())
+    }
+
+    #[test]
+    fn every_command_and_argument_says_what_it_is() {
+        let mut blank = Vec::new();
+        for (path, cmd) in commands() {
+            if cmd.get_about().is_none() && path != "nodeproof" {
+                blank.push(path.clone());
+            }
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    blank.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+        }
+        assert!(blank.is_empty(), "no help text: {blank:?}");
+    }
+
+    #[test]
+    fn global_flags_show_only_where_they_mean_something() {
+        let commands = commands();
+        let leaf = |path: &str| {
+            commands
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, c)| c)
+                .unwrap_or_else(|| panic!("no command {path}"))
+        };
+        for path in [
+            "nodeproof",
+            "nodeproof check",
+            "nodeproof preflight",
+            "nodeproof run",
+            "nodeproof pods",
+            "nodeproof advise",
+            "nodeproof profile lint",
+        ] {
+            assert!(visible(leaf(path), "seccomp-root"), "{path}");
+        }
+        for path in [
+            "nodeproof gpu",
+            "nodeproof trace",
+            "nodeproof cluster",
+            "nodeproof cluster check",
+            "nodeproof cluster policy",
+            "nodeproof gate-controller",
+            "nodeproof completions",
+            "nodeproof profile compile",
+            "nodeproof profile test",
+        ] {
+            assert!(!visible(leaf(path), "seccomp-root"), "{path}");
+        }
+        assert!(!visible(leaf("nodeproof completions"), "config"));
+        assert!(visible(leaf("nodeproof gate-controller"), "config"));
+    }
+
+    #[test]
+    fn a_global_flag_given_where_it_means_nothing_is_refused_with_the_reason() {
+        let err = command()
+            .try_get_matches_from(["nodeproof", "gate-controller", "--seccomp-root", "/x"])
+            .expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("`nodeproof gate-controller` reads no seccomp profiles from the kubelet's root: drop --seccomp-root"),
+            "{text}"
+        );
+        let err = command()
+            .try_get_matches_from(["nodeproof", "cluster", "check", "--seccomp-root", "/x"])
+            .expect_err("refused");
+        assert!(err.to_string().contains("`nodeproof cluster`"), "{err}");
+        // Before the command it is the global flag, as scripts give it.
+        let m = command()
+            .try_get_matches_from(["nodeproof", "--seccomp-root", "/x", "check"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&m).unwrap();
+        assert_eq!(cli.seccomp_root.as_deref(), Some(Path::new("/x")));
+        let m = command()
+            .try_get_matches_from(["nodeproof", "pods", "--once", "--seccomp-root", "/y"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&m).unwrap();
+        assert_eq!(cli.seccomp_root.as_deref(), Some(Path::new("/y")));
+        let m = command()
+            .try_get_matches_from(["nodeproof", "--seccomp-root", "/x", "gpu"])
+            .unwrap();
+        assert!(matches!(
+            Cli::from_arg_matches(&m).unwrap().command,
+            Command::Gpu { .. }
+        ));
+    }
 }

@@ -40,15 +40,19 @@ pub(crate) enum ProfileCommand {
     },
     /// Compile a profile with libseccomp and print the filter without loading it.
     Compile {
+        /// The profile file (OCI or Docker-template JSON).
         path: PathBuf,
         #[command(flatten)]
         mode: ModeArgs,
+        /// pfc: libseccomp's pseudo-filter code; bpf: the program runc loads, its
+        /// -ENOSYS stub first, one instruction a line.
         #[arg(long, value_enum, default_value_t = CompileFormat::Pfc)]
         format: CompileFormat,
     },
     /// Run a command under a profile in a forked child and report what happened,
     /// including the first denial in any thread or process it starts.
     Test {
+        /// The profile file to run the command under.
         path: PathBuf,
         #[command(flatten)]
         mode: ModeArgs,
@@ -56,6 +60,7 @@ pub(crate) enum ProfileCommand {
         /// (`30s`, `2m`); without it the run waits for all of them.
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
