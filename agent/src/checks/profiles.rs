@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use nodeproof_bpfgen::Native;
-use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
+use nodeproof_findings::{
+    count, Check, Condition, ConditionStatus, ConditionType, Finding, Status,
+};
 use nodeproof_seccomp::containerd;
 use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
@@ -360,8 +362,8 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
             status: ConditionStatus::True,
             reason: Reason::ProfilesValid.as_str().into(),
             message: format!(
-                "{} profiles under {} predicted ok",
-                reports.len(),
+                "{} under {} predicted ok",
+                count(reports.len(), "profile", "profiles"),
                 root.display()
             ),
         },
@@ -376,9 +378,10 @@ pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
                 status: ConditionStatus::False,
                 reason: reason(first).to_string(),
                 message: format!(
-                    "{} of {} profiles fail: {}{}; first cause: {}",
+                    "{} of {} {}: {}{}; first cause: {}",
                     failing.len(),
-                    reports.len(),
+                    count(reports.len(), "profile", "profiles"),
+                    if failing.len() == 1 { "fails" } else { "fail" },
                     names.join(", "),
                     if failing.len() > 3 { ", ..." } else { "" },
                     first_line(first)
@@ -470,6 +473,33 @@ mod tests {
 
     fn never(_: &str) -> Result<CrunRelease, VersionError> {
         panic!("crun --version must not be asked")
+    }
+
+    #[test]
+    fn the_condition_counts_profiles_in_agreement() {
+        let opts = LintOptions::default();
+        let ok = || {
+            lint_source(
+                "/r/ok.json",
+                br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ERRNO"}]}"#,
+                &opts,
+                &Native,
+            )
+        };
+        let bad = || lint_source("/r/bad.json", b"[]", &opts, &Native);
+        let root = Path::new("/r");
+        let message = |reports: &[ProfileReport]| condition(root, reports).message;
+        assert_eq!(message(&[ok()]), "1 profile under /r predicted ok");
+        assert_eq!(message(&[ok(), ok()]), "2 profiles under /r predicted ok");
+        let m = message(&[bad()]);
+        assert!(
+            m.starts_with("1 of 1 profile fails: /r/bad.json (rejected); first cause: "),
+            "{m}"
+        );
+        let m = message(&[bad(), ok()]);
+        assert!(m.starts_with("1 of 2 profiles fails: "), "{m}");
+        let m = message(&[bad(), bad()]);
+        assert!(m.starts_with("2 of 2 profiles fail: "), "{m}");
     }
 
     #[test]

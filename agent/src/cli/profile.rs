@@ -13,6 +13,7 @@ use nodeproof::checks::profiles;
 use nodeproof::config::Config;
 use nodeproof::sandbox;
 use nodeproof_bpfgen::{libseccomp, Native};
+use nodeproof_findings::count;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Compiler;
 use nodeproof_seccomp::diagnostic::render_text;
@@ -149,11 +150,11 @@ fn print_reports(reports: &[ProfileReport], stdin: Option<&[u8]>, output: Format
                 let warnings = r.count(nodeproof_seccomp::diagnostic::Severity::Warning);
                 writeln!(
                     out,
-                    "{}: outcome {} ({} errors, {} warnings{})\n",
+                    "{}: outcome {} ({}, {}{})\n",
                     r.path,
                     r.outcome.as_str(),
-                    errors,
-                    warnings,
+                    count(errors, "error", "errors"),
+                    count(warnings, "warning", "warnings"),
                     r.instructions
                         .map_or(String::new(), |n| format!(", {n} BPF instructions")),
                 )?;

@@ -385,9 +385,9 @@ fn trace_rows(tx: tokio::sync::mpsc::Sender<Vec<SummaryRow>>, stop: &'static Ato
 /// The text `pods --once` prints.
 pub fn render(r: &PodsOnce, root: &Path) -> String {
     let mut s = format!(
-        "node {}: {} pods, seccomp root {}\n",
+        "node {}: {}, seccomp root {}\n",
         r.node,
-        r.pods,
+        nodeproof_findings::count(r.pods, "pod", "pods"),
         root.display()
     );
     for f in &r.findings {

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
 use crate::checks::profiles::{self, passes};
-use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
+use nodeproof_findings::{count, Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::contract::{self, Contract, ContractError};
 use nodeproof_kube::marks::Taint;
 use nodeproof_kube::refs::{PodRefs, Profile};
@@ -396,7 +396,10 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
             kind: ConditionType::SeccompProfilesReady,
             status: ConditionStatus::True,
             reason: "PodProfilesReady".into(),
-            message: format!("seccomp references of {pods} pods on this node are usable"),
+            message: format!(
+                "seccomp references of {} on this node are usable",
+                count(pods, "pod", "pods")
+            ),
         };
     };
     let bad_pods: BTreeSet<(&str, &str)> = findings
@@ -409,8 +412,14 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
         status: ConditionStatus::False,
         reason: first.reason.as_str().into(),
         message: format!(
-            "{} of {pods} pods reference unusable seccomp profiles: {}{}",
+            "{} of {} {} unusable seccomp profiles: {}{}",
             bad_pods.len(),
+            count(pods, "pod", "pods"),
+            if bad_pods.len() == 1 {
+                "references"
+            } else {
+                "reference"
+            },
             named.join("; "),
             if findings.len() > 3 { "; ..." } else { "" }
         ),
@@ -701,7 +710,7 @@ mod tests {
             (ConditionStatus::False, "ProfileMissing")
         );
         assert!(
-            c.message.starts_with("1 of 1 pods reference unusable seccomp profiles: ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
+            c.message.starts_with("1 of 1 pod references unusable seccomp profiles: ml/vllm-0 container vllm: profile localhost/profiles/vllm-strict.json not found"),
             "{}",
             c.message
         );
@@ -716,6 +725,14 @@ mod tests {
         assert_eq!(
             (c.status, c.reason.as_str()),
             (ConditionStatus::True, "PodProfilesReady")
+        );
+        assert_eq!(
+            c.message,
+            "seccomp references of 1 pod on this node are usable"
+        );
+        assert_eq!(
+            condition(&f, 2).message,
+            "seccomp references of 2 pods on this node are usable"
         );
     }
 
@@ -769,7 +786,7 @@ mod tests {
         let files_bad = Condition {
             status: ConditionStatus::False,
             reason: "ProfileRejected".into(),
-            message: "1 of 2 profiles fail".into(),
+            message: "1 of 2 profiles fails".into(),
             ..ok("")
         };
         assert_eq!(
@@ -777,7 +794,7 @@ mod tests {
             files_bad
         );
         let pods_bad = Condition {
-            message: "1 of 3 pods reference unusable seccomp profiles".into(),
+            message: "1 of 3 pods references unusable seccomp profiles".into(),
             ..bad
         };
         let both = combine(files_bad, pods_bad);
@@ -787,7 +804,7 @@ mod tests {
         );
         assert_eq!(
             both.message,
-            "1 of 3 pods reference unusable seccomp profiles; node profiles: 1 of 2 profiles fail"
+            "1 of 3 pods references unusable seccomp profiles; node profiles: 1 of 2 profiles fails"
         );
     }
 }

@@ -198,9 +198,22 @@ impl fmt::Display for ConditionStatus {
     }
 }
 
+/// `n` with the noun that agrees with it, for messages people read:
+/// `count(1, "profile", "profiles")` is `1 profile`, `count(3, ...)` `3 profiles`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_agree_with_their_noun() {
+        assert_eq!(count(0, "profile", "profiles"), "0 profiles");
+        assert_eq!(count(1, "profile", "profiles"), "1 profile");
+        assert_eq!(count(2, "error", "errors"), "2 errors");
+    }
 
     #[test]
     fn names_round_trip_and_serialize_as_the_api_spells_them() {
