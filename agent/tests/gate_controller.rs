@@ -215,7 +215,8 @@ fn gate_released_when_a_matching_node_turns_ready_and_not_before_foreign_gates_u
     put_pod(&server, "vllm-0", "gpu");
     let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
     let want = format!(
-        "waiting for {GPU_GATE}: 0 of 2 matching nodes ready (1 lack nvidia.com/gpu, 1 GPUDriverReady=False NVMLInitFailed)"
+        "waiting for {GPU_GATE}: 0 of 3 nodes ready for the pod: 1 lacks nvidia.com/gpu, \
+         1 GPUDriverReady=False (NVMLInitFailed), 1 ready but excluded by the pod's own nodeSelector or affinity"
     );
     assert!(
         wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
@@ -269,7 +270,7 @@ fn a_stale_heartbeat_never_releases() {
     put_pod(&server, "vllm-0", "gpu");
     let c = Controller::start(&server, dir.path(), "a", &config(2, 3));
     let want = format!(
-        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=Unknown StaleHeartbeat)"
+        "waiting for {GPU_GATE}: 0 of 1 nodes ready for the pod: 1 with a GPUDriverReady heartbeat older than 6s (its agent stopped reporting)"
     );
     assert!(
         wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
@@ -318,16 +319,16 @@ fn a_stale_heartbeat_never_releases() {
     );
     put_pod(&server, "vllm-1", "slow");
     let silent = Instant::now();
+    // gpu-1 (another pool) counts too, ready or stale as its own heartbeat ages.
     let before = format!(
-        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False NVMLInitFailed)"
+        "waiting for {GPU_GATE}: 0 of 2 nodes ready for the pod: 1 GPUDriverReady=False (NVMLInitFailed), "
     );
-    let stale = format!(
-        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=Unknown StaleHeartbeat)"
-    );
+    let stale =
+        "1 with a GPUDriverReady heartbeat older than 6s (its agent stopped reporting)".to_string();
     let says = |m: &str| {
         pod_events(&server, "vllm-1")
             .iter()
-            .any(|e| e["message"] == m)
+            .any(|e| e["message"].as_str().is_some_and(|t| t.contains(m)))
     };
     assert!(
         wait_until(Duration::from_secs(5), || says(&before)),
@@ -369,7 +370,7 @@ fn event_scenario() -> Vec<Logged> {
     put_pod(&server, "vllm-0", "gpu");
     let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
     let first = format!(
-        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False NVMLInitFailed)"
+        "waiting for {GPU_GATE}: 0 of 1 nodes ready for the pod: 1 GPUDriverReady=False (NVMLInitFailed)"
     );
     assert!(
         wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
@@ -399,7 +400,7 @@ fn event_scenario() -> Vec<Logged> {
         gpu_conditions("False", "DriverNotLoaded", 0),
     );
     let second = format!(
-        "waiting for {GPU_GATE}: 0 of 1 matching nodes ready (1 GPUDriverReady=False DriverNotLoaded)"
+        "waiting for {GPU_GATE}: 0 of 1 nodes ready for the pod: 1 GPUDriverReady=False (DriverNotLoaded)"
     );
     assert!(
         wait_until(Duration::from_secs(5), || pod_events(&server, "vllm-0")
@@ -425,6 +426,50 @@ fn event_scenario() -> Vec<Logged> {
     assert!(
         wait_until(Duration::from_secs(5), || gates(&server, "ml/vllm-0")
             == [FOREIGN_GATE]),
+        "{}",
+        c.log_text()
+    );
+    server.log()
+}
+
+/// The device taints' scenario (agent/tests/gate_device_taints.rs tells it
+/// in full); its request log feeds the RBAC test: resourceslices and
+/// devicetaintrules listed and watched, one rule created, then deleted.
+fn device_taint_scenario() -> Vec<Logged> {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.serve_dra(&["v1"]);
+    server.serve_device_taint_rules(&["v1beta2"]);
+    add_node(&server, "gpu-1", "gpu", 1, gpu_conditions("True", "Ok", 0));
+    server.put(
+        "resourceslices",
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "gpu-1-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-1",
+                "pool": {"name": "gpu-1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-aaaa"}}}]}}),
+    );
+    let annotate = |v: Option<&str>| {
+        server.merge_node(
+            "gpu-1",
+            json!({"metadata": {"annotations": {"gpu.nodeproof.dev/unhealthy-devices": v}}}),
+        );
+    };
+    annotate(Some("GPU-aaaa=GPULost"));
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    assert!(
+        wait_until(Duration::from_secs(20), || server
+            .device_taint_rules()
+            .len()
+            == 1),
+        "{}",
+        c.log_text()
+    );
+    annotate(None);
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .device_taint_rules()
+            .is_empty()),
         "{}",
         c.log_text()
     );
@@ -604,7 +649,8 @@ fn the_manifest_parses_its_config_is_valid_and_its_rbac_is_exactly_what_the_cont
     assert_eq!(config.gate.policy().gates.len(), 2);
 
     // Every request of the controller's scenarios, as its ServiceAccount.
-    let log = event_scenario();
+    let mut log = event_scenario();
+    log.extend(device_taint_scenario());
     let requests: BTreeSet<RequestInfo> = log
         .iter()
         .filter(|l| l.status != 401)
@@ -906,7 +952,7 @@ fn the_seccomp_gate_waits_for_the_runtime_class_contract_label() {
     // The default gates: gpu-driver-ready and seccomp-ready with the contract.
     let c = Controller::start(&server, dir.path(), "a", "[gate]\nheartbeat-s = 60\n");
     let want = format!(
-        "waiting for {SECCOMP_GATE}: 0 of 1 matching nodes ready (1 runtimeclass.nodeproof.dev/vllm=not-ready)"
+        "waiting for {SECCOMP_GATE}: 0 of 1 nodes ready for the pod: 1 runtimeclass.nodeproof.dev/vllm=not-ready"
     );
     assert!(
         wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")

@@ -107,8 +107,12 @@ struct State {
     cluster: ClusterState,
     /// See "Scheduling gates and leases" below.
     gate: GateState,
+    /// See "Placement" (placement.rs).
+    scheduler: SchedulerState,
     /// The `resource.k8s.io` versions served (see "Dynamic Resource Allocation").
     dra_versions: Vec<&'static str>,
+    /// The versions DeviceTaintRules are served in (see "DeviceTaintRules").
+    device_taint_versions: Vec<&'static str>,
     /// See "A standalone process" below: where the objects and the request
     /// log are kept across a restart of the process, as etcd keeps them.
     storage: Option<PathBuf>,
@@ -493,6 +497,9 @@ fn listed_resource(path: &str) -> Option<&'static str> {
         p if p.starts_with("apis/resource.k8s.io/") && p.ends_with("/resourceslices") => {
             Some("resourceslices")
         }
+        p if p.starts_with("apis/resource.k8s.io/") && p.ends_with("/devicetaintrules") => {
+            Some("devicetaintrules")
+        }
         "api/v1/nodes" => Some("nodes"),
         _ => None,
     }
@@ -530,6 +537,7 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
         "pods" => ("Pod", "v1"),
         "nodes" => ("Node", "v1"),
         "resourceslices" => ("ResourceSlice", "resource.k8s.io/v1"),
+        "devicetaintrules" => ("DeviceTaintRule", "resource.k8s.io/v1beta2"),
         _ => ("RuntimeClass", "node.k8s.io/v1"),
     }
 }
@@ -694,7 +702,11 @@ async fn handle(
         let Some(who) = who else {
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         };
-        let resp = watch(&st, &uri, &who, resource);
+        let not_served = device_taints_not_served(&st.lock().unwrap(), uri.path());
+        let resp = match not_served {
+            Some((code, v)) => (StatusCode::from_u16(code).unwrap(), v.to_string()).into_response(),
+            None => watch(&st, &uri, &who, resource),
+        };
         // Logged when the stream starts: a watch from version V means every event up to V arrived.
         st.lock().unwrap().record(Logged {
             method: method.to_string(),
@@ -782,6 +794,9 @@ fn route(
     if let Some(answer) = gate_route(s, &who, method, uri, &parts, content_type, body) {
         return answer;
     }
+    if let Some(answer) = device_taint_route(s, &who, method, &parts, body) {
+        return answer;
+    }
     if let Some(answer) = dra_route(s, &who, method, &parts) {
         return answer;
     }
@@ -834,6 +849,7 @@ fn route(
             "pods" => ("v1", "PodList"),
             "nodes" => ("v1", "NodeList"),
             "resourceslices" => ("resource.k8s.io/v1", "ResourceSliceList"),
+            "devicetaintrules" => ("resource.k8s.io/v1beta2", "DeviceTaintRuleList"),
             _ => ("node.k8s.io/v1", "RuntimeClassList"),
         };
         let mut metadata = json!({"resourceVersion": version.to_string()});
@@ -1740,6 +1756,9 @@ fn gate_route(
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name]) => {
             Some(patch_pod(s, who, ns, name, content_type, body))
         }
+        ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
+            Some(patch_pod_status(s, who, ns, name, content_type, body))
+        }
         (_, ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) => {
             let manager = query_param(uri, "fieldManager");
             let force = query_param(uri, "force").as_deref() == Some("true");
@@ -1761,7 +1780,8 @@ fn gate_route(
 /// A JSON patch of a pod, as kube-apiserver applies one: the RFC 6902 ops
 /// on the stored object (a failed `test`, or a path that is not there: 422,
 /// as `applyJSPatch` answers), then pod update validation: the spec may not
-/// change but for the scheduling gates, and gates may only be removed
+/// change but for the scheduling gates and, while gated, additions to the
+/// placement (`placement_mutation`), and gates may only be removed
 /// (`validateSchedulingGates` on update: "only deletion is allowed").
 fn patch_pod(
     s: &mut State,
@@ -1806,15 +1826,10 @@ fn patch_pod(
             );
         }
     }
-    let without_gates = |p: &Value| {
-        let mut spec = p["spec"].clone();
-        if let Some(o) = spec.as_object_mut() {
-            o.remove("schedulingGates");
-        }
-        spec
-    };
-    if without_gates(&after) != without_gates(&before) {
-        return invalid("Pod", name, "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative) and `spec.schedulingGates`");
+    // The spec may not change but for the gates and, while gated, a
+    // narrowing of the placement (KEP-3838, "Placement" in placement.rs).
+    if let Some(refused) = placement_mutation(&before, &after, name) {
+        return refused;
     }
     let old_gates = gate_names(&before);
     let new_gates = gate_names(&after);
@@ -2037,6 +2052,10 @@ fn dra_route(s: &State, who: &Identity, method: &Method, parts: &[&str]) -> Opti
     let ["apis", "resource.k8s.io", version, rest @ ..] = parts else {
         return None;
     };
+    if rest.first() == Some(&"devicetaintrules") {
+        // Served on their own terms: see "DeviceTaintRules".
+        return None;
+    }
     if !s.dra_versions.contains(version) {
         return Some(status(
             404,
@@ -2247,3 +2266,9 @@ impl TestApiServer {
         &self.ca_pem
     }
 }
+
+// DeviceTaintRules: agent/tests/support/device_taint_rules.rs.
+include!("device_taint_rules.rs");
+
+// Placement: agent/tests/support/placement.rs.
+include!("placement.rs");
