@@ -976,3 +976,548 @@ fn the_seccomp_gate_waits_for_the_runtime_class_contract_label() {
         c.log_text()
     );
 }
+
+// ---------------------------------------------------------------------------
+// Placement: released onto the right node, under the test server's
+// adversarial scheduler (support/placement.rs), which binds a schedulable
+// pod to the *least* ready node that fits it. Only a pod narrowed to the
+// nodes ready for its gate lands on one.
+// ---------------------------------------------------------------------------
+
+const GPU_LABEL: &str = "gate.nodeproof.dev/gpu-driver-ready";
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// A gated pod asking for `gpus` GPUs, with nothing else steering it.
+fn gated_gpu_pod(name: &str, gpus: u32, extra_spec: Value) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "ml", "name": name, "uid": format!("uid-{name}"),
+                     "creationTimestamp": ago(0)},
+        "spec": {"schedulingGates": [{"name": GPU_GATE}],
+                 "containers": [{"name": "vllm", "image": "vllm",
+                                 "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}});
+    for (k, v) in extra_spec.as_object().unwrap() {
+        pod["spec"][k] = v.clone();
+    }
+    pod
+}
+
+/// The node as kube-apiserver creates it: the TaintNodesByCondition
+/// admission plugin's `node.kubernetes.io/not-ready:NoSchedule` until the
+/// node lifecycle controller lifts it (shared/notes/kube-apiserver-1.36.md).
+fn add_new_node(server: &TestApiServer, name: &str, gpus: u32, conditions: Value) {
+    add_node(server, name, "gpu", gpus, conditions);
+    server.merge_node(
+        name,
+        json!({"spec": {"taints": [{"key": NOT_READY_TAINT, "effect": "NoSchedule"}]}}),
+    );
+}
+
+fn lift_not_ready(server: &TestApiServer, name: &str) {
+    server.merge_node(name, json!({"spec": {"taints": []}}));
+}
+
+fn label_of(server: &TestApiServer, node: &str) -> Option<String> {
+    server.node(node)["metadata"]["labels"][GPU_LABEL]
+        .as_str()
+        .map(String::from)
+}
+
+#[test]
+fn the_released_pod_is_bound_to_the_ready_node_not_the_broken_or_the_stale_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    add_new_node(
+        &server,
+        "gpu-a",
+        2,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    add_new_node(
+        &server,
+        "gpu-b",
+        2,
+        gpu_conditions("False", "DriverNotLoaded", 0),
+    );
+    // Every condition True, but its agent last wrote two hours ago.
+    add_new_node(&server, "gpu-old", 2, gpu_conditions("True", "Ok", 7200));
+    server.create_pod(gated_gpu_pod("vllm-0", 2, json!({})));
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    // New nodes carry the not-ready taint: the Event names it, per node group.
+    let tainted = format!(
+        "waiting for {GPU_GATE}: 0 of 3 nodes ready for the pod: \
+         3 have a taint the pod does not tolerate ({NOT_READY_TAINT}:NoSchedule)"
+    );
+    let says = |m: &str| {
+        pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == m)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || says(&tainted)),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    for n in ["gpu-a", "gpu-b", "gpu-old"] {
+        lift_not_ready(&server, n);
+    }
+    let grouped = format!(
+        "waiting for {GPU_GATE}: 0 of 3 nodes ready for the pod: \
+         1 with a GPUDriverReady heartbeat older than 3m (its agent stopped reporting), \
+         1 GPUDriverReady=False (DriverNotLoaded), 1 GPUDriverReady=False (NVMLInitFailed)"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || says(&grouped)),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    assert_eq!(gates(&server, "ml/vllm-0"), [GPU_GATE]);
+    assert_eq!(server.bound("ml/vllm-0"), None);
+    // gpu-b turns ready: labelled, the pod narrowed and released in one write, bound there.
+    let ready = Instant::now();
+    set_conditions(&server, "gpu-b", gpu_conditions("True", "Ok", 0));
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .bound("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+    let (node, at) = server.bound("ml/vllm-0").unwrap();
+    let latency = at.duration_since(ready);
+    eprintln!("node ready → pod bound on it: {latency:?}");
+    assert_eq!(node, "gpu-b", "{}", c.log_text());
+    assert!(latency <= Duration::from_secs(2), "{latency:?}");
+    assert_eq!(label_of(&server, "gpu-b").as_deref(), Some("ready"));
+    for broken in ["gpu-a", "gpu-old"] {
+        assert_eq!(label_of(&server, broken), None, "{broken}");
+    }
+    let pod = server.pod("ml/vllm-0").unwrap();
+    assert_eq!(pod["spec"]["nodeSelector"][GPU_LABEL], "ready");
+    // One write released and narrowed it: no separate narrowing, no retry.
+    assert_eq!(removals(&server.log(), "vllm-0"), 1);
+    // It says why it was released, next to PodScheduled.
+    assert!(
+        wait_until(Duration::from_secs(5), || server.pod("ml/vllm-0").unwrap()
+            ["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == GPU_LABEL))),
+        "{}",
+        c.log_text()
+    );
+    let pod = server.pod("ml/vllm-0").unwrap();
+    let cond = pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == GPU_LABEL)
+        .unwrap()
+        .clone();
+    assert_eq!(cond["status"], "True");
+    assert_eq!(cond["reason"], "NodesReady");
+    assert_eq!(
+        cond["message"],
+        format!(
+            "{GPU_GATE} removed: GPUDriverReady and GPUHealthy True on 1 of 3 nodes that fit the pod; \
+             placement narrowed to nodes labelled {GPU_LABEL}=ready (e.g. gpu-b)"
+        )
+    );
+    assert!(pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["status"] == "True"));
+    // A controller re-creates the pod from the same template (a ReplicaSet):
+    // the new pod is gated and steered again. gpu-b is full (2 of 2 GPUs), so
+    // it waits on the scheduler, never going to a broken node.
+    server.create_pod(gated_gpu_pod("vllm-1", 2, json!({})));
+    assert!(
+        wait_until(Duration::from_secs(10), || gates(&server, "ml/vllm-1")
+            .is_empty()),
+        "{}",
+        c.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(server.bound("ml/vllm-1"), None, "no room on the ready node");
+    server.delete("pods", "ml/vllm-0");
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .bound("ml/vllm-1")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+    assert_eq!(server.bound("ml/vllm-1").unwrap().0, "gpu-b");
+}
+
+#[test]
+fn a_node_breaking_between_the_release_and_the_binding_gets_no_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    server.pause_scheduler(true);
+    add_node(&server, "gpu-b", "gpu", 2, gpu_conditions("True", "Ok", 0));
+    add_node(
+        &server,
+        "gpu-c",
+        "gpu",
+        2,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    server.create_pod(gated_gpu_pod("vllm-0", 1, json!({})));
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    assert!(
+        wait_until(Duration::from_secs(20), || gates(&server, "ml/vllm-0")
+            .is_empty()),
+        "{}",
+        c.log_text()
+    );
+    // Released and narrowed, not yet bound: gpu-b breaks now.
+    set_conditions(&server, "gpu-b", gpu_conditions("False", "GPULost", 0));
+    assert!(
+        wait_until(Duration::from_secs(5), || label_of(&server, "gpu-b")
+            .is_none()),
+        "{}",
+        c.log_text()
+    );
+    server.pause_scheduler(false);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(server.bound("ml/vllm-0"), None, "no ready node: it waits");
+    // The label follows the nodes both ways: gpu-c recovers, the pod goes there.
+    set_conditions(&server, "gpu-c", gpu_conditions("True", "Ok", 0));
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .bound("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+    assert_eq!(server.bound("ml/vllm-0").unwrap().0, "gpu-c");
+}
+
+#[test]
+fn a_pod_whose_own_affinity_excludes_every_ready_node_stays_gated_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    add_node(
+        &server,
+        "gpu-a",
+        "gpu",
+        2,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    add_node(&server, "gpu-b", "gpu", 2, gpu_conditions("True", "Ok", 0));
+    let not_b = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+        {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-b"]}]}]}}}});
+    server.create_pod(gated_gpu_pod("vllm-0", 1, not_b));
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    let want = format!(
+        "waiting for {GPU_GATE}: 0 of 2 nodes ready for the pod: \
+         1 GPUDriverReady=False (NVMLInitFailed), 1 ready but excluded by the pod's own nodeSelector or affinity"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == want.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(gates(&server, "ml/vllm-0"), [GPU_GATE]);
+    assert_eq!(server.bound("ml/vllm-0"), None);
+}
+
+#[test]
+fn a_thousand_pods_released_at_once_onto_ten_ready_nodes_of_a_hundred() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    for i in 0..100 {
+        add_node(
+            &server,
+            &format!("gpu-{i:03}"),
+            "gpu",
+            200,
+            gpu_conditions("False", "NVMLInitFailed", 0),
+        );
+    }
+    for i in 0..1000 {
+        server.create_pod(gated_gpu_pod(&format!("vllm-{i:04}"), 1, json!({})));
+    }
+    let c = Controller::start(&server, dir.path(), "a", &config(60, 3));
+    assert!(
+        wait_until(Duration::from_secs(60), || server
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "SchedulingGated")
+            .count()
+            == 1000),
+        "{}",
+        c.log_text()
+    );
+    let ready: BTreeSet<String> = (0..100)
+        .step_by(10)
+        .map(|i| format!("gpu-{i:03}"))
+        .collect();
+    let start = Instant::now();
+    for n in &ready {
+        set_conditions(&server, n, gpu_conditions("True", "Ok", 0));
+    }
+    assert!(
+        wait_until(Duration::from_secs(120), || server.bindings().len() == 1000),
+        "{} of 1000 bound\n{}",
+        server.bindings().len(),
+        c.log_text()
+    );
+    let all = start.elapsed();
+    eprintln!("10 of 100 nodes ready → 1,000 pods bound: {all:?}");
+    let bindings = server.bindings();
+    let wrong: Vec<_> = bindings
+        .iter()
+        .filter(|(_, n)| !ready.contains(*n))
+        .collect();
+    assert!(wrong.is_empty(), "bound to nodes not ready: {wrong:?}");
+    // Writes per released pod: one guarded patch, one pods/status patch;
+    // one label patch per node turning ready.
+    assert!(wait_until(Duration::from_secs(10), || ready
+        .iter()
+        .all(|n| label_of(&server, n).is_some())));
+    let log = server.log();
+    let pod_patches = log
+        .iter()
+        .filter(|l| {
+            l.method == "PATCH" && l.path.contains("/pods/") && !l.path.ends_with("/status")
+        })
+        .count();
+    let status_patches = log
+        .iter()
+        .filter(|l| l.method == "PATCH" && l.path.ends_with("/status") && l.path.contains("/pods/"))
+        .count();
+    let label_patches = log
+        .iter()
+        .filter(|l| l.method == "PATCH" && l.path.starts_with("/api/v1/nodes/"))
+        .count();
+    eprintln!("writes: {pod_patches} pod patches, {status_patches} pods/status patches, {label_patches} node label patches for 1,000 pods");
+    assert_eq!(pod_patches, 1000);
+    assert_eq!(status_patches, 1000);
+    assert_eq!(label_patches, 10);
+}
+
+#[test]
+fn the_seccomp_gate_and_runtime_class_contracts_land_on_the_contracted_node() {
+    const SECCOMP_GATE: &str = "nodeproof.dev/seccomp-ready";
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    for (name, contract, status) in [("n-bad", "not-ready", "False"), ("n-good", "ready", "True")] {
+        server.add_node(
+            name,
+            json!([{"type": "SeccompProfilesReady", "status": status, "reason": "R",
+                    "lastHeartbeatTime": ago(0)}]),
+        );
+        server.merge_node(
+            name,
+            json!({"metadata": {"labels": {"runtimeclass.nodeproof.dev/vllm": contract}}}),
+        );
+    }
+    server.put(
+        "runtimeclasses",
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "runc",
+            "metadata": {"name": "vllm", "annotations": {
+                "nodeproof.dev/localhost-profiles": "profiles/vllm-strict.json"}},
+            "scheduling": {"nodeSelector": {"runtimeclass.nodeproof.dev/vllm": "ready"}}}),
+    );
+    server.create_pod(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "ml", "name": "vllm-0", "uid": "uid-vllm-0"},
+        "spec": {"runtimeClassName": "vllm", "schedulingGates": [{"name": SECCOMP_GATE}],
+                 "containers": [{"name": "vllm", "image": "vllm"}]}}));
+    let c = Controller::start(&server, dir.path(), "a", "[gate]\nheartbeat-s = 60\n");
+    assert!(
+        wait_until(Duration::from_secs(20), || server
+            .bound("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+    assert_eq!(server.bound("ml/vllm-0").unwrap().0, "n-good");
+}
+
+#[test]
+fn the_agents_gpu_taint_keeps_ungated_pods_off_a_broken_node() {
+    // Device-plugin clusters without the gate: the agent's opt-in taint
+    // (crates/kube/src/marks.rs, written through the taint credential) is
+    // what the scheduler sees. The adversarial scheduler would pick the
+    // broken node first; the taint keeps it off.
+    use nodeproof_findings::{ConditionStatus, ConditionType};
+    use nodeproof_kube::conditions::NodeCondition;
+    use nodeproof_kube::marks::{taints, MarkPolicy};
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    add_node(
+        &server,
+        "gpu-a",
+        "gpu",
+        2,
+        gpu_conditions("False", "NVMLInitFailed", 0),
+    );
+    add_node(&server, "gpu-b", "gpu", 2, gpu_conditions("True", "Ok", 0));
+    let policy = MarkPolicy {
+        taint_kinds: MarkPolicy::default_taint_kinds(),
+        ..MarkPolicy::default()
+    };
+    let broken = NodeCondition {
+        kind: ConditionType::GPUDriverReady,
+        status: ConditionStatus::False,
+        reason: "NVMLInitFailed".into(),
+        message: String::new(),
+        last_transition: std::time::SystemTime::now(),
+        last_heartbeat: std::time::SystemTime::now(),
+    };
+    let ours: Vec<Value> = taints(&policy, [&broken])
+        .iter()
+        .map(|t| t.to_json())
+        .collect();
+    assert_eq!(ours.len(), 1);
+    server.merge_node("gpu-a", json!({"spec": {"taints": ours}}));
+    let mut pod = gated_gpu_pod("plain", 1, json!({}));
+    pod["spec"]["schedulingGates"] = json!([]);
+    server.create_pod(pod);
+    assert!(wait_until(Duration::from_secs(5), || server
+        .bound("ml/plain")
+        .is_some()));
+    assert_eq!(server.bound("ml/plain").unwrap().0, "gpu-b");
+    // Lifted on recovery: the next pod may go there (the least ready node
+    // first: with both ready, the first by name).
+    server.merge_node("gpu-a", json!({"spec": {"taints": []}}));
+    set_conditions(&server, "gpu-a", gpu_conditions("True", "Ok", 0));
+    let mut pod = gated_gpu_pod("plain-2", 1, json!({}));
+    pod["spec"]["schedulingGates"] = json!([]);
+    server.create_pod(pod);
+    assert!(wait_until(Duration::from_secs(5), || server
+        .bound("ml/plain-2")
+        .is_some()));
+    assert_eq!(server.bound("ml/plain-2").unwrap().0, "gpu-a");
+}
+
+/// The test server refuses what kube-apiserver 1.36 refuses of a gated
+/// pod's placement (KEP-3838; shared/notes/kube-apiserver-1.36.md), and
+/// accepts what it accepts, through kube-rs.
+#[test]
+fn the_test_server_lets_a_gated_pod_be_narrowed_never_widened_and_nothing_once_ungated() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    let term = |key: &str| json!({"matchExpressions": [{"key": key, "operator": "Exists"}]});
+    let with_affinity = json!({"nodeSelector": {"pool": "gpu"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [term("zone")]}}}});
+    server.create_pod(gated_gpu_pod("p", 1, with_affinity));
+    server.create_pod(gated_gpu_pod("bare", 1, json!({})));
+    let kubeconfig = server.kubeconfig(dir.path(), "sa-gate");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let k = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), "ml");
+        let json_patch = |ops: Value| -> Patch<()> {
+            Patch::Json(serde_json::from_value(ops).unwrap())
+        };
+        let pp = PatchParams::default();
+        let refused = |r: Result<Pod, kube::Error>| match r {
+            Err(kube::Error::Api(s)) => (s.code, s.message),
+            other => panic!("accepted: {other:?}"),
+        };
+        // Adding a nodeSelector key: accepted. Changing one: refused.
+        pods.patch("p", &pp, &json_patch(json!([{"op": "add", "path": "/spec/nodeSelector/extra", "value": "1"}])))
+            .await
+            .unwrap();
+        let (code, message) = refused(
+            pods.patch("p", &pp, &json_patch(json!([{"op": "replace", "path": "/spec/nodeSelector/pool", "value": "cpu"}])))
+                .await,
+        );
+        assert_eq!(code, 422);
+        assert!(message.contains("only additions to spec.nodeSelector are allowed"), "{message}");
+        // A second term widens: refused. A requirement added to the term narrows: accepted.
+        let terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+        let (code, message) = refused(
+            pods.patch("p", &pp, &json_patch(json!([{"op": "add", "path": format!("{terms}/-"), "value": term("rack")}])))
+                .await,
+        );
+        assert_eq!(code, 422);
+        assert!(message.contains("no additions/deletions to non-empty NodeSelectorTerms list are allowed"), "{message}");
+        pods.patch(
+            "p",
+            &pp,
+            &json_patch(json!([{"op": "add", "path": format!("{terms}/0/matchExpressions/-"),
+                "value": {"key": "rack", "operator": "Exists"}}])),
+        )
+        .await
+        .unwrap();
+        // Any other spec change: refused.
+        let (code, _) = refused(
+            pods.patch("p", &pp, &json_patch(json!([{"op": "replace", "path": "/spec/containers/0/name", "value": "x"}])))
+                .await,
+        );
+        assert_eq!(code, 422);
+        // Affinity where there was none: accepted.
+        pods.patch(
+            "bare",
+            &pp,
+            &json_patch(json!([{"op": "add", "path": "/spec/affinity",
+                "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [term("zone")]}}}}])),
+        )
+        .await
+        .unwrap();
+        // One patch: test the gate, add a key, remove the gate: one write.
+        let released = pods
+            .patch(
+                "p",
+                &pp,
+                &json_patch(json!([
+                    {"op": "test", "path": "/spec/schedulingGates/0/name", "value": GPU_GATE},
+                    {"op": "add", "path": format!("/spec/nodeSelector/{}", GPU_LABEL.replace('/', "~1")), "value": "ready"},
+                    {"op": "remove", "path": "/spec/schedulingGates/0"}])),
+            )
+            .await
+            .unwrap();
+        assert_eq!(released.spec.as_ref().unwrap().node_selector.as_ref().unwrap()[GPU_LABEL], "ready");
+        // Once ungated, nothing of the placement changes any more.
+        let (code, message) = refused(
+            pods.patch("p", &pp, &json_patch(json!([{"op": "add", "path": "/spec/nodeSelector/late", "value": "1"}])))
+                .await,
+        );
+        assert_eq!(code, 422);
+        assert!(message.contains("pod updates may not change fields"), "{message}");
+        // pods/status merges conditions by type.
+        pods.patch_status(
+            "p",
+            &pp,
+            &Patch::Strategic(json!({"status": {"conditions": [{"type": GPU_LABEL, "status": "True"}]}})),
+        )
+        .await
+        .unwrap();
+        let p = pods.get("p").await;
+        drop(p);
+    });
+    let pod = server.pod("ml/p").unwrap();
+    let types: Vec<&str> = pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert_eq!(types, ["PodScheduled", GPU_LABEL]);
+}

@@ -40,6 +40,10 @@ struct SchedulerState {
     stale_after: Duration,
     /// When each pod (`ns/name`) was bound, and to which node.
     bound: BTreeMap<String, (String, Instant)>,
+    /// The resourceVersion of the last pass: nothing changed, nothing to do
+    /// (the pods that fit nowhere wait for a change, as in kube-scheduler's
+    /// unschedulable queue).
+    last_pass_rv: u64,
 }
 
 /// The required node affinity's terms of a pod spec (`None`: no required affinity).
@@ -56,8 +60,26 @@ fn without_placement(spec: &Value) -> Value {
         o.remove("schedulingGates");
         o.remove("nodeSelector");
     }
-    if let Some(na) = spec["affinity"]["nodeAffinity"].as_object_mut() {
+    // `pointer_mut`, not indexing: `IndexMut` would insert the members it looks for.
+    if let Some(na) = spec
+        .pointer_mut("/affinity/nodeAffinity")
+        .and_then(Value::as_object_mut)
+    {
         na.remove("requiredDuringSchedulingIgnoredDuringExecution");
+        if na.is_empty() {
+            spec["affinity"]
+                .as_object_mut()
+                .unwrap()
+                .remove("nodeAffinity");
+        }
+    }
+    // Setting affinity where there was none leaves an empty object behind.
+    if spec
+        .pointer("/affinity")
+        .and_then(Value::as_object)
+        .is_some_and(|o| o.is_empty())
+    {
+        spec.as_object_mut().unwrap().remove("affinity");
     }
     spec
 }
@@ -162,14 +184,14 @@ fn patch_pod_status(
     let mut after = before.clone();
     if let Some(conditions) = body["status"]["conditions"].as_array() {
         for c in conditions {
-            if !c["type"].as_str().is_some_and(|t| !t.is_empty()) {
+            if c["type"].as_str().is_none_or(|t| t.is_empty()) {
                 return invalid("Pod", name, "status.conditions.type: Required value");
             }
             let list = after["status"]["conditions"]
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
-            after["status"]["conditions"] = json!(merge_by_type(list, c));
+            after["status"]["conditions"] = json!(merge_by_type(list, &json!([c])));
         }
     }
     let rv = s.next_rv();
@@ -269,9 +291,14 @@ fn extended_requests(spec: &Value) -> BTreeMap<String, i64> {
     out
 }
 
-/// Whether `node` passes the host-only filters for `pod`, given what the
-/// pods already bound there request.
-fn fits(pod: &Value, node: &Value, used: &BTreeMap<String, i64>) -> bool {
+/// Whether `node` passes the host-only filters for `pod` (whose extended
+/// requests are `wants`), given what the pods already bound there request.
+fn fits(
+    pod: &Value,
+    wants: &BTreeMap<String, i64>,
+    node: &Value,
+    used: &BTreeMap<String, i64>,
+) -> bool {
     let spec = &pod["spec"];
     let labels = &node["metadata"]["labels"];
     let selector_ok = spec["nodeSelector"]
@@ -295,7 +322,10 @@ fn fits(pod: &Value, node: &Value, used: &BTreeMap<String, i64>) -> bool {
         .all(tolerated);
     let cordon_ok = node["spec"]["unschedulable"] != json!(true)
         || tolerated(&json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}));
-    let resources_ok = extended_requests(spec).iter().all(|(r, want)| {
+    if !selector_ok {
+        return false; // the cheap filter first: most nodes stop here
+    }
+    let resources_ok = wants.iter().all(|(r, want)| {
         let have = node["status"]["allocatable"][r]
             .as_str()
             .and_then(|q| q.parse::<i64>().ok())
@@ -340,9 +370,10 @@ fn readiness_rank(node: &Value, stale_after: Duration) -> u8 {
 /// One pass: binds every schedulable pod (no gates, no node, not being
 /// deleted) to the least ready node that fits it; pods that fit nowhere wait.
 fn schedule_pending(s: &mut State) {
-    if s.scheduler.paused {
+    if s.scheduler.paused || s.scheduler.last_pass_rv == s.rv {
         return;
     }
+    s.scheduler.last_pass_rv = s.rv;
     let pending: Vec<String> = s
         .objects
         .iter()
@@ -367,19 +398,37 @@ fn schedule_pending(s: &mut State) {
         }
     }
     let empty = BTreeMap::new();
+    // The nodes carrying each distinct nodeSelector, computed once per pass:
+    // a thousand pending pods with one selector cost one scan, not a thousand.
+    let mut by_selector: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for key in pending {
         let pod = s.objects[&("pods", key.clone())].clone();
-        let choice = s
-            .nodes
+        let wants = extended_requests(&pod["spec"]);
+        let selector = &pod["spec"]["nodeSelector"];
+        let candidates = by_selector.entry(selector.to_string()).or_insert_with(|| {
+            s.nodes
+                .iter()
+                .filter(|(_, n)| {
+                    selector
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .all(|(k, v)| &n["metadata"]["labels"][k] == v)
+                })
+                .map(|(name, _)| name.clone())
+                .collect()
+        });
+        let choice = candidates
             .iter()
-            .filter(|(name, n)| fits(&pod, n, used.get(*name).unwrap_or(&empty)))
+            .map(|name| (name, &s.nodes[name]))
+            .filter(|(name, n)| fits(&pod, &wants, n, used.get(*name).unwrap_or(&empty)))
             .map(|(name, n)| (readiness_rank(n, s.scheduler.stale_after), name.clone()))
             .min();
         let Some((_, node)) = choice else {
             continue;
         };
         let u = used.entry(node.clone()).or_default();
-        for (res, q) in extended_requests(&pod["spec"]) {
+        for (res, q) in wants {
             *u.entry(res).or_insert(0) += q;
         }
         let mut after = pod.clone();
@@ -390,7 +439,7 @@ fn schedule_pending(s: &mut State) {
             .unwrap_or_default();
         after["status"]["conditions"] = json!(merge_by_type(
             list,
-            &json!({"type": "PodScheduled", "status": "True"})
+            &json!([{"type": "PodScheduled", "status": "True", "reason": ""}])
         ));
         let rv = s.next_rv();
         after["metadata"]["resourceVersion"] = json!(rv);

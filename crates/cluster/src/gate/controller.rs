@@ -91,7 +91,13 @@ pub async fn run(
     let mut tick = tokio::time::interval(opts.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Biased, in this order: stopping, leadership, Nodes, the tick,
+        // RuntimeClasses, then Pods. Node events are few and decide the
+        // readiness labels every release is narrowed to, and the tick finds
+        // stale heartbeats: a pod watch busy with a thousand released pods
+        // must hold back neither.
         tokio::select! {
+            biased;
             _ = stop.wait_for(|s| *s) => break,
             changed = leader.changed() => {
                 let leads = changed.is_ok() && *leader.borrow_and_update();
@@ -112,21 +118,10 @@ pub async fn run(
                     });
                 }
             }
-            Some(ev) = pods.next() => {
-                let now = SystemTime::now();
-                c.apply(&mut sync.pods, ev, now, Kind::Pod);
-            }
             Some(ev) = nodes.next() => {
                 let now = SystemTime::now();
                 c.apply(&mut sync.nodes, ev, now, Kind::Node);
             }
-            Some(ev) = classes.next() => {
-                let now = SystemTime::now();
-                c.apply(&mut sync.classes, ev, now, Kind::Class);
-            }
-            // More to do from the last round (pending Events): go on, after
-            // whatever the watches delivered meanwhile.
-            _ = std::future::ready(()), if c.leading && sync.all_listed() && !c.pending_events.is_empty() => {}
             _ = tick.tick() => {
                 let now = SystemTime::now();
                 let changed = c.gk.tick(now);
@@ -141,6 +136,17 @@ pub async fn run(
                     c.metrics.set_gated(&gate, n);
                 }
             }
+            Some(ev) = classes.next() => {
+                let now = SystemTime::now();
+                c.apply(&mut sync.classes, ev, now, Kind::Class);
+            }
+            Some(ev) = pods.next() => {
+                let now = SystemTime::now();
+                c.apply(&mut sync.pods, ev, now, Kind::Pod);
+            }
+            // More to do from the last round (pods to judge, pending Events): go on, after
+            // whatever the watches delivered meanwhile.
+            _ = std::future::ready(()), if c.leading && sync.all_listed() && (!c.pending_events.is_empty() || !c.dirty.is_empty()) => {}
         }
         if c.leading && sync.all_listed() {
             c.process(&leader).await;
@@ -229,6 +235,8 @@ const CONDITION_TRIES: u32 = 3;
 
 /// Event writes per round of the loop (see `Controller::process`).
 const EVENTS_PER_ROUND: usize = 100;
+/// Pods judged (and released) per round of the loop.
+const RELEASES_PER_ROUND: usize = 100;
 
 impl Controller {
     fn apply<K: Resource + ResourceExt>(
@@ -329,7 +337,17 @@ impl Controller {
             }
             self.write_labels(&node, now).await;
         }
-        let dirty = std::mem::take(&mut self.dirty);
+        // At most RELEASES_PER_ROUND pods judged per round: a pool turning
+        // ready releases its pods over several rounds, between which the
+        // watches deliver (the other nodes turning ready get their labels
+        // sooner, so the pods released later find them).
+        let mut dirty = Vec::new();
+        while dirty.len() < RELEASES_PER_ROUND {
+            let Some(k) = self.dirty.pop_first() else {
+                break;
+            };
+            dirty.push(k);
+        }
         let decisions: Vec<Decision> = dirty.iter().filter_map(|k| self.gk.judge(k, now)).collect();
         for d in decisions {
             if !self.still_leading(leader) {
