@@ -160,7 +160,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
     let cond = |s: &TestApiServer| s.condition("n1", "SeccompProfilesReady");
     let t = within("True with one pod", || {
         cond(&server).is_some_and(|c| {
-            c["status"] == "True" && c["message"].as_str().unwrap().contains("of 1 pods")
+            c["status"] == "True" && c["message"].as_str().unwrap().contains("of 1 pod")
         })
     })
     .await;

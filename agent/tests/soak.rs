@@ -854,7 +854,7 @@ fn root_filled_and_emptied(s: &mut Soak) -> Outcome {
             .get("SeccompProfilesReady")
             .cloned()
             .unwrap_or_default();
-        if message.starts_with("1 profiles") {
+        if message.starts_with("1 profile ") {
             o.notes.push(format!(
                 "emptied: seen in {:.1} s",
                 start.elapsed().as_secs_f64()
