@@ -383,3 +383,122 @@ fn the_cluster_check_role_allows_exactly_what_the_check_does() {
         "the check only reads"
     );
 }
+
+/// n1 and n2 report a ready GPU (GPUDriverReady and GPUHealthy True, fresh,
+/// and the gate controller's readiness label), and `vllm-gpu` runs on n1 as
+/// the controller leaves a pod it released: the readiness nodeSelector key
+/// and the `gate.nodeproof.dev/gpu-driver-ready` pod condition.
+fn with_released_gpu_pod(server: &TestApiServer, heartbeat_age: u64) {
+    let gpu = |kind: &str| {
+        json!({"type": kind, "status": "True", "reason": "Healthy", "message": "ok",
+               "lastHeartbeatTime": ago(heartbeat_age), "lastTransitionTime": ago(3600)})
+    };
+    for n in ["n1", "n2"] {
+        let mut conditions = server.node(n)["status"]["conditions"].clone();
+        let list = conditions.as_array_mut().unwrap();
+        list.push(gpu("GPUDriverReady"));
+        list.push(gpu("GPUHealthy"));
+        server.merge_node(
+            n,
+            json!({"metadata": {"labels": {"gate.nodeproof.dev/gpu-driver-ready": "ready"}},
+                   "status": {"conditions": conditions}}),
+        );
+    }
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "vllm-gpu", "namespace": "ml", "uid": "uid-vllm-gpu",
+                            "creationTimestamp": ago(600)},
+               "spec": {"nodeName": "n1", "containers": [{"name": "vllm"}],
+                        "nodeSelector": {"gate.nodeproof.dev/gpu-driver-ready": "ready"}},
+               "status": {"phase": "Running", "conditions": [
+                   {"type": "PodScheduled", "status": "True"},
+                   {"type": "gate.nodeproof.dev/gpu-driver-ready", "status": "True", "reason": "NodesReady",
+                    "message": "nodeproof.dev/gpu-driver-ready removed: GPUDriverReady and GPUHealthy True on 2 of 2 nodes that fit the pod"}]}}),
+    );
+}
+
+#[test]
+fn a_released_pod_on_a_node_that_broke_after_binding_is_reported() {
+    let server = healthy();
+    with_released_gpu_pod(&server, 30);
+    let run = check(&server, &[]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains(
+            "gate nodeproof.dev/gpu-driver-ready: 1 released pod running, 1 on a ready node\n"
+        ),
+        "{}",
+        run.stdout
+    );
+
+    // The driver breaks on n1 after the pod was bound there.
+    let mut conditions = server.node("n1")["status"]["conditions"].clone();
+    for c in conditions.as_array_mut().unwrap() {
+        if c["type"] == "GPUDriverReady" {
+            c["status"] = json!("False");
+            c["reason"] = json!("NVMLInitFailed");
+        }
+    }
+    server.merge_node("n1", json!({"status": {"conditions": conditions}}));
+    let run = check(&server, &["-o", "json"]);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    let found = findings(&run);
+    assert_eq!(
+        kinds(&found),
+        ["condition_not_true", "released_pod_on_not_ready_node"],
+        "{found:#?}"
+    );
+    assert_eq!(
+        found[1],
+        json!({"finding": "released_pod_on_not_ready_node", "namespace": "ml", "pod": "vllm-gpu",
+               "node": "n1", "gate": "nodeproof.dev/gpu-driver-ready",
+               "cause": {"kind": "not_true", "condition": "GPUDriverReady", "status": "False",
+                         "reason": "NVMLInitFailed"}})
+    );
+    let text = check(&server, &[]);
+    assert!(
+        text.stdout.contains(
+            "pod ml/vllm-gpu (released by nodeproof.dev/gpu-driver-ready) runs on node n1, whose GPUDriverReady is False (NVMLInitFailed)"
+        ),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn released_pods_are_judged_by_the_configured_gates() {
+    // Heartbeats 400 s old: fresh for the default gate staleness (three
+    // heartbeats of 300 s), stale with `heartbeat-s = 60`.
+    let server = healthy();
+    with_released_gpu_pod(&server, 400);
+    let run = check(&server, &["-o", "json"]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[gate]\nheartbeat-s = 60\n").unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), TOKEN);
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .arg("--config")
+        .arg(&config)
+        .args(["cluster", "check", "-o", "json", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let run = Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    let found = findings(&run);
+    assert_eq!(
+        kinds(&found),
+        ["released_pod_on_not_ready_node"],
+        "{found:#?}"
+    );
+    assert_eq!(found[0]["cause"]["kind"], "stale", "{found:#?}");
+    assert_eq!(found[0]["cause"]["condition"], "GPUDriverReady");
+}

@@ -12,6 +12,7 @@ use nodeproof_cluster::check;
 use nodeproof_cluster::policy::{self, GpuGate, Mode, MutatingVersion};
 
 use super::{exit, parse_duration, Format, OutputArgs};
+use nodeproof::config::Config;
 
 #[derive(Subcommand)]
 pub(crate) enum ClusterCommand {
@@ -77,7 +78,7 @@ pub(crate) enum ModeArg {
     Warn,
 }
 
-pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
+pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> {
     match command {
         ClusterCommand::Policy {
             mode,
@@ -111,6 +112,9 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
                 gated_longer_than,
                 heartbeat_max_age,
                 metrics_max_age,
+                // The gates as the gate controller reads them: the same
+                // conditions and staleness judge the pods they released.
+                gates: config.gate.policy(),
             },
         ),
     }

@@ -362,7 +362,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             node_name,
             out,
         } => pods::pods(&root, &config, once, kubeconfig, node_name, out.output),
-        Command::Cluster { command } => cluster::run(command),
+        Command::Cluster { command } => cluster::run(command, &config),
         Command::GateController(args) => gate::gate_controller(&config, args),
         Command::Completions { .. } | Command::GenFiles { .. } => unreachable!("handled above"),
     }

@@ -16,7 +16,10 @@
 //!   `runtimeclass.nodeproof.dev/<class>` labels), a problem when on none;
 //! - pods held by scheduling gates longer than a threshold, their gates and
 //!   the latest Event about them (the gate controller's "waiting for ...");
-//! - pods bound to a node where their class's contract is not ready.
+//! - pods bound to a node where their class's contract is not ready;
+//! - pods a nodeproof gate released, bound to a node that is no longer ready
+//!   for that gate's conditions (judged as the gate controller judges,
+//!   `gate::judge::ready_for`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -29,6 +32,10 @@ use serde::Serialize;
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
 use nodeproof_kube::contract::{self, Contract, ContractState};
+
+use crate::gate::config::{pod_condition_type, readiness_label, Gate, GateConfig, Policy};
+use crate::gate::judge::ready_for;
+use crate::gate::node::NodeFacts;
 
 /// The APIService the Metrics API is served through.
 pub const METRICS_API_SERVICE: &str = "v1beta1.metrics.k8s.io";
@@ -67,8 +74,8 @@ pub struct Snapshot {
     pub pod_events: Vec<Event>,
 }
 
-/// Thresholds.
-#[derive(Debug, Clone, Copy)]
+/// Thresholds, and the gates judged.
+#[derive(Debug, Clone)]
 pub struct Options {
     /// A pod gated longer than this is reported.
     pub gated_longer_than: Duration,
@@ -79,6 +86,10 @@ pub struct Options {
     /// NodeMetrics older than this are stale. metrics-server scrapes every
     /// `--metric-resolution` (15 s by default).
     pub metrics_max_age: Duration,
+    /// The gates whose released pods are judged, and their staleness
+    /// (`stale_after`): the `[gate]` section of the config, as the gate
+    /// controller reads it.
+    pub gates: Policy,
 }
 
 impl Default for Options {
@@ -87,6 +98,7 @@ impl Default for Options {
             gated_longer_than: Duration::from_secs(600),
             heartbeat_max_age: 3 * nodeproof_kube::conditions::Policy::default().heartbeat,
             metrics_max_age: Duration::from_secs(120),
+            gates: GateConfig::default().policy(),
         }
     }
 }
@@ -149,6 +161,51 @@ pub enum Finding {
         /// The node's label value; `None` when the node has no label.
         label: Option<String>,
     },
+    /// A pod a nodeproof gate released (it carries the gate's pod condition
+    /// or readiness nodeSelector), running on a node that is not ready for
+    /// that gate's conditions: the node broke after binding, or the pod was
+    /// placed without the gate.
+    ReleasedPodOnNotReadyNode {
+        namespace: String,
+        pod: String,
+        node: String,
+        gate: String,
+        /// The first of the gate's conditions that is not ready.
+        cause: GateCause,
+    },
+}
+
+/// Why a node is not ready for a gate: its first condition that is not
+/// True and fresh, in the gate's order (what the gate controller's
+/// `judge::NotReady` says of a condition).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GateCause {
+    /// The condition is not on the Node.
+    Missing { condition: ConditionType },
+    /// Its heartbeat is older than the gate's `stale_after` (`None`: it
+    /// has none): Unknown, whatever it says.
+    Stale {
+        condition: ConditionType,
+        age_seconds: Option<u64>,
+    },
+    /// False or Unknown, with its reason.
+    NotTrue {
+        condition: ConditionType,
+        status: ConditionStatus,
+        reason: String,
+    },
+}
+
+/// One gate's released pods that are bound and not finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GateSummary {
+    pub gate: String,
+    /// On nodes ready for the gate's conditions.
+    pub on_ready: usize,
+    /// On nodes that are not (each a [`Finding::ReleasedPodOnNotReadyNode`],
+    /// unless another of the pod's gates was reported first).
+    pub on_not_ready: usize,
 }
 
 /// One contract's state across the nodes.
@@ -169,6 +226,8 @@ pub struct Report {
     /// Nodes with nodeproof's conditions.
     pub nodeproof_nodes: usize,
     pub contracts: Vec<ContractSummary>,
+    /// The gates that released a running pod, in the policy's order.
+    pub gates: Vec<GateSummary>,
     pub findings: Vec<Finding>,
 }
 
@@ -213,11 +272,13 @@ pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
     let (contracts, summaries) = contracts(snap, &mut findings);
     gated_pods(snap, now, opts, &mut findings);
     misplaced_pods(snap, &contracts, &mut findings);
+    let gates = released_pods(snap, now, &opts.gates, &mut findings);
     Report {
         nodes: snap.nodes.len(),
         ready_nodes: snap.nodes.iter().filter(|n| node_ready(n)).count(),
         nodeproof_nodes,
         contracts: summaries,
+        gates,
         findings,
     }
 }
@@ -454,13 +515,8 @@ fn misplaced_pods(snap: &Snapshot, contracts: &[Contract], out: &mut Vec<Finding
         contracts.iter().map(|c| (c.class.as_str(), c)).collect();
     for pod in &snap.pods {
         let Some(spec) = &pod.spec else { continue };
-        let finished = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
         let (Some(node), Some(class), false) =
-            (&spec.node_name, &spec.runtime_class_name, finished)
+            (&spec.node_name, &spec.runtime_class_name, finished(pod))
         else {
             continue;
         };
@@ -478,6 +534,164 @@ fn misplaced_pods(snap: &Snapshot, contracts: &[Contract], out: &mut Vec<Finding
                 class: class.clone(),
                 label: label.map(str::to_string),
             });
+        }
+    }
+}
+
+fn finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
+/// The policy's gates that released `pod`: those whose pod condition
+/// (`gate.nodeproof.dev/<name>`, any status) or readiness nodeSelector key
+/// the pod carries. Gates waiting for no condition are left out: their
+/// RuntimeClass contract is [`Finding::PodOnNotReadyNode`]'s to judge.
+fn released_by<'p>(pod: &Pod, policy: &'p Policy) -> Vec<&'p Gate> {
+    let conditions: Vec<&str> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| c.type_.as_str())
+        .collect();
+    let selector = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
+    policy
+        .gates
+        .iter()
+        .filter(|g| !g.conditions.is_empty())
+        .filter(|g| {
+            conditions.contains(&pod_condition_type(&g.name).as_str())
+                || selector.is_some_and(|s| s.contains_key(&readiness_label(&g.name)))
+        })
+        .collect()
+}
+
+/// Why `node` is not ready for `gate`: the first of its conditions that
+/// `ready_for` refuses on its own; `None` when the node is ready.
+fn first_cause(
+    gate: &Gate,
+    node: &NodeFacts,
+    now: SystemTime,
+    stale_after: Duration,
+) -> Option<GateCause> {
+    if ready_for(gate, node, now, stale_after) {
+        return None;
+    }
+    gate.conditions.iter().find_map(|kind| {
+        let one = Gate {
+            conditions: vec![*kind],
+            ..gate.clone()
+        };
+        if ready_for(&one, node, now, stale_after) {
+            return None;
+        }
+        Some(match node.conditions.get(kind) {
+            None => GateCause::Missing { condition: *kind },
+            Some(c) if c.stale(now, stale_after) => GateCause::Stale {
+                condition: *kind,
+                age_seconds: c.heartbeat.map(|h| age(now, h).as_secs()),
+            },
+            Some(c) => GateCause::NotTrue {
+                condition: *kind,
+                status: c.status,
+                reason: c.reason.clone(),
+            },
+        })
+    })
+}
+
+/// Pods a nodeproof gate released, bound and not finished, judged against
+/// their node as the gate controller judges readiness: one finding per pod
+/// (its first gate not ready), and per gate how many are on ready nodes.
+fn released_pods(
+    snap: &Snapshot,
+    now: SystemTime,
+    policy: &Policy,
+    out: &mut Vec<Finding>,
+) -> Vec<GateSummary> {
+    let nodes: BTreeMap<String, &Node> = snap
+        .nodes
+        .iter()
+        .map(|n| (name_of(&n.metadata), n))
+        .collect();
+    // Facts of the nodes that host a released pod, built once each.
+    let mut facts: BTreeMap<&str, NodeFacts> = BTreeMap::new();
+    let mut counts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for pod in &snap.pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        if finished(pod) {
+            continue;
+        }
+        let gates = released_by(pod, policy);
+        if gates.is_empty() {
+            continue;
+        }
+        // A node gone from the list is the node lifecycle controller's business.
+        let Some(n) = nodes.get(node) else { continue };
+        let f = facts.entry(node).or_insert_with(|| NodeFacts::of(n));
+        let mut reported = false;
+        for gate in gates {
+            let c = counts.entry(&gate.name).or_default();
+            match first_cause(gate, f, now, policy.stale_after) {
+                None => c.0 += 1,
+                Some(cause) => {
+                    c.1 += 1;
+                    if !reported {
+                        reported = true;
+                        out.push(Finding::ReleasedPodOnNotReadyNode {
+                            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                            pod: name_of(&pod.metadata),
+                            node: node.to_string(),
+                            gate: gate.name.clone(),
+                            cause,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    policy
+        .gates
+        .iter()
+        .filter_map(|g| {
+            let (on_ready, on_not_ready) = *counts.get(g.name.as_str())?;
+            Some(GateSummary {
+                gate: g.name.clone(),
+                on_ready,
+                on_not_ready,
+            })
+        })
+        .collect()
+}
+
+impl std::fmt::Display for GateCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GateCause::Missing { condition } => write!(f, "{condition} is missing"),
+            GateCause::Stale {
+                condition,
+                age_seconds: Some(age),
+            } => write!(f, "{condition} heartbeat is {age}s old"),
+            GateCause::Stale {
+                condition,
+                age_seconds: None,
+            } => write!(f, "{condition} has no heartbeat"),
+            GateCause::NotTrue {
+                condition,
+                status,
+                reason,
+            } if reason.is_empty() => write!(f, "{condition} is {status}"),
+            GateCause::NotTrue {
+                condition,
+                status,
+                reason,
+            } => write!(f, "{condition} is {status} ({reason})"),
         }
     }
 }
@@ -567,6 +781,16 @@ impl std::fmt::Display for Finding {
                 "pod {namespace}/{pod}: bound to node {node} where RuntimeClass {class} is {}",
                 label.as_deref().unwrap_or("not judged (no label)")
             ),
+            Finding::ReleasedPodOnNotReadyNode {
+                namespace,
+                pod,
+                node,
+                gate,
+                cause,
+            } => write!(
+                f,
+                "pod {namespace}/{pod} (released by {gate}) runs on node {node}, whose {cause}: the node broke after binding, or the pod was placed without nodeproof's gate"
+            ),
         }
     }
 }
@@ -585,6 +809,19 @@ pub fn render_text(report: &Report) -> String {
             c.ready + c.not_ready + c.unlabelled,
             c.not_ready,
             c.unlabelled
+        ));
+    }
+    for g in &report.gates {
+        out.push_str(&format!(
+            "gate {}: {} running, {} on {}\n",
+            g.gate,
+            nodeproof_findings::count(g.on_ready + g.on_not_ready, "released pod", "released pods"),
+            g.on_ready,
+            if g.on_ready == 1 {
+                "a ready node"
+            } else {
+                "ready nodes"
+            }
         ));
     }
     if report.findings.is_empty() {
@@ -1034,6 +1271,309 @@ mod tests {
             broken(&mut f);
             assert_eq!(f.evaluate(), want, "{what}");
         }
+    }
+
+    const GPU_GATE: &str = "nodeproof.dev/gpu-driver-ready";
+    const GPU_LABEL: &str = "gate.nodeproof.dev/gpu-driver-ready";
+
+    /// A GPU node ready for the GPU gate: GPUDriverReady and GPUHealthy
+    /// True and fresh, the readiness label.
+    fn gpu_node(name: &str) -> Value {
+        let mut n = node(name);
+        n["metadata"]["labels"][GPU_LABEL] = json!("ready");
+        let list = n["status"]["conditions"].as_array_mut().unwrap();
+        for kind in ["GPUDriverReady", "GPUHealthy"] {
+            list.push(json!({"type": kind, "status": "True", "reason": "Ok", "lastHeartbeatTime": at(60)}));
+        }
+        n
+    }
+
+    /// A running pod bound to `node`, released by the GPU gate (its pod
+    /// condition and readiness nodeSelector, as the controller leaves them).
+    fn released_pod(name: &str, node: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}")},
+               "spec": {"nodeName": node, "nodeSelector": {GPU_LABEL: "ready"}, "containers": []},
+               "status": {"phase": "Running", "conditions": [
+                   {"type": "PodScheduled", "status": "True"},
+                   {"type": GPU_LABEL, "status": "True", "reason": "NodesReady"}]}})
+    }
+
+    fn snapshot(nodes: Vec<Value>, pods: Vec<Value>) -> Snapshot {
+        Snapshot {
+            metrics_api_service: None,
+            node_metrics: NodeMetricsRead::Served(vec![]),
+            nodes: nodes.into_iter().map(typed).collect(),
+            runtime_classes: vec![],
+            pods: pods.into_iter().map(typed).collect(),
+            pod_events: vec![],
+        }
+    }
+
+    fn released_findings(r: &Report) -> Vec<Finding> {
+        r.findings
+            .iter()
+            .filter(|f| matches!(f, Finding::ReleasedPodOnNotReadyNode { .. }))
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_released_pod_on_a_node_that_broke_is_one_finding_with_its_first_cause() {
+        type Break = fn(&mut Value);
+        let table: Vec<(&str, Break, Option<GateCause>)> = vec![
+            ("ready", |_| {}, None),
+            (
+                "GPUDriverReady False",
+                |n| {
+                    set_condition(
+                        n,
+                        "GPUDriverReady",
+                        json!({"status": "False", "reason": "NVMLInitFailed"}),
+                    )
+                },
+                Some(GateCause::NotTrue {
+                    condition: ConditionType::GPUDriverReady,
+                    status: ConditionStatus::False,
+                    reason: "NVMLInitFailed".into(),
+                }),
+            ),
+            (
+                "the first condition in the gate's order is the cause",
+                |n| {
+                    set_condition(n, "GPUHealthy", json!({"status": "Unknown", "reason": ""}));
+                    set_condition(n, "GPUDriverReady", json!({"lastHeartbeatTime": at(3600)}));
+                },
+                Some(GateCause::Stale {
+                    condition: ConditionType::GPUDriverReady,
+                    age_seconds: Some(3600),
+                }),
+            ),
+            (
+                "GPUHealthy Unknown",
+                |n| set_condition(n, "GPUHealthy", json!({"status": "Unknown", "reason": ""})),
+                Some(GateCause::NotTrue {
+                    condition: ConditionType::GPUHealthy,
+                    status: ConditionStatus::Unknown,
+                    reason: String::new(),
+                }),
+            ),
+            (
+                "no heartbeat",
+                |n| {
+                    let list = n["status"]["conditions"].as_array_mut().unwrap();
+                    let c = list.iter_mut().find(|c| c["type"] == "GPUHealthy").unwrap();
+                    c.as_object_mut().unwrap().remove("lastHeartbeatTime");
+                },
+                Some(GateCause::Stale {
+                    condition: ConditionType::GPUHealthy,
+                    age_seconds: None,
+                }),
+            ),
+            (
+                "the agent's GPU check gone",
+                |n| {
+                    n["status"]["conditions"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|c| c["type"] != "GPUDriverReady")
+                },
+                Some(GateCause::Missing {
+                    condition: ConditionType::GPUDriverReady,
+                }),
+            ),
+        ];
+        for (what, broken, want) in table {
+            let mut n = gpu_node("gpu-a");
+            broken(&mut n);
+            let r = evaluate(
+                &snapshot(vec![n], vec![released_pod("vllm-0", "gpu-a")]),
+                now(),
+                &Options::default(),
+            );
+            let want_findings: Vec<Finding> = want
+                .clone()
+                .into_iter()
+                .map(|cause| Finding::ReleasedPodOnNotReadyNode {
+                    namespace: "ml".into(),
+                    pod: "vllm-0".into(),
+                    node: "gpu-a".into(),
+                    gate: GPU_GATE.into(),
+                    cause,
+                })
+                .collect();
+            assert_eq!(released_findings(&r), want_findings, "{what}");
+            let broken = usize::from(want.is_some());
+            assert_eq!(
+                r.gates,
+                [GateSummary {
+                    gate: GPU_GATE.into(),
+                    on_ready: 1 - broken,
+                    on_not_ready: broken,
+                }],
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_running_pods_a_gate_released_are_judged() {
+        let mut broken = gpu_node("gpu-a");
+        set_condition(
+            &mut broken,
+            "GPUDriverReady",
+            json!({"status": "False", "reason": "NVMLInitFailed"}),
+        );
+        let mut never_gated = released_pod("plain", "gpu-a");
+        never_gated["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("nodeSelector");
+        never_gated["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]);
+        let mut done = released_pod("done", "gpu-a");
+        done["status"]["phase"] = json!("Succeeded");
+        let mut unbound = released_pod("unbound", "gpu-a");
+        unbound["spec"].as_object_mut().unwrap().remove("nodeName");
+        let gone = released_pod("gone", "no-such-node");
+        // A gate not in the policy says nothing of what it waited for.
+        let mut other = never_gated.clone();
+        other["metadata"]["name"] = json!("other");
+        other["spec"]["nodeSelector"] = json!({"gate.nodeproof.dev/elsewhere": "ready"});
+        let r = evaluate(
+            &snapshot(
+                vec![broken.clone()],
+                vec![never_gated, done, unbound, gone, other],
+            ),
+            now(),
+            &Options::default(),
+        );
+        assert_eq!(released_findings(&r), []);
+        assert_eq!(r.gates, []);
+        // The node's own condition is still reported, once, as the node's.
+        assert!(r
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::ConditionNotTrue { node, .. } if node == "gpu-a")));
+
+        // Released through either mark alone.
+        let mut by_selector = released_pod("by-selector", "gpu-a");
+        by_selector["status"]["conditions"] = json!([]);
+        let mut by_condition = released_pod("by-condition", "gpu-a");
+        by_condition["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("nodeSelector");
+        let r = evaluate(
+            &snapshot(vec![broken], vec![by_selector, by_condition]),
+            now(),
+            &Options::default(),
+        );
+        let pods: Vec<String> = released_findings(&r)
+            .into_iter()
+            .map(|f| match f {
+                Finding::ReleasedPodOnNotReadyNode { pod, .. } => pod,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(pods, ["by-selector", "by-condition"]);
+    }
+
+    #[test]
+    fn a_pod_released_by_two_broken_gates_is_one_finding_and_counted_for_each() {
+        let mut n = gpu_node("gpu-a");
+        set_condition(
+            &mut n,
+            "GPUDriverReady",
+            json!({"status": "False", "reason": "NVMLInitFailed"}),
+        );
+        set_condition(
+            &mut n,
+            "SeccompProfilesReady",
+            json!({"status": "False", "reason": "ProfileMissing"}),
+        );
+        let mut pod = released_pod("vllm-0", "gpu-a");
+        pod["spec"]["nodeSelector"]["gate.nodeproof.dev/seccomp-ready"] = json!("ready");
+        let ok = released_pod("vllm-1", "gpu-b");
+        let r = evaluate(
+            &snapshot(vec![n, gpu_node("gpu-b")], vec![pod, ok]),
+            now(),
+            &Options::default(),
+        );
+        let found = released_findings(&r);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].to_string(),
+            "pod ml/vllm-0 (released by nodeproof.dev/gpu-driver-ready) runs on node gpu-a, whose GPUDriverReady is False (NVMLInitFailed): the node broke after binding, or the pod was placed without nodeproof's gate"
+        );
+        assert_eq!(
+            r.gates,
+            [
+                GateSummary {
+                    gate: GPU_GATE.into(),
+                    on_ready: 1,
+                    on_not_ready: 1
+                },
+                GateSummary {
+                    gate: "nodeproof.dev/seccomp-ready".into(),
+                    on_ready: 0,
+                    on_not_ready: 1
+                },
+            ]
+        );
+        let text = render_text(&r);
+        assert!(
+            text.contains(
+                "gate nodeproof.dev/gpu-driver-ready: 2 released pods running, 1 on a ready node\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "gate nodeproof.dev/seccomp-ready: 1 released pod running, 0 on ready nodes\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&found[0]).unwrap();
+        assert_eq!(json["finding"], "released_pod_on_not_ready_node");
+        assert_eq!(
+            json["cause"],
+            json!({"kind": "not_true", "condition": "GPUDriverReady", "status": "False", "reason": "NVMLInitFailed"})
+        );
+    }
+
+    #[test]
+    fn the_configured_gates_and_staleness_are_the_ones_judged() {
+        let mut n = gpu_node("gpu-a");
+        set_condition(&mut n, "GPUHealthy", json!({"lastHeartbeatTime": at(400)}));
+        let pod = released_pod("vllm-0", "gpu-a");
+        let default = evaluate(
+            &snapshot(vec![n.clone()], vec![pod.clone()]),
+            now(),
+            &Options::default(),
+        );
+        assert_eq!(released_findings(&default), []);
+        // heartbeat-s = 60: stale after 180s.
+        let opts = Options {
+            gates: GateConfig {
+                heartbeat_s: Some(60),
+                ..GateConfig::default()
+            }
+            .policy(),
+            ..Options::default()
+        };
+        let r = evaluate(&snapshot(vec![n], vec![pod]), now(), &opts);
+        assert_eq!(
+            released_findings(&r),
+            [Finding::ReleasedPodOnNotReadyNode {
+                namespace: "ml".into(),
+                pod: "vllm-0".into(),
+                node: "gpu-a".into(),
+                gate: GPU_GATE.into(),
+                cause: GateCause::Stale {
+                    condition: ConditionType::GPUHealthy,
+                    age_seconds: Some(400)
+                },
+            }]
+        );
     }
 
     #[test]
