@@ -197,8 +197,46 @@ impl Diagnostic {
     }
 }
 
+/// Characters of the source line shown on either side of a diagnostic's
+/// column: a minified profile is one line of hundreds of kilobytes, and
+/// every diagnostic echoing all of it buries the findings.
+pub const SOURCE_WINDOW: usize = 60;
+
+/// The part of a source line a diagnostic shows: at most [`SOURCE_WINDOW`]
+/// characters before column `col` (1-based) and after the `width` marked
+/// ones, `…` where the line is cut, tabs as 4 spaces. Returns the text and
+/// the 0-based display column of `col` in it, where the caret goes.
+pub fn source_window(raw: &str, col: usize, width: usize) -> (String, usize) {
+    let chars: Vec<char> = raw.chars().collect();
+    let at = col.saturating_sub(1).min(chars.len());
+    let start = at.saturating_sub(SOURCE_WINDOW);
+    let end = (at + width.max(1) + SOURCE_WINDOW).min(chars.len());
+    let shown_width = |cs: &[char]| {
+        cs.iter()
+            .map(|&c| if c == '\t' { 4 } else { 1 })
+            .sum::<usize>()
+    };
+    let mut text = String::new();
+    let mut caret = shown_width(&chars[start..at]);
+    if start > 0 {
+        text.push('…');
+        caret += 1;
+    }
+    for &c in &chars[start..end] {
+        if c == '\t' {
+            text.push_str("    ");
+        } else {
+            text.push(c);
+        }
+    }
+    if end < chars.len() {
+        text.push('…');
+    }
+    (text, caret)
+}
+
 /// Render diagnostics like rustc: `error[code]: message`, ` --> file:line:col`,
-/// the source line with a caret, and `= help:`.
+/// the source line (a window of it around the column) with a caret, and `= help:`.
 pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut String) {
     use std::fmt::Write;
     let index = LineIndex::new(src);
@@ -207,18 +245,6 @@ pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut
         match (d.line, d.column) {
             (Some(line), Some(col)) => {
                 let _ = writeln!(out, "  --> {path}:{line}:{col}");
-                // Tabs become 4 spaces so the caret lines up in any terminal.
-                let raw = index.line_text(line);
-                let text = raw.replace('\t', "    ");
-                let prefix: String = raw.chars().take(col - 1).collect();
-                let shown_col = prefix
-                    .chars()
-                    .map(|c| if c == '\t' { 4 } else { 1 })
-                    .sum::<usize>()
-                    + 1;
-                let gutter = line.to_string().len();
-                let _ = writeln!(out, "{:gutter$} |", "");
-                let _ = writeln!(out, "{line} | {text}");
                 let width = d
                     .span
                     .map(|s| {
@@ -231,11 +257,16 @@ pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut
                     })
                     .unwrap_or(1)
                     .min(80);
+                // Tabs become 4 spaces so the caret lines up in any terminal.
+                let (text, caret) = source_window(&index.line_text(line), col, width);
+                let gutter = line.to_string().len();
+                let _ = writeln!(out, "{:gutter$} |", "");
+                let _ = writeln!(out, "{line} | {text}");
                 let _ = writeln!(
                     out,
                     "{:gutter$} | {}{}",
                     "",
-                    " ".repeat(shown_col - 1),
+                    " ".repeat(caret),
                     "^".repeat(width)
                 );
             }
@@ -250,5 +281,66 @@ pub fn render_text(path: &str, src: &[u8], diagnostics: &[Diagnostic], out: &mut
             let _ = writeln!(out, "   = help: {help}");
         }
         out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_to_a_window_around_the_column() {
+        let raw: String = (0..10_000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let col = 5_000;
+        let (text, caret) = source_window(&raw, col, 3);
+        assert!(text.starts_with('…') && text.ends_with('…'), "{text}");
+        assert_eq!(text.chars().count(), 2 * SOURCE_WINDOW + 3 + 2);
+        // The caret sits under the character at `col`.
+        assert_eq!(text.chars().nth(caret), raw.chars().nth(col - 1));
+        assert_eq!(caret, SOURCE_WINDOW + 1);
+    }
+
+    #[test]
+    fn a_short_line_is_shown_whole_and_tabs_keep_the_caret_aligned() {
+        let raw = "\t\"names\": [\"mkdir\"]";
+        let col = raw.find("mkdir").unwrap() + 1;
+        let (text, caret) = source_window(raw, col, 5);
+        assert_eq!(text, "    \"names\": [\"mkdir\"]");
+        assert_eq!(&text[caret..caret + 5], "mkdir");
+        // Near the start only the end is cut.
+        let long = format!(
+            "{{\"defaultAction\":\"SCMP_ACT_ALLOW\"{}}}",
+            " ".repeat(500)
+        );
+        let (text, caret) = source_window(&long, 2, 1);
+        assert!(!text.starts_with('…') && text.ends_with('…'), "{text}");
+        assert_eq!(caret, 1);
+    }
+
+    #[test]
+    fn rendering_a_minified_profile_stays_small() {
+        let names: Vec<String> = (0..20_000).map(|i| format!("\"n{i}\"")).collect();
+        let src = format!(
+            r#"{{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{{"names":[{}],"action":"SCMP_ACT_ALLOW"}}]}}"#,
+            names.join(",")
+        );
+        assert!(src.len() > 150_000 && !src.contains('\n'));
+        let diagnostics: Vec<Diagnostic> = (0..9)
+            .map(|i| {
+                let at = src.find(&format!("\"n{}\"", i * 2_000)).unwrap();
+                let mut d = Diagnostic::warning(Code::UnknownSyscall, "", "w").with_span(Span {
+                    start: at,
+                    end: at + 6,
+                });
+                d.locate(&LineIndex::new(src.as_bytes()));
+                d
+            })
+            .collect();
+        let mut out = String::new();
+        render_text("p.json", src.as_bytes(), &diagnostics, &mut out);
+        assert!(out.len() < 9 * 400, "{} bytes for 9 diagnostics", out.len());
+        assert_eq!(out.matches('^').count(), 9 * 6);
     }
 }
