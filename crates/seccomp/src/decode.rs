@@ -475,7 +475,8 @@ pub fn match_field(schema: &Schema, key: &str) -> Option<usize> {
         })
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance, case-insensitive.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.to_lowercase().chars().collect();
     let b: Vec<char> = b.to_lowercase().chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();

@@ -75,6 +75,9 @@ codes! {
     ListenerPathMissing => "listener-path-missing",
     ListenerUnreachable => "listener-unreachable",
     UnknownSyscall => "unknown-syscall",
+    /// A real syscall newer than the name table of the libseccomp the runtime
+    /// links (`syscalls::NEWER_THAN_2_5_4`): the runtime skips the rule.
+    SyscallNewerThanLibseccomp => "syscall-newer-than-libseccomp",
     CompileFailed => "compile-failed",
     FilterTooLarge => "filter-too-large",
     /// `architectures` leaves out the node's arch, so runc's -ENOSYS stub does not cover it.

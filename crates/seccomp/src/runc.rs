@@ -146,6 +146,87 @@ pub fn c_string_name(name: &str) -> &str {
     name.split('\0').next().unwrap_or(name)
 }
 
+/// What a rule naming a syscall libseccomp does not know becomes: the
+/// runtime skips it. A real syscall newer than the runtime's libseccomp is
+/// told apart from a misspelling; skipping it matters (a warning) where the
+/// rule would stop a call the default action lets run, since the call then
+/// runs unfiltered, and is a note otherwise: the call is refused as on a
+/// kernel without it, and nothing in the profile needs to change.
+fn unresolved_name(
+    name: &str,
+    pointer: String,
+    rule: Action,
+    default: Action,
+    b: &SeccompBehaviour,
+) -> Diagnostic {
+    let rt = b.runtime;
+    let lib = b.libseccomp;
+    let Some(newer) = crate::syscalls::newer_than(lib, name) else {
+        return Diagnostic::warning(
+            Code::UnknownSyscall,
+            pointer,
+            format!(
+                "libseccomp {} does not know the syscall `{name}`; {} skips it silently",
+                lib.as_str(),
+                rt.kind().as_str()
+            ),
+        )
+        .with_help(match crate::syscalls::closest_name(lib, name) {
+            Some(near) => format!("did you mean `{near}`? check the spelling"),
+            None => format!(
+                "check the spelling: no syscall libseccomp {} knows is close to `{name}`",
+                lib.as_str()
+            ),
+        });
+    };
+    let arches = match newer.only_on {
+        [] => String::new(),
+        only => format!(
+            ", {} only",
+            only.iter()
+                .map(|a| a
+                    .scmp_name()
+                    .trim_start_matches("SCMP_ARCH_")
+                    .to_lowercase())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    };
+    let what = format!(
+        "`{name}` is unknown to libseccomp {}, which {rt} links (added in Linux {}{arches}): {} skips the rule",
+        lib.as_str(),
+        newer.linux_release(),
+        rt.kind().as_str(),
+    );
+    let later = match newer.known_from {
+        Some(first) => format!(
+            "libseccomp {} knows it (runc 1.1.15, crun 1.21 link it)",
+            first.as_str()
+        ),
+        None => "no libseccomp release nodeproof models knows it yet".to_string(),
+    };
+    if !rule.lets_syscall_run() && default.lets_syscall_run() {
+        Diagnostic::warning(
+            Code::SyscallNewerThanLibseccomp,
+            pointer,
+            format!("{what}, so the container's `{name}` calls run instead of getting {rule}"),
+        )
+        .with_help(format!(
+            "{later}; with this runtime a default action that refuses calls is the only way to stop `{name}`"
+        ))
+    } else {
+        Diagnostic::note(
+            Code::SyscallNewerThanLibseccomp,
+            pointer,
+            format!(
+                "{what}, so the container's `{name}` calls get the default action {default}{}, as on a kernel without it",
+                if b.enosys_stub == EnosysStub::Absent { "" } else { " (or ENOSYS from runc's stub)" }
+            ),
+        )
+        .with_help(format!("nothing to change in the profile: {later}"))
+    }
+}
+
 const ACTION_HELP: &str = "use one of SCMP_ACT_ALLOW, SCMP_ACT_ERRNO, SCMP_ACT_KILL_PROCESS, SCMP_ACT_KILL_THREAD, SCMP_ACT_KILL, SCMP_ACT_TRAP, SCMP_ACT_TRACE, SCMP_ACT_LOG, SCMP_ACT_NOTIFY (case matters)";
 
 /// Translate like the runtime `b` describes (runc's code, with crun's
@@ -382,15 +463,13 @@ pub fn translate(
             continue;
         }
         if !resolves(name) {
-            let libseccomp = b.libseccomp.as_str();
-            notes.push(
-                Diagnostic::warning(
-                    Code::UnknownSyscall,
-                    name_ptr(),
-                    format!("libseccomp {libseccomp} does not know the syscall `{name}`; {} skips it silently", rt.kind().as_str()),
-                )
-                .with_help(format!("check the spelling; syscalls newer than libseccomp {libseccomp} cannot be filtered by {rt}")),
-            );
+            notes.push(unresolved_name(
+                name,
+                name_ptr(),
+                c.action,
+                default_action,
+                b,
+            ));
             continue;
         }
         let mut conds = Vec::new();
@@ -532,6 +611,7 @@ fn fail_init(d: Diagnostic, notes: Vec<Diagnostic>) -> (Translation, Vec<Diagnos
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diagnostic::Severity;
     use crate::model::{ArgCond, SyscallRule};
 
     fn rule(names: &[&str], action: &str) -> SyscallRule {
@@ -813,5 +893,72 @@ mod tests {
         // personality and getpid, each split into two one-condition rules.
         assert_eq!(spec.rules.len(), 4);
         assert!(spec.rules.iter().all(|r| r.conds.len() == 1));
+    }
+
+    /// A real syscall newer than the runtime's libseccomp is said as such
+    /// (with the Linux release), a misspelled one gets a "did you mean".
+    #[test]
+    fn newer_syscalls_are_told_apart_from_misspellings() {
+        let lint = |default: &str, names: &[&str], action: &str, b: &SeccompBehaviour| {
+            let p = Seccomp {
+                default_action: default.into(),
+                syscalls: vec![rule(names, action)],
+                ..Default::default()
+            };
+            let resolves = |n: &str| {
+                crate::syscalls::resolve_syscall_in(b.libseccomp, n, Arch::X86_64).is_some()
+            };
+            translate(&p, b, &resolves).1
+        };
+        let notes = lint(
+            "SCMP_ACT_ERRNO",
+            &["mseal", "opennat", "riscv_hwprobe"],
+            "SCMP_ACT_ALLOW",
+            &RUNC_1_1_5,
+        );
+        let got: Vec<_> = notes.iter().map(|d| (d.severity, d.code)).collect();
+        assert_eq!(
+            got,
+            [
+                (Severity::Note, Code::SyscallNewerThanLibseccomp),
+                (Severity::Warning, Code::UnknownSyscall),
+                (Severity::Note, Code::SyscallNewerThanLibseccomp),
+            ]
+        );
+        assert_eq!(
+            notes[0].message,
+            "`mseal` is unknown to libseccomp 2.5.4, which runc 1.1.5 links (added in Linux 6.10): runc skips the rule, so the container's `mseal` calls get the default action SCMP_ACT_ERRNO(1) (or ENOSYS from runc's stub), as on a kernel without it"
+        );
+        assert!(!notes[0].help.as_deref().unwrap().contains("spelling"));
+        assert_eq!(
+            notes[1].help.as_deref(),
+            Some("did you mean `openat`? check the spelling")
+        );
+        assert!(
+            notes[2]
+                .message
+                .contains("(added in Linux 6.4, riscv64 only)"),
+            "{}",
+            notes[2].message
+        );
+        // A denial the runtime drops lets the call run: a warning.
+        let notes = lint("SCMP_ACT_ALLOW", &["mseal"], "SCMP_ACT_ERRNO", &RUNC_1_1_5);
+        assert_eq!(notes[0].severity, Severity::Warning);
+        assert!(
+            notes[0]
+                .message
+                .ends_with("calls run instead of getting SCMP_ACT_ERRNO(1)"),
+            "{}",
+            notes[0].message
+        );
+        // libseccomp 2.6.0 knows mseal, not open_tree_attr (Linux 6.15).
+        assert!(lint("SCMP_ACT_ERRNO", &["mseal"], "SCMP_ACT_ALLOW", &RUNC_1_1_15).is_empty());
+        let notes = lint(
+            "SCMP_ACT_ERRNO",
+            &["open_tree_attr"],
+            "SCMP_ACT_ALLOW",
+            &RUNC_1_1_15,
+        );
+        assert!(notes[0].message.starts_with("`open_tree_attr` is unknown to libseccomp 2.6.0, which runc 1.1.15 links (added in Linux 6.15)"), "{}", notes[0].message);
     }
 }

@@ -38,8 +38,8 @@ pub fn scmp_arch(arch: Arch) -> ScmpArch {
     }
 }
 
-/// The libseccomp releases the modelled runtimes are linked with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// The libseccomp releases the modelled runtimes are linked with, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub enum Libseccomp {
     /// bookworm's 2.5.4 (runc 1.1.5, crun 1.8), the library nodeproof links.
     #[default]
@@ -220,6 +220,125 @@ const LIBSECCOMP_2_6_0_CHANGED: [ChangedRow; 16] = [
         ],
     ),
 ];
+
+/// A syscall Linux added after bookworm's libseccomp 2.5.4 took its name
+/// table (Debian's 2.5.4 carries the table of Linux 6.7-rc3), so a runtime
+/// linked with it skips a rule naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewerSyscall {
+    pub name: &'static str,
+    /// The Linux release that added it, as (major, minor).
+    pub linux: (u8, u8),
+    /// The only architectures that have it; empty: every one.
+    pub only_on: &'static [Arch],
+    /// The first modelled libseccomp release that knows it; `None`: none does.
+    pub known_from: Option<Libseccomp>,
+}
+
+impl NewerSyscall {
+    /// Whether `lib`'s table knows the name.
+    pub fn known_to(&self, lib: Libseccomp) -> bool {
+        self.known_from.is_some_and(|first| lib >= first)
+    }
+
+    /// `6.10`.
+    pub fn linux_release(&self) -> String {
+        format!("{}.{}", self.linux.0, self.linux.1)
+    }
+}
+
+/// Syscalls newer than libseccomp 2.5.4's table, sorted by name. The
+/// release each came with is the `x86_64_kver` column of libseccomp's
+/// `src/syscalls.csv` (main, generated from Linux 6.16's syscall tables),
+/// except `riscv_hwprobe` (riscv64 only; the csv's riscv64 column carries
+/// no release: Linux 6.4, `arch/riscv/include/uapi/asm/unistd.h`) and
+/// `file_getattr`/`file_setattr` (after that csv: Linux 6.17's
+/// `syscall_64.tbl`, 468 and 469). `known_from` is what the 2.6.0 table
+/// ([`LIBSECCOMP_2_6_0_CHANGED`], Linux 6.13's) resolves; a test holds both
+/// tables to each other and to the linked 2.5.4.
+pub const NEWER_THAN_2_5_4: [NewerSyscall; 15] = {
+    const fn row(
+        name: &'static str,
+        linux: (u8, u8),
+        only_on: &'static [Arch],
+        known_from: Option<Libseccomp>,
+    ) -> NewerSyscall {
+        NewerSyscall {
+            name,
+            linux,
+            only_on,
+            known_from,
+        }
+    }
+    const V26: Option<Libseccomp> = Some(Libseccomp::V2_6_0);
+    [
+        row("file_getattr", (6, 17), &[], None),
+        row("file_setattr", (6, 17), &[], None),
+        row("getxattrat", (6, 13), &[], V26),
+        row("listmount", (6, 8), &[], V26),
+        row("listxattrat", (6, 13), &[], V26),
+        row("lsm_get_self_attr", (6, 8), &[], V26),
+        row("lsm_list_modules", (6, 8), &[], V26),
+        row("lsm_set_self_attr", (6, 8), &[], V26),
+        row("mseal", (6, 10), &[], V26),
+        row("open_tree_attr", (6, 15), &[], None),
+        row("removexattrat", (6, 13), &[], V26),
+        row("riscv_hwprobe", (6, 4), &[Arch::Riscv64], V26),
+        row("setxattrat", (6, 13), &[], V26),
+        row("statmount", (6, 8), &[], V26),
+        row("uretprobe", (6, 11), &[Arch::X86_64, Arch::X32], V26),
+    ]
+};
+
+/// The row of [`NEWER_THAN_2_5_4`] for `name`, if `lib` does not know it.
+pub fn newer_than(lib: Libseccomp, name: &str) -> Option<&'static NewerSyscall> {
+    NEWER_THAN_2_5_4
+        .binary_search_by(|s| s.name.cmp(name))
+        .ok()
+        .map(|i| &NEWER_THAN_2_5_4[i])
+        .filter(|s| !s.known_to(lib))
+}
+
+/// Every name `lib`'s table knows on some architecture, sorted: the numbers
+/// 0..1100 of each arch (with its ABI's base) and libseccomp's pseudo
+/// numbers, asked back for their names. Built once per release.
+pub fn known_names(lib: Libseccomp) -> &'static [String] {
+    static TABLES: [std::sync::OnceLock<Vec<String>>; Libseccomp::ALL.len()] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    TABLES[lib as usize].get_or_init(|| {
+        let mut names = std::collections::BTreeSet::new();
+        for arch in Arch::ALL {
+            let base = match arch {
+                Arch::X32 => 0x4000_0000,
+                Arch::Mips | Arch::Mipsel => 4000,
+                Arch::Mips64 | Arch::Mipsel64 => 5000,
+                Arch::Mips64N32 | Arch::Mipsel64N32 => 6000,
+                _ => 0,
+            };
+            names.extend((0..1100).filter_map(|n| syscall_name_in(lib, base + n, arch)));
+        }
+        // ARM's private calls (`__ARM_NR_BASE`, 0x0f0000: cacheflush, set_tls, ...).
+        names.extend((0x0f_0000..0x0f_0010).filter_map(|n| syscall_name_in(lib, n, Arch::Arm)));
+        // Pseudo numbers (`__PNR_*`) start at -10000, shared by every arch.
+        names.extend((-10_400..-10_000).filter_map(|n| syscall_name_in(lib, n, Arch::X86_64)));
+        names.extend(lib.changed().iter().map(|(n, _)| n.to_string()));
+        names.into_iter().collect()
+    })
+}
+
+/// The known name closest to `name` by edit distance, for a "did you
+/// mean": at most 1 edit for names under 5 characters, 2 otherwise.
+pub fn closest_name(lib: Libseccomp, name: &str) -> Option<&'static str> {
+    let limit = if name.chars().count() < 5 { 1 } else { 2 };
+    known_names(lib)
+        .iter()
+        .map(String::as_str)
+        .chain(NEWER_THAN_2_5_4.iter().map(|s| s.name))
+        .map(|known| (crate::decode::edit_distance(name, known), known))
+        .filter(|&(d, _)| d <= limit)
+        .min()
+        .map(|(_, known)| known)
+}
 
 type NumberRow = [i32; Arch::ALL.len()];
 const NOT_LOOKED_UP: i32 = i32::MIN;
@@ -470,5 +589,74 @@ mod tests {
                 .any(|&a| resolve_syscall(name, a) != known(row[a as usize]));
             assert!(differs, "{name} is 2.5.4's already");
         }
+    }
+
+    #[test]
+    fn the_newer_syscalls_are_the_ones_2_5_4_lacks_and_2_6_0_has() {
+        let rows = &NEWER_THAN_2_5_4;
+        assert!(
+            rows.windows(2).all(|w| w[0].name < w[1].name),
+            "sorted by name"
+        );
+        for s in rows {
+            let arches: &[Arch] = if s.only_on.is_empty() {
+                &Arch::ALL
+            } else {
+                s.only_on
+            };
+            for &a in Arch::ALL.iter() {
+                assert_eq!(
+                    resolve_syscall(s.name, a),
+                    None,
+                    "2.5.4 knows {} on {a}",
+                    s.name
+                );
+            }
+            let in_2_6 = arches
+                .iter()
+                .all(|&a| resolve_syscall_in(Libseccomp::V2_6_0, s.name, a).is_some_and(|n| n > 0));
+            assert_eq!(in_2_6, s.known_to(Libseccomp::V2_6_0), "{}", s.name);
+            assert!(s.linux >= (6, 4), "{} is older than 2.5.4's table", s.name);
+        }
+        // Every real syscall 2.6.0 added over 2.5.4 is in the table.
+        for (name, row) in Libseccomp::V2_6_0.changed() {
+            let real_new = Arch::ALL
+                .iter()
+                .any(|&a| row[a as usize] > 0 && resolve_syscall(name, a).is_none());
+            assert_eq!(
+                real_new,
+                newer_than(Libseccomp::V2_5_4, name).is_some(),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            newer_than(Libseccomp::V2_5_4, "mseal").map(|s| s.linux),
+            Some((6, 10))
+        );
+        assert_eq!(newer_than(Libseccomp::V2_6_0, "mseal"), None);
+        assert!(newer_than(Libseccomp::V2_6_0, "open_tree_attr").is_some());
+        assert_eq!(newer_than(Libseccomp::V2_5_4, "read"), None);
+    }
+
+    #[test]
+    fn misspelled_names_get_the_closest_known_one() {
+        let v254 = Libseccomp::V2_5_4;
+        let names = known_names(v254);
+        for real in [
+            "read",
+            "openat",
+            "cacheflush",
+            "map_shadow_stack",
+            "_llseek",
+        ] {
+            assert!(names.iter().any(|n| n == real), "{real} missing");
+        }
+        assert!(!names.iter().any(|n| n == "mseal"));
+        assert!(names.len() > 400, "{} names", names.len());
+        assert_eq!(closest_name(v254, "opennat"), Some("openat"));
+        assert_eq!(closest_name(v254, "mkdri"), Some("mkdir"));
+        assert_eq!(closest_name(v254, "msael"), Some("mseal"));
+        assert_eq!(closest_name(v254, "no_such_call"), None);
+        assert_eq!(closest_name(v254, "xyz"), None);
     }
 }
