@@ -2,7 +2,8 @@
 //! the same node state (profiles on disk, a pod bound to the node, the
 //! tracer, the GPU probe) `check -o json` prints, and `check --report`
 //! writes, the conditions the running agent writes — the pods' references
-//! included, folded into the one `SeccompProfilesReady`.
+//! included, folded into the one `SeccompProfilesReady` — and the same
+//! Events: on the Node for its conditions, on the pod for its reference.
 
 mod support;
 
@@ -136,6 +137,17 @@ fn check_prints_and_writes_what_the_agent_writes() {
         !printed.iter().any(|c| c[0].starts_with("GPU")),
         "{printed:?}"
     );
+    // The pod's missing profile is a Warning Event on the pod, as the agent writes it.
+    let written_events = events(&server);
+    let on_pod: Vec<&[String; 6]> = written_events.iter().filter(|e| e[0] == "Pod").collect();
+    assert!(
+        on_pod.len() == 1
+            && on_pod[0][1..5] == ["ml", "vllm-0", "Warning", "SeccompProfileMissing"]
+            && on_pod[0][5].starts_with(
+                "container vllm: profile localhost/profiles/vllm-strict.json not found"
+            ),
+        "{written_events:#?}\n{stderr}"
+    );
 
     // The agent on the same node state, reporting to a server of its own.
     let agent_dir = tempfile::tempdir().unwrap();
@@ -171,6 +183,59 @@ fn check_prints_and_writes_what_the_agent_writes() {
         "the agent labels what check judged\n--- agent log ---\n{}",
         agent.log_text()
     );
+    // The same Events: on the pod, word for word; on the Node, one per
+    // condition that is not True. The agent's Node Event says the reason
+    // its first round found (the files', before the pods are listed), so
+    // the conditions' Events are compared by condition and status; the
+    // RuntimeClass contract Events follow the labels only the agent writes.
+    let compared = |events: Vec<[String; 6]>| -> Vec<[String; 3]> {
+        events
+            .into_iter()
+            .filter(|e| !e[4].starts_with("RuntimeClass"))
+            .map(|e| match e[0].as_str() {
+                "Pod" => [e[1].clone(), e[2].clone(), e.join(" | ")],
+                _ => {
+                    let said = e[5].split(':').next().unwrap_or("").to_string();
+                    [e[0].clone(), e[2].clone(), format!("{} {said}", e[3])]
+                }
+            })
+            .collect()
+    };
+    let want = compared(written_events.clone());
+    let start = Instant::now();
+    while compared(events(&agent_server)) != want && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        compared(events(&agent_server)),
+        want,
+        "check --report writes the Events the agent writes\n--- agent log ---\n{}",
+        agent.log_text()
+    );
+}
+
+/// Every Event as (kind, namespace, name, type, reason, message) of its
+/// object, sorted; the count and times are the writer's own.
+fn events(server: &TestApiServer) -> Vec<[String; 6]> {
+    let mut out: Vec<[String; 6]> = server
+        .events()
+        .iter()
+        .map(|e| {
+            let o = &e["involvedObject"];
+            [
+                &o["kind"],
+                &o["namespace"],
+                &o["name"],
+                &e["type"],
+                &e["reason"],
+                &e["message"],
+            ]
+            .map(|v| v.as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The Node's `runtimeclass.nodeproof.dev/` labels as (class, value).

@@ -349,6 +349,82 @@ fn check_reports_the_condition() {
     assert!(text.contains("broken.json (rejected)"), "{text}");
 }
 
+/// `check` says in one line what it did not judge: an explicit kubeconfig
+/// that cannot be used fails the command (exit 3); a node with no
+/// credentials at all is an offline node, said and not failed.
+#[test]
+fn check_says_the_pods_were_not_judged_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir(&root).unwrap();
+    write(&root, "ok.json", ALLOW_MKDIR_DENIED);
+    // The kubelet's places and in-cluster looked for below an empty host root.
+    let host = dir.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "[seccomp]\nroot = {root:?}\n[report]\nhost-root = {host:?}\n[gpu]\nnvml-library = \"/nonexistent/libnvidia-ml.so.1\"\n"
+        ),
+    );
+    let check = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .args(["--config", &cfg, "check"])
+            .args(args)
+            .env("NODEPROOF_LOG", "off")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap()
+    };
+    let nope = dir.path().join("nope");
+    let nope = nope.to_str().unwrap();
+    let out = check(&["--kubeconfig", nope]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let line = format!("pods: not judged (cannot use kubeconfig {nope}: No such file or directory");
+    assert!(
+        text.lines().any(|l| l.starts_with(&line)
+            && l.ends_with("give a readable kubeconfig with --kubeconfig)")),
+        "{text}"
+    );
+    let out = check(&["--kubeconfig", nope, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = &v["not_judged"][0];
+    assert_eq!(
+        (&n["check"], &n["subject"], &n["cause"], &n["fails"]),
+        (
+            &"pod-profile".into(),
+            &"pods".into(),
+            &"credentials-unusable".into(),
+            &true.into()
+        ),
+        "{v}"
+    );
+
+    // No credentials anywhere: said, in text and JSON, and not a failure of its own.
+    let out = check(&["-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = &v["not_judged"][0];
+    assert_eq!(
+        (&n["cause"], &n["fails"]),
+        (&"no-credentials".into(), &false.into()),
+        "{v}"
+    );
+    let all_true = v["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["status"] == "True");
+    assert_eq!(out.status.code(), Some(if all_true { 0 } else { 1 }), "{v}");
+    let text = String::from_utf8_lossy(&check(&[]).stdout).into_owned();
+    assert!(
+        text.contains("pods: not judged (no API credentials found: looked at /etc/kubernetes/kubelet.conf (kubeadm)"),
+        "{text}"
+    );
+}
+
 #[test]
 fn compile_prints_bpf_and_pfc() {
     let dir = tempfile::tempdir().unwrap();

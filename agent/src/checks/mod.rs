@@ -13,7 +13,8 @@ pub mod tracing;
 
 use std::path::Path;
 
-use nodeproof_findings::{Condition, Finding};
+use nodeproof_findings::{Condition, Finding, NotJudged};
+use nodeproof_kube::events::PodEvent;
 
 use crate::config::Config;
 
@@ -94,16 +95,29 @@ pub fn node_conditions<'a>(
     out
 }
 
+/// One round of every check ([`node_round`]): the node's findings and
+/// conditions, the Events the agent writes on pods for them, and what was
+/// not judged and why.
+#[derive(Debug, Clone, Default)]
+pub struct NodeRound {
+    pub findings: Vec<Finding>,
+    pub conditions: Vec<Condition>,
+    /// One Warning Event per pod reference found unusable, as the agent's
+    /// pods watcher writes on a pod's first judgement.
+    pub events: Vec<PodEvent>,
+    pub not_judged: Vec<NotJudged>,
+}
+
 /// One round of every check, as the agent runs them: the profiles under
 /// `seccomp_root`, the tracer (loaded, judged, detached), one GPU cycle
 /// and, when credentials are found, the pods bound to this node. The
 /// conditions are folded by [`node_conditions`], as the daemon folds its
 /// subsystems' latest rounds.
-pub fn node_round(seccomp_root: &Path, config: &Config) -> Round {
+pub fn node_round(seccomp_root: &Path, config: &Config) -> NodeRound {
     let (lint, runtime) = profiles::lint_setup(&config.seccomp);
     let mut files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
     files.findings.push(runtime);
-    let pods = pods::judge_once(&pods::options(config, seccomp_root)).map(|p| pods::round(&p));
+    let pods = pods::judge_once(&pods::options(config, seccomp_root));
     let tracing = tracing::probe();
     let gpu = gpu::round(&gpu::cycle_once(config));
     let mut rounds = vec![
@@ -111,13 +125,21 @@ pub fn node_round(seccomp_root: &Path, config: &Config) -> Round {
         (Subsystem::Tracing, tracing),
         (Subsystem::Gpu, gpu),
     ];
-    if let Some(pods) = pods {
-        rounds.push((Subsystem::Pods, pods));
+    let mut events = Vec::new();
+    let mut not_judged = Vec::new();
+    match pods {
+        Ok(once) => {
+            events.extend(once.findings.iter().map(crate::pods::watch::finding_event));
+            rounds.push((Subsystem::Pods, pods::round(&once)));
+        }
+        Err(n) => not_judged.push(n),
     }
     rounds.sort_by_key(|(s, _)| *s);
-    Round {
+    NodeRound {
         conditions: node_conditions(rounds.iter().map(|(s, r)| (*s, &r.conditions[..]))),
         findings: rounds.into_iter().flat_map(|(_, r)| r.findings).collect(),
+        events,
+        not_judged,
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use nodeproof_findings::{Check, Finding, Status};
+use nodeproof_findings::{Check, Finding, NotJudged, NotJudgedCause, Status};
+use nodeproof_kube::connect::ConnectError;
 
 use super::{profiles, Round};
 use crate::config::Config;
@@ -81,19 +82,109 @@ pub fn options(config: &Config, seccomp_root: &Path) -> PodsOptions {
     }
 }
 
-/// One judgement of the pods bound to this node, when credentials are
-/// found: `None` without credentials (nothing to judge, as the daemon),
-/// and a failure is logged once here and leaves the pods' part out.
-pub fn judge_once(opts: &PodsOptions) -> Option<PodsOnce> {
-    match crate::pods::node::once(opts) {
-        Ok(once) => Some(once),
-        Err(e @ PodsRunError::NoCredentials { .. }) => {
-            tracing::info!(nodeproof_check = "pods", "{e}; pods are not judged");
-            None
-        }
-        Err(e) => {
+/// What `check` says of the pods when they are not judged.
+pub const SUBJECT: &str = "pods";
+
+/// One judgement of the pods bound to this node, or why there is none:
+/// without credentials (an offline node, nothing asked for them) and when
+/// the credentials or the API server fail (asked for, so the command fails).
+pub fn judge_once(opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
+    crate::pods::node::once(opts).map_err(|e| {
+        let not_judged = not_judged(&e, opts);
+        if not_judged.fails {
             tracing::warn!(nodeproof_check = "pods", error = %nodeproof_findings::errors::error_chain(&e), "pods could not be judged");
-            None
+        } else {
+            tracing::info!(nodeproof_check = "pods", "{e}; pods are not judged");
         }
+        not_judged
+    })
+}
+
+/// Why the pods were not judged, in one line with the remedy.
+pub fn not_judged(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
+    let (cause, message) = match e {
+        PodsRunError::NoCredentials { .. } => {
+            let lookup = nodeproof_kube::credentials::lookup_here(
+                opts.kubeconfig.as_deref(),
+                opts.host_root.as_deref(),
+            );
+            let looked: Vec<String> = lookup.looked.iter().map(|l| l.describe()).collect();
+            (
+                NotJudgedCause::NoCredentials,
+                format!(
+                    "no API credentials found: looked at {}; give --kubeconfig to judge the pods bound to this node",
+                    looked.join(", ")
+                ),
+            )
+        }
+        PodsRunError::NoNodeName => (
+            NotJudgedCause::NoNodeName,
+            "the Node's name is not known: give --node-name or set NODE_NAME".into(),
+        ),
+        PodsRunError::Connect { source } => match &**source {
+            ConnectError::NoNodeName => (
+                NotJudgedCause::NoNodeName,
+                "the Node's name is not known: give --node-name or set NODE_NAME".into(),
+            ),
+            e @ ConnectError::NodeNameMismatch { .. } => (NotJudgedCause::OtherNode, e.to_string()),
+            ConnectError::Credentials {
+                credentials,
+                source,
+            }
+            | ConnectError::TaintCredentials {
+                credentials,
+                source,
+            } => (
+                NotJudgedCause::CredentialsUnusable,
+                format!(
+                    "cannot use {credentials}: {}; give a readable kubeconfig with --kubeconfig",
+                    innermost(&**source)
+                ),
+            ),
+        },
+        e @ PodsRunError::NotOwnNode { .. } => (
+            NotJudgedCause::OtherNode,
+            format!("{e}; give --node-name of the credential's Node or that Node's credentials"),
+        ),
+        PodsRunError::Read { what, node, source } => (
+            NotJudgedCause::ApiServer,
+            format!(
+                "cannot read {what} for node {node}: {}; check that the API server answers and that the credential may read them (deploy/rbac-agent.yaml)",
+                api_text(source)
+            ),
+        ),
+        PodsRunError::Timeout { after } => (
+            NotJudgedCause::ApiServer,
+            format!(
+                "the API server did not answer within {} s; check that it is reachable from this node",
+                after.as_secs()
+            ),
+        ),
+        e @ (PodsRunError::GetPod { .. }
+        | PodsRunError::PodName { .. }
+        | PodsRunError::Runtime(_)) => (
+            NotJudgedCause::ApiServer,
+            nodeproof_findings::errors::error_chain(e),
+        ),
+    };
+    NotJudged::new(Check::PodProfile, SUBJECT, cause, message)
+}
+
+/// The last cause of `e`: what a person can act on (the file that is
+/// missing), without the layers that repeat the path.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// A kube error as a sentence: the API server's own message and code,
+/// never kube's `Status { .. }` dump.
+fn api_text(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("the API server answered {} ({})", s.code, s.message),
+        e => innermost(e),
     }
 }

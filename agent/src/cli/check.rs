@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 
 use nodeproof::checks::profiles;
 use nodeproof::config::Config;
-use nodeproof_findings::{Condition, Finding, Status};
+use nodeproof_findings::{Condition, Finding, NotJudged, Status};
 use nodeproof_kube::credentials::Lookup;
+use nodeproof_kube::events::PodEvent;
 
 use super::gpu::gpu_cycle;
 use super::{exit, Format};
@@ -22,7 +23,8 @@ pub(crate) struct ReportArgs {
     #[arg(long)]
     pub(crate) report: bool,
     /// Kubeconfig to read this node's pods and report with (default: the kubelet's,
-    /// then in-cluster; none: the pods are not judged and a report is only logged).
+    /// then in-cluster; none found: the pods are not judged, which `check` says,
+    /// and a report is only logged). One that cannot be used exits 3.
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
     /// The Node's name (default: NODE_NAME, then the hostname).
@@ -30,8 +32,14 @@ pub(crate) struct ReportArgs {
     pub(crate) node_name: Option<String>,
 }
 
+/// Exit 3: something `check` was to judge was not judged (the pods, with
+/// credentials given or found that do not work); it wins over 1, since the
+/// conditions printed are then not the whole answer.
+pub(crate) const NOT_JUDGED: u8 = 3;
+
 /// One round of exactly what `run` does (`checks::node_round`), printed;
-/// `--report` writes it as the agent would.
+/// `--report` writes it as the agent would: the conditions and the pods'
+/// Events.
 pub(crate) fn check(
     root: &Path,
     config: &Config,
@@ -53,26 +61,39 @@ pub(crate) fn check(
     print_check(
         &round.findings,
         &round.conditions,
+        &round.not_judged,
         Some(&credentials),
         output,
     )?;
     if report.report {
-        report_conditions(&round.conditions, &config)?;
+        report_conditions(&round.conditions, &round.events, &config)?;
     }
-    Ok(exit(round.conditions.iter().all(Condition::is_true)))
+    Ok(check_exit(&round.conditions, &round.not_judged))
+}
+
+/// 0 every condition True and everything judged that was to be; 3 when
+/// something that was to be judged was not ([`NOT_JUDGED`]); else 1.
+fn check_exit(conditions: &[Condition], not_judged: &[NotJudged]) -> ExitCode {
+    if not_judged.iter().any(|n| n.fails) {
+        ExitCode::from(NOT_JUDGED)
+    } else {
+        exit(conditions.iter().all(Condition::is_true))
+    }
 }
 
 pub(crate) fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
     let opts = profiles::lint_options(&config.seccomp);
     let layout = nodeproof::preflight::Layout::default();
     let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
-    print_check(&findings, &[], None, output)?;
+    print_check(&findings, &[], &[], None, output)?;
     Ok(exit(findings.iter().all(|f| f.status != Status::Failed)))
 }
 
-/// After the checks ran (they never wait on the API server): write their conditions.
-fn report_conditions(conditions: &[Condition], config: &Config) -> Result<()> {
-    let done = nodeproof_kube::report_once(conditions, &config.report, Duration::from_secs(30))
+/// After the checks ran (they never wait on the API server): write their
+/// conditions and the pods' Events.
+fn report_conditions(conditions: &[Condition], events: &[PodEvent], config: &Config) -> Result<()> {
+    let deadline = Duration::from_secs(30);
+    let done = nodeproof_kube::report_once(conditions, events, &config.report, deadline)
         .context("could not report to the API server")?;
     eprintln!(
         "reported node {} with {}: {} status writes, {} event writes",
@@ -84,12 +105,17 @@ fn report_conditions(conditions: &[Condition], config: &Config) -> Result<()> {
 fn print_check(
     findings: &[Finding],
     conditions: &[Condition],
+    not_judged: &[NotJudged],
     credentials: Option<&Lookup>,
     output: Format,
 ) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if output == Format::Json {
-        let mut v = serde_json::json!({ "conditions": conditions, "findings": findings });
+        let mut v = serde_json::json!({
+            "conditions": conditions,
+            "findings": findings,
+            "not_judged": not_judged,
+        });
         if let Some(c) = credentials {
             v["credentials"] = c.to_json();
         }
@@ -109,20 +135,21 @@ fn print_check(
         "CHECK", "SUBJECT", "STATUS"
     )?;
     for f in findings {
-        let status = match f.status {
-            Status::Ok => "ok",
-            Status::Warning => "warning",
-            Status::Failed => "FAILED",
-        };
         writeln!(
             out,
             "{:<16} {:<width$} {:<8} {}",
-            f.check, f.subject, status, f.message
+            f.check,
+            f.subject,
+            f.status.as_str(),
+            f.message
         )?;
     }
     writeln!(out)?;
     for c in conditions {
         writeln!(out, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message)?;
+    }
+    for n in not_judged {
+        writeln!(out, "{n}")?;
     }
     Ok(())
 }

@@ -52,7 +52,8 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
-    /// One-shot report of this node; exit 0 all good, 1 problems found.
+    /// One-shot report of this node; exit 0 all good, 1 problems found, 3 something
+    /// not judged (the pods, with credentials that do not work).
     Check {
         #[command(flatten)]
         out: OutputArgs,

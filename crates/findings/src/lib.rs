@@ -16,6 +16,21 @@ pub enum Status {
     Ok,
     Warning,
     Failed,
+    /// The check did not apply here (preflight: no GPU, no rootless
+    /// kubelet); the finding's message says why.
+    Skipped,
+}
+
+impl Status {
+    /// The STATUS column of `check` and `preflight`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::Failed => "FAILED",
+            Status::Skipped => "skipped",
+        }
+    }
 }
 
 /// Which check produced a finding (the CHECK column of `nodeproof check`).
@@ -79,6 +94,69 @@ pub struct Finding {
     pub reason: String,
     /// One line naming the cause.
     pub message: String,
+}
+
+/// Why something a command was to judge was not judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotJudgedCause {
+    /// No API credentials given or found on this node: an offline node,
+    /// where the pods are not part of what is asked.
+    NoCredentials,
+    /// The credentials given or found cannot be used (unreadable, not a
+    /// kubeconfig, a certificate that does not load).
+    CredentialsUnusable,
+    /// The Node's name is not known (no `--node-name`, `NODE_NAME` or hostname).
+    NoNodeName,
+    /// The credential is another Node's.
+    OtherNode,
+    /// The API server refused, failed or did not answer.
+    ApiServer,
+}
+
+impl NotJudgedCause {
+    /// Whether not judging fails the command: everything but
+    /// [`NotJudgedCause::NoCredentials`], where nothing asked for it.
+    pub fn fails(self) -> bool {
+        self != NotJudgedCause::NoCredentials
+    }
+}
+
+/// Something a command was to judge and could not: what, why, and what
+/// to do, in one line (`check` prints `pods: not judged (<message>)`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotJudged {
+    pub check: Check,
+    /// What was not judged, e.g. `pods`.
+    pub subject: String,
+    pub cause: NotJudgedCause,
+    /// Whether it fails the command ([`NotJudgedCause::fails`]).
+    pub fails: bool,
+    /// Why, and the remedy.
+    pub message: String,
+}
+
+impl NotJudged {
+    pub fn new(
+        check: Check,
+        subject: impl Into<String>,
+        cause: NotJudgedCause,
+        message: impl Into<String>,
+    ) -> NotJudged {
+        NotJudged {
+            check,
+            subject: subject.into(),
+            cause,
+            fails: cause.fails(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for NotJudged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: not judged ({})", self.subject, self.message)
+    }
 }
 
 /// A node condition nodeproof owns (positive: True = good).
@@ -207,6 +285,33 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_node_without_credentials_is_not_judged_without_failing() {
+        let offline = NotJudged::new(
+            Check::PodProfile,
+            "pods",
+            NotJudgedCause::NoCredentials,
+            "no API credentials found",
+        );
+        assert!(!offline.fails);
+        assert_eq!(
+            offline.to_string(),
+            "pods: not judged (no API credentials found)"
+        );
+        let v = serde_json::to_value(&offline).unwrap();
+        assert_eq!(v["cause"], "no-credentials");
+        assert_eq!(v["check"], "pod-profile");
+        for cause in [
+            NotJudgedCause::CredentialsUnusable,
+            NotJudgedCause::NoNodeName,
+            NotJudgedCause::OtherNode,
+            NotJudgedCause::ApiServer,
+        ] {
+            assert!(NotJudged::new(Check::PodProfile, "pods", cause, "m").fails);
+        }
+        assert_eq!(serde_json::to_value(Status::Skipped).unwrap(), "skipped");
+    }
 
     #[test]
     fn counts_agree_with_their_noun() {

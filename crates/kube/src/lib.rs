@@ -47,6 +47,7 @@ use std::time::{Duration, SystemTime};
 use client::{KubeReporter, LogReporter, ReportError, Reporter};
 use conditions::{Hysteresis, Policy};
 use driver::{LoopConfig, ReportLoop, Stats};
+use events::PodEvent;
 use marks::MarkPolicy;
 
 pub use connect::{connect, ConnectError, Connection};
@@ -77,11 +78,12 @@ pub enum OnceError {
     Runtime(#[source] std::io::Error),
 }
 
-/// Write `conditions` (and their transition events) once, retrying through
-/// transient failures for up to `deadline`. Runs after the checks, so they
-/// never waited on the API server.
+/// Write `conditions` (and their transition events) and the pods' `events`
+/// once, retrying through transient failures for up to `deadline`. Runs
+/// after the checks, so they never waited on the API server.
 pub fn report_once(
     conditions: &[Condition],
+    events: &[PodEvent],
     config: &ReportConfig,
     deadline: Duration,
 ) -> Result<OnceSummary, OnceError> {
@@ -104,11 +106,12 @@ pub fn report_once(
                 if let Some(t) = c.taint_client {
                     reporter = reporter.with_taint_client(t);
                 }
-                run_once(reporter, conditions, c.marks, deadline).await
+                run_once_with(reporter, conditions, events, c.marks, deadline).await
             }
             None => {
                 tracing::warn!("no credentials found; logging what would be written");
-                run_once(LogReporter::new(&c.node), conditions, c.marks, deadline).await
+                let log = LogReporter::new(&c.node);
+                run_once_with(log, conditions, events, c.marks, deadline).await
             }
         }
         .map_err(wrap)?;
@@ -128,6 +131,18 @@ pub async fn run_once<R: Reporter>(
     marks: MarkPolicy,
     deadline: Duration,
 ) -> Result<Stats, ReportError> {
+    run_once_with(reporter, conditions, &[], marks, deadline).await
+}
+
+/// [`run_once`] with Events on pods, written as the agent writes them
+/// (deduplicated and rate limited by the same recorder).
+pub async fn run_once_with<R: Reporter>(
+    reporter: R,
+    conditions: &[Condition],
+    events: &[PodEvent],
+    marks: MarkPolicy,
+    deadline: Duration,
+) -> Result<Stats, ReportError> {
     let config = LoopConfig {
         policy: Policy {
             hysteresis: Hysteresis::IMMEDIATE,
@@ -139,7 +154,11 @@ pub async fn run_once<R: Reporter>(
     let seed = u64::from(std::process::id()) ^ now_nanos();
     let mut lp = ReportLoop::new(reporter, config, seed);
     let start = tokio::time::Instant::now();
-    lp.observe(SystemTime::now(), conditions);
+    let now = SystemTime::now();
+    lp.observe(now, conditions);
+    for e in events {
+        lp.pod_event(now, e.pod.clone(), e.event_type, e.reason, &e.message);
+    }
     loop {
         let now = SystemTime::now();
         match lp.flush(now).await {
