@@ -21,5 +21,6 @@ pub mod patchbpf;
 pub mod runc;
 pub mod runc_init;
 pub mod scan;
+pub mod spo;
 pub mod syscalls;
 pub mod template;

@@ -20,6 +20,7 @@ use crate::oci_runtime::{EnosysStub, OciRuntime, OciRuntimeKind};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
+use crate::spo;
 use crate::syscalls::{resolve_syscall_in, Libseccomp};
 use crate::template::{self, TemplateContext};
 
@@ -66,6 +67,10 @@ pub enum Outcome {
     /// The file could not be read, so nothing can be predicted.
     #[serde(rename = "unknown")]
     Unknown,
+    /// A file found under a directory that is no profile (not JSON, not a
+    /// regular file): nothing a pod should name, said and not judged.
+    #[serde(rename = "not-a-profile")]
+    NotAProfile,
 }
 
 impl Outcome {
@@ -75,6 +80,7 @@ impl Outcome {
             Outcome::Rejected => "rejected",
             Outcome::StartFailed => "start-failed",
             Outcome::Unknown => "unknown",
+            Outcome::NotAProfile => "not-a-profile",
         }
     }
 }
@@ -139,6 +145,21 @@ impl ProfileReport {
             architectures: Vec::new(),
         }
     }
+
+    /// A report for a file found under a directory that is no profile
+    /// ([`Code::NotAProfile`]).
+    pub fn not_a_profile(path: String, diagnostic: Diagnostic) -> ProfileReport {
+        ProfileReport {
+            outcome: Outcome::NotAProfile,
+            ..ProfileReport::unreadable(path, diagnostic)
+        }
+    }
+
+    /// Whether the file is a profile at all (every outcome but
+    /// [`Outcome::NotAProfile`]).
+    pub fn is_profile(&self) -> bool {
+        self.outcome != Outcome::NotAProfile
+    }
 }
 
 /// Lint one profile's bytes, compiling with `compiler`.
@@ -170,11 +191,17 @@ pub fn lint_source(
                     "remove the UTF-8 byte order mark: Go's JSON decoder does not accept it",
                 );
             }
+            if let Some(object) = spo::from_yaml(src) {
+                report.diagnostics.push(object.diagnostic());
+            }
             report.diagnostics.push(d);
             report.outcome = Outcome::Rejected;
             return finish(report, src, None);
         }
     };
+    if let Some(object) = spo::from_json(&root) {
+        report.diagnostics.push(object.diagnostic());
+    }
     let outcome = run_pipeline(&mut root, opts, compiler, &mut report);
     report.outcome = outcome;
     finish(report, src, Some(&root))
@@ -1033,5 +1060,28 @@ mod tests {
         let oci = r#"{"defaultAction": "SCMP_ACT_ERRNO", "architectures": [], "flags": [],
             "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW", "errnoRet": 1, "args": []}]}"#;
         assert!(!template_keys(oci, &TPL_SECCOMP));
+    }
+
+    /// An operator's SeccompProfile object is said to be one, before the
+    /// JSON error the runtime gives for it, and as JSON too (where the
+    /// runtime drops every field and runs the container unconfined).
+    #[test]
+    fn a_security_profiles_operator_object_is_named_as_such() {
+        let yaml = "apiVersion: security-profiles-operator.x-k8s.io/v1beta1\nkind: SeccompProfile\nmetadata:\n  name: p1\n  namespace: ns\nspec:\n  defaultAction: SCMP_ACT_LOG\n";
+        let r = lint_fixed(yaml, 10);
+        assert_eq!(r.outcome, Outcome::Rejected);
+        let codes: Vec<_> = r.diagnostics.iter().map(|d| d.code).collect();
+        assert_eq!(codes, [Code::SpoSeccompProfile, Code::JsonSyntax]);
+        assert_eq!(
+            (r.diagnostics[0].line, r.diagnostics[0].column),
+            (Some(1), Some(1))
+        );
+        let json = r#"{"apiVersion":"security-profiles-operator.x-k8s.io/v1","kind":"SeccompProfile","metadata":{"name":"p1"},"spec":{"defaultAction":"SCMP_ACT_LOG"}}"#;
+        let r = lint_fixed(json, 10);
+        assert_eq!(r.diagnostics[0].code, Code::SpoSeccompProfile);
+        assert!(r
+            .diagnostics
+            .iter()
+            .any(|d| d.code == Code::SeccompDisabled));
     }
 }
