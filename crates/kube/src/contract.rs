@@ -90,6 +90,73 @@ pub enum ContractError {
         Requirement::ALL.map(Requirement::as_str).join(", ")
     )]
     UnknownRequirement { class: String, word: String },
+    /// A `nodeproof.dev/` annotation nodeproof does not read, or one a few
+    /// edits from one it does: the contract it was meant to declare would
+    /// otherwise be silently absent.
+    #[error(
+        "RuntimeClass {class}: annotation {key} is not one nodeproof reads; {}",
+        match suggestion {
+            Some(known) => format!("did you mean {known}? rename it"),
+            None => format!("nodeproof reads {}", ANNOTATIONS.join(" and ")),
+        }
+    )]
+    UnknownAnnotation {
+        class: String,
+        key: String,
+        suggestion: Option<&'static str>,
+    },
+}
+
+/// The annotations a contract is declared with.
+pub const ANNOTATIONS: [&str; 2] = [ANNOTATION_PROFILES, ANNOTATION_REQUIRES];
+/// nodeproof's annotation prefix: every key under it is one of [`ANNOTATIONS`].
+const ANNOTATION_PREFIX: &str = "nodeproof.dev/";
+/// Edits within which another key is taken for a misspelt contract annotation.
+const NEAR: usize = 3;
+
+/// Levenshtein distance, ASCII case-insensitive.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<u8> = b.bytes().map(|c| c.to_ascii_lowercase()).collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().map(|c| c.to_ascii_lowercase()).enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The first annotation that looks meant for nodeproof but is not one it
+/// reads: under `nodeproof.dev/`, or within [`NEAR`] edits of a contract
+/// annotation (`nodeproof.dev/localhost-profile`, `nodeprof.dev/requires`).
+fn unknown_annotation(
+    class: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Option<ContractError> {
+    annotations.keys().find_map(|key| {
+        if ANNOTATIONS.contains(&key.as_str()) {
+            return None;
+        }
+        let closest = ANNOTATIONS
+            .into_iter()
+            .map(|known| (edit_distance(key, known), known))
+            .min()
+            .filter(|&(d, _)| d <= NEAR);
+        let ours = key
+            .get(..ANNOTATION_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(ANNOTATION_PREFIX));
+        (ours || closest.is_some()).then(|| ContractError::UnknownAnnotation {
+            class: class.to_string(),
+            key: key.clone(),
+            suggestion: closest.map(|(_, known)| known),
+        })
+    })
 }
 
 /// The label value of a contract's state.
@@ -124,11 +191,16 @@ impl fmt::Display for ContractState {
 
 /// The contract a RuntimeClass declares: `None` when it carries no
 /// `nodeproof.dev/localhost-profiles` annotation (a class with only
-/// `requires` declares no contract either: the profiles are the point).
+/// `requires` declares no contract either: the profiles are the point), an
+/// error when it carries a `nodeproof.dev/` annotation nodeproof does not
+/// read or a near miss of one it does.
 pub fn contract_of(
     class: &str,
     annotations: &BTreeMap<String, String>,
 ) -> Option<Result<Contract, ContractError>> {
+    if let Some(e) = unknown_annotation(class, annotations) {
+        return Some(Err(e));
+    }
     let profiles = annotations.get(ANNOTATION_PROFILES)?;
     Some(parse(class, profiles, annotations.get(ANNOTATION_REQUIRES)))
 }
@@ -316,5 +388,46 @@ mod tests {
         assert_eq!(ContractState::parse("true"), None);
         assert!(is_contract_label("runtimeclass.nodeproof.dev/x"));
         assert!(!is_contract_label("nodeproof.dev/x"));
+    }
+
+    #[test]
+    fn a_misspelt_annotation_gets_a_did_you_mean() {
+        let err = |key: &str| {
+            contract_of("vllm", &ann(&[(key, "profiles/vllm-strict.json")]))
+                .expect("said, not taken for no contract")
+                .unwrap_err()
+        };
+        assert_eq!(
+            err("nodeproof.dev/localhost-profile").to_string(),
+            "RuntimeClass vllm: annotation nodeproof.dev/localhost-profile is not one nodeproof reads; did you mean nodeproof.dev/localhost-profiles? rename it"
+        );
+        assert!(matches!(
+            err("nodeprof.dev/requires"),
+            ContractError::UnknownAnnotation {
+                suggestion: Some(ANNOTATION_REQUIRES),
+                ..
+            }
+        ));
+        assert_eq!(
+            err("nodeproof.dev/owner").to_string(),
+            "RuntimeClass vllm: annotation nodeproof.dev/owner is not one nodeproof reads; nodeproof reads nodeproof.dev/localhost-profiles and nodeproof.dev/requires"
+        );
+        // Beside a good contract, a misspelt requirement is said too.
+        let both = ann(&[
+            (ANNOTATION_PROFILES, "a.json"),
+            ("nodeproof.dev/require", "gpu"),
+        ]);
+        assert!(matches!(
+            contract_of("c", &both),
+            Some(Err(ContractError::UnknownAnnotation { .. }))
+        ));
+        // Other owners' annotations are not nodeproof's business.
+        let others = ann(&[
+            (ANNOTATION_PROFILES, "a.json"),
+            ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+            ("example.com/localhost-profiles", "x"),
+        ]);
+        assert!(matches!(contract_of("c", &others), Some(Ok(_))));
+        assert_eq!(contract_of("c", &ann(&[("example.com/team", "ml")])), None);
     }
 }
