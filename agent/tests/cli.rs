@@ -425,6 +425,137 @@ fn check_says_the_pods_were_not_judged_and_why() {
     );
 }
 
+/// A directory is judged file by file, whatever the names (the kubelet
+/// loads a Localhost profile by any name); a file that is clearly no
+/// profile is said to be none; a directory with no profile is an error.
+/// `check` (the agent's scan) judges the same files.
+#[test]
+fn lint_judges_every_file_and_an_empty_directory_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let empty = empty.to_str().unwrap();
+    let out = nodeproof(&["profile", "lint", "-o", "json", empty]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["profiles"][0];
+    assert_eq!(
+        (&p["path"], &p["outcome"]),
+        (&empty.into(), &"unknown".into()),
+        "{v}"
+    );
+    assert_eq!(p["diagnostics"][0]["code"], "no-profiles");
+    let text = String::from_utf8(nodeproof(&["profile", "lint", empty]).stdout).unwrap();
+    assert!(
+        text.contains(&format!(
+            "error[no-profiles]: {empty} holds no files: no profile to judge"
+        )),
+        "{text}"
+    );
+
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    write(
+        &root,
+        "profiles/vllm-strict",
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    );
+    write(&root, "README.md", "# profiles for the vllm pods\n");
+    let root_s = root.to_str().unwrap();
+    let out = nodeproof(&["profile", "lint", "-o", "json", root_s]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(String, String, String)> = v["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let path = p["path"]
+                .as_str()
+                .unwrap()
+                .strip_prefix(root_s)
+                .unwrap()
+                .to_string();
+            let code = p["diagnostics"][0]["code"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            (path, p["outcome"].as_str().unwrap().to_string(), code)
+        })
+        .collect();
+    let row = |p: &str, o: &str, c: &str| (p.to_string(), o.to_string(), c.to_string());
+    assert_eq!(
+        got,
+        [
+            row("/README.md", "not-a-profile", "not-a-profile"),
+            row("/profiles/vllm-strict", "rejected", "unknown-action"),
+        ],
+        "{v}"
+    );
+    // Only files that are no profile: said per file, and the directory fails.
+    std::fs::remove_file(root.join("profiles/vllm-strict")).unwrap();
+    let text = String::from_utf8(nodeproof(&["profile", "lint", root_s]).stdout).unwrap();
+    assert!(
+        text.contains("note[not-a-profile]: ")
+            && text.contains("README.md is not JSON (it begins with `#`)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "error[no-profiles]: {root_s} holds no profile: 1 file, none a seccomp profile"
+        )),
+        "{text}"
+    );
+    write(
+        &root,
+        "profiles/vllm-strict",
+        "{\"defaultAction\": \"SCMP_ACT_NOPE\"}",
+    );
+
+    // check judges the same files: the profile without `.json` fails the
+    // node, the README is skipped, saying why.
+    let out = nodeproof(&["--seccomp-root", root_s, "check", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings: Vec<(String, String)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "seccomp-profile")
+        .map(|f| {
+            (
+                f["subject"]
+                    .as_str()
+                    .unwrap()
+                    .strip_prefix(root_s)
+                    .unwrap()
+                    .to_string(),
+                f["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        findings,
+        [
+            ("/README.md".to_string(), "skipped".to_string()),
+            ("/profiles/vllm-strict".to_string(), "failed".to_string())
+        ],
+        "{v}"
+    );
+    let seccomp = &v["conditions"][0];
+    assert_eq!(
+        (&seccomp["status"], &seccomp["reason"]),
+        (&"False".into(), &"ProfileRejected".into()),
+        "{v}"
+    );
+    assert!(
+        seccomp["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 of 1 profile fails"),
+        "{v}"
+    );
+}
+
 #[test]
 fn compile_prints_bpf_and_pfc() {
     let dir = tempfile::tempdir().unwrap();

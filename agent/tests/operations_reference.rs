@@ -49,11 +49,12 @@ fn profile_reasons() -> Vec<ProfileReason> {
         ProfileUnreadable,
         ProfileInvalid,
         ProfileOk,
+        NotAProfile,
     ];
     for r in &all {
         match r {
             NoProfiles | ProfilesValid | ProfileRejected | ProfileStartFails
-            | ProfileUnreadable | ProfileInvalid | ProfileOk => {}
+            | ProfileUnreadable | ProfileInvalid | ProfileOk | NotAProfile => {}
         }
     }
     all

@@ -10,7 +10,7 @@ use nodeproof_findings::{
     count, Check, Condition, ConditionStatus, ConditionType, Finding, Status,
 };
 use nodeproof_seccomp::containerd;
-use nodeproof_seccomp::diagnostic::Severity;
+use nodeproof_seccomp::diagnostic::{Code, Severity};
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntime, OciRuntimeKind, RuncVersion};
 use nodeproof_seccomp::scan::{self, ProfileFile};
@@ -45,6 +45,10 @@ pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileRep
 pub fn lint_file(f: &ProfileFile, opts: &LintOptions) -> ProfileReport {
     match &f.contents {
         Ok(bytes) => lint_source(&f.display_path(), bytes, opts, &Native),
+        // Said, never judged: no pod should name it.
+        Err(d) if d.code == Code::NotAProfile => {
+            ProfileReport::not_a_profile(f.display_path(), d.clone())
+        }
         Err(d) => {
             // A directory is no reference: `scan` walks into the ones it can
             // list, and one it cannot is no file a pod names.
@@ -65,9 +69,10 @@ pub fn lint_root(root: &Path, opts: &LintOptions) -> Vec<ProfileReport> {
     lint_files(scan::collect(&[PathBuf::from(root)]), opts)
 }
 
-/// Whether a report passes: outcome ok, no errors (and no warnings when strict).
+/// Whether a report passes: outcome ok (or the file is no profile, a
+/// note), no errors (and no warnings when strict).
 pub fn passes(r: &ProfileReport, strict: bool) -> bool {
-    r.outcome == Outcome::Ok
+    matches!(r.outcome, Outcome::Ok | Outcome::NotAProfile)
         && r.count(Severity::Error) == 0
         && (!strict || r.count(Severity::Warning) == 0)
 }
@@ -83,10 +88,12 @@ pub enum Reason {
     ProfileUnreadable,
     ProfileInvalid,
     ProfileOk,
+    /// A file under the root that is no profile (a finding's, never the condition's).
+    NotAProfile,
 }
 
 impl Reason {
-    const ALL: [Reason; 7] = [
+    const ALL: [Reason; 8] = [
         Reason::NoProfiles,
         Reason::ProfilesValid,
         Reason::ProfileRejected,
@@ -94,6 +101,7 @@ impl Reason {
         Reason::ProfileUnreadable,
         Reason::ProfileInvalid,
         Reason::ProfileOk,
+        Reason::NotAProfile,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -105,6 +113,7 @@ impl Reason {
             Reason::ProfileUnreadable => "ProfileUnreadable",
             Reason::ProfileInvalid => "ProfileInvalid",
             Reason::ProfileOk => "ProfileOk",
+            Reason::NotAProfile => "NotAProfile",
         }
     }
 
@@ -118,6 +127,7 @@ impl Reason {
             Outcome::Rejected => Reason::ProfileRejected,
             Outcome::StartFailed => Reason::ProfileStartFails,
             Outcome::Unknown => Reason::ProfileUnreadable,
+            Outcome::NotAProfile => Reason::NotAProfile,
             Outcome::Ok if r.count(Severity::Error) > 0 => Reason::ProfileInvalid,
             Outcome::Ok => Reason::ProfileOk,
         }
@@ -323,6 +333,8 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
         .map(|r| {
             let status = if !passes(r, false) {
                 Status::Failed
+            } else if !r.is_profile() {
+                Status::Skipped
             } else if r.count(Severity::Warning) > 0 {
                 Status::Warning
             } else {
@@ -333,6 +345,10 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
                     "outcome ok, {} BPF instructions",
                     r.instructions.unwrap_or(0)
                 ),
+                Status::Skipped => r
+                    .diagnostics
+                    .first()
+                    .map_or_else(String::new, |d| d.message.clone()),
                 _ => format!("outcome {}: {}", r.outcome.as_str(), first_line(r)),
             };
             Finding {
@@ -347,13 +363,25 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
 }
 
 pub fn condition(root: &Path, reports: &[ProfileReport]) -> Condition {
-    let failing: Vec<&ProfileReport> = reports.iter().filter(|r| !passes(r, false)).collect();
+    // Files that are no profile are the findings' to say; the condition counts profiles.
+    let others = reports.iter().filter(|r| !r.is_profile()).count();
+    let reports: Vec<&ProfileReport> = reports.iter().filter(|r| r.is_profile()).collect();
+    let failing: Vec<&ProfileReport> = reports
+        .iter()
+        .copied()
+        .filter(|r| !passes(r, false))
+        .collect();
     if reports.is_empty() {
+        let others = match others {
+            0 => String::new(),
+            1 => " (1 file that is not a profile)".to_string(),
+            n => format!(" ({n} files that are not profiles)"),
+        };
         return Condition {
             kind: ConditionType::SeccompProfilesReady,
             status: ConditionStatus::True,
             reason: Reason::NoProfiles.as_str().into(),
-            message: format!("no profiles under {}", root.display()),
+            message: format!("no profiles under {}{others}", root.display()),
         };
     }
     match failing.first() {

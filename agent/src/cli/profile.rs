@@ -16,7 +16,7 @@ use nodeproof_bpfgen::{libseccomp, Native};
 use nodeproof_findings::count;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Compiler;
-use nodeproof_seccomp::diagnostic::render_text;
+use nodeproof_seccomp::diagnostic::{render_text, Code, Diagnostic};
 use nodeproof_seccomp::filter::{Arch, FilterSpec};
 use nodeproof_seccomp::lint::{self, LintOptions, ProfileReport};
 use nodeproof_seccomp::model::Seccomp;
@@ -123,10 +123,44 @@ fn collect(paths: &[PathBuf]) -> Result<Vec<scan::ProfileFile>> {
         if p == stdin {
             files.push(scan::read_stream(std::io::stdin().lock()));
         } else {
-            files.extend(scan::collect(std::slice::from_ref(p)));
+            let found = scan::collect(std::slice::from_ref(p));
+            let none = p.is_dir() && !found.iter().any(may_be_profile);
+            let others = found.len();
+            files.extend(found);
+            if none {
+                files.push(no_profiles(p, others));
+            }
         }
     }
     Ok(files)
+}
+
+/// Whether a file found under a directory is judged as a profile (read, or
+/// unreadable, but not one that is clearly none).
+fn may_be_profile(f: &scan::ProfileFile) -> bool {
+    f.contents
+        .as_ref()
+        .err()
+        .is_none_or(|d| d.code != Code::NotAProfile)
+}
+
+/// A directory named to lint that holds no profile: an error of its own,
+/// since nothing was judged.
+fn no_profiles(dir: &Path, others: usize) -> scan::ProfileFile {
+    let message = match others {
+        0 => format!("{} holds no files: no profile to judge", dir.display()),
+        n => format!(
+            "{} holds no profile: {}, none a seccomp profile",
+            dir.display(),
+            count(n, "file", "files")
+        ),
+    };
+    scan::ProfileFile {
+        path: dir.to_path_buf(),
+        contents: Err(Diagnostic::error(Code::NoProfiles, "", message).with_help(
+            "name the profile files, or the directory that holds them (the kubelet's seccomp root)",
+        )),
+    }
 }
 
 /// `stdin`: the profile read from standard input, if any, for the text output's source lines.

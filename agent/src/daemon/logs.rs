@@ -98,7 +98,7 @@ pub const JOURNAL_FIELDS: &[(&str, &str)] = &[
     ("node", "the node a reporter write is for"),
     ("nodeproof_check", "the subsystem: profiles, pods, tracing, gpu, reporter"),
     ("object", "a dropped Event's object"),
-    ("outcome", "a profile's predicted outcome (ok, rejected, start-failed, unknown)"),
+    ("outcome", "a profile's predicted outcome (ok, rejected, start-failed, unknown; not-a-profile for a file that is none)"),
     ("path", "a file or API path"),
     ("peer", "an HTTP client refused at the connection limit"),
     ("pid", "a seccomp denial: the denied process's PID"),

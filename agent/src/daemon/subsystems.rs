@@ -189,7 +189,9 @@ fn publish_profiles(
                 .diagnostics
                 .first()
                 .map_or(String::new(), |d| format!("{}: {}", d.code, d.message));
-            if ok {
+            if !r.is_profile() {
+                tracing::info!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, diagnostic = %first, "not a profile");
+            } else if ok {
                 tracing::info!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, "profile ok");
             } else {
                 tracing::warn!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, diagnostic = %first, "profile fails");
@@ -197,10 +199,12 @@ fn publish_profiles(
         }
     }
     verdicts.retain(|p, _| reports.iter().any(|r| &r.path == p));
+    // A file that is no profile is said in its own log line, not counted.
+    let judged = reports.iter().filter(|r| r.is_profile()).count();
     let summary = if failing == 0 {
-        format!("profiles {} ok", reports.len())
+        format!("profiles {judged} ok")
     } else {
-        format!("profiles {} ok, {failing} failing", reports.len() - failing)
+        format!("profiles {} ok, {failing} failing", judged - failing)
     };
     shared.metrics(|m| {
         m.profile_verdicts = by_outcome;

@@ -107,6 +107,12 @@ codes! {
     /// defaultAction SCMP_ACT_TRACE: no tracer is attached, so every other call fails with ENOSYS.
     TraceWithoutTracer => "trace-without-tracer",
     EmptyNames => "empty-names",
+    // Finding the files under a directory.
+    /// A file found under a directory that is no seccomp profile (not JSON,
+    /// or not a regular file): said per file, never judged as one.
+    NotAProfile => "not-a-profile",
+    /// A directory named to lint that holds no profile.
+    NoProfiles => "no-profiles",
 }
 
 impl Code {

@@ -67,6 +67,10 @@ pub enum Outcome {
     /// The file could not be read, so nothing can be predicted.
     #[serde(rename = "unknown")]
     Unknown,
+    /// A file found under a directory that is no profile (not JSON, not a
+    /// regular file): nothing a pod should name, said and not judged.
+    #[serde(rename = "not-a-profile")]
+    NotAProfile,
 }
 
 impl Outcome {
@@ -76,6 +80,7 @@ impl Outcome {
             Outcome::Rejected => "rejected",
             Outcome::StartFailed => "start-failed",
             Outcome::Unknown => "unknown",
+            Outcome::NotAProfile => "not-a-profile",
         }
     }
 }
@@ -139,6 +144,21 @@ impl ProfileReport {
             instructions: None,
             architectures: Vec::new(),
         }
+    }
+
+    /// A report for a file found under a directory that is no profile
+    /// ([`Code::NotAProfile`]).
+    pub fn not_a_profile(path: String, diagnostic: Diagnostic) -> ProfileReport {
+        ProfileReport {
+            outcome: Outcome::NotAProfile,
+            ..ProfileReport::unreadable(path, diagnostic)
+        }
+    }
+
+    /// Whether the file is a profile at all (every outcome but
+    /// [`Outcome::NotAProfile`]).
+    pub fn is_profile(&self) -> bool {
+        self.outcome != Outcome::NotAProfile
     }
 }
 

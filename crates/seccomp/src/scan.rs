@@ -32,7 +32,12 @@ impl ProfileFile {
 }
 
 /// Collect profiles from command-line paths: files are taken as given,
-/// directories are walked for `*.json`. A given path that is a symlink to a
+/// directories are walked for every file in them, whatever its name (the
+/// kubelet and containerd load a `Localhost` profile by any name). A file
+/// found so whose name does not end in `.json` and that is clearly no
+/// profile (not a regular file; empty, or not beginning with `{`) is said
+/// to be none ([`Code::NotAProfile`], a note: a README beside the
+/// profiles is no fault), never read further. A given path that is a symlink to a
 /// directory is that directory (a kubelet root under a symlinked
 /// `/var/lib/kubelet`): the kubelet only joins the root and the profile's
 /// name, and containerd's `os.ReadFile` follows every link on the way.
@@ -77,10 +82,72 @@ fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<ProfileFile>) {
             }
             continue;
         }
-        if path.extension() != Some(OsStr::new("json")) {
-            continue;
+        if path.extension() == Some(OsStr::new("json")) {
+            out.push(read_entry(&path, Some(root)));
+        } else {
+            out.push(read_unnamed(&path, root));
         }
-        out.push(read_entry(&path, Some(root)));
+    }
+}
+
+/// A file found under `root` whose name does not say it is a profile: read
+/// as one unless it clearly is none.
+fn read_unnamed(path: &Path, root: &Path) -> ProfileFile {
+    let not_a_profile = |what: String| {
+        ProfileFile {
+        path: path.to_path_buf(),
+        contents: Err(Diagnostic::note(
+            Code::NotAProfile,
+            "",
+            format!("{} is {what}: not a seccomp profile, not judged as one", path.display()),
+        )
+        .with_help("the kubelet loads a Localhost profile by any file name: a pod that names this file does not start; keep only profiles under the seccomp root")),
+    }
+    };
+    // Never opened: a FIFO would block, a device or socket is no file.
+    if let Some(kind) = fs::metadata(path)
+        .ok()
+        .and_then(|m| odd_kind(m.file_type()))
+    {
+        return not_a_profile(kind.to_string());
+    }
+    let file = read_entry(path, Some(root));
+    match &file.contents {
+        Ok(bytes) => match first_byte(bytes) {
+            None => not_a_profile("empty".into()),
+            Some(b'{') => file,
+            Some(b) if b.is_ascii_graphic() => {
+                not_a_profile(format!("not JSON (it begins with `{}`)", char::from(b)))
+            }
+            Some(b) => not_a_profile(format!("not JSON (it begins with byte 0x{b:02x})")),
+        },
+        Err(_) => file,
+    }
+}
+
+/// The first byte after a UTF-8 byte order mark and JSON's whitespace.
+fn first_byte(bytes: &[u8]) -> Option<u8> {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    bytes
+        .iter()
+        .copied()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+}
+
+/// What a file that is not a regular file is, for a person.
+fn odd_kind(ft: fs::FileType) -> Option<&'static str> {
+    if ft.is_file() {
+        None
+    } else if ft.is_fifo() {
+        Some("a FIFO")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else if ft.is_block_device() || ft.is_char_device() {
+        Some("a device")
+    } else if ft.is_dir() {
+        Some("a directory")
+    } else {
+        Some("not a regular file")
     }
 }
 
@@ -138,19 +205,7 @@ fn read_checked(path: &Path, root: Option<&Path>) -> Result<Vec<u8>, Diagnostic>
         }
     }
     let meta = fs::metadata(path).map_err(|e| io_diag(path, "cannot access", &e))?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        let kind = if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_socket() {
-            "a socket"
-        } else if ft.is_block_device() || ft.is_char_device() {
-            "a device"
-        } else if ft.is_dir() {
-            "a directory"
-        } else {
-            "not a regular file"
-        };
+    if let Some(kind) = odd_kind(meta.file_type()) {
         return Err(Diagnostic::error(
             Code::IoError,
             "",
@@ -290,6 +345,7 @@ mod tests {
             ("inside.json", "ok 2"),
             ("loop-a.json", "ROOT/loop-a.json is a symlink loop"),
             ("loop-b.json", "ROOT/loop-b.json is a symlink loop"),
+            ("notes.txt", "ROOT/notes.txt is not JSON (it begins with `i`): not a seccomp profile"),
             ("ok.json", "ok 2"),
             ("profiles/vllm.json", "ok 2"),
             ("sock.json", "ROOT/sock.json is a socket, not a profile file; not read"),
@@ -299,6 +355,60 @@ mod tests {
             assert_eq!(name, wname);
             assert!(what.starts_with(wwhat), "{name}: {what}");
         }
+    }
+
+    /// The kubelet loads a Localhost profile by any name: a file without
+    /// `.json` is judged, and one that is clearly no profile is said to be
+    /// none, per file.
+    #[test]
+    fn every_file_is_judged_whatever_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir(root.join("profiles")).unwrap();
+        fs::write(root.join("profiles/vllm-strict"), b"\n {\"defaultAction\":").unwrap();
+        fs::write(root.join(".gitkeep"), b"").unwrap();
+        fs::write(root.join("blob"), b"\x7fELF").unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("agent.sock")).unwrap();
+        /// A file's name below the root, and its length or its diagnostic.
+        type Seen = (String, Result<usize, (Code, String)>);
+        let found: Vec<Seen> = collect(&[root.to_path_buf()])
+            .into_iter()
+            .map(|f| {
+                let name = f.path.strip_prefix(root).unwrap().display().to_string();
+                let what = f.contents.map(|b| b.len()).map_err(|d| {
+                    assert_eq!(
+                        d.code == Code::NotAProfile,
+                        d.severity == crate::diagnostic::Severity::Note
+                    );
+                    (
+                        d.code,
+                        d.message.replace(&root.display().to_string(), "ROOT"),
+                    )
+                });
+                (name, what)
+            })
+            .collect();
+        let nap = |m: &str| {
+            Err((
+                Code::NotAProfile,
+                format!("{m}: not a seccomp profile, not judged as one"),
+            ))
+        };
+        assert_eq!(
+            found,
+            [
+                (".gitkeep".to_string(), nap("ROOT/.gitkeep is empty")),
+                ("agent.sock".to_string(), nap("ROOT/agent.sock is a socket")),
+                (
+                    "blob".to_string(),
+                    nap("ROOT/blob is not JSON (it begins with byte 0x7f)")
+                ),
+                ("profiles/vllm-strict".to_string(), Ok(19)),
+            ]
+        );
+        // A file named on the command line is a profile, whatever it holds.
+        let given = collect(&[root.join("blob")]);
+        assert_eq!(given[0].contents.as_ref().unwrap(), b"\x7fELF");
     }
 
     /// Found by the soak harness (agent/tests/soak.rs, "root-symlink"): a
