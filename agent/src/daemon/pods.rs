@@ -67,13 +67,19 @@ struct Watched {
     opts: PodsOptions,
     client: kube::Client,
     node: String,
+    answered: Option<nodeproof_kube::client::Answered>,
 }
 
 /// Credentials and node name as the reporter finds them (locally: nothing
 /// is contacted yet).
 async fn connect(opts: PodsOptions) -> Result<Watched, PodsRunError> {
-    let (client, node) = pods_node::connect(&opts).await?;
-    Ok(Watched { opts, client, node })
+    let (client, node, answered) = pods_node::connect_answered(&opts).await?;
+    Ok(Watched {
+        opts,
+        client,
+        node,
+        answered,
+    })
 }
 
 /// Starts the watcher when credentials are found; `None` when the agent
@@ -237,6 +243,7 @@ async fn watch_with(
         node_seen: Some(feeds.nodes.clone()),
         node_gpus: Some(feeds.node_gpus.clone()),
         pod_claims: Some(claims_tx),
+        answered: w.answered.clone(),
     };
     let interval = Duration::from_secs(ctx.config.borrow().daemon.gpu_interval_s);
     // The DRA reader lives as long as this watcher, with its client and node.

@@ -17,7 +17,7 @@ use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
 
 use nodeproof_findings::Condition;
-use nodeproof_kube::client::KubeReporter;
+use nodeproof_kube::client::{Answered, KubeReporter};
 use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
 use nodeproof_kube::contract_labels::ContractVerdict;
@@ -91,6 +91,15 @@ pub struct PodsOnce {
 /// The API client and the Node's name, found as the reporter finds them
 /// ([`nodeproof_kube::connect`]).
 pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
+    let (client, node, _) = connect_answered(opts).await?;
+    Ok((client, node))
+}
+
+/// [`connect`], and the successes of its API server heard by this process
+/// (the watches resume on them: [`WatchOptions::answered`]).
+pub async fn connect_answered(
+    opts: &PodsOptions,
+) -> Result<(kube::Client, String, Option<Answered>), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: opts.kubeconfig.clone(),
         node_name: opts.node_name.clone(),
@@ -108,7 +117,7 @@ pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsR
     let client = c.client.ok_or(PodsRunError::NoCredentials {
         credentials: c.credentials,
     })?;
-    Ok((client, c.node))
+    Ok((client, c.node, c.answered))
 }
 
 /// A client from the reporter's credentials (`kubeconfig`, the kubelet's,
@@ -305,7 +314,7 @@ pub fn daemon(
     stop: &'static AtomicBool,
 ) -> Result<(), PodsRunError> {
     runtime()?.block_on(async {
-        let (client, node) = connect(opts).await?;
+        let (client, node, answered) = connect_answered(opts).await?;
         let ctx = node_context(&client, &node, opts).await?;
         let reporter = KubeReporter::new(client.clone(), &node);
         let mut lp = ReportLoop::new(
@@ -335,7 +344,10 @@ pub fn daemon(
             &mut lp,
             client,
             &mut state,
-            &WatchOptions::default(),
+            &WatchOptions {
+                answered,
+                ..WatchOptions::default()
+            },
             rx,
             &node,
             Some(feed),

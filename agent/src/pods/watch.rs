@@ -34,7 +34,7 @@ use super::gpu_faults::{
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
 use nodeproof_findings::Condition;
 use nodeproof_gpu::faults::PodFault;
-use nodeproof_kube::client::Reporter;
+use nodeproof_kube::client::{Answered, Reporter};
 use nodeproof_kube::contract::ContractState;
 use nodeproof_kube::contract_labels::ContractVerdict;
 use nodeproof_kube::driver::ReportLoop;
@@ -463,6 +463,11 @@ pub struct WatchOptions {
     /// The DRA claims of the pods running here, whenever they change, for
     /// the DRA reader (`pods::dra`).
     pub pod_claims: Option<tokio::sync::watch::Sender<Vec<nodeproof_kube::dra::PodClaims>>>,
+    /// The successes of the watched API server (any client of this
+    /// process): a watch waiting out a retry the server did not answer
+    /// resumes on the next one, and `/readyz` is probed meanwhile. `None`:
+    /// each retry waits its whole delay.
+    pub answered: Option<Answered>,
 }
 
 impl Default for WatchOptions {
@@ -473,6 +478,7 @@ impl Default for WatchOptions {
             node_seen: None,
             node_gpus: None,
             pod_claims: None,
+            answered: None,
         }
     }
 }
@@ -531,26 +537,33 @@ pub async fn rounds(
     let (tx, mut rx) = mpsc::channel(256);
     let pods: Api<Pod> = Api::all(client.clone());
     let classes: Api<RuntimeClass> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let resume = opts.answered.clone().map(Resume::new);
     // Aborted however this ends, including when the caller drops it to start over.
-    let _tasks = AbortOnDrop(vec![
+    let mut tasks = vec![
         tokio::spawn(watch_kind(
             pods,
             "pods",
             Some(format!("spec.nodeName={node}")),
             tx.clone(),
-            Change::Pods,
-            Change::Pod,
-            Change::PodGone,
+            Changes {
+                reset: Change::Pods,
+                upsert: Change::Pod,
+                gone: Change::PodGone,
+            },
+            resume.clone(),
         )),
         tokio::spawn(watch_kind(
             classes,
             "runtimeclasses",
             None,
             tx.clone(),
-            Change::Classes,
-            Change::Class,
-            Change::ClassGone,
+            Changes {
+                reset: Change::Classes,
+                upsert: Change::Class,
+                gone: Change::ClassGone,
+            },
+            resume.clone(),
         )),
         // The Node authorizer lets a node list and watch its own Node this way only.
         tokio::spawn(watch_kind(
@@ -558,11 +571,18 @@ pub async fn rounds(
             "nodes",
             Some(format!("metadata.name={node}")),
             tx,
-            Change::Nodes,
-            Change::Node,
-            Change::NodeGone,
+            Changes {
+                reset: Change::Nodes,
+                upsert: Change::Node,
+                gone: Change::NodeGone,
+            },
+            resume.clone(),
         )),
-    ]);
+    ];
+    if let Some(r) = resume {
+        tasks.push(tokio::spawn(probe(client, r)));
+    }
+    let _tasks = AbortOnDrop(tasks);
     // A deadline, not a sleep per turn: changes that are not judged (the
     // Node's heartbeats) must not keep postponing the recheck.
     let mut recheck_at = tokio::time::Instant::now() + opts.recheck;
@@ -692,9 +712,8 @@ async fn watch_kind<K>(
     resource: &'static str,
     field_selector: Option<String>,
     tx: mpsc::Sender<Change>,
-    reset: fn(Vec<K>) -> Change,
-    upsert: fn(K) -> Change,
-    gone: fn(K) -> Change,
+    changes: Changes<K>,
+    resume: Option<Resume>,
 ) where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -702,11 +721,6 @@ async fn watch_kind<K>(
     if let Some(s) = &field_selector {
         config = config.fields(s);
     }
-    let changes = Changes {
-        reset,
-        upsert,
-        gone,
-    };
     let span = tracing::info_span!(
         "watch",
         resource,
@@ -718,6 +732,7 @@ async fn watch_kind<K>(
         &tx,
         &changes,
         DefaultBackoff::default(),
+        resume,
     )
     .instrument(span)
     .await;
@@ -745,12 +760,18 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// in 10 s, against 12 here). Here the delay starts over only when a list
 /// completes and after two quiet minutes (`DefaultBackoff`'s reset timer):
 /// a watch that keeps failing after a good list keeps growing.
+///
+/// With `resume`, a retry the API server did not answer (see [`unanswered`])
+/// is waited out only until the server answers anyone again: after a
+/// control-plane restart the delay may have grown to half a minute, and the
+/// watch would be blind that long while every other request succeeds.
 async fn forward<K, S, B>(
     stream: S,
     resource: &'static str,
     tx: &mpsc::Sender<Change>,
     changes: &Changes<K>,
     mut backoff: B,
+    mut resume: Option<Resume>,
 ) where
     S: Stream<Item = Result<Event<K>, watcher::Error>>,
     B: Backoff,
@@ -775,6 +796,7 @@ async fn forward<K, S, B>(
             Ok(Event::Delete(o)) => (changes.gone)(o),
             Err(source) => {
                 let delay = backoff.next().unwrap_or(RETRY_MAX);
+                let server_away = unanswered(&source);
                 let e = PodsWatchError::new(resource, source);
                 let retry_ms = delay.as_millis() as u64;
                 if matches!(e, PodsWatchError::Expired { .. }) {
@@ -791,7 +813,10 @@ async fn forward<K, S, B>(
                         "watch interrupted; retrying"
                     );
                 }
-                tokio::time::sleep(delay).await;
+                match resume.as_mut().filter(|_| server_away) {
+                    Some(r) => r.wait(delay).await,
+                    None => tokio::time::sleep(delay).await,
+                }
                 continue;
             }
         };
@@ -799,6 +824,116 @@ async fn forward<K, S, B>(
             return;
         }
     }
+}
+
+/// Whether the API server did not answer (refused, reset, timed out) or
+/// answered that it is unwell (5xx): then a success heard from it later
+/// means it is back. Any other answer is about this request (401 and 403:
+/// the credential; 410: the relist that follows) and is waited out in
+/// full, as is a 429, which asks for less traffic, not more.
+fn unanswered(e: &watcher::Error) -> bool {
+    let unwell = |code: u16| code >= 500;
+    match e {
+        watcher::Error::WatchError(status) => unwell(status.code),
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::Api(status) => unwell(status.code),
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+                true
+            }
+            _ => false,
+        },
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
+/// How long after the API server is heard again a waiting watch retries:
+/// up to this at random, so a fleet's nodes (and this node's three watches)
+/// do not list at the same instant.
+const RESUME_JITTER: Duration = Duration::from_secs(1);
+/// While a watch waits for the API server, `/readyz` is asked this often
+/// (plus up to [`PROBE_JITTER`]): with nothing else to send (the reporter
+/// writes on a change or a heartbeat), a probe is what hears it back.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+const PROBE_JITTER: Duration = Duration::from_secs(1);
+/// A probe the server does not answer within this is a failed one.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What cuts short a watch's wait for an API server that did not answer.
+#[derive(Clone)]
+struct Resume {
+    answered: Answered,
+    /// How many watches wait for the API server: the probe runs while any does.
+    waiting: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl Resume {
+    fn new(answered: Answered) -> Self {
+        Resume {
+            answered,
+            waiting: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+
+    /// Waits `delay`, or until the server is heard again and then up to
+    /// [`RESUME_JITTER`] more (never past `delay`).
+    async fn wait(&mut self, delay: Duration) {
+        struct Waiting<'a>(&'a tokio::sync::watch::Sender<usize>);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.send_modify(|n| *n = n.saturating_sub(1));
+            }
+        }
+        self.waiting.send_modify(|n| *n += 1);
+        let waiting = Waiting(&self.waiting);
+        let deadline = tokio::time::Instant::now() + delay;
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return,
+            _ = self.answered.next() => {}
+        }
+        drop(waiting);
+        let jittered = tokio::time::Instant::now() + jitter(RESUME_JITTER);
+        tokio::time::sleep_until(jittered.min(deadline)).await;
+        tracing::debug!("the API server answered again; the watch resumes");
+    }
+}
+
+/// Asks `/readyz` every [`PROBE_EVERY`] (jittered) while a watch waits for
+/// the API server; a success is heard by every waiting watch.
+async fn probe(client: kube::Client, resume: Resume) {
+    let mut waiting = resume.waiting.subscribe();
+    loop {
+        if waiting.wait_for(|n| *n > 0).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(PROBE_EVERY + jitter(PROBE_JITTER)).await;
+        if *waiting.borrow() == 0 {
+            continue;
+        }
+        let asked = tokio::time::timeout(PROBE_TIMEOUT, nodeproof_kube::client::ready(&client));
+        match asked.await {
+            // The client heard it too when it is a reloading one; said here for any client.
+            Ok(Ok(())) => resume.answered.heard(),
+            Ok(Err(e)) => {
+                tracing::debug!(
+                    error = &e as &dyn std::error::Error,
+                    "the API server is not back yet"
+                )
+            }
+            Err(_) => tracing::debug!("the API server is not back yet: /readyz timed out"),
+        }
+    }
+}
+
+/// Up to `max`, uniformly at random (std's per-instance random hash keys:
+/// no generator to seed or share).
+fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    max.mul_f64((bits >> 11) as f64 / (1u64 << 53) as f64)
 }
 
 /// What a list, an added/modified and a deleted object of one kind become.
@@ -904,6 +1039,7 @@ mod tests {
             &tx,
             &changes,
             backoff,
+            None,
         )
         .await;
         drop(tx);
@@ -923,6 +1059,131 @@ mod tests {
             ["reset", "wait", "wait", "reset"],
             "{asked:?}"
         );
+    }
+
+    /// A backoff whose every delay is the same.
+    struct Fixed(Duration);
+
+    impl Iterator for Fixed {
+        type Item = Duration;
+        fn next(&mut self) -> Option<Duration> {
+            Some(self.0)
+        }
+    }
+
+    impl Backoff for Fixed {
+        fn reset(&mut self) {}
+    }
+
+    /// How long `forward` takes from `error` to handing on the list after
+    /// it, with a retry delay of 30 s and a success heard after 200 ms.
+    async fn resumed_after(error: watcher::Error, server: &str) -> Duration {
+        let answered = Answered::of(server);
+        let events = vec![
+            Err(error),
+            Ok(Event::Init),
+            Ok(Event::InitApply(class("a"))),
+            Ok(Event::InitDone),
+        ];
+        let (tx, mut rx) = mpsc::channel(4);
+        let changes = Changes {
+            reset: Change::Classes,
+            upsert: Change::Class,
+            gone: Change::ClassGone,
+        };
+        let heard = answered.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            heard.heard();
+        });
+        let start = Instant::now();
+        let watching = forward(
+            futures::stream::iter(events),
+            "runtimeclasses",
+            &tx,
+            &changes,
+            Fixed(Duration::from_secs(30)),
+            Some(Resume::new(answered)),
+        );
+        // Cut at 5 s: the whole delay would be 30.
+        let _ = tokio::time::timeout(Duration::from_secs(5), watching).await;
+        match rx.try_recv() {
+            Ok(c) => {
+                assert_eq!(said(c), "listed a");
+                start.elapsed()
+            }
+            Err(_) => Duration::MAX,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retry_the_server_did_not_answer_resumes_once_it_answers_anyone() {
+        // Connection refused: kube's client wraps the transport's error as a service error.
+        let refused = kube::Error::Service(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        let t = resumed_after(
+            watcher::Error::WatchStartFailed(refused),
+            "https://resume-refused.invalid/",
+        )
+        .await;
+        // The success at 200 ms, then at most the jitter.
+        assert!(
+            t >= Duration::from_millis(200)
+                && t <= Duration::from_millis(200) + RESUME_JITTER + Duration::from_millis(500),
+            "{t:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answered_refusal_waits_its_whole_delay() {
+        let status = |code| {
+            Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            })
+        };
+        // 403: the server answered; another client's success says nothing about this request.
+        let t = resumed_after(
+            watcher::Error::InitialListFailed(kube::Error::Api(status(403))),
+            "https://resume-forbidden.invalid/",
+        )
+        .await;
+        assert_eq!(t, Duration::MAX, "resumed after {t:?}");
+    }
+
+    #[test]
+    fn what_the_server_did_not_answer_is_told_from_its_answers() {
+        let api = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        let reset = || {
+            kube::Error::Service(Box::new(std::io::Error::from(
+                std::io::ErrorKind::ConnectionReset,
+            )))
+        };
+        assert!(unanswered(&watcher::Error::InitialListFailed(reset())));
+        assert!(unanswered(&watcher::Error::WatchFailed(
+            kube::Error::ReadEvents(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))
+        )));
+        assert!(unanswered(&watcher::Error::WatchStartFailed(api(503))));
+        for code in [401, 403, 404, 410, 429] {
+            assert!(
+                !unanswered(&watcher::Error::WatchStartFailed(api(code))),
+                "{code}"
+            );
+        }
+        assert!(!unanswered(&watcher::Error::NoResourceVersion));
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound_and_varies() {
+        let draws: Vec<Duration> = (0..64).map(|_| jitter(RESUME_JITTER)).collect();
+        assert!(draws.iter().all(|d| *d < RESUME_JITTER), "{draws:?}");
+        assert!(draws.windows(2).any(|w| w[0] != w[1]), "{draws:?}");
     }
 
     #[test]

@@ -800,6 +800,11 @@ fn route(
     if let Some(answer) = dra_route(s, &who, method, &parts) {
         return answer;
     }
+    // Readable by every authenticated user (system:public-info-viewer); the
+    // agent's watches ask it while they wait for the API server to come back.
+    if let (&Method::GET, ["readyz"]) = (method, parts.as_slice()) {
+        return (200, json!("ok"));
+    }
     let strategic = content_type == "application/strategic-merge-patch+json";
     if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
         let selector = query_param(uri, "fieldSelector");

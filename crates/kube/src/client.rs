@@ -554,6 +554,93 @@ pub fn node_state(node: &Node) -> NodeState {
 struct ReloadingClient {
     client: Mutex<kube::Client>,
     reload: Option<Mutex<Reload>>,
+    /// The API server the current client talks to, told of every success.
+    answered: Mutex<Answered>,
+}
+
+/// Successes from one API server (by its URL), heard by every client of
+/// this process that talks to it through [`connect`].
+///
+/// Why: the pods watches back off as client-go's reflector does (0.8 s
+/// doubling to 30 s, jittered), so after a control-plane restart a watch
+/// could sleep half a minute while the reporter's PATCH to the same server
+/// already succeeded. A watch waiting out an unanswered retry waits for the
+/// next success here instead (`nodeproof::pods::watch`).
+#[derive(Clone)]
+pub struct Answered {
+    server: String,
+    tx: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    rx: tokio::sync::watch::Receiver<u64>,
+}
+
+/// One sender per server URL for the process's lifetime (a handful at most:
+/// the report and taint credentials' servers), so a receiver never sees
+/// its sender dropped.
+static SERVERS: std::sync::LazyLock<
+    Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::watch::Sender<u64>>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+impl Answered {
+    /// The successes of the API server at `server` (its base URL).
+    pub fn of(server: &str) -> Answered {
+        let mut servers = match SERVERS.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        let tx = servers
+            .entry(server.to_string())
+            .or_insert_with(|| std::sync::Arc::new(tokio::sync::watch::channel(0).0))
+            .clone();
+        let rx = tx.subscribe();
+        Answered {
+            server: server.to_string(),
+            tx,
+            rx,
+        }
+    }
+
+    /// The server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Tells every receiver that the server answered a request with success.
+    pub fn heard(&self) {
+        self.tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// How many successes were heard so far (a count to compare, not a total).
+    pub fn count(&self) -> u64 {
+        *self.rx.borrow()
+    }
+
+    /// Waits for a success heard after this call.
+    pub async fn next(&mut self) {
+        self.rx.mark_unchanged();
+        if self.rx.changed().await.is_err() {
+            // Unreachable: the sender lives in `SERVERS`. Never a busy loop.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Asks the API server whether it serves (`GET /readyz`, which every
+/// authenticated user may read through the `system:public-info-viewer`
+/// ClusterRole): a success is heard by [`Answered`] like any other.
+pub async fn ready(client: &kube::Client) -> Result<(), kube::Error> {
+    let req = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    client.request_text(req).await.map(drop)
+}
+
+impl std::fmt::Debug for Answered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answered")
+            .field("server", &self.server)
+            .field("count", &self.count())
+            .finish()
+    }
 }
 
 /// Credential files and the identity each had (None: unreadable).
@@ -616,9 +703,10 @@ impl std::fmt::Display for ReloadCause {
 impl ReloadingClient {
     /// `client`, built from `source` when its files were as `built_from`
     /// says (stamped before the build: a change during it is a change).
-    fn new(client: kube::Client, source: Source, built_from: Stamps) -> Self {
+    fn new(client: kube::Client, server: &str, source: Source, built_from: Stamps) -> Self {
         ReloadingClient {
             client: Mutex::new(client),
+            answered: Mutex::new(Answered::of(server)),
             reload: Some(Mutex::new(Reload {
                 source,
                 built_from,
@@ -672,9 +760,15 @@ impl ReloadingClient {
         let Some(reload) = &self.reload else { return };
         let Ok(mut r) = reload.lock() else { return };
         match built {
-            Ok(Some(client)) => {
+            Ok(Some((client, server))) => {
                 if let Ok(mut c) = self.client.lock() {
                     *c = client;
+                }
+                // A kubeconfig rewritten for another server: its successes are another's.
+                if let Ok(mut a) = self.answered.lock() {
+                    if a.server() != server {
+                        *a = Answered::of(&server);
+                    }
                 }
                 // Handled here, so logged here: once per rebuild.
                 tracing::info!(credentials = %source.describe(), cause = %cause, "credentials reloaded");
@@ -699,6 +793,11 @@ impl ReloadingClient {
     /// What the API server answered with this client (connection failures
     /// answer nothing, and say nothing about the credential).
     fn answered(&self, status: http::StatusCode) {
+        if status.is_success() {
+            if let Ok(a) = self.answered.lock() {
+                a.heard();
+            }
+        }
         let Some(Ok(mut r)) = self.reload.as_ref().map(|r| r.lock()) else {
             return;
         };
@@ -787,20 +886,28 @@ pub fn credential_files(source: &Source) -> Vec<PathBuf> {
 /// A kube client from `source` (None for `Source::None`) that follows its
 /// credential files (see [`ReloadingClient`]).
 pub async fn connect(source: &Source) -> Result<Option<kube::Client>, ReportError> {
+    Ok(connect_answered(source).await?.map(|(client, _)| client))
+}
+
+/// [`connect`], and the successes of the API server it talks to (heard from
+/// every client of this process that talks to that server).
+pub async fn connect_answered(
+    source: &Source,
+) -> Result<Option<(kube::Client, Answered)>, ReportError> {
     let stamped = stamps(&credential_files(source));
-    let Some(client) = build_client(source).await? else {
+    let Some((client, server)) = build_client(source).await? else {
         return Ok(None);
     };
     let namespace = client.default_namespace().to_string();
-    let reloading = ReloadingClient::new(client, source.clone(), stamped);
-    Ok(Some(kube::Client::new(
-        ReloadService(std::sync::Arc::new(reloading)),
-        namespace,
+    let reloading = ReloadingClient::new(client, &server, source.clone(), stamped);
+    Ok(Some((
+        kube::Client::new(ReloadService(std::sync::Arc::new(reloading)), namespace),
+        Answered::of(&server),
     )))
 }
 
-/// A kube client from `source` as its files are now.
-async fn build_client(source: &Source) -> Result<Option<kube::Client>, ReportError> {
+/// A kube client from `source` as its files are now, and its server's URL.
+async fn build_client(source: &Source) -> Result<Option<(kube::Client, String)>, ReportError> {
     let failed = |e: Box<dyn std::error::Error + Send + Sync>| ReportError::Credentials {
         source_desc: source.describe(),
         source: e,
@@ -821,12 +928,14 @@ async fn build_client(source: &Source) -> Result<Option<kube::Client>, ReportErr
     // loop retries itself with only the latest state and honours
     // Retry-After without holding a request open, so no hidden retries.
     config.default_retry = false;
+    let server = config.cluster_url.to_string();
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| failed(e.into()))?;
-    Ok(Some(
+    Ok(Some((
         builder
             .with_layer(&super::retry_after::RetryAfterLayer)
             .build(),
-    ))
+        server,
+    )))
 }
 
 /// The reporter without credentials: logs (to stderr and the journal)

@@ -22,6 +22,9 @@ pub struct Connection {
     pub identity: Option<String>,
     /// `None`: no credentials anywhere (the caller logs instead of writing).
     pub client: Option<kube::Client>,
+    /// The successes of `client`'s API server, heard from every client of
+    /// this process (see [`client::Answered`]); `None` without a client.
+    pub answered: Option<client::Answered>,
     /// The client for taints (NodeRestriction refuses a node's own taint
     /// changes); `None` when `taint-kubeconfig` is unset.
     pub taint_client: Option<kube::Client>,
@@ -72,14 +75,23 @@ pub async fn api_client(
 }
 
 async fn client_for(found: &Lookup) -> Result<(Option<kube::Client>, String), ConnectError> {
-    let described = found.describe();
-    let client = client::connect(&found.source)
-        .await
-        .map_err(|e| ConnectError::Credentials {
-            credentials: described.clone(),
-            source: Box::new(e),
-        })?;
+    let (client, described, _) = answered_client_for(found).await?;
     Ok((client, described))
+}
+
+async fn answered_client_for(
+    found: &Lookup,
+) -> Result<(Option<kube::Client>, String, Option<client::Answered>), ConnectError> {
+    let described = found.describe();
+    let connected =
+        client::connect_answered(&found.source)
+            .await
+            .map_err(|e| ConnectError::Credentials {
+                credentials: described.clone(),
+                source: Box::new(e),
+            })?;
+    let (client, answered) = connected.unzip();
+    Ok((client, described, answered))
 }
 
 /// The Node the found kubeconfig's client certificate is. A certificate
@@ -130,7 +142,7 @@ pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> 
             credentials: found.describe(),
         });
     }
-    let (client, described) = client_for(&found).await?;
+    let (client, described, answered) = answered_client_for(&found).await?;
     let taint_client = match &config.taint_kubeconfig {
         Some(path) => {
             let taints = Source::Kubeconfig(path.clone());
@@ -157,6 +169,7 @@ pub async fn connect(config: &ReportConfig) -> Result<Connection, ConnectError> 
         credentials: described,
         identity,
         client,
+        answered,
         taint_client,
         marks,
     })
