@@ -327,23 +327,26 @@ pub fn static_pod_profiles(manifests: &Path) -> Vec<(PathBuf, String)> {
     out
 }
 
-/// Profiles static pods name but the root lacks, or that fail the lint.
+/// Each profile static pods name: missing from the root, failing the
+/// lint, or present and passing.
 pub fn referenced_findings(
     refs: &[(PathBuf, String)],
     root: &Path,
     reports: &[ProfileReport],
 ) -> Vec<Finding> {
     refs.iter()
-        .filter_map(|(manifest, profile)| {
+        .map(|(manifest, profile)| {
             let path = root.join(profile);
             let shown = path.display().to_string();
             let report = reports.iter().find(|r| Path::new(&r.path) == path);
-            let (reason, message) = match report {
+            let (status, reason, message) = match report {
                 None if !path.exists() => (
+                    Status::Failed,
                     "ProfileMissing",
                     format!("{} names it, but it does not exist", manifest.display()),
                 ),
                 Some(r) if !profiles::passes(r, false) => (
+                    Status::Failed,
                     "ProfileFails",
                     format!(
                         "{} names it; outcome {}",
@@ -351,20 +354,46 @@ pub fn referenced_findings(
                         r.outcome.as_str()
                     ),
                 ),
-                _ => return None,
+                _ => (
+                    Status::Ok,
+                    "ProfilePresent",
+                    format!("{} names it; present and predicted ok", manifest.display()),
+                ),
             };
-            Some(Finding {
+            Finding {
                 check: Check::StaticPodProfile,
                 subject: shown,
-                status: Status::Failed,
+                status,
                 reason: reason.into(),
                 message,
-            })
+            }
         })
         .collect()
 }
 
-/// Everything preflight checks; the CLI prints it like `check`.
+/// A check that did not apply on this host, and why.
+fn skipped(check: Check, subject: &Path, reason: &str, message: String) -> Finding {
+    Finding {
+        check,
+        subject: subject.display().to_string(),
+        status: Status::Skipped,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Why a directory a check reads holds nothing to check.
+fn absent_or(dir: &Path, empty: String) -> String {
+    if dir.exists() {
+        empty
+    } else {
+        format!("{} does not exist: nothing to check", dir.display())
+    }
+}
+
+/// Everything preflight checks, each check said: its findings (ok or
+/// failed), or one `skipped` finding that says why it did not apply. The
+/// CLI prints it like `check`.
 pub fn run(
     seccomp_root: &Path,
     lint: &LintOptions,
@@ -373,15 +402,67 @@ pub fn run(
 ) -> Vec<Finding> {
     let reports = profiles::lint_root(seccomp_root, lint);
     let mut findings = profiles::findings(&reports);
-    findings.extend(referenced_findings(
-        &static_pod_profiles(&layout.manifests),
-        seccomp_root,
-        &reports,
-    ));
-    if !gpu.no_gpu() {
+    if !reports.iter().any(|r| r.is_profile()) {
+        let why = format!("no profiles under {}", seccomp_root.display());
+        findings.push(skipped(
+            Check::SeccompProfile,
+            seccomp_root,
+            "NoProfiles",
+            absent_or(seccomp_root, why),
+        ));
+    }
+    let refs = static_pod_profiles(&layout.manifests);
+    if refs.is_empty() {
+        let why = format!(
+            "no static pod in {} names a localhostProfile",
+            layout.manifests.display()
+        );
+        findings.push(skipped(
+            Check::StaticPodProfile,
+            &layout.manifests,
+            "NoStaticPodProfiles",
+            absent_or(&layout.manifests, why),
+        ));
+    }
+    findings.extend(referenced_findings(&refs, seccomp_root, &reports));
+    if gpu.no_gpu() {
+        findings.push(Finding {
+            status: Status::Skipped,
+            message: "no NVIDIA PCI device on this node: no GPU driver to check".into(),
+            ..gpu.findings().into_iter().next().unwrap_or(Finding {
+                check: Check::GpuDriver,
+                subject: "NVML".into(),
+                status: Status::Skipped,
+                reason: "NoGPU".into(),
+                message: String::new(),
+            })
+        });
+    } else {
         findings.extend(gpu.findings());
     }
-    if let Some(user) = kubelet_user(&layout.unit_dirs) {
+    let user = kubelet_user(&layout.unit_dirs);
+    if user.is_none() {
+        let unit = Path::new("kubelet.service");
+        let found = layout
+            .unit_dirs
+            .iter()
+            .any(|d| d.join("kubelet.service").exists());
+        let message = if found {
+            "the kubelet runs as root (no User= in kubelet.service or its drop-ins): no rootless access to check".to_string()
+        } else {
+            let dirs: Vec<String> = layout
+                .unit_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            format!(
+                "no kubelet.service in {}: no rootless kubelet to check",
+                dirs.join(", ")
+            )
+        };
+        findings.push(skipped(Check::KubeletAccess, unit, "NotRootless", message));
+    }
+    if let Some(user) = user {
         match identity(&user) {
             Some(id) => findings.extend(rootless_findings(&id, layout, seccomp_root)),
             None => findings.push(Finding {
@@ -574,5 +655,82 @@ mod tests {
         let f = referenced_findings(&refs, dir.path(), &[]);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].reason, "ProfileMissing");
+    }
+
+    /// On a bare host every check is listed, each skipped with why.
+    #[test]
+    fn a_bare_host_lists_every_check_skipped_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, host) = (dir.path().join("seccomp"), dir.path().join("host"));
+        let layout = Layout {
+            unit_dirs: vec![host.join("etc/systemd/system")],
+            manifests: host.join("etc/kubernetes/manifests"),
+            kubelet_root: host.join("var/lib/kubelet"),
+            runtime_sockets: Vec::new(),
+        };
+        let mut config =
+            crate::config::Config::parse(crate::config::EMBEDDED_DEFAULT, Path::new("config.toml"))
+                .unwrap();
+        // A PCI bus with no device on it.
+        std::fs::create_dir_all(host.join("bus/pci/devices")).unwrap();
+        config.gpu.sysfs_root = host.clone();
+        config.gpu.nvml_library = host.join("libnvidia-ml.so.1").display().to_string();
+        let gpu = crate::checks::gpu::cycle_once(&config);
+        let got: Vec<(Check, Status, String)> = run(&root, &LintOptions::default(), gpu, &layout)
+            .into_iter()
+            .map(|f| {
+                let message = f.message.replace(&host.display().to_string(), "HOST");
+                (
+                    f.check,
+                    f.status,
+                    message.replace(&dir.path().display().to_string(), "DIR"),
+                )
+            })
+            .collect();
+        let skipped = |check, m: &str| (check, Status::Skipped, m.to_string());
+        assert_eq!(
+            got,
+            [
+                skipped(
+                    Check::SeccompProfile,
+                    "DIR/seccomp does not exist: nothing to check"
+                ),
+                skipped(
+                    Check::StaticPodProfile,
+                    "HOST/etc/kubernetes/manifests does not exist: nothing to check"
+                ),
+                skipped(
+                    Check::GpuDriver,
+                    "no NVIDIA PCI device on this node: no GPU driver to check"
+                ),
+                skipped(
+                    Check::KubeletAccess,
+                    "no kubelet.service in HOST/etc/systemd/system: no rootless kubelet to check"
+                ),
+            ]
+        );
+        // Present but empty, and a kubelet running as root.
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&layout.manifests).unwrap();
+        std::fs::create_dir_all(&layout.unit_dirs[0]).unwrap();
+        std::fs::write(
+            layout.unit_dirs[0].join("kubelet.service"),
+            "[Service]\nExecStart=/k\n",
+        )
+        .unwrap();
+        let gpu = crate::checks::gpu::cycle_once(&config);
+        let messages: Vec<String> = run(&root, &LintOptions::default(), gpu, &layout)
+            .into_iter()
+            .filter(|f| f.check != Check::GpuDriver)
+            .map(|f| f.message.replace(&dir.path().display().to_string(), "DIR"))
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "no profiles under DIR/seccomp",
+                "no static pod in DIR/host/etc/kubernetes/manifests names a localhostProfile",
+                "the kubelet runs as root (no User= in kubelet.service or its drop-ins): no rootless access to check",
+            ]
+        );
     }
 }

@@ -129,15 +129,22 @@ fn print_check(
         .max()
         .unwrap_or(7)
         .clamp(7, 60);
+    // The CHECK column fits the longest name (`static-pod-profile`).
+    let cw = findings
+        .iter()
+        .map(|f| f.check.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     writeln!(
         out,
-        "{:<16} {:<width$} {:<8} DETAIL",
+        "{:<cw$} {:<width$} {:<8} DETAIL",
         "CHECK", "SUBJECT", "STATUS"
     )?;
     for f in findings {
         writeln!(
             out,
-            "{:<16} {:<width$} {:<8} {}",
+            "{:<cw$} {:<width$} {:<8} {}",
             f.check,
             f.subject,
             f.status.as_str(),
