@@ -159,6 +159,20 @@ impl fmt::Display for NotJudged {
     }
 }
 
+/// The most characters a condition's message may have. It is read in
+/// `kubectl describe node` and by alerting on the Node: one or two short
+/// sentences naming the state and the cause; the detail (a verifier's
+/// output, every refused attempt) goes to the journal and the finding
+/// (`check -o json`).
+pub const CONDITION_MESSAGE_MAX: usize = 200;
+
+/// Whether `message` is fit for a condition: at most
+/// [`CONDITION_MESSAGE_MAX`] characters, at most two sentences, one line.
+pub fn fits_condition(message: &str) -> bool {
+    let sentences = message.trim_end_matches('.').matches(". ").count() + 1;
+    message.chars().count() <= CONDITION_MESSAGE_MAX && sentences <= 2 && !message.contains('\n')
+}
+
 /// A node condition nodeproof owns (positive: True = good).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Condition {
@@ -285,6 +299,15 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_condition_message_is_two_short_sentences_at_most() {
+        assert!(fits_condition("tracing seccomp denials with fexit."));
+        assert!(fits_condition("no seccomp tracing: this process lacks CAP_BPF. Grant CAP_BPF and CAP_PERFMON, or run as root."));
+        assert!(!fits_condition("One. Two. Three."));
+        assert!(!fits_condition("two\nlines"));
+        assert!(!fits_condition(&"x".repeat(CONDITION_MESSAGE_MAX + 1)));
+    }
 
     #[test]
     fn only_a_node_without_credentials_is_not_judged_without_failing() {

@@ -226,11 +226,40 @@ fn attempts_line(attempts: &[ProbeAttempt]) -> String {
 }
 
 /// The `SeccompTracingReady` node condition for a start attempt.
+///
+/// `message` is what the Node shows: the strategy and, in words, why the
+/// ones before it were refused ([`FailureReason::phrase`]), within
+/// [`nodeproof_findings::CONDITION_MESSAGE_MAX`]. The kernel's answers (a
+/// refused `BPF_PROG_LOAD` carries the verifier's whole log, ~450
+/// characters on a locked-down kernel) are `detail`: logged by the loader
+/// as each attempt fails, and in the finding (`check -o json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readiness {
     pub ready: bool,
     pub reason: &'static str,
     pub message: String,
+    /// Every refused attempt as the kernel answered it (empty when none was).
+    pub detail: String,
+}
+
+/// "fexit and tp_btf were denied by the kernel (…)": the refused
+/// strategies in words, those refused for one reason together.
+fn refusals_in_words(refused: &[ProbeAttempt]) -> String {
+    let mut groups: Vec<(FailureReason, Vec<&str>)> = Vec::new();
+    for a in refused {
+        match groups.iter_mut().find(|(r, _)| *r == a.reason) {
+            Some((_, names)) => names.push(a.strategy.as_str()),
+            None => groups.push((a.reason, vec![a.strategy.as_str()])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(reason, names)| {
+            let verb = if names.len() == 1 { "was" } else { "were" };
+            format!("{} {verb} {}", names.join(" and "), reason.phrase())
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl Readiness {
@@ -239,8 +268,13 @@ impl Readiness {
             Ok(t) => {
                 let mut r = Self::loaded(t.strategy(), t.attempts());
                 if let Some(off) = t.btf_free_offset() {
-                    r.message.push_str(&format!(
-                        "; no BTF: task_struct.seccomp.mode probed at offset {off}, arch, mount namespace, notify-error and a KILL's syscall unknown"
+                    r.message
+                        .push_str(" Without kernel BTF some fields are unknown.");
+                    if !r.detail.is_empty() {
+                        r.detail.push_str("; ");
+                    }
+                    r.detail.push_str(&format!(
+                        "no BTF: task_struct.seccomp.mode probed at offset {off}, arch, mount namespace, notify-error and a KILL's syscall unknown"
                     ));
                 }
                 r
@@ -250,40 +284,65 @@ impl Readiness {
     }
 
     pub fn loaded(strategy: Strategy, refused: &[ProbeAttempt]) -> Self {
-        let mut message = format!("seccomp denials traced with strategy {strategy}");
+        let mut message = format!("tracing seccomp denials with {strategy}");
         if !refused.is_empty() {
-            message.push_str(&format!(" (refused: {})", attempts_line(refused)));
+            message.push_str(&format!("; {}", refusals_in_words(refused)));
         }
+        message.push('.');
         Self {
             ready: true,
             reason: "StrategyLoaded",
             message,
+            detail: attempts_line(refused),
         }
     }
 
     pub fn failed(e: &TraceError) -> Self {
-        let reason = match e {
-            TraceError::NotBuilt => FailureReason::ProgramsNotBuilt.as_str(),
+        let (reason, message) = match e {
+            TraceError::NotBuilt => (FailureReason::ProgramsNotBuilt, format!("{e}.")),
             TraceError::NoStrategy {
                 missing_caps,
                 attempts,
             } => {
                 if !missing_caps.is_empty() {
-                    FailureReason::BpfPermissionDenied.as_str()
+                    (
+                        FailureReason::BpfPermissionDenied,
+                        format!(
+                            "no seccomp tracing: this process lacks {}. Grant CAP_BPF and CAP_PERFMON, or run as root.",
+                            missing_caps.join(" and ")
+                        ),
+                    )
                 } else {
                     // The reason of the last (most widely supported) strategy tried.
-                    attempts
+                    let reason = attempts
                         .last()
-                        .map_or(FailureReason::LoadFailed, |a| a.reason)
-                        .as_str()
+                        .map_or(FailureReason::LoadFailed, |a| a.reason);
+                    (
+                        reason,
+                        format!(
+                            "no seccomp tracing: {}.",
+                            if attempts.is_empty() {
+                                "no strategy was tried".to_string()
+                            } else {
+                                refusals_in_words(attempts)
+                            }
+                        ),
+                    )
                 }
             }
-            _ => FailureReason::LoadFailed.as_str(),
+            _ => (
+                FailureReason::LoadFailed,
+                format!("no seccomp tracing: {e}."),
+            ),
         };
         Self {
             ready: false,
-            reason,
-            message: e.to_string(),
+            reason: reason.as_str(),
+            message,
+            detail: match e {
+                TraceError::NoStrategy { attempts, .. } => attempts_line(attempts),
+                _ => String::new(),
+            },
         }
     }
 
@@ -298,7 +357,12 @@ impl Readiness {
                 nodeproof_findings::Status::Failed
             },
             reason: self.reason.to_string(),
-            message: self.message.clone(),
+            // The finding (`check`, `-o json`) carries what the condition leaves out.
+            message: if self.detail.is_empty() {
+                self.message.clone()
+            } else {
+                format!("{} Refused: {}", self.message, self.detail)
+            },
         }
     }
 
@@ -667,6 +731,91 @@ mod tests {
         let (rows, _) = fake.rows(&NoPodLookup).unwrap();
         assert_eq!((total(&rows, 63), total(&rows, 99)), (14, 1), "{rows:#?}");
         assert_eq!(fake.retired_rows(), 2);
+    }
+
+    /// What a locked-down kernel answers a fexit load: the verifier's whole log.
+    fn verifier_dump() -> String {
+        format!(
+            "loading np_fexit_seccomp: the BPF_PROG_LOAD syscall failed. Verifier output: {}",
+            "0: R1=ctx() R10=fp0 ; 0: (79) r6 = *(u64 *)(r1 +8) ".repeat(8)
+        )
+    }
+
+    fn attempt(strategy: Strategy, reason: FailureReason) -> ProbeAttempt {
+        ProbeAttempt {
+            strategy,
+            reason,
+            detail: verifier_dump(),
+        }
+    }
+
+    /// Every start attempt's readiness: each strategy loaded after none, one
+    /// and two refusals for every reason; every way of failing.
+    fn every_readiness() -> Vec<Readiness> {
+        use Strategy::*;
+        let mut all = Vec::new();
+        for strategy in [Fexit, TpBtf, Tracepoint] {
+            all.push(Readiness::loaded(strategy, &[]));
+            for r in FailureReason::ALL {
+                for s in FailureReason::ALL {
+                    all.push(Readiness::loaded(strategy, &[attempt(Fexit, r)]));
+                    all.push(Readiness::loaded(
+                        strategy,
+                        &[attempt(Fexit, r), attempt(TpBtf, s)],
+                    ));
+                }
+            }
+        }
+        for r in FailureReason::ALL {
+            for missing_caps in [vec![], vec!["CAP_BPF"], vec!["CAP_BPF", "CAP_PERFMON"]] {
+                all.push(Readiness::failed(&TraceError::NoStrategy {
+                    missing_caps,
+                    attempts: vec![attempt(Fexit, r), attempt(TpBtf, r), attempt(Tracepoint, r)],
+                }));
+            }
+        }
+        for e in [
+            TraceError::NotBuilt,
+            TraceError::UnknownStrategy {
+                name: "kprobe".into(),
+            },
+            TraceError::MissingMap { name: "COUNTS" },
+            TraceError::NoStrategy {
+                missing_caps: vec![],
+                attempts: vec![],
+            },
+        ] {
+            all.push(Readiness::failed(&e));
+        }
+        all
+    }
+
+    #[test]
+    fn every_tracing_condition_message_is_short_and_the_detail_kept() {
+        for r in every_readiness() {
+            let c = r.condition();
+            assert!(
+                nodeproof_findings::fits_condition(&c.message),
+                "{} characters: {}",
+                c.message.chars().count(),
+                c.message
+            );
+            assert!(!c.message.contains("Verifier"), "{}", c.message);
+            // The kernel's answers are in the finding, for `check -o json`.
+            if !r.detail.is_empty() {
+                assert!(r.finding().message.contains(&r.detail), "{r:?}");
+            }
+        }
+        // The node: fexit refused with EPERM as root, tp_btf loaded.
+        let r = Readiness::loaded(
+            Strategy::TpBtf,
+            &[attempt(Strategy::Fexit, FailureReason::BpfPermissionDenied)],
+        );
+        assert_eq!(
+            r.condition().message,
+            "tracing seccomp denials with tp_btf; fexit was denied by the kernel (lockdown or an LSM)."
+        );
+        assert!(r.finding().message.contains("Verifier output"));
     }
 
     #[test]

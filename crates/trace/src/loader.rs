@@ -34,6 +34,28 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// Every reason, for tests over all of them.
+    pub const ALL: [FailureReason; 4] = [
+        Self::BpfPermissionDenied,
+        Self::KernelUnsupported,
+        Self::ProgramsNotBuilt,
+        Self::LoadFailed,
+    ];
+
+    /// Why a strategy was refused, in words for a condition's message,
+    /// after "fexit was" (the kernel's answer itself is the attempt's
+    /// `detail`). EPERM with the capabilities held is the kernel's lockdown
+    /// or an LSM refusing the program type; without them the message says
+    /// which are missing instead.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            Self::BpfPermissionDenied => "denied by the kernel (lockdown or an LSM)",
+            Self::KernelUnsupported => "not supported by this kernel",
+            Self::ProgramsNotBuilt => "not built into this nodeproof",
+            Self::LoadFailed => "rejected by the kernel's verifier",
+        }
+    }
+
     /// The `SeccompTracingReady=False` reason.
     pub fn as_str(self) -> &'static str {
         match self {
