@@ -80,7 +80,11 @@ fn lint_text_reads_like_rustc() {
     );
     assert!(text.contains(&format!("  --> {p}:3:")), "{text}");
     assert!(text.contains("= help: did you mean `args`?"), "{text}");
-    assert!(text.contains("outcome ok (1 error, "), "{text}");
+    assert!(
+        text.contains("outcome ok: ")
+            && text.contains(" starts the container, but not as the profile says: see the error above (1 error, "),
+        "{text}"
+    );
 }
 
 #[test]

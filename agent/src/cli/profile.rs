@@ -16,9 +16,10 @@ use nodeproof_bpfgen::{libseccomp, Native};
 use nodeproof_findings::count;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Compiler;
+use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::diagnostic::{render_text, Code, Diagnostic};
 use nodeproof_seccomp::filter::{Arch, FilterSpec};
-use nodeproof_seccomp::lint::{self, LintOptions, ProfileReport};
+use nodeproof_seccomp::lint::{self, LintOptions, Outcome, ProfileReport};
 use nodeproof_seccomp::model::Seccomp;
 use nodeproof_seccomp::{patchbpf, scan};
 
@@ -36,6 +37,10 @@ pub(crate) enum ProfileCommand {
         /// Fail on warnings too.
         #[arg(long)]
         strict: bool,
+        /// Leave out the diagnostics with this code, as clippy's `allow` (repeat it
+        /// for more codes): not printed or counted, their number said; the outcome stays.
+        #[arg(long = "allow", value_name = "CODE", value_parser = parse_code)]
+        allow: Vec<Code>,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -80,6 +85,7 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
             paths,
             mode,
             strict,
+            allow,
             out,
         } => {
             let opts = lint_options(&mode, config);
@@ -94,8 +100,9 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
                 .iter()
                 .find(|f| f.path == Path::new(scan::STDIN_NAME))
                 .and_then(|f| f.contents.as_ref().ok().cloned());
-            let reports = profiles::lint_files(files, &opts);
-            print_reports(&reports, stdin.as_deref(), out.output)?;
+            let mut reports = profiles::lint_files(files, &opts);
+            let allowed: Vec<usize> = reports.iter_mut().map(|r| leave_out(r, &allow)).collect();
+            print_reports(&reports, &allowed, &opts, stdin.as_deref(), out.output)?;
             Ok(exit(reports.iter().all(|r| profiles::passes(r, strict))))
         }
         ProfileCommand::Compile { path, mode, format } => {
@@ -163,16 +170,82 @@ fn no_profiles(dir: &Path, others: usize) -> scan::ProfileFile {
     }
 }
 
-/// `stdin`: the profile read from standard input, if any, for the text output's source lines.
-fn print_reports(reports: &[ProfileReport], stdin: Option<&[u8]>, output: Format) -> Result<()> {
+/// `--allow CODE`: a diagnostic code, by its stable name.
+fn parse_code(name: &str) -> std::result::Result<Code, String> {
+    if let Some(&code) = Code::ALL.iter().find(|c| c.as_str() == name) {
+        return Ok(code);
+    }
+    let near = Code::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| c.contains(name) || name.contains(c))
+        .collect::<Vec<_>>();
+    Err(match near.as_slice() {
+        [] => "no diagnostic has this code: the codes are the names in brackets in the text output (`warning[allow-by-default]`) and `code` in -o json".to_string(),
+        near => format!("no diagnostic has this code; did you mean {}?", near.join(" or ")),
+    })
+}
+
+/// Drops the diagnostics `--allow` names from `r`; how many it dropped.
+fn leave_out(r: &mut ProfileReport, allow: &[Code]) -> usize {
+    let before = r.diagnostics.len();
+    r.diagnostics.retain(|d| !allow.contains(&d.code));
+    before - r.diagnostics.len()
+}
+
+/// What an outcome means for the container, so that `ok` beside errors
+/// reads as what it is: the container starts, not as the profile says.
+fn outcome_meaning(r: &ProfileReport, opts: &LintOptions) -> String {
+    let rt = opts.oci_runtime;
+    match r.outcome {
+        Outcome::Ok => match r.count(Severity::Error) {
+            0 => format!("{rt} starts the container"),
+            1 => format!(
+                "{rt} starts the container, but not as the profile says: see the error above"
+            ),
+            n => format!(
+                "{rt} starts the container, but not as the profile says: see the {n} errors above"
+            ),
+        },
+        Outcome::Rejected => {
+            format!("{rt} refuses the profile, so the container is never created")
+        }
+        Outcome::StartFailed => {
+            format!("{rt} builds the filter, but the container does not start")
+        }
+        Outcome::Unknown if r.diagnostics.iter().any(|d| d.code == Code::NoProfiles) => {
+            "no profile found, so nothing is judged".to_string()
+        }
+        Outcome::Unknown => "the file could not be read, so nothing is predicted".to_string(),
+        Outcome::NotAProfile => "no seccomp profile, so nothing is judged".to_string(),
+    }
+}
+
+/// `stdin`: the profile read from standard input, if any, for the text
+/// output's source lines; `allowed`: per report, the diagnostics `--allow` left out.
+fn print_reports(
+    reports: &[ProfileReport],
+    allowed: &[usize],
+    opts: &LintOptions,
+    stdin: Option<&[u8]>,
+    output: Format,
+) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match output {
         Format::Json => {
-            serde_json::to_writer(&mut out, &serde_json::json!({ "profiles": reports }))?;
+            let mut profiles = Vec::with_capacity(reports.len());
+            for (r, &n) in reports.iter().zip(allowed) {
+                let mut v = serde_json::to_value(r)?;
+                if n > 0 {
+                    v["allowed"] = n.into();
+                }
+                profiles.push(v);
+            }
+            serde_json::to_writer(&mut out, &serde_json::json!({ "profiles": profiles }))?;
             writeln!(out)?;
         }
         Format::Text => {
-            for r in reports {
+            for (r, &n) in reports.iter().zip(allowed) {
                 let mut text = String::new();
                 let src = match stdin {
                     Some(bytes) if r.path == scan::STDIN_NAME => bytes.to_vec(),
@@ -180,15 +253,21 @@ fn print_reports(reports: &[ProfileReport], stdin: Option<&[u8]>, output: Format
                 };
                 render_text(&r.path, &src, &r.diagnostics, &mut text);
                 write!(out, "{text}")?;
-                let errors = r.count(nodeproof_seccomp::diagnostic::Severity::Error);
-                let warnings = r.count(nodeproof_seccomp::diagnostic::Severity::Warning);
+                let errors = r.count(Severity::Error);
+                let warnings = r.count(Severity::Warning);
                 writeln!(
                     out,
-                    "{}: outcome {} ({}, {}{})\n",
+                    "{}: outcome {}: {} ({}, {}{}{})\n",
                     r.path,
                     r.outcome.as_str(),
+                    outcome_meaning(r, opts),
                     count(errors, "error", "errors"),
                     count(warnings, "warning", "warnings"),
+                    if n > 0 {
+                        format!(", {n} allowed")
+                    } else {
+                        String::new()
+                    },
                     r.instructions
                         .map_or(String::new(), |n| format!(", {n} BPF instructions")),
                 )?;
