@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     match cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("nodeproof: {e:#}");
+            eprintln!("nodeproof: {}", cli::error_text(&e));
             ExitCode::from(2)
         }
     }

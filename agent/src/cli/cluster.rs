@@ -135,7 +135,10 @@ fn check_command(
     let snapshot = match read {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("nodeproof cluster check: could not check: {e:#}");
+            eprintln!(
+                "nodeproof cluster check: could not check: {}",
+                super::error_text(&e)
+            );
             return Ok(ExitCode::from(COULD_NOT_CHECK));
         }
     };

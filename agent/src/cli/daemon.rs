@@ -12,7 +12,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
         Ok(Some(n)) => Box::new(n),
         Ok(None) => Box::new(notify::NoNotify),
         Err(e) => {
-            eprintln!("nodeproof: {:#}", anyhow::Error::from(e));
+            eprintln!("nodeproof: {}", super::error_text(&anyhow::Error::from(e)));
             Box::new(notify::NoNotify)
         }
     };
@@ -28,7 +28,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             } else {
                 1
             };
-            eprintln!("nodeproof: {:#}", anyhow::Error::from(e));
+            eprintln!("nodeproof: {}", super::error_text(&anyhow::Error::from(e)));
             ExitCode::from(code)
         }
     }

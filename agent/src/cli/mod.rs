@@ -314,6 +314,41 @@ fn parse_arch(s: &str) -> Result<Arch, String> {
         .ok_or_else(|| format!("unknown architecture {s:?} (try x86_64, aarch64, SCMP_ARCH_X86)"))
 }
 
+/// A failed command's error as printed: its causes on one line, none said
+/// twice, and a kube-rs error in words
+/// ([`nodeproof_kube::client::kube_error_text`]) where the chain reaches one,
+/// since kube-rs' own text of an API error is a `Status` Debug dump.
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    // Boxed as often as not (`#[source] Box<kube::Error>`): the box is the cause then.
+    let kube_error = e.chain().find_map(|c| {
+        c.downcast_ref::<kube::Error>()
+            .or_else(|| c.downcast_ref::<Box<kube::Error>>().map(|b| &**b))
+    });
+    let mut s = String::new();
+    for cause in e.chain() {
+        let mut text = cause.to_string();
+        let mut last = false;
+        if let Some(k) = kube_error {
+            let raw = k.to_string();
+            // A wrapper that prints its kube error inside its own text (kube-runtime's watcher errors).
+            if text.contains(&raw) {
+                text = text.replace(&raw, &nodeproof_kube::client::kube_error_text(k));
+                last = true;
+            }
+        }
+        if !s.contains(&text) {
+            if !s.is_empty() {
+                s.push_str(": ");
+            }
+            s.push_str(&text);
+        }
+        if last {
+            break;
+        }
+    }
+    s
+}
+
 pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
     // Generated from the definitions alone: no config is read, so a broken
     // /etc/nodeproof/config.toml does not break completion or packaging.

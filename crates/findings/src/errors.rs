@@ -8,8 +8,13 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
+        let text = cause.to_string();
+        // Errors that put their source's text in their own (kube-rs' do) are
+        // not said twice: "failed to infer config" once, not three times.
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         source = cause.source();
     }
     s
@@ -53,6 +58,28 @@ mod tests {
             error_chain(&std::io::Error::other("alone")),
             "alone",
             "no trailing separator without a cause"
+        );
+    }
+
+    /// As kube-rs' errors are: the source's text inside the error's own.
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to infer config: {source}")]
+    struct SaysItsSource {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let e = Outer {
+            path: "/x",
+            source: std::io::Error::other(SaysItsSource {
+                source: std::io::Error::other("no such file"),
+            }),
+        };
+        assert_eq!(
+            error_chain(&e),
+            "cannot read /x: failed to infer config: no such file"
         );
     }
 

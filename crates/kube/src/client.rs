@@ -624,6 +624,66 @@ impl Answered {
     }
 }
 
+/// A kube-rs error as a sentence a person reads: what went wrong with which
+/// object and what to do. kube-rs' own Display of an API error appends the
+/// whole `Status` as Debug (`ApiError: … (Status { status: Some(Failure), …
+/// })`), and its config errors repeat their sources in their own text.
+pub fn kube_error_text(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => api_status_text(s.code, &s.reason, &s.message),
+        kube::Error::InferConfig(_) | kube::Error::InferKubeconfig(_) => {
+            // kube-rs says each place it looked, then again in each source;
+            // the kubeconfig's own failure (a path and why) is the one to read.
+            let mut cause: &dyn std::error::Error = e;
+            let mut said = innermost(e);
+            while let Some(next) = cause.source() {
+                if next.to_string().starts_with("failed to read kubeconfig") {
+                    said = next.to_string().replace("'\"", "'").replace("\"'", "'");
+                    break;
+                }
+                cause = next;
+            }
+            format!("{said}: pass --kubeconfig, set KUBECONFIG, or run in a pod with a ServiceAccount")
+        }
+        kube::Error::Service(_) | kube::Error::HyperError(_) => format!(
+            "cannot reach the API server ({}): check the kubeconfig's server address and the network",
+            innermost(e)
+        ),
+        kube::Error::Auth(_) => format!(
+            "cannot authenticate to the API server ({}): check the kubeconfig's user",
+            innermost(e)
+        ),
+        _ => innermost(e),
+    }
+}
+
+/// An API server's error answer as a sentence with its remedy.
+pub fn api_status_text(code: u16, reason: &str, message: &str) -> String {
+    let said = if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    };
+    match code {
+        401 => "the API server refused the credentials (401 Unauthorized): check the kubeconfig's user, or renew its token or certificate".into(),
+        403 => format!("the API server forbade the request (403 Forbidden{said}): grant the identity the RBAC it needs"),
+        404 => format!("not found on the API server (404{said})"),
+        429 => "the API server asked for less traffic (429 Too Many Requests): try again later".into(),
+        c if c >= 500 => format!("the API server failed ({c} {reason}{said}): try again, or check the API server's health"),
+        c => format!("the API server refused the request ({c} {reason}{said})"),
+    }
+}
+
+/// The deepest cause's text: kube-rs' errors include their source's text
+/// in their own, so the deepest is the one not said twice.
+fn innermost(e: &dyn std::error::Error) -> String {
+    let mut deepest: &dyn std::error::Error = e;
+    while let Some(next) = deepest.source() {
+        deepest = next;
+    }
+    deepest.to_string()
+}
+
 /// Asks the API server whether it serves (`GET /readyz`, which every
 /// authenticated user may read through the `system:public-info-viewer`
 /// ClusterRole): a success is heard by [`Answered`] like any other.
