@@ -12,10 +12,15 @@ fn main() -> ExitCode {
     if daemon {
         return cli::run_daemon(&cli);
     }
+    let json = cli.output() == Some(cli::Format::Json);
     match cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("nodeproof: {}", cli::error_text(&e));
+            let text = cli::error_text(&e);
+            eprintln!("nodeproof: {text}");
+            if json {
+                println!("{}", cli::error_json(&text, 2));
+            }
             ExitCode::from(2)
         }
     }

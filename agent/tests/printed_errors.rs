@@ -98,3 +98,35 @@ fn an_api_server_not_there_is_named_with_its_remedy() {
     assert!(e.contains("cannot reach the API server"), "{e}");
     assert!(e.contains("check the kubeconfig's server address"), "{e}");
 }
+
+/// `-o json` on failure: the error on standard output as JSON, with the exit status.
+#[test]
+fn json_output_on_failure_is_an_error_object() {
+    let home = tempfile::tempdir().unwrap();
+    let nope = home.path().join("nope.kubeconfig");
+    let nope = nope.to_str().unwrap();
+    for args in [
+        vec!["cluster", "check", "-o", "json"],
+        vec![
+            "pods",
+            "--once",
+            "--kubeconfig",
+            nope,
+            "--node-name",
+            "n1",
+            "-o",
+            "json",
+        ],
+    ] {
+        let out = nodeproof(home.path(), &args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: stdout {stdout:?}"));
+        let code = out.status.code().unwrap();
+        assert_eq!(v["error"]["exit_code"], code, "{args:?}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        // The same sentence as on standard error.
+        let stderr = printed_error(&args.join(" "), &out);
+        assert!(stderr.contains(message), "{args:?}: {message} / {stderr}");
+    }
+}

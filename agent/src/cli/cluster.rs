@@ -135,10 +135,14 @@ fn check_command(
     let snapshot = match read {
         Ok(s) => s,
         Err(e) => {
-            eprintln!(
-                "nodeproof cluster check: could not check: {}",
-                super::error_text(&e)
-            );
+            let text = super::error_text(&e);
+            eprintln!("nodeproof cluster check: could not check: {text}");
+            if output == Format::Json {
+                println!(
+                    "{}",
+                    super::error_json(&format!("could not check: {text}"), COULD_NOT_CHECK)
+                );
+            }
             return Ok(ExitCode::from(COULD_NOT_CHECK));
         }
     };

@@ -314,6 +314,34 @@ fn parse_arch(s: &str) -> Result<Arch, String> {
         .ok_or_else(|| format!("unknown architecture {s:?} (try x86_64, aarch64, SCMP_ARCH_X86)"))
 }
 
+impl Cli {
+    /// The `-o` the command was given, for the commands that have one.
+    pub(crate) fn output(&self) -> Option<Format> {
+        match &self.command {
+            Command::Check { out, .. }
+            | Command::Gpu { out }
+            | Command::Preflight { out }
+            | Command::Trace { out, .. }
+            | Command::Pods { out, .. }
+            | Command::Cluster {
+                command: cluster::ClusterCommand::Check { out, .. },
+            }
+            | Command::Profile {
+                command: profile::ProfileCommand::Lint { out, .. },
+            } => Some(out.output),
+            Command::Advise(a) => Some(a.out.output),
+            _ => None,
+        }
+    }
+}
+
+/// What `-o json` prints on standard output when a command fails, so a
+/// script reads a failure as it reads a result: `{"error": {"message":
+/// <the printed error>, "exit_code": <the exit status>}}` (docs/operations.md).
+pub(crate) fn error_json(message: &str, exit_code: u8) -> String {
+    serde_json::json!({"error": {"message": message, "exit_code": exit_code}}).to_string()
+}
+
 /// A failed command's error as printed: its causes on one line, none said
 /// twice, and a kube-rs error in words
 /// ([`nodeproof_kube::client::kube_error_text`]) where the chain reaches one,
