@@ -6,11 +6,26 @@ use std::process::{Command, Output};
 use nodeproof_testkit::{require, Need, TRACING};
 
 fn nodeproof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
         .args(args)
         .env("NODEPROOF_LOG", "off")
         .output()
-        .expect("run nodeproof")
+        .expect("run nodeproof");
+    no_dump_printed(args, &out);
+    out
+}
+
+/// The rule of issue 28 over every command these tests run: what the binary
+/// says in its own name (`nodeproof: …`, `nodeproof cluster check: …`) is a
+/// sentence, never a Rust `Debug` dump. (A lint diagnostic's echoed source
+/// line is the profile's text, not the binary's, so only those lines.)
+fn no_dump_printed(args: &[&str], out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines().filter(|l| l.starts_with("nodeproof")) {
+        for mark in ["{ ", "Some(", "Status {"] {
+            assert!(!line.contains(mark), "{args:?}: {mark:?} in {line:?}");
+        }
+    }
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -213,6 +228,7 @@ fn nodeproof_with_stdin(args: &[&str], input: &[u8]) -> Output {
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let out = child.wait_with_output().expect("wait for nodeproof");
     let _ = writer.join();
+    no_dump_printed(args, &out);
     out
 }
 
