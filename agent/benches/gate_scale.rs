@@ -1,11 +1,19 @@
-//! The gate controller at scale against the test API server: 5,000 nodes
-//! and 20,000 gated pods (issue #14's figure), the real `nodeproof
-//! gate-controller` binary. Measures the time from start to every waiting
-//! pod's Event written (list, judge, one POST each), the controller's RSS,
-//! and the release latency when a node turns ready (first and last gate of
-//! the pods it could host). Run once, not in a loop:
+//! The gate controller at scale against the test API server and its
+//! adversarial scheduler (it binds to the least ready node that fits, so
+//! only the controller's steering lands a pod on a ready one): 5,000 nodes
+//! and 20,000 gated pods, the real `nodeproof gate-controller` binary.
+//! Measures, side by side in one run:
+//! - start to every waiting pod's Event written (list, judge, one POST each)
+//!   and the controller's RSS then;
+//! - one pod: its only node turns ready → gate removed → bound;
+//! - 1,000 pods: 10 of their pool's 250 nodes turn ready → all bound, every
+//!   one on a ready node, and the writes per released pod;
+//! - the controller's RSS after the releases.
+//!
+//! Run once, not in a loop:
 //! `cargo bench -p nodeproof --bench gate_scale [-- NODES PODS]`.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,6 +28,9 @@ use apiserver::{Identity, TestApiServer};
 
 const GATE: &str = "nodeproof.dev/gpu-driver-ready";
 const POOLS: usize = 20;
+/// Nodes of pool-0 that turn ready together, each with room for a tenth of
+/// the pool's pods (the others hold 8 GPUs, as a DGX).
+const READY_OF_POOL0: usize = 10;
 
 fn ago(age: i64) -> String {
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
@@ -70,16 +81,43 @@ fn main() {
     let server = TestApiServer::start();
     server.add_token("sa-gate", Identity::GateControllerServiceAccount);
     let t = Instant::now();
+    let pool0_pods = pods.div_ceil(POOLS);
+    let big = pool0_pods.div_ceil(READY_OF_POOL0).max(8).to_string();
+    // pool-0's first nodes (node-0, node-20, ...): the ones that turn ready.
+    let ready: BTreeSet<String> = (0..nodes)
+        .step_by(POOLS)
+        .take(READY_OF_POOL0)
+        .map(|i| format!("node-{i}"))
+        .collect();
     for i in 0..nodes {
         let name = format!("node-{i}");
+        let gpus = if ready.contains(&name) {
+            big.as_str()
+        } else {
+            "8"
+        };
         server.add_node(&name, conditions("False"));
         server.merge_node(
             &name,
             json!({"metadata": {"labels": {"pool": format!("pool-{}", i % POOLS)}},
                    "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-                   "status": {"allocatable": {"cpu": "96", "nvidia.com/gpu": "8"}}}),
+                   "status": {"allocatable": {"cpu": "96", "nvidia.com/gpu": gpus}}}),
         );
     }
+    // One pod alone in its pool of one node: the single-pod latency.
+    server.add_node("solo-0", conditions("False"));
+    server.merge_node(
+        "solo-0",
+        json!({"metadata": {"labels": {"pool": "solo"}},
+               "status": {"allocatable": {"cpu": "96", "nvidia.com/gpu": "8"}}}),
+    );
+    server.put(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": "solo", "uid": "uid-solo", "creationTimestamp": ago(0)},
+            "spec": {"nodeSelector": {"pool": "solo"}, "schedulingGates": [{"name": GATE}],
+                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}),
+    );
     for i in 0..pods {
         server.put(
             "pods",
@@ -93,6 +131,7 @@ fn main() {
         );
     }
     eprintln!("test server filled in {:.1?}", t.elapsed());
+    server.start_scheduler(Duration::from_secs(900));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server.kubeconfig(dir.path(), "sa-gate");
     let config = dir.path().join("gate.toml");
@@ -104,23 +143,25 @@ fn main() {
     let port = agent_support::free_port();
     let log = dir.path().join("controller.log");
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
-        .arg("gate-controller")
-        .arg("--config")
-        .arg(&config)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--namespace", "nodeproof", "--identity", "a"])
-        .arg(format!("--listen=127.0.0.1:{port}"))
-        .env_remove("JOURNAL_STREAM")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = Controller(
+        Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .arg("gate-controller")
+            .arg("--config")
+            .arg(&config)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--namespace", "nodeproof", "--identity", "a"])
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .env_remove("JOURNAL_STREAM")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let events = || server.events().len();
-    let all = wait_until(Duration::from_secs(600), || events() >= pods);
+    let all = wait_until(Duration::from_secs(600), || events() > pods);
     let judged = start.elapsed();
-    let rss = vm_rss_kib(child.id());
+    let rss = vm_rss_kib(child.0.id());
     assert!(
         all,
         "only {} of {pods} Events after {judged:?}\n{}",
@@ -128,48 +169,128 @@ fn main() {
         read(&log)
     );
 
-    // One node of pool-0 turns ready: the pods of pool-0 can go.
-    let flip = Instant::now();
-    server.merge_node(
-        "node-0",
-        json!({"status": {"conditions": conditions("True")}}),
-    );
-    let pool0: Vec<String> = (0..pods)
-        .filter(|i| i % POOLS == 0)
-        .map(|i| format!("ml/pod-{i}"))
-        .collect();
-    let released = |key: &String| {
+    let ungated = |key: &str| {
         server.pod(key).is_some_and(|p| {
             p["spec"]["schedulingGates"]
                 .as_array()
                 .is_none_or(|g| g.is_empty())
         })
     };
-    let mut first = None;
-    let done = wait_until(Duration::from_secs(600), || {
-        let n = pool0.iter().filter(|k| released(k)).count();
-        if n > 0 && first.is_none() {
-            first = Some(flip.elapsed());
-        }
-        n == pool0.len()
+
+    // One pod: its node turns ready.
+    let flip = Instant::now();
+    server.merge_node(
+        "solo-0",
+        json!({"status": {"conditions": conditions("True")}}),
+    );
+    let solo_bound = wait_until(Duration::from_secs(60), || {
+        server.bound("ml/solo").is_some()
     });
-    let last = flip.elapsed();
-    let rss_after = vm_rss_kib(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(done, "not every pool-0 pod released\n{}", read(&log));
-    println!("gate controller against the test API server: {nodes} nodes x {pods} gated pods");
-    println!("  start to every Event written (list, judge, {pods} POSTs): {judged:.2?} = {:.0} pods/s end to end", pods as f64 / judged.as_secs_f64());
+    let (solo_node, bound_at) = server
+        .bound("ml/solo")
+        .unwrap_or_else(|| panic!("solo never bound\n{}", read(&log)));
+    assert!(solo_bound && solo_node == "solo-0", "solo: {solo_node}");
+    assert!(ungated("ml/solo"));
+    let solo = bound_at.duration_since(flip);
+
+    // 1,000 pods: READY_OF_POOL0 of pool-0's nodes turn ready at once.
+    server.clear_log();
+    let flip = Instant::now();
+    for n in &ready {
+        server.merge_node(n, json!({"status": {"conditions": conditions("True")}}));
+    }
+    let pool0: Vec<String> = (0..pods)
+        .filter(|i| i % POOLS == 0)
+        .map(|i| format!("ml/pod-{i}"))
+        .collect();
+    let mut first_released = None;
+    let mut all_released = None;
+    let done = wait_until(Duration::from_secs(600), || {
+        if all_released.is_none() {
+            let n = pool0.iter().filter(|k| ungated(k)).count();
+            if n > 0 && first_released.is_none() {
+                first_released = Some(flip.elapsed());
+            }
+            if n == pool0.len() {
+                all_released = Some(flip.elapsed());
+            }
+        }
+        pool0.iter().all(|k| server.bound(k).is_some())
+    });
+    let bound: Vec<(String, Instant)> = pool0.iter().filter_map(|k| server.bound(k)).collect();
+    let rss_after = vm_rss_kib(child.0.id());
+    child.stop();
+    assert!(
+        done,
+        "{} of {} pool-0 pods bound\n{}",
+        bound.len(),
+        pool0.len(),
+        read(&log)
+    );
+    let wrong: Vec<&String> = bound
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| !ready.contains(*n))
+        .collect();
+    assert!(wrong.is_empty(), "bound to nodes not ready: {wrong:?}");
+    let first_bound = bound
+        .iter()
+        .map(|(_, t)| t.duration_since(flip))
+        .min()
+        .unwrap_or_default();
+    let last_bound = bound
+        .iter()
+        .map(|(_, t)| t.duration_since(flip))
+        .max()
+        .unwrap_or_default();
+    let log_after = server.log();
+    let count = |f: &dyn Fn(&apiserver::Logged) -> bool| {
+        log_after
+            .iter()
+            .filter(|l| l.method == "PATCH" && f(l))
+            .count()
+    };
+    let pod_patches = count(&|l| l.path.contains("/pods/") && !l.path.ends_with("/status"));
+    let status_patches = count(&|l| l.path.contains("/pods/") && l.path.ends_with("/status"));
+    let label_patches = count(&|l| l.path.starts_with("/api/v1/nodes/"));
+    let released = pool0.len() as f64;
+
+    println!("gate controller against the test API server and its adversarial scheduler: {nodes} nodes x {pods} gated pods");
+    println!("  start to every Event written (list, judge, {} POSTs): {judged:.2?} = {:.0} pods/s end to end", pods + 1, pods as f64 / judged.as_secs_f64());
+    println!("  one pod: its node turns ready -> bound on it: {solo:.2?}");
+    println!(
+        "  {READY_OF_POOL0} of pool-0's nodes turn ready: {} pods released first {:.2?}, all {:.2?}; bound first {first_bound:.2?}, all {last_bound:.2?}, every one on a ready node",
+        pool0.len(),
+        first_released.unwrap_or_default(),
+        all_released.unwrap_or_default(),
+    );
+    println!(
+        "  writes per released pod: {:.2} pod PATCH, {:.2} pods/status PATCH; {label_patches} node label PATCHes in all",
+        pod_patches as f64 / released,
+        status_patches as f64 / released
+    );
     println!(
         "  controller RSS: {:.1} MiB after the first judgement, {:.1} MiB after the releases",
         rss as f64 / 1024.0,
         rss_after as f64 / 1024.0
     );
-    println!(
-        "  one node turns ready: first of its {} pods released after {:.2?}, all after {last:.2?}",
-        pool0.len(),
-        first.unwrap_or_default()
-    );
+}
+
+/// The controller's process, killed however the bench ends (a failed
+/// assertion would otherwise leave it running against a dead server).
+struct Controller(std::process::Child);
+
+impl Controller {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 fn read(p: &Path) -> String {
