@@ -233,7 +233,17 @@ fn without_the_capabilities_it_fails_naming_them() {
             stderr.contains("grant CAP_BPF and CAP_PERFMON, or run as root"),
             "caps {caps:?}: {stderr}"
         );
-        assert!(out.stdout.is_empty(), "caps {caps:?}");
+        // `-o json` on failure: the error as one JSON object (issue 28's rule).
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("caps {caps:?}: stdout is not JSON ({e}): {:?}", out.stdout)
+        });
+        assert_eq!(json["error"]["exit_code"], 2, "caps {caps:?}: {json}");
+        assert!(
+            json["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("grant CAP_BPF and CAP_PERFMON")),
+            "caps {caps:?}: {json}"
+        );
     }
 }
 
