@@ -93,7 +93,13 @@ fn check(server: &TestApiServer, args: &[&str]) -> Run {
 }
 
 fn check_with(kubeconfig: &Path, args: &[&str]) -> Run {
+    check_global(&[], kubeconfig, args)
+}
+
+/// `nodeproof GLOBAL... cluster check --kubeconfig K ARGS...`.
+fn check_global(global: &[&std::ffi::OsStr], kubeconfig: &Path, args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(global)
         .args(["cluster", "check", "--kubeconfig"])
         .arg(kubeconfig)
         .args(args)
@@ -479,19 +485,11 @@ fn released_pods_are_judged_by_the_configured_gates() {
     let config = dir.path().join("config.toml");
     std::fs::write(&config, "[gate]\nheartbeat-s = 60\n").unwrap();
     let kubeconfig = server.kubeconfig(dir.path(), TOKEN);
-    let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
-        .arg("--config")
-        .arg(&config)
-        .args(["cluster", "check", "-o", "json", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    let run = Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let run = check_global(
+        &["--config".as_ref(), config.as_os_str()],
+        &kubeconfig,
+        &["-o", "json"],
+    );
     assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
     let found = findings(&run);
     assert_eq!(
