@@ -15,17 +15,30 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The cached root filesystem, built once (~70 s). The tests of this file
-/// run in parallel: one of them builds it, the others wait.
+/// The cached root filesystem, built once (~70 s). The tests of a binary run
+/// in parallel, and `cargo xtask test` runs soak and systemd_nspawn at the
+/// same time: one of them builds it, the others wait, within the process on
+/// the mutex and across processes on an flock(2) of target/nspawn/.lock (two
+/// debootstraps into one directory fail both).
 pub fn rootfs() -> PathBuf {
     static BUILT: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = repo().join("target/nspawn");
     let root = dir.join("rootfs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = std::fs::File::create(dir.join(".lock")).unwrap();
+    // Released when `lock` is dropped, at the end of this function.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    assert_eq!(
+        rc,
+        0,
+        "flock {}: {}",
+        dir.display(),
+        std::io::Error::last_os_error()
+    );
     if root.join("usr/lib/systemd/systemd").exists() {
         return root;
     }
-    std::fs::create_dir_all(&dir).unwrap();
     let tmp = dir.join("rootfs.tmp");
     let _ = std::fs::remove_dir_all(&tmp);
     // The machine's own Debian mirror (its apt sources, or NODEPROOF_APT_MIRROR).
