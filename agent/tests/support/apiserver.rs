@@ -547,9 +547,12 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
 /// matching is ADDED, one that stops matching DELETED (as kube-apiserver's
 /// watch cache does).
 fn events_since(s: &State, resource: &str, selector: Option<&str>, since: u64) -> Vec<String> {
-    s.changes
+    // `changes` is in resourceVersion order: start at the first one after
+    // `since` instead of scanning every change of the run.
+    let first = s.changes.partition_point(|(rv, ..)| *rv <= since);
+    s.changes[first..]
         .iter()
-        .filter(|(rv, r, _, _)| *rv > since && *r == resource)
+        .filter(|(_, r, _, _)| *r == resource)
         .filter_map(|(_, _, before, after)| {
             let was = before.as_ref().is_some_and(|b| selects(selector, b));
             let is = after.as_ref().is_some_and(|a| selects(selector, a));

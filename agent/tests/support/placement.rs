@@ -373,7 +373,20 @@ fn schedule_pending(s: &mut State) {
     if s.scheduler.paused || s.scheduler.last_pass_rv == s.rv {
         return;
     }
+    // Only a change to a pod or a node can make a pod schedulable (an Event
+    // or a Lease written cannot): the pass rescans every object, so ten
+    // thousand Event POSTs must not cost ten thousand rescans.
+    let since = s.scheduler.last_pass_rv;
+    let placement_changed = s
+        .changes
+        .iter()
+        .rev()
+        .take_while(|(rv, ..)| *rv > since)
+        .any(|(_, r, ..)| *r == "pods" || *r == "nodes");
     s.scheduler.last_pass_rv = s.rv;
+    if !placement_changed {
+        return;
+    }
     let pending: Vec<String> = s
         .objects
         .iter()
