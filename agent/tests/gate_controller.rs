@@ -1232,6 +1232,117 @@ fn a_pod_whose_own_affinity_excludes_every_ready_node_stays_gated_and_says_so() 
     assert_eq!(server.bound("ml/vllm-0"), None);
 }
 
+const SECCOMP_GATE: &str = "nodeproof.dev/seccomp-ready";
+const SECCOMP_LABEL: &str = "gate.nodeproof.dev/seccomp-ready";
+
+/// A node's GPU and seccomp conditions, all fresh.
+fn gpu_and_seccomp(gpu: &str, seccomp: &str) -> Value {
+    let mut c = gpu_conditions(
+        gpu,
+        if gpu == "True" {
+            "Ok"
+        } else {
+            "NVMLInitFailed"
+        },
+        0,
+    );
+    c.as_array_mut().unwrap().push(json!(
+        {"type": "SeccompProfilesReady", "status": seccomp,
+         "reason": if seccomp == "True" { "AllProfilesValid" } else { "ProfileStartFails" },
+         "lastHeartbeatTime": ago(0), "lastTransitionTime": ago(600)}));
+    c
+}
+
+/// A pod waiting behind two nodeproof gates, each ready on a different node
+/// at first: the first gate is released and narrows the pod to its nodes;
+/// the second then judges only those (the other node, ready for it alone, is
+/// "excluded by the pod's own nodeSelector"), and is released, adding its own
+/// label, only when a node is ready for both. The adversarial scheduler binds
+/// to the least ready node that passes the filters, so the pod lands on the
+/// node ready for both gates only if both narrowings are in place.
+#[test]
+fn a_pod_with_two_gates_is_narrowed_by_each_in_turn_and_lands_where_both_are_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server();
+    server.start_scheduler(Duration::from_secs(180));
+    add_node(&server, "gpu-a", "gpu", 2, gpu_and_seccomp("True", "False"));
+    add_node(&server, "gpu-b", "gpu", 2, gpu_and_seccomp("False", "True"));
+    let mut pod = gated_gpu_pod("vllm-0", 1, json!({}));
+    pod["spec"]["schedulingGates"] = json!([{"name": GPU_GATE}, {"name": SECCOMP_GATE}]);
+    server.create_pod(pod);
+    let two_gates = format!(
+        "{}[gate.gates.\"{SECCOMP_GATE}\"]\nconditions = [\"SeccompProfilesReady\"]\n",
+        config(60, 3)
+    );
+    let c = Controller::start(&server, dir.path(), "a", &two_gates);
+    // The GPU gate goes (gpu-a is ready for it), narrowing the pod to gpu-a.
+    assert!(
+        wait_until(Duration::from_secs(20), || gates(&server, "ml/vllm-0")
+            == [SECCOMP_GATE]),
+        "{:?}\n{}",
+        gates(&server, "ml/vllm-0"),
+        c.log_text()
+    );
+    let waiting = format!(
+        "waiting for {SECCOMP_GATE}: 0 of 2 nodes ready for the pod: \
+         1 SeccompProfilesReady=False (ProfileStartFails), \
+         1 ready but excluded by the pod's own nodeSelector or affinity"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || pod_events(&server, "vllm-0")
+            .iter()
+            .any(|e| e["message"] == waiting.as_str())),
+        "{:#?}\n{}",
+        pod_events(&server, "vllm-0"),
+        c.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        gates(&server, "ml/vllm-0"),
+        [SECCOMP_GATE],
+        "{}",
+        c.log_text()
+    );
+    assert_eq!(server.bound("ml/vllm-0"), None);
+    let pod = server.pod("ml/vllm-0").unwrap();
+    assert_eq!(
+        pod["spec"]["nodeSelector"],
+        json!({GPU_LABEL: "ready"}),
+        "the first gate's narrowing only"
+    );
+    // gpu-a's profiles are fixed: the second gate goes, adding its label,
+    // and the pod is bound there, never on gpu-b (ready for seccomp only).
+    set_conditions(&server, "gpu-a", gpu_and_seccomp("True", "True"));
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .bound("ml/vllm-0")
+            .is_some()),
+        "{}",
+        c.log_text()
+    );
+    assert_eq!(server.bound("ml/vllm-0").unwrap().0, "gpu-a");
+    let pod = server.pod("ml/vllm-0").unwrap();
+    assert_eq!(
+        pod["spec"]["nodeSelector"],
+        json!({GPU_LABEL: "ready", SECCOMP_LABEL: "ready"})
+    );
+    assert_eq!(removals(&server.log(), "vllm-0"), 2, "one write per gate");
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let pod = server.pod("ml/vllm-0").unwrap();
+            let types: BTreeSet<String> = pod["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["type"].as_str().map(String::from))
+                .collect();
+            types.contains(GPU_LABEL) && types.contains(SECCOMP_LABEL)
+        }),
+        "each gate's release condition: {}",
+        server.pod("ml/vllm-0").unwrap()["status"]
+    );
+}
+
 #[test]
 fn a_thousand_pods_released_at_once_onto_ten_ready_nodes_of_a_hundred() {
     let dir = tempfile::tempdir().unwrap();

@@ -168,8 +168,13 @@ impl Miss<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub gate: String,
-    /// At least one matching node is ready.
+    /// Released now: a matching node is ready for this gate and for every
+    /// other gate released with it (see [`judge`]).
     pub release: bool,
+    /// Ready on some matching node, but not on the node ready for the most
+    /// of the pod's gates: held back this round, without an Event, and judged
+    /// again once the gates released now have narrowed the pod.
+    pub deferred: bool,
     /// Nodes judged (matching or not).
     pub total: usize,
     /// Nodes that could host the pod.
@@ -448,14 +453,16 @@ pub fn ready_for(gate: &Gate, node: &NodeFacts, now: SystemTime, stale_after: Du
     conditions_ready(gate, node, now, stale_after).is_ok()
 }
 
-/// Whether `node` (which could host the pod) is ready for `gate`; the first reason if not.
+/// Whether `node` (which could host the pod) is ready for `gate`; the first
+/// reason if not. `conditions` is [`conditions_ready`] of the same node and
+/// gate, computed once by the caller (it counts conditions-ready nodes
+/// whether or not they match).
 fn readiness<'a>(
     pod: &'a PodNeeds,
     p: &Placement<'a>,
     gate: &'a Gate,
     node: &'a NodeFacts,
-    now: SystemTime,
-    stale_after: Duration,
+    conditions: Result<(), Why<'a>>,
 ) -> Result<(), Why<'a>> {
     for (resource, want) in &pod.extended {
         if node.allocatable.get(resource).copied().unwrap_or(0) < *want {
@@ -468,7 +475,7 @@ fn readiness<'a>(
             return Err(Why::Contract { label, state });
         }
     }
-    conditions_ready(gate, node, now, stale_after)?;
+    conditions?;
     if let Some(label) = &gate.label {
         if node.labels.get(label).map(String::as_str) != Some(READY) {
             return Err(Why::Unlabelled(label));
@@ -492,6 +499,7 @@ pub fn judge<'n>(
         .map(|g| Verdict {
             gate: g.name.clone(),
             release: false,
+            deferred: false,
             total: 0,
             matching: 0,
             ready: 0,
@@ -515,11 +523,20 @@ pub fn judge<'n>(
     let mut why: Vec<HashMap<Why<'_>, usize>> = vec![HashMap::new(); gates.len()];
     let mut miss: Vec<HashMap<Miss<'_>, usize>> = vec![HashMap::new(); gates.len()];
     let mut example: Vec<Option<&NodeFacts>> = vec![None; gates.len()];
+    // The gates released together must share a ready node: each gate adds
+    // its readiness label to the pod's nodeSelector as it goes, so gates
+    // ready on different nodes released at once would leave the pod
+    // selecting a node that carries every label, possibly none. So only the
+    // gates of the node ready for the most of them (by name on a tie) go;
+    // the others are judged again on the narrowed pod.
+    let mut best: Option<(u32, u128, &str)> = None;
     for node in nodes {
         let refused = mismatch(&p, node);
+        let mut ready_for: u128 = 0;
         for (i, (v, gate)) in verdicts.iter_mut().zip(&gates).enumerate() {
             v.total += 1;
-            let cond_ready = ready_for(gate, node, now, policy.stale_after);
+            let conditions = conditions_ready(gate, node, now, policy.stale_after);
+            let cond_ready = conditions.is_ok();
             v.conditions_ready += usize::from(cond_ready);
             if let Some(m) = refused {
                 let m = match m {
@@ -530,9 +547,10 @@ pub fn judge<'n>(
                 continue;
             }
             v.matching += 1;
-            match readiness(pod, &p, gate, node, now, policy.stale_after) {
+            match readiness(pod, &p, gate, node, conditions) {
                 Ok(()) => {
                     v.ready += 1;
+                    ready_for |= 1u128.checked_shl(i as u32).unwrap_or(0);
                     if example[i].is_none_or(|e| node.name < e.name) {
                         example[i] = Some(node);
                     }
@@ -540,14 +558,24 @@ pub fn judge<'n>(
                 Err(r) => *why[i].entry(r).or_insert(0) += 1,
             }
         }
+        let n = ready_for.count_ones();
+        if n > 0
+            && best
+                .is_none_or(|(most, _, name)| n > most || (n == most && node.name.as_str() < name))
+        {
+            best = Some((n, ready_for, &node.name));
+        }
     }
-    for (((v, why), miss), (gate, example)) in verdicts
+    let together = best.map_or(0, |(_, gates, _)| gates);
+    for (i, (((v, why), miss), (gate, example))) in verdicts
         .iter_mut()
         .zip(why)
         .zip(miss)
         .zip(gates.iter().zip(example))
+        .enumerate()
     {
-        v.release = v.ready > 0;
+        v.release = v.ready > 0 && together & 1u128.checked_shl(i as u32).unwrap_or(0) != 0;
+        v.deferred = v.ready > 0 && !v.release;
         v.reasons = why.into_iter().map(|(r, n)| (r.owned(), n)).collect();
         v.unmatched = miss.into_iter().map(|(m, n)| (m.owned(), n)).collect();
         v.example = example.map(|n| {
@@ -851,6 +879,56 @@ mod tests {
             "waiting for nodeproof.dev/gpu-driver-ready: 0 of 13 nodes ready for the pod: \
              8 GPUDriverReady=False (NVMLInitFailed), 4 lack nvidia.com/gpu, \
              1 has a taint the pod does not tolerate (dedicated:NoSchedule)"
+        );
+    }
+
+    /// A node ready for one of the pod's two gates only.
+    fn ready_for_only(name: &str, gate: &str) -> NodeFacts {
+        let mut n = node(name);
+        let (other, condition) = if gate == GPU {
+            (SECCOMP, ConditionType::SeccompProfilesReady)
+        } else {
+            (GPU, ConditionType::GPUDriverReady)
+        };
+        n.conditions.get_mut(&condition).unwrap().status = ConditionStatus::False;
+        n.labels
+            .remove(&crate::gate::config::readiness_label(other));
+        n
+    }
+
+    #[test]
+    fn gates_released_together_share_a_ready_node() {
+        let p = pod(json!({}));
+        let released = |nodes: &[&NodeFacts]| -> Vec<(String, bool, bool)> {
+            judge(&p, &policy(), nodes.iter().copied(), &HashMap::new(), now())
+                .into_iter()
+                .map(|v| (v.gate, v.release, v.deferred))
+                .collect()
+        };
+        let gpu_only = ready_for_only("a-gpu", GPU);
+        let seccomp_only = ready_for_only("b-seccomp", SECCOMP);
+        // Each gate is ready somewhere, but on different nodes: releasing
+        // both would select a node with both labels, which none is. The
+        // first node by name goes; the other gate is deferred, no Event.
+        assert_eq!(
+            released(&[&gpu_only, &seccomp_only]),
+            [(GPU.into(), true, false), (SECCOMP.into(), false, true)]
+        );
+        // A node ready for both: both go in one patch.
+        let both = node("z-both");
+        assert_eq!(
+            released(&[&gpu_only, &seccomp_only, &both]),
+            [(GPU.into(), true, false), (SECCOMP.into(), true, false)]
+        );
+        // Neither ready: both wait (with their Events), none deferred.
+        let mut none = ready_for_only("c", GPU);
+        none.conditions
+            .get_mut(&ConditionType::GPUDriverReady)
+            .unwrap()
+            .status = ConditionStatus::False;
+        assert_eq!(
+            released(&[&none]),
+            [(GPU.into(), false, false), (SECCOMP.into(), false, false)]
         );
     }
 

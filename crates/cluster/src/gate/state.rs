@@ -323,7 +323,7 @@ impl Gatekeeper {
                 let index = e.needs.all_gates.iter().position(|g| *g == v.gate)?;
                 release.push((v.gate.clone(), index));
                 released.push(v);
-            } else {
+            } else if !v.deferred {
                 waiting.push(v);
             }
         }
