@@ -10,9 +10,14 @@
 //! mount namespace (a filesystem mounted over the root makes no inotify
 //! event; the kernel signals mount table changes to poll(2) on
 //! /proc/<pid>/mountinfo with POLLPRI, fs/proc_namespace.c `mounts_poll`).
+//! A node mounts and unmounts all the time (every container's rootfs,
+//! volumes, overlay layers): after a mount change the tree is watched again,
+//! but the task is woken only if a directory of the tree now names another
+//! inode (its device and inode number changed), not for every mount anywhere.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,6 +82,7 @@ pub fn watch(root: &Path, wake: mpsc::Sender<()>) -> Result<Watcher, WatchError>
         .name("profile-watch".into())
         .spawn(move || {
             let mut w = Watches {
+                identity: identity(&dirs),
                 inotify,
                 root,
                 dirs,
@@ -115,16 +121,36 @@ struct Watches {
     inotify: Inotify,
     root: PathBuf,
     dirs: HashMap<WatchDescriptor, PathBuf>,
+    /// [`identity`] of `dirs` when they were watched.
+    identity: Vec<(PathBuf, Option<(u64, u64)>)>,
+}
+
+/// Each watched directory's path with the (device, inode) it names now,
+/// sorted: a mount over any of them changes it, a mount elsewhere does not.
+fn identity(dirs: &HashMap<WatchDescriptor, PathBuf>) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+    let mut ids: Vec<_> = dirs
+        .values()
+        .map(|d| {
+            let id = std::fs::metadata(d).ok().map(|m| (m.dev(), m.ino()));
+            (d.clone(), id)
+        })
+        .collect();
+    ids.sort();
+    ids
 }
 
 impl Watches {
-    /// Drops every watch and sets them again from the root's path.
-    fn rewatch(&mut self) {
+    /// Drops every watch and sets them again from the root's path; whether
+    /// the watched tree now names other directories than when it was last
+    /// watched.
+    fn rewatch(&mut self) -> bool {
         for (wd, _) in self.dirs.drain() {
             // A watch whose inode is gone is already removed (IN_IGNORED).
             let _ = self.inotify.watches().remove(wd);
         }
         add_tree(&mut self.inotify, &self.root, &mut self.dirs);
+        let now = identity(&self.dirs);
+        std::mem::replace(&mut self.identity, now) != self.identity
     }
 
     fn is_root(&self, wd: &WatchDescriptor) -> bool {
@@ -183,12 +209,19 @@ fn run(
             Duration::from_millis(500)
         };
         let ready = wait(&w.inotify, mounts, timeout);
-        let mut rewatch = ready.mounts_changed;
+        // A mount change wakes the task only if the tree it watches changed.
+        let mut changed = ready.mounts_changed && w.rewatch();
+        let mut rewatch = false;
         if ready.events {
             let mut new_dirs = Vec::new();
             match w.inotify.read_events(&mut buf) {
                 Ok(events) => {
                     for e in events {
+                        // A watch this thread removed (rewatch) says IN_IGNORED
+                        // once: nothing changed on disk.
+                        if e.mask.contains(EventMask::IGNORED) && !w.dirs.contains_key(&e.wd) {
+                            continue;
+                        }
                         pending = true;
                         if w.is_root(&e.wd)
                             && e.mask.intersects(
@@ -212,8 +245,11 @@ fn run(
                     return;
                 }
             }
-            for d in new_dirs {
-                add_tree(&mut w.inotify, &d, &mut w.dirs);
+            if !new_dirs.is_empty() {
+                for d in new_dirs {
+                    add_tree(&mut w.inotify, &d, &mut w.dirs);
+                }
+                w.identity = identity(&w.dirs);
             }
         }
         // A root that was absent (never created, moved away) and is there now.
@@ -222,6 +258,9 @@ fn run(
         }
         if rewatch {
             w.rewatch();
+            changed = true;
+        }
+        if changed {
             pending = true;
         } else if !ready.events && pending {
             pending = false;
@@ -318,6 +357,8 @@ mod tests {
         };
         let over = dir.path().join("over");
         std::fs::create_dir(&over).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
         let (root2, over2) = (root.clone(), over.clone());
         std::thread::spawn(move || {
             use std::ffi::CString;
@@ -358,6 +399,24 @@ mod tests {
             // SAFETY: as above.
             assert_eq!(unsafe { libc::umount(c(&root2).as_ptr()) }, 0);
             woken(&mut rx, "the mount was removed");
+            // A mount outside the tree (a node mounts every container's
+            // rootfs and volumes) is no reason to judge the profiles again.
+            let tmpfs = CString::new("tmpfs").unwrap();
+            // SAFETY: as above.
+            let mounted = unsafe {
+                libc::mount(
+                    tmpfs.as_ptr(),
+                    c(&elsewhere).as_ptr(),
+                    tmpfs.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(mounted, 0, "{}", std::io::Error::last_os_error());
+            std::thread::sleep(Duration::from_millis(400));
+            assert!(rx.try_recv().is_err(), "woken by a mount outside the root");
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::umount(c(&elsewhere).as_ptr()) }, 0);
         })
         .join()
         .unwrap();
