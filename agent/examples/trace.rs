@@ -34,7 +34,12 @@ fn main() -> std::process::ExitCode {
     }
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    match trace::run(&opts, &mut std::io::stdout().lock(), &STOP) {
+    match trace::run(
+        &opts,
+        &mut std::io::stdout().lock(),
+        &STOP,
+        &trace::KubeletLogs::host(),
+    ) {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nodeproof trace: {e}");

@@ -255,6 +255,9 @@ pub struct Advice {
     pub outcome: Outcome,
     /// Syscalls the patched filter still does not let run (should be none).
     pub still_denied: Vec<String>,
+    /// Denials the advice rests on (summed counts): 0 means nothing was
+    /// observed, so there was nothing to advise.
+    pub denials: u64,
 }
 
 fn conditionless_allow(rule: &Value) -> bool {
@@ -402,6 +405,7 @@ pub fn advise(
         warnings,
         outcome,
         still_denied,
+        denials: denied.iter().map(|d| d.count).sum(),
     })
 }
 
@@ -452,6 +456,15 @@ pub fn render(a: &Advice) -> String {
     let mut s = String::new();
     for w in &a.warnings {
         s.push_str(&format!("warning: {w}\n"));
+    }
+    if a.denials == 0 {
+        // An empty patch here would read as "the profile allows everything".
+        s.push_str(
+            "# no denial observed: nothing to advise, the profile is unchanged \
+             (a live trace sees only what runs while it traces: run the workload meanwhile, \
+             or give a saved trace with --from)\n",
+        );
+        return s;
     }
     if a.patch.is_empty() {
         s.push_str("# nothing to change: the profile already allows every denied syscall\n");

@@ -943,3 +943,76 @@ fn trace_stops_cleanly_on_sigint() {
     let v: serde_json::Value = serde_json::from_str(last).expect("the summary");
     assert!(v["summary"].is_array(), "{v}");
 }
+
+/// An empty trace is said as such, never as an empty patch that reads as
+/// "the profile already allows everything" (issue 28 item 7).
+#[test]
+fn advise_with_no_denial_observed_says_so_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    );
+    let trace = write(
+        dir.path(),
+        "trace.json",
+        "{\"summary\":[],\"dropped\":0,\"lost_counts\":0,\"samples\":0,\"strategy\":\"tp_btf\"}\n",
+    );
+    let out = nodeproof(&["advise", "--profile", profile, "--from", &trace]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("# no denial observed: nothing to advise, the profile is unchanged"),
+        "{text}"
+    );
+    assert!(!text.contains("JSON Patch"), "{text}");
+    let out = nodeproof(&[
+        "advise",
+        "--profile",
+        profile,
+        "--from",
+        &trace,
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["denials"], 0);
+    assert_eq!(v["patch"], serde_json::json!([]));
+    // The help says what happens without a saved trace.
+    let help = nodeproof(&["advise", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("default without --from: 10s"), "{help}");
+}
+
+/// `trace --namespace` on a node without the kubelet's pod log directories
+/// could match nothing: it says so and fails, instead of an empty table
+/// that reads as "no denials" (issue 28 item 12).
+#[test]
+fn trace_by_namespace_without_pod_names_says_why_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("pods");
+    let out = nodeproof(&[
+        "trace",
+        "--namespace",
+        "ml",
+        "--pod",
+        "vllm-0",
+        "--pod-logs-dir",
+        missing.to_str().unwrap(),
+        "--duration",
+        "1s",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--pod and --namespace need the pods' names, and {} (the kubelet's pod log directories) is not on this node",
+            missing.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("or filter by --pod UID or --container ID"),
+        "{err}"
+    );
+}

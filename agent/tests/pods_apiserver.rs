@@ -286,6 +286,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
         cgroup_id: 7,
         cgroup: None,
         container_id: Some(CONTAINER_ID.into()),
+        container: None,
         pod_uid: Some("uid-vllm-0".into()),
         pod: None,
     };

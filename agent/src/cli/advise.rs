@@ -30,7 +30,8 @@ pub(crate) struct AdviseArgs {
     /// A saved `nodeproof trace -o json` output.
     #[arg(long, conflicts_with = "duration")]
     pub(crate) from: Option<PathBuf>,
-    /// Trace live for this long instead (needs root or CAP_BPF+CAP_PERFMON).
+    /// Trace live for this long instead, e.g. 30s, 2m (default without --from: 10s;
+    /// needs root or CAP_BPF+CAP_PERFMON). Run the workload meanwhile.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) duration: Option<Duration>,
     #[command(flatten)]
@@ -38,6 +39,9 @@ pub(crate) struct AdviseArgs {
     #[command(flatten)]
     pub(crate) out: OutputArgs,
 }
+
+/// How long `advise` traces live when given no saved trace.
+const LIVE_TRACE: Duration = Duration::from_secs(10);
 
 /// What `--pod`/`--container`/`--profile` point at. The pod is read only
 /// when needed: for its profile, to turn a container name into its id, or
@@ -119,16 +123,24 @@ pub(crate) fn advise(args: &AdviseArgs, config: &Config, root: &Path) -> Result<
             advise::denials_from_trace(&path.to_string_lossy(), &text, &filter)?
         }
         None => {
+            let duration = args.duration.unwrap_or(LIVE_TRACE);
+            // A live trace waits: say for how long, and that the workload must run meanwhile.
+            eprintln!(
+                "tracing seccomp denials for {} (--duration to change, --from to read a saved trace)",
+                humantime::format_duration(duration)
+            );
             let opts = nodeproof_trace::TraceOptions {
-                duration: Some(args.duration.unwrap_or(Duration::from_secs(10))),
-                comm: None,
-                pid: None,
+                duration: Some(duration),
                 format: nodeproof_trace::OutputFormat::Json,
-                strategy: None,
-                btf_path: None,
+                ..nodeproof_trace::TraceOptions::default()
             };
-            let summary = nodeproof_trace::run(&opts, &mut std::io::sink(), &STOP)
-                .context("seccomp tracing failed")?;
+            let summary = nodeproof_trace::run(
+                &opts,
+                &mut std::io::sink(),
+                &STOP,
+                &nodeproof_trace::KubeletLogs::host(),
+            )
+            .context("seccomp tracing failed")?;
             advise::denials(&summary.summary, &filter)
         }
     };

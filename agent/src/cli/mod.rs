@@ -90,6 +90,19 @@ pub(crate) enum Command {
         /// Only this process id.
         #[arg(long)]
         pid: Option<u32>,
+        /// Only this pod: its name or UID (names from the kubelet's /var/log/pods).
+        #[arg(long)]
+        pod: Option<String>,
+        /// Only pods of this namespace.
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// Only this container: its name or a prefix of its runtime id.
+        #[arg(long)]
+        container: Option<String>,
+        /// Where the kubelet keeps pod logs, whose names give the pods' names
+        /// (its podLogsDir setting).
+        #[arg(long, value_name = "DIR", default_value = nodeproof_trace::kubelet_logs::DEFAULT_POD_LOGS_DIR)]
+        pod_logs_dir: PathBuf,
         /// Force a detection strategy: fexit, tp_btf or tracepoint (default: the first that loads).
         #[arg(long)]
         strategy: Option<nodeproof_trace::Strategy>,
@@ -101,7 +114,8 @@ pub(crate) enum Command {
         out: OutputArgs,
     },
     /// The smallest profile change that allows observed denials: a JSON Patch and the
-    /// patched profile. Never writes the profile.
+    /// patched profile, from a saved trace (--from) or a live one (10s unless --duration).
+    /// Never writes the profile.
     Advise(advise::AdviseArgs),
     /// This node's pods and their seccomp references, judged here: --once prints
     /// (exit 0 all usable, 1 not); otherwise watch and report until Ctrl-C.
@@ -405,20 +419,30 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             duration,
             comm,
             pid,
+            pod,
+            namespace,
+            container,
+            pod_logs_dir,
             strategy,
             btf,
             out,
-        } => trace::trace(nodeproof_trace::TraceOptions {
-            duration,
-            comm,
-            pid,
-            format: match out.output {
-                Format::Text => nodeproof_trace::OutputFormat::Text,
-                Format::Json => nodeproof_trace::OutputFormat::Json,
+        } => trace::trace(
+            &pod_logs_dir,
+            nodeproof_trace::TraceOptions {
+                duration,
+                comm,
+                pid,
+                pod,
+                namespace,
+                container,
+                format: match out.output {
+                    Format::Text => nodeproof_trace::OutputFormat::Text,
+                    Format::Json => nodeproof_trace::OutputFormat::Json,
+                },
+                strategy,
+                btf_path: btf,
             },
-            strategy,
-            btf_path: btf,
-        }),
+        ),
         Command::Advise(args) => advise::advise(&args, &config, &root),
         Command::Pods {
             once,

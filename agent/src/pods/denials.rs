@@ -140,6 +140,12 @@ impl PodLookup for PodIndex {
             name: p.refs.name.clone(),
         })
     }
+
+    fn container_name(&self, container_id: &str) -> Option<String> {
+        self.pods
+            .values()
+            .find_map(|p| p.ids.get(container_id).cloned())
+    }
 }
 
 /// What one event aggregates.
@@ -390,6 +396,7 @@ mod tests {
             cgroup_id: 7,
             cgroup: None,
             container_id: Some(ID.into()),
+            container: None,
             pod_uid: uid.map(str::to_string),
             pod: None,
         }

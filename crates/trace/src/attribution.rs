@@ -23,6 +23,9 @@ pub struct Attribution {
     pub cgroup: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
+    /// The container's name, from a [`PodLookup`] that knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,9 +42,15 @@ pub struct PodRef {
     pub name: String,
 }
 
-/// The hook for pod name/namespace resolution; the API-server client implements it.
+/// The hook for pod name/namespace resolution: the daemon's pod index (from
+/// the API server) and the kubelet's log directories ([`crate::kubelet_logs`])
+/// implement it.
 pub trait PodLookup {
     fn pod(&self, uid: &str) -> Option<PodRef>;
+    /// The name of the container with this runtime id, when known.
+    fn container_name(&self, _container_id: &str) -> Option<String> {
+        None
+    }
 }
 
 /// No API server: pods stay identified by UID only.
@@ -331,6 +340,9 @@ impl CgroupResolver {
         }
         if let Some(uid) = &a.pod_uid {
             a.pod = pods.pod(uid);
+        }
+        if let Some(id) = &a.container_id {
+            a.container = pods.container_name(id);
         }
         a
     }

@@ -3,12 +3,14 @@
 //!
 //! Layout: `loader` is the only code that touches the kernel (behind
 //! [`EventSource`]); `event` decodes the records; `attribution` maps cgroups
-//! to containers and pods; `summary` aggregates and renders; `names` turns
+//! to containers and pods (`kubelet_logs` names them without an API server);
+//! `summary` aggregates and renders; `names` turns
 //! numbers into syscall and errno names. The C programs live in `agent-ebpf/`.
 
 pub mod attribution;
 pub mod bpf;
 pub mod event;
+pub mod kubelet_logs;
 pub mod loader;
 pub mod names;
 pub mod pump;
@@ -17,6 +19,7 @@ pub mod summary;
 
 pub use attribution::{Attribution, CgroupResolver, NoPodLookup, PodLookup, PodRef};
 pub use event::{Action, CgroupCreated, CountKey, Denial};
+pub use kubelet_logs::KubeletLogs;
 pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
 pub use pump::{Pump, Sample};
 pub use retire::{in_host_pid_namespace, process_exited};
@@ -90,6 +93,10 @@ pub struct TraceOptions {
     pub duration: Option<Duration>,
     pub comm: Option<String>,
     pub pid: Option<u32>,
+    /// Only denials in this pod (name or UID), namespace, container (name or id prefix).
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    pub container: Option<String>,
     pub format: OutputFormat,
     /// Force a strategy instead of probing.
     pub strategy: Option<Strategy>,
@@ -383,6 +390,7 @@ pub fn run(
     opts: &TraceOptions,
     out: &mut dyn Write,
     stop: &AtomicBool,
+    pods: &dyn PodLookup,
 ) -> Result<TraceSummary, TraceError> {
     let mut tracer = Tracer::start(&TracerConfig {
         strategy: opts.strategy,
@@ -390,14 +398,19 @@ pub fn run(
         btf_path: opts.btf_path.clone(),
         ..TracerConfig::default()
     })?;
-    run_with(
-        &mut tracer,
-        opts,
-        out,
-        stop,
-        CgroupResolver::host(),
-        &NoPodLookup,
-    )
+    run_with(&mut tracer, opts, out, stop, CgroupResolver::host(), pods)
+}
+
+impl TraceOptions {
+    pub fn filter(&self) -> Filter {
+        Filter {
+            pid: self.pid,
+            comm: self.comm.clone(),
+            pod: self.pod.clone(),
+            namespace: self.namespace.clone(),
+            container: self.container.clone(),
+        }
+    }
 }
 
 /// [`run`] over any event source; tests drive it with a fake.
@@ -409,10 +422,7 @@ pub fn run_with(
     resolver: CgroupResolver,
     pods: &dyn PodLookup,
 ) -> Result<TraceSummary, TraceError> {
-    let filter = Filter {
-        pid: opts.pid,
-        comm: opts.comm.clone(),
-    };
+    let filter = opts.filter();
     let mut pump = Pump::new(source, resolver, filter);
     let clock_offset = realtime_minus_monotonic_ns();
     let deadline = opts.duration.map(|d| Instant::now() + d);

@@ -65,7 +65,8 @@ impl<S: EventSource> Pump<S> {
     }
 
     /// Waits up to `wait` for samples and hands each one that passes the
-    /// filter to `on_sample`. The sample resolves its cgroup now: the
+    /// filter (the process part first, the workload part once attributed)
+    /// to `on_sample`. The sample resolves its cgroup now: the
     /// counts are read later, when a short-lived container may be gone.
     /// Cgroup creations are read after the samples arrive: a cgroup is
     /// created before any of its tasks runs, so its record is in by then.
@@ -91,6 +92,9 @@ impl<S: EventSource> Pump<S> {
         source.created_cgroups(&mut |c| resolver.learn(c.id, c.path))?;
         for d in &batch {
             let attribution = resolver.attribute(d.cgroup_id, d.pid, pods);
+            if !filter.matches_workload(&attribution) {
+                continue;
+            }
             let syscall = names.get(d.arch, d.nr);
             on_sample(Sample {
                 denial: d,

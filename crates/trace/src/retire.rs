@@ -160,6 +160,7 @@ mod tests {
             cgroup_id: 7,
             cgroup: None,
             container_id: Some("c1".into()),
+            container: None,
             pod_uid: Some("u1".into()),
             pod: None,
         }

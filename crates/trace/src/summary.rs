@@ -12,17 +12,76 @@ use super::{Stats, Strategy};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
-/// `--pid` / `--comm` filters (pid is the process id, tgid in kernel terms).
+/// `--pid` / `--comm` (the process) and `--pod` / `--namespace` /
+/// `--container` (where it ran) filters; pid is the process id, tgid in
+/// kernel terms. Unset fields match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub pid: Option<u32>,
     pub comm: Option<String>,
+    /// The pod's name or its UID.
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    /// The container's name, or a prefix of its runtime id.
+    pub container: Option<String>,
 }
 
 impl Filter {
+    /// The process part, checked before a denial is attributed (cheap).
     pub fn matches(&self, pid: u32, comm: &str) -> bool {
         self.pid.is_none_or(|p| p == pid) && self.comm.as_deref().is_none_or(|c| c == comm)
     }
+
+    /// The workload part, checked on the attribution.
+    pub fn matches_workload(&self, a: &Attribution) -> bool {
+        let pod = a.pod.as_ref();
+        self.pod.as_deref().is_none_or(|want| {
+            pod.is_some_and(|p| p.name == want) || a.pod_uid.as_deref() == Some(want)
+        }) && self
+            .namespace
+            .as_deref()
+            .is_none_or(|want| pod.is_some_and(|p| p.namespace == want))
+            && self.container.as_deref().is_none_or(|want| {
+                a.container.as_deref() == Some(want)
+                    || a.container_id
+                        .as_deref()
+                        .is_some_and(|id| id.starts_with(want))
+            })
+    }
+
+    /// Whether a workload filter is set (rows must be attributed to be kept).
+    pub fn on_workload(&self) -> bool {
+        self.pod.is_some() || self.namespace.is_some() || self.container.is_some()
+    }
+
+    /// The workload filters that only a name can satisfy: `--namespace`, a
+    /// `--pod` that is no UID, a `--container` that is no hex id prefix.
+    /// Empty when the cgroup alone (UID, container id) can answer them.
+    pub fn needs_names(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.pod.as_deref().is_some_and(|p| !looks_like_uid(p)) {
+            out.push("--pod");
+        }
+        if self.namespace.is_some() {
+            out.push("--namespace");
+        }
+        if self
+            .container
+            .as_deref()
+            .is_some_and(|c| !c.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            out.push("--container");
+        }
+        out
+    }
+}
+
+/// A pod UID as the API server writes it (8-4-4-4-12 hex), or a static pod's
+/// (32 hex digits, the hash of its manifest).
+fn looks_like_uid(s: &str) -> bool {
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = s.split('-').collect();
+    hex(s, 32) || (parts.len() == 5 && parts.iter().zip([8, 4, 4, 4, 12]).all(|(p, n)| hex(p, n)))
 }
 
 /// One line of the final summary: exact count for (pid, comm, syscall, action, errno, cgroup).
@@ -43,6 +102,9 @@ pub struct SummaryRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
     pub container_id: Option<String>,
+    /// The container's name, when the trace knew it (older traces lack it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     pub pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<super::attribution::PodRef>,
@@ -88,6 +150,8 @@ pub struct Sample {
     pub mnt_ns: u32,
     pub cgroup: Option<String>,
     pub container_id: Option<String>,
+    #[serde(default)]
+    pub container: Option<String>,
     pub pod_uid: Option<String>,
     pub pod: Option<super::attribution::PodRef>,
 }
@@ -107,6 +171,7 @@ impl Sample {
             cgroup_id: self.cgroup_id,
             cgroup: self.cgroup,
             container_id: self.container_id,
+            container: self.container,
             pod_uid: self.pod_uid,
             pod: self.pod,
         }
@@ -152,9 +217,12 @@ pub fn aggregate(
     }
     let mut rows: Vec<SummaryRow> = merged
         .into_iter()
-        .map(|(k, count)| {
+        .filter_map(|(k, count)| {
             let a = attribute(k.cgroup_id, k.pid);
-            SummaryRow {
+            if !filter.matches_workload(&a) {
+                return None;
+            }
+            Some(SummaryRow {
                 pid: k.pid,
                 syscall: names.get(k.arch, k.nr).to_string(),
                 comm: k.comm,
@@ -166,9 +234,10 @@ pub fn aggregate(
                 cgroup_id: k.cgroup_id,
                 cgroup: a.cgroup,
                 container_id: a.container_id,
+                container: a.container,
                 pod_uid: a.pod_uid,
                 pod: a.pod,
-            }
+            })
         })
         .collect();
     sort_rows(&mut rows);
@@ -212,6 +281,8 @@ struct SampleJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroup: Option<&'a str>,
     container_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
     pod_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pod: Option<&'a super::attribution::PodRef>,
@@ -233,6 +304,7 @@ pub fn sample_json(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> 
         mnt_ns: d.mnt_ns,
         cgroup: a.cgroup.as_deref(),
         container_id: a.container_id.as_deref(),
+        container: a.container.as_deref(),
         pod_uid: a.pod_uid.as_deref(),
         pod: a.pod.as_ref(),
     };
@@ -251,17 +323,45 @@ pub fn sample_text(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> 
         d.nr,
         outcome(d.action, d.errno)
     );
-    if let Some(p) = &a.pod {
-        s.push_str(&format!(" pod={}/{}", p.namespace, p.name));
-    } else if let Some(uid) = &a.pod_uid {
-        s.push_str(&format!(" pod_uid={uid}"));
-    }
-    if let Some(id) = &a.container_id {
-        s.push_str(&format!(" container={}", &id[..id.len().min(12)]));
-    } else if let Some(cg) = &a.cgroup {
-        s.push_str(&format!(" cgroup={cg}"));
+    if let Some(w) = workload(
+        a.pod.as_ref(),
+        a.pod_uid.as_deref(),
+        a.container.as_deref(),
+        a.container_id.as_deref(),
+        a.cgroup.as_deref(),
+    ) {
+        s.push(' ');
+        s.push_str(&w);
     }
     s
+}
+
+/// Where a denial ran, in words: `pod=ns/name container=name`, the UID and
+/// the id's first 12 digits where no name is known, the cgroup outside
+/// Kubernetes; `None` when nothing is known.
+fn workload(
+    pod: Option<&super::attribution::PodRef>,
+    pod_uid: Option<&str>,
+    container: Option<&str>,
+    container_id: Option<&str>,
+    cgroup: Option<&str>,
+) -> Option<String> {
+    let mut parts = Vec::new();
+    match (pod, pod_uid) {
+        (Some(p), _) => parts.push(format!("pod={}/{}", p.namespace, p.name)),
+        (None, Some(uid)) => parts.push(format!("pod_uid={uid}")),
+        (None, None) => {}
+    }
+    match (container, container_id) {
+        (Some(name), _) => parts.push(format!("container={name}")),
+        (None, Some(id)) => parts.push(format!("container={}", &id[..id.len().min(12)])),
+        (None, None) => {
+            if let Some(cg) = cgroup.filter(|_| parts.is_empty()) {
+                parts.push(format!("cgroup={cg}"));
+            }
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(" "))
 }
 
 fn outcome(action: Action, errno: i32) -> String {
@@ -280,29 +380,60 @@ pub fn summary_json(s: &TraceSummary) -> String {
     serde_json::to_string(s).expect("summary serializes")
 }
 
-/// The final text table.
+/// The final text table. Each column is as wide as its widest cell, so a
+/// long action (`notify-error EAFNOSUPPORT (97)`) or comm never pushes the
+/// counts out of line.
 pub fn summary_text(s: &TraceSummary) -> String {
-    let mut out = format!(
-        "{:>8} {:<16} {:<20} {:<14} {:>10}  {}\n",
-        "PID", "COMM", "SYSCALL", "ACTION", "COUNT", "CONTAINER/POD"
-    );
-    for r in &s.summary {
-        let what = outcome(r.action, r.errno);
-        let where_ = match (&r.container_id, &r.pod_uid) {
-            (Some(c), Some(p)) => format!("{} pod={p}", &c[..c.len().min(12)]),
-            (Some(c), None) => c[..c.len().min(12)].to_string(),
-            (None, Some(p)) => format!("pod={p}"),
-            (None, None) => "-".to_string(),
-        };
-        out.push_str(&format!(
-            "{:>8} {:<16} {:<20} {:<14} {:>10}  {}\n",
-            r.pid,
-            r.comm,
-            format!("{}({})", r.syscall, r.nr),
-            what,
-            r.count,
-            where_
-        ));
+    let header = ["PID", "COMM", "SYSCALL", "ACTION", "COUNT", "WHERE"];
+    let rows: Vec<[String; 6]> = s
+        .summary
+        .iter()
+        .map(|r| {
+            [
+                r.pid.to_string(),
+                r.comm.clone(),
+                format!("{}({})", r.syscall, r.nr),
+                outcome(r.action, r.errno),
+                r.count.to_string(),
+                workload(
+                    r.pod.as_ref(),
+                    r.pod_uid.as_deref(),
+                    r.container.as_deref(),
+                    r.container_id.as_deref(),
+                    None,
+                )
+                .unwrap_or_else(|| "-".to_string()),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        // PID and COUNT right-aligned, as numbers; the last column unpadded.
+        format!(
+            "{:>w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            w0 = width[0],
+            w1 = width[1],
+            w2 = width[2],
+            w3 = width[3],
+            w4 = width[4],
+        )
+    };
+    let mut out = line(header);
+    for row in &rows {
+        out.push_str(&line([
+            &row[0], &row[1], &row[2], &row[3], &row[4], &row[5],
+        ]));
     }
     out.push_str(&format!(
         "strategy {}; {} samples, {} dropped; counts exact{}\n",
@@ -363,6 +494,7 @@ mod tests {
             Attribution {
                 cgroup: Some("/kubepods/podx/abc".into()),
                 container_id: Some("0123456789abcdef".into()),
+                container: None,
                 pod_uid: Some("u-1".into()),
                 qos: None,
                 pod: None,
@@ -390,15 +522,15 @@ mod tests {
         assert_eq!(rows[2].pod_uid, None);
 
         let only = Filter {
-            pid: None,
             comm: Some("other".into()),
+            ..Filter::default()
         };
         let rows = aggregate(counts.clone(), &only, &mut names, &mut attr);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].pid, 11);
         let by_pid = Filter {
             pid: Some(10),
-            comm: None,
+            ..Filter::default()
         };
         let s = summarize(
             aggregate(counts, &by_pid, &mut names, &mut attr),
@@ -534,6 +666,7 @@ mod tests {
                 mnt_ns: 4,
                 cgroup: a.cgroup.clone(),
                 container_id: a.container_id.clone(),
+                container: None,
                 pod_uid: a.pod_uid.clone(),
                 pod: None,
             }
@@ -550,5 +683,91 @@ mod tests {
     fn rfc3339_dates() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    fn in_pod(ns: &str, name: &str, container: Option<&str>) -> Attribution {
+        Attribution {
+            container_id: Some("3f2a9c1b7d4e".repeat(5) + "abcd"),
+            container: container.map(String::from),
+            pod_uid: Some("8b6c7e2a-1d2f-4a5b-9c3d-0e1f2a3b4c5d".into()),
+            pod: Some(super::super::attribution::PodRef {
+                namespace: ns.into(),
+                name: name.into(),
+            }),
+            ..Attribution::default()
+        }
+    }
+
+    #[test]
+    fn workload_filters_by_name_uid_namespace_and_container() {
+        let vllm = in_pod("ml", "vllm-0", Some("server"));
+        let f = |pod: Option<&str>, ns: Option<&str>, c: Option<&str>| Filter {
+            pod: pod.map(String::from),
+            namespace: ns.map(String::from),
+            container: c.map(String::from),
+            ..Filter::default()
+        };
+        for (filter, keeps) in [
+            (f(None, None, None), true),
+            (f(Some("vllm-0"), None, None), true),
+            (
+                f(Some("8b6c7e2a-1d2f-4a5b-9c3d-0e1f2a3b4c5d"), None, None),
+                true,
+            ),
+            (f(Some("vllm-1"), None, None), false),
+            (f(None, Some("ml"), None), true),
+            (f(None, Some("kube-system"), None), false),
+            (f(Some("vllm-0"), Some("ml"), Some("server")), true),
+            (f(None, None, Some("3f2a9c")), true),
+            (f(None, None, Some("sidecar")), false),
+        ] {
+            assert_eq!(filter.matches_workload(&vllm), keeps, "{filter:?}");
+        }
+        // A denial outside any pod passes only when no workload filter is set.
+        assert!(!f(None, Some("ml"), None).matches_workload(&Attribution::default()));
+        assert!(f(None, None, None).matches_workload(&Attribution::default()));
+        // Names are needed only where a UID or an id prefix cannot answer.
+        assert!(f(
+            Some("8b6c7e2a-1d2f-4a5b-9c3d-0e1f2a3b4c5d"),
+            None,
+            Some("3f2a9c")
+        )
+        .needs_names()
+        .is_empty());
+        assert_eq!(
+            f(Some("vllm-0"), Some("ml"), Some("server")).needs_names(),
+            ["--pod", "--namespace", "--container"]
+        );
+    }
+
+    #[test]
+    fn the_table_keeps_its_columns_whatever_the_widths() {
+        let mut names = SyscallNames::default();
+        let mut long = key(10, "a-very-long-comm", 41, 97, Action::NotifyError);
+        long.cgroup_id = 1;
+        let rows = aggregate(
+            vec![(key(10, "app", 83, 1, Action::Errno), 3), (long, 1_234_567)],
+            &Filter::default(),
+            &mut names,
+            &mut |cg, _| {
+                if cg == 1 {
+                    in_pod("ml", "vllm-0", Some("server"))
+                } else {
+                    Attribution::default()
+                }
+            },
+        );
+        let s = summarize(rows, &Stats::default(), Strategy::TpBtf);
+        let text = summary_text(&s);
+        let lines: Vec<&str> = text.lines().collect();
+        // The COUNT column ends at the same place on every line.
+        let end = |l: &str, needle: &str| l.find(needle).unwrap() + needle.len();
+        assert_eq!(end(lines[0], "COUNT"), end(lines[1], "1234567"), "{text}");
+        assert_eq!(end(lines[0], "COUNT"), end(lines[2], " 3"), "{text}");
+        assert!(
+            lines[1].ends_with("pod=ml/vllm-0 container=server"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with(" -"), "{text}");
     }
 }
