@@ -11,7 +11,7 @@
 use nodeproof_bpfgen::Native;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
-use nodeproof_seccomp::oci_runtime::{OciRuntime, OciRuntimeKind};
+use nodeproof_seccomp::oci_runtime::{InitCaller, OciRuntime, OciRuntimeKind};
 use nodeproof_seccomp::runc_init::{self, ArgValue, InitSyscall};
 use nodeproof_seccomp::syscalls::resolve_syscall;
 use serde_json::{json, Value};
@@ -286,8 +286,9 @@ fn one_denied(r: &mut Rng, table: &'static [InitSyscall]) -> Case {
     }
 }
 
-fn conditional(r: &mut Rng, table: &'static [InitSyscall]) -> Case {
+fn conditional(r: &mut Rng, table: &'static [InitSyscall], go_init: bool) -> Case {
     let need = table[r.below(table.len() as u64) as usize];
+    let zeroed = runc_init::zeroes_unused_slots(go_init, &need);
     let nconds = 1 + r.below(2);
     let mut conds = Vec::new();
     let mut used = Vec::new();
@@ -326,8 +327,8 @@ fn conditional(r: &mut Rng, table: &'static [InitSyscall]) -> Case {
     let v = json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [deny]});
     // The first condition on an argument init does not fix, as the model names it.
     let unfixed = used.iter().find_map(|&i| {
-        let what = runc_init::arg_value(need.name, i as u8)?;
-        (what != ArgValue::Fixed).then_some((i as u8, what))
+        let what = runc_init::arg_value(need.name, i as u8, zeroed)?;
+        (!what.is_fixed()).then_some((i as u8, what))
     });
     Case {
         name: format!("conditional: {deny}"),
@@ -485,7 +486,11 @@ pub fn cases(seed: u64, n: usize, oci_runtime: OciRuntime) -> Vec<Case> {
             let mut c = match family {
                 Family::Decoder => decoder(&mut r, table),
                 Family::OneDenied => one_denied(&mut r, table),
-                Family::Conditional => conditional(&mut r, table),
+                Family::Conditional => conditional(
+                    &mut r,
+                    table,
+                    oci_runtime.behaviour().init_caller == InitCaller::Go,
+                ),
                 Family::Allowlist => allowlist(&mut r, table),
                 Family::Size => size(&mut r, oci_runtime),
             };

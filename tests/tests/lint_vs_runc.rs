@@ -152,6 +152,66 @@ fn own_profiles_match(build: RuntimeBuild) {
     );
 }
 
+/// runc init is Go: what it calls through the syscall package has 0 in
+/// every slot the call does not take, so a rule there decides the same way
+/// in every start. The issue's case: `execve` denied when `args[3] != 0`
+/// starts every time with real runc (it was predicted start-failed, "depends
+/// on the register"), and denied when `args[3] == 0` fails every time.
+#[test]
+fn go_zeros_in_unused_argument_slots_match_real_runc() {
+    for build in [RuntimeBuild::Runc1_1_5, RuntimeBuild::Runc1_1_15] {
+        let Some(_) = require(&splice::needs(build)) else {
+            return;
+        };
+        let deny_execve_if = |op: &str| {
+            format!(
+                r#"{{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{{"names":["execve"],"action":"SCMP_ACT_ERRNO","args":[{{"index":3,"value":0,"op":"{op}"}}]}}]}}"#
+            )
+            .into_bytes()
+        };
+        let cases = [
+            (
+                "execve denied if args[3] != 0",
+                deny_execve_if("SCMP_CMP_NE"),
+                Outcome::Ok,
+            ),
+            (
+                "execve denied if args[3] == 0",
+                deny_execve_if("SCMP_CMP_EQ"),
+                Outcome::StartFailed,
+            ),
+        ];
+        let oracle = SpliceOracle::new(splice::default_oracle_dir(), build).expect("oracle");
+        for (name, bytes, want) in &cases {
+            for nnp in [true, false] {
+                let report = report_for(bytes, nnp, oracle.build().modelled());
+                assert_eq!(
+                    report.outcome,
+                    *want,
+                    "{build} {name} nnp={nnp}: {}",
+                    first_line(&report)
+                );
+            }
+        }
+        // Three starts each way, so "every time" is seen, not assumed.
+        let profiles: Vec<(String, Vec<u8>)> = (0..3)
+            .flat_map(|i| {
+                cases
+                    .iter()
+                    .map(move |(n, b, _)| (format!("{n} #{i}"), b.clone()))
+            })
+            .collect();
+        let (total, wrong) = live_mismatches(&oracle, profiles);
+        assert_eq!(total, 12);
+        assert!(
+            wrong.is_empty(),
+            "{build}: {} of {total} differ:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
+    }
+}
+
 /// Live: the shared corpus through real runc, compared with the prediction
 /// (not with the recorded file), so a different runc build is caught too.
 #[test]

@@ -9,7 +9,7 @@
 use crate::crun_init;
 use crate::filter::Arch;
 use crate::oci_runtime::{
-    ArchNames, EnosysStub, FlagSupport, Libseccomp, OciRuntime, SeccompBehaviour,
+    ArchNames, EnosysStub, FlagSupport, InitCaller, Libseccomp, OciRuntime, SeccompBehaviour,
 };
 use crate::runc::Stage;
 
@@ -49,6 +49,7 @@ pub static CRUN_1_8: SeccompBehaviour = SeccompBehaviour {
     enosys_stub: EnosysStub::Absent,
     libseccomp: Libseccomp::V2_5_4,
     init_syscalls: crun_init::CRUN_1_8,
+    init_caller: InitCaller::C,
 };
 
 /// crun 1.21 (trixie, libseccomp 2.6.0).

@@ -16,7 +16,7 @@ use crate::filter::{Action, Arch, CmpOp, FilterSpec};
 use crate::fnv::Fnv;
 use crate::json::{self, LineIndex, Node};
 use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
-use crate::oci_runtime::{EnosysStub, OciRuntime, OciRuntimeKind};
+use crate::oci_runtime::{EnosysStub, InitCaller, OciRuntime, OciRuntimeKind};
 use crate::patchbpf;
 use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
@@ -631,6 +631,7 @@ fn predict_runtime_needs(
     opts: &LintOptions,
     report: &mut ProfileReport,
 ) -> bool {
+    let go_init = opts.oci_runtime.behaviour().init_caller == InitCaller::Go;
     let in_mode = || {
         opts.oci_runtime
             .behaviour()
@@ -659,7 +660,8 @@ fn predict_runtime_needs(
                 continue;
             }
         }
-        let actions = init_actions(spec, compiled, opts.arch, need);
+        let zeroed = runc_init::zeroes_unused_slots(go_init, need);
+        let actions = init_actions(spec, compiled, opts.arch, need, zeroed);
         let Some(&traced) = actions.first() else {
             continue;
         };
@@ -667,7 +669,7 @@ fn predict_runtime_needs(
         // A rule on an argument init does not fix: the start fails in the
         // starts where it matches, so say it fails, and why only sometimes.
         let unfixed = (actions.iter().any(|&a| fails(a)) && actions.iter().any(|&a| !fails(a)))
-            .then(|| unfixed_condition(spec, need))
+            .then(|| unfixed_condition(spec, need, zeroed))
             .flatten();
         let action = match unfixed {
             Some(_) => actions
@@ -723,7 +725,11 @@ fn predict_runtime_needs(
 /// The conditions of the profile's rules on `need`'s call that examine an
 /// argument runc init does not fix (an address, an unused register), as
 /// (index, what it is, the values worth trying: each side of the condition).
-fn unfixed_conditions(spec: &FilterSpec, need: &InitSyscall) -> Vec<(u8, ArgValue, Vec<u64>)> {
+fn unfixed_conditions(
+    spec: &FilterSpec,
+    need: &InitSyscall,
+    zeroed: bool,
+) -> Vec<(u8, ArgValue, Vec<u64>)> {
     let mut found: Vec<(u8, ArgValue, Vec<u64>)> = Vec::new();
     let conds = spec
         .rules
@@ -731,10 +737,10 @@ fn unfixed_conditions(spec: &FilterSpec, need: &InitSyscall) -> Vec<(u8, ArgValu
         .filter(|r| r.syscall == need.name)
         .flat_map(|r| &r.conds);
     for c in conds {
-        let Some(what) = runc_init::arg_value(need.name, c.index) else {
+        let Some(what) = runc_init::arg_value(need.name, c.index, zeroed) else {
             continue;
         };
-        if what == ArgValue::Fixed {
+        if what.is_fixed() {
             continue;
         }
         let tries: &[u64] = match c.op {
@@ -753,8 +759,12 @@ fn unfixed_conditions(spec: &FilterSpec, need: &InitSyscall) -> Vec<(u8, ArgValu
     found
 }
 
-fn unfixed_condition(spec: &FilterSpec, need: &InitSyscall) -> Option<(u8, ArgValue)> {
-    unfixed_conditions(spec, need)
+fn unfixed_condition(
+    spec: &FilterSpec,
+    need: &InitSyscall,
+    zeroed: bool,
+) -> Option<(u8, ArgValue)> {
+    unfixed_conditions(spec, need, zeroed)
         .first()
         .map(|&(index, what, _)| (index, what))
 }
@@ -768,10 +778,22 @@ fn init_actions(
     compiled: &CompiledFilter,
     arch: Arch,
     need: &InitSyscall,
+    zeroed: bool,
 ) -> Vec<Action> {
     const MOST: usize = 256;
-    let mut argsets = vec![need.args];
-    for (index, _, values) in unfixed_conditions(spec, need) {
+    let mut traced = need.args;
+    if zeroed {
+        // Go's zeros, whatever one trace's registers held there.
+        for (i, a) in traced.iter_mut().enumerate() {
+            if runc_init::arg_value(need.name, i as u8, true)
+                .is_some_and(|v| matches!(v, ArgValue::Zero { .. }))
+            {
+                *a = 0;
+            }
+        }
+    }
+    let mut argsets = vec![traced];
+    for (index, _, values) in unfixed_conditions(spec, need, zeroed) {
         let mut next = Vec::new();
         for args in &argsets {
             for &v in &values {

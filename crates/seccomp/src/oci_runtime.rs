@@ -105,6 +105,23 @@ pub struct SeccompBehaviour {
     pub libseccomp: Libseccomp,
     /// What the runtime's init and the entrypoint call after the filter is loaded.
     pub init_syscalls: &'static [InitSyscall],
+    /// Who makes init's calls after the filter is loaded, which decides what
+    /// the argument slots a call does not take hold (see [`InitCaller`]).
+    pub init_caller: InitCaller,
+}
+
+/// The code that makes a runtime's init calls once the filter is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitCaller {
+    /// Go (runc init): its own calls go through Go's `syscall` and
+    /// `x/sys/unix` wrappers, which pass 0 in every slot a call does not take
+    /// (`Syscall(trap, a1, a2, a3)` is `Syscall6(trap, a1, a2, a3, 0, 0, 0)`;
+    /// go1.19 src/syscall/syscall_linux.go), except the calls Go's runtime
+    /// makes from assembly ([`crate::runc_init::GO_RUNTIME_CALLS`]).
+    Go,
+    /// C (crun, through libc): the slots a call does not take hold whatever
+    /// was left in the registers.
+    C,
 }
 
 /// runc's -ENOSYS stub (libcontainer/seccomp/patchbpf): syscalls numbered

@@ -8,7 +8,7 @@ use crate::diagnostic::{Code, Diagnostic};
 use crate::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 use crate::model::Seccomp;
 use crate::oci_runtime::{
-    ArchNames, EnosysStub, FlagSupport, Libseccomp, OciRuntime, SeccompBehaviour,
+    ArchNames, EnosysStub, FlagSupport, InitCaller, Libseccomp, OciRuntime, SeccompBehaviour,
 };
 use crate::runc_init;
 
@@ -39,6 +39,7 @@ pub static RUNC_1_1_5: SeccompBehaviour = SeccompBehaviour {
     enosys_stub: EnosysStub::ListedArches,
     libseccomp: Libseccomp::V2_5_4,
     init_syscalls: runc_init::RUNC_1_1_5,
+    init_caller: InitCaller::Go,
 };
 
 /// runc 1.1.15 (trixie: go1.24, libseccomp 2.6.0). Measured differences

@@ -232,9 +232,12 @@ pub enum ArgValue {
     /// An address (a path, a buffer, Go's heap or stack): it moves from start
     /// to start (ASLR, Go's allocator), so a rule on it matches in some.
     Address,
-    /// An argument the call does not take: the kernel passes all six
-    /// registers (`syscall_get_arguments`), and the unused ones hold whatever
-    /// was left in them.
+    /// An argument the call does not take, made through Go's `syscall`
+    /// package, which passes 0 there: 0 in every start.
+    Zero { arity: u8 },
+    /// An argument the call does not take, made by C or by Go's runtime
+    /// assembly: the kernel passes all six registers (`syscall_get_arguments`),
+    /// and the unused ones hold whatever was left in them.
     Unused { arity: u8 },
 }
 
@@ -245,19 +248,60 @@ impl ArgValue {
             ArgValue::Address => {
                 "an address, which moves from start to start".to_string()
             }
+            ArgValue::Zero { arity } => format!(
+                "an argument the call does not take (it takes {arity}), which Go's syscall package passes as 0"
+            ),
             ArgValue::Unused { arity } => format!(
                 "an argument the call does not take (it takes {arity}), so it holds whatever the register held"
             ),
         }
     }
+
+    /// The same value in every start (a fixed argument, or Go's 0).
+    pub fn is_fixed(self) -> bool {
+        matches!(self, ArgValue::Fixed | ArgValue::Zero { .. })
+    }
+}
+
+/// The calls of runc init that Go's runtime makes itself, from assembly
+/// that loads only the registers a call takes (go1.19
+/// src/runtime/sys_linux_amd64.s: futex, epollctl, sigreturn, rtsigprocmask,
+/// ...): their unused slots are not zeroed. Every other call of runc init
+/// after the filter is runc's own, through the `syscall` package.
+pub const GO_RUNTIME_CALLS: &[&str] = &[
+    "arch_prctl",
+    "clone",
+    "epoll_ctl",
+    "epoll_pwait",
+    "futex",
+    "gettid",
+    "madvise",
+    "mincore",
+    "mmap",
+    "munmap",
+    "nanosleep",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "sched_getaffinity",
+    "sched_yield",
+    "sigaltstack",
+    "tgkill",
+];
+
+/// Whether `need`'s unused argument slots are Go's zeros: a call of Go
+/// runc init's own (not the runtime's, not the entrypoint's libc).
+pub fn zeroes_unused_slots(go_init: bool, need: &InitSyscall) -> bool {
+    go_init && need.phase == Phase::RuntimeInit && !GO_RUNTIME_CALLS.contains(&need.name)
 }
 
 /// `args[index]` of init's call `name` on x86_64 (runc's and crun's tables),
 /// from each call's kernel prototype (`SYSCALL_DEFINEn`; `faccessat` is the
 /// 3-argument one). `fcntl`
 /// and `prctl` take an address only for some commands, none of init's, so
-/// theirs count as fixed. `None`: not one of init's calls.
-pub fn arg_value(name: &str, index: u8) -> Option<ArgValue> {
+/// theirs count as fixed. `zeroed`: the caller passes 0 in the slots the
+/// call does not take ([`zeroes_unused_slots`]). `None`: not one of init's calls.
+pub fn arg_value(name: &str, index: u8, zeroed: bool) -> Option<ArgValue> {
     let arity = match name {
         "getegid" | "geteuid" | "getgid" | "getpid" | "getppid" | "getuid" | "rt_sigreturn" => 0,
         "brk" | "chdir" | "close" | "exit_group" | "set_tid_address" | "setgid" | "setuid" => 1,
@@ -285,7 +329,9 @@ pub fn arg_value(name: &str, index: u8) -> Option<ArgValue> {
         "futex" => &[0, 3, 4],
         _ => &[],
     };
-    Some(if index >= arity {
+    Some(if index >= arity && zeroed {
+        ArgValue::Zero { arity }
+    } else if index >= arity {
         ArgValue::Unused { arity }
     } else if addresses.contains(&index) {
         ArgValue::Address
