@@ -18,20 +18,21 @@
  *
  * USER_NOTIF: seccomp skips a notified syscall the supervisor answers with an
  * error (or a value) exactly like an ERRNO one, so sys_exit alone cannot tell
- * them apart. What differs is that the task slept *inside seccomp*, before
- * sys_enter: a confined task that is not in a traced syscall body and goes to
- * sleep voluntarily in TASK_INTERRUPTIBLE is waiting for its supervisor
- * (seccomp_do_user_notification's wait_for_completion_interruptible; user
- * space never sleeps, ptrace and group stops use other states). sched_switch
- * marks it with the pending syscall nr and the task's nvcsw; the next skipped
- * exit with the same nr and no voluntary switch since is the notified call:
- * an error answer is NOTIFY_ERROR, a value answer (emulation) is no denial.
- * A CONTINUE answer runs the call (it passes sys_enter), so a paired exit
- * clears the mark; tp_btf's paired fast path touches no task storage, so it
- * only looks when np_notify_marks (marks outstanding node-wide) is non-zero:
- * a node without USER_NOTIF pays one load per confined exit.
- * The tp_btf and tracepoint strategies do this; fexit does not attach
- * sched_switch and reports notify errors as errno.
+ * them apart. The kernel tells who was notified: the supervisor's
+ * ioctl(SECCOMP_IOCTL_NOTIF_RECV) returns the notification, with the
+ * notifying thread's pid as the supervisor's pid namespace numbers it
+ * (task_pid_vnr). At that ioctl's sys_exit the programs read the struct
+ * from the supervisor's buffer and mark (that namespace, that pid) in
+ * np_notified with the syscall nr. The notifying task's next skipped exit
+ * finds its mark by walking its own pid numbers, one per namespace it is
+ * visible in: an error answer is NOTIFY_ERROR, a value answer (emulation) is
+ * no denial. A CONTINUE answer runs the call, whose paired exit takes the
+ * mark. No timing: an answer that comes before the caller sleeps, a traced
+ * or frozen task, a killable wait (WAIT_KILLABLE_RECV) are told apart the
+ * same way. The marks are looked at only while np_notify_marks (marks
+ * outstanding, node-wide) is non-zero: a node without USER_NOTIF pays one
+ * load per confined exit. tp_btf and the tracepoint strategy with BTF do
+ * this; fexit and the BTF-free variant report notify errors as errno.
  *
  * All three share: signal_generate (SIGSYS with si_code SYS_SECCOMP marks a
  * TRAP so the following skip is classed as trap), sched_process_exit (a task
@@ -78,16 +79,15 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 const volatile __u64 np_sample_limit = 1000; /* samples per CPU per ~1.07 s window */
 const volatile __u32 np_sample_tgid = 0;     /* 0: samples for every process */
 
-/* USER_NOTIF marks set and not yet cleared, node-wide (tp_btf only; see the top comment). */
+/* USER_NOTIF marks set and not yet taken, node-wide (see the top comment);
+ * and SECCOMP_IOCTL_NOTIF_RECV calls entered and not yet exited. */
 __s64 np_notify_marks = 0;
+__s64 np_recvs_inflight = 0;
 
 struct np_task_state {
 	__u32 entered;   /* 1 between a confined sys_enter and its sys_exit */
 	__u32 trap;      /* 1 after a seccomp SIGSYS, until the syscall's exit */
 	__s32 trap_data; /* the filter's data, carried in si_errno */
-	__u32 notify;    /* 1 after a sleep inside seccomp (USER_NOTIF wait), until the next exit */
-	__u64 notify_nvcsw; /* the task's nvcsw at that sleep */
-	__s32 notify_nr;    /* the syscall that was waiting */
 	__u32 installing;   /* tp_btf: between a filter install's sys_enter and its sys_exit */
 };
 
@@ -113,6 +113,28 @@ struct {
 	__type(key, __u32);
 	__type(value, struct np_task_state);
 } np_tid_state SEC(".maps");
+
+/* A notification a supervisor received: the notifying thread as its pid
+ * namespace numbers it (see the top comment). */
+struct np_notif_key {
+	__u32 ns;  /* the pid namespace's inode number */
+	__u32 pid; /* the thread's pid there */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct np_notif_key);
+	__type(value, __s32); /* the notified syscall */
+} np_notified SEC(".maps");
+
+/* The buffer of a supervisor thread's SECCOMP_IOCTL_NOTIF_RECV in flight. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32); /* tid */
+	__type(value, __u64);
+} np_recv_buf SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -237,35 +259,94 @@ static __always_inline void np_emit_x(struct task_struct *task, __s32 nr, __s32 
 	np_stat(NP_STAT_SAMPLES);
 }
 
-#ifndef NP_CLASSIC_ONLY /* tp_btf's sched_switch only */
-static __always_inline unsigned int np_run_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)t, state);
-}
-#endif
+#define NP_NR_IOCTL 16
+/* _IOWR('!', 0, struct seccomp_notif): 80 bytes (include/uapi/linux/seccomp.h) */
+#define NP_SECCOMP_IOCTL_NOTIF_RECV 0xc0502100U
+#define NP_MAX_PID_LEVELS 4 /* pid namespaces deep that a notifying thread is looked up in */
 
-/* A confined task outside any traced syscall body is going to sleep
- * interruptibly: it waits for a USER_NOTIF answer (see the top comment). */
-static __always_inline void np_mark_notify(struct task_struct *task, struct np_task_state *st,
-					   struct pt_regs *regs)
+/* The supervisor's ioctl enters: remember a RECV's buffer. */
+static __always_inline void np_recv_begin(unsigned long cmd, unsigned long buf)
 {
-	if (!st->notify)
+	if ((__u32)cmd != NP_SECCOMP_IOCTL_NOTIF_RECV)
+		return;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 b = buf;
+	if (bpf_map_update_elem(&np_recv_buf, &tid, &b, BPF_ANY) == 0)
+		__sync_fetch_and_add(&np_recvs_inflight, 1);
+}
+
+/* The pid namespace current's pids live in (task_active_pid_ns). */
+static __always_inline __u32 np_active_pid_ns(struct task_struct *task)
+{
+	struct pid *pid = BPF_CORE_READ(task, thread_pid);
+	unsigned int level = BPF_CORE_READ(pid, level);
+	struct upid *up = (struct upid *)((char *)pid + bpf_core_field_offset(struct pid, numbers) +
+					  (__u64)(level & 31) * bpf_core_type_size(struct upid));
+	return BPF_CORE_READ(up, ns, ns.inum);
+}
+
+/* A RECV exits: mark the notifying thread it returned (see the top comment). */
+static __always_inline void np_recv_end(struct task_struct *task, long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 *buf = bpf_map_lookup_elem(&np_recv_buf, &tid);
+	if (!buf)
+		return;
+	__u64 b = *buf;
+	bpf_map_delete_elem(&np_recv_buf, &tid);
+	__sync_fetch_and_add(&np_recvs_inflight, -1);
+	if (ret != 0)
+		return;
+	/* struct seccomp_notif: __u64 id; __u32 pid; __u32 flags; struct seccomp_data { int nr; ... } */
+	struct {
+		__u64 id;
+		__u32 pid;
+		__u32 flags;
+		__s32 nr;
+	} n = {};
+	if (bpf_probe_read_user(&n, sizeof(n), (void *)b) || !n.pid)
+		return; /* 0: the notifying thread is not visible in the supervisor's namespace */
+	struct np_notif_key key = {.ns = np_active_pid_ns(task), .pid = n.pid};
+	if (bpf_map_update_elem(&np_notified, &key, &n.nr, BPF_NOEXIST) == 0)
 		__sync_fetch_and_add(&np_notify_marks, 1);
-	st->notify = 1;
-	st->notify_nvcsw = BPF_CORE_READ(task, nvcsw);
-	st->notify_nr = (__s32)BPF_CORE_READ(regs, orig_ax);
+	else
+		bpf_map_update_elem(&np_notified, &key, &n.nr, BPF_ANY);
 }
 
-/* Clears a task's mark; marks are set and cleared only by the task itself or
- * by sched_switch as it leaves the CPU, never concurrently. */
-static __always_inline void np_clear_notify(struct np_task_state *st)
+/* Takes task's mark, found by its pid in each namespace it is visible in:
+ * the notified syscall, or -1 without one. */
+static __always_inline int np_take_notified(struct task_struct *task)
 {
-	if (st->notify) {
-		st->notify = 0;
-		__sync_fetch_and_add(&np_notify_marks, -1);
+	struct pid *pid = BPF_CORE_READ(task, thread_pid);
+	unsigned int level = BPF_CORE_READ(pid, level);
+	char *numbers = (char *)pid + bpf_core_field_offset(struct pid, numbers);
+	__u32 size = bpf_core_type_size(struct upid);
+
+	for (int i = 0; i < NP_MAX_PID_LEVELS; i++) {
+		if (i > level)
+			break;
+		struct upid *up = (struct upid *)(numbers + (__u64)i * size);
+		struct np_notif_key key = {
+			.ns = BPF_CORE_READ(up, ns, ns.inum),
+			.pid = (__u32)BPF_CORE_READ(up, nr),
+		};
+		__s32 *nr = bpf_map_lookup_elem(&np_notified, &key);
+		if (nr) {
+			int v = *nr;
+			if (bpf_map_delete_elem(&np_notified, &key) == 0)
+				__sync_fetch_and_add(&np_notify_marks, -1);
+			return v;
+		}
 	}
+	return -1;
+}
+
+/* A paired (run) syscall of a task with a mark: a CONTINUE answer, or the
+ * mark is stale. Either way it is not a denial's: take it. */
+static __always_inline void np_drop_notified(struct task_struct *task)
+{
+	if (np_notify_marks > 0)
+		np_take_notified(task);
 }
 
 static __always_inline void np_emit(struct task_struct *task, __s32 nr, __s32 err, __u32 action)
@@ -279,11 +360,11 @@ static __always_inline void np_skipped_x(struct task_struct *task, struct np_tas
 {
 	if (nr < 0)
 		return; /* a ptrace tracer cancelled the syscall (orig_ax = -1): not seccomp */
-	if (core && st->notify) {
-		np_clear_notify(st);
-		/* The mark belongs to this syscall only if nothing slept in between:
-		 * a CONTINUE'd notification runs the call, which leaves a stale mark. */
-		if (st->notify_nr == nr && BPF_CORE_READ(task, nvcsw) == st->notify_nvcsw) {
+	if (core && np_notify_marks > 0) {
+		int notified = np_take_notified(task);
+		/* A mark for another syscall is stale (the notification was cut
+		 * short): taken, and this exit judged on its own. */
+		if (notified == nr) {
 			if (ret < 0 && ret >= -MAX_ERRNO)
 				np_emit(task, nr, -ret, NP_ACT_NOTIFY_ERROR);
 			else
@@ -438,7 +519,6 @@ static __always_inline bool np_install_end(struct task_struct *task, struct np_c
 		__sync_val_compare_and_swap(&c->entered, (__u64)task, 0);
 	st->entered = 0;
 	st->trap = 0;
-	np_clear_notify(st);
 	return true;
 }
 
@@ -450,6 +530,10 @@ int np_btf_enter(__u64 *ctx)
 	__u32 zero = 0;
 	int mode;
 
+	if (ctx[1] == NP_NR_IOCTL) {
+		struct pt_regs *regs = (struct pt_regs *)ctx[0];
+		np_recv_begin(regs->si, regs->dx);
+	}
 	if (np_is_install(ctx))
 		np_install_begin(bpf_get_current_task_btf());
 	c = bpf_map_lookup_elem(&np_slot, &zero); /* inlined from 6.10: no helper call */
@@ -476,19 +560,10 @@ static __always_inline void np_switch_out(__u64 *ctx, struct np_cpu *c)
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct np_task_state *st;
 
-	if (c->entered != (__u64)prev) {
-		/* Not in a syscall entered on this CPU. Preempted, running, or not
-		 * confined: nothing to mark (ctx[0] is the preempt flag). */
-		if (ctx[0] || prev->seccomp.mode != SECCOMP_MODE_FILTER ||
-		    np_run_state(prev) != TASK_INTERRUPTIBLE)
-			return;
-		/* No state: never seen since attach, so "not entered" is unknown
-		 * (a syscall in flight at attach): leave it unjudged. */
-		st = bpf_task_storage_get(&np_task_store, prev, 0, 0);
-		if (st && !st->entered)
-			np_mark_notify(prev, st, (struct pt_regs *)bpf_task_pt_regs(prev));
+	/* Not in a syscall entered on this CPU (preempted or sleeping outside
+	 * one, or not confined): nothing to move. */
+	if (c->entered != (__u64)prev)
 		return;
-	}
 	if (__sync_val_compare_and_swap(&c->entered, (__u64)prev, 0) != (__u64)prev)
 		return;
 	st = bpf_task_storage_get(&np_task_store, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -525,6 +600,9 @@ int np_btf_exit(__u64 *ctx)
 	c = bpf_map_lookup_elem(&np_slot, &zero);
 	if (!c)
 		return 0;
+	/* A supervisor's RECV returns (it may be unconfined): mark the notified thread. */
+	if (np_recvs_inflight > 0 && ((struct pt_regs *)ctx[0])->orig_ax == NP_NR_IOCTL)
+		np_recv_end(bpf_get_current_task_btf(), (long)ctx[1]);
 	mode = np_cached_mode(c);
 	if (mode < 0) {
 		task = bpf_get_current_task_btf();
@@ -540,20 +618,23 @@ int np_btf_exit(__u64 *ctx)
 	if (cur && c->entered == cur && __sync_val_compare_and_swap(&c->entered, cur, 0) == cur) {
 		/* Entered on this CPU and never left it: paired. A mark left by a
 		 * CONTINUE'd notification (this very call) ends here. */
-		if (np_notify_marks > 0) {
-			st = bpf_task_storage_get(&np_task_store, bpf_get_current_task_btf(), 0, 0);
-			if (st)
-				np_clear_notify(st);
-		}
+		np_drop_notified(bpf_get_current_task_btf());
 		return 0;
 	}
 
 	task = bpf_get_current_task_btf();
+	/* The cached mode is as of the task's switch-in: a KILL action sets it
+	 * DEAD without a filter install, and the skipped call then still passes
+	 * sys_exit (the kill is counted at sched_process_exit). A traced task
+	 * (ptrace stops switch it out and back in) is cached FILTER just before
+	 * its kill; read the mode again on this slow path. */
+	if (task->seccomp.mode != SECCOMP_MODE_FILTER)
+		return 0;
 	st = bpf_task_storage_get(&np_task_store, task, 0, 0);
 	if (st && st->entered) {
 		st->entered = 0;
 		st->trap = 0; /* a SIGSYS not from seccomp (self-queued) must not linger */
-		np_clear_notify(st);
+		np_drop_notified(task);
 		return 0;
 	}
 	if (!st) {
@@ -608,11 +689,9 @@ int np_btf_proc_exit(__u64 *ctx)
 	/* Killed inside an install: its sys_exit never comes. */
 	if (np_installs_inflight > 0)
 		np_install_end(task, 0);
-	if (task->seccomp.mode == SECCOMP_MODE_FILTER && np_notify_marks > 0) {
+	if (task->seccomp.mode == SECCOMP_MODE_FILTER) {
 		/* Killed while waiting for its supervisor: the mark must not outlive it. */
-		struct np_task_state *st = bpf_task_storage_get(&np_task_store, task, 0, 0);
-		if (st)
-			np_clear_notify(st);
+		np_drop_notified(task);
 		return 0;
 	}
 	if (task->seccomp.mode != SECCOMP_MODE_DEAD)
@@ -678,17 +757,6 @@ struct np_tp_signal_generate {
 	int result;
 };
 
-struct np_tp_sched_switch {
-	__u64 common;
-	char prev_comm[16];
-	int prev_pid;
-	int prev_prio;
-	long prev_state; /* TASK_REPORT_MAX when preempted: 1 only for a voluntary interruptible sleep */
-	char next_comm[16];
-	int next_pid;
-	int next_prio;
-};
-
 static __always_inline int np_tp_mode(struct task_struct *task)
 {
 	return BPF_CORE_READ(task, seccomp.mode);
@@ -706,6 +774,8 @@ int np_tp_enter(struct np_tp_sys_enter *ctx)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 
+	if (ctx->id == NP_NR_IOCTL)
+		np_recv_begin(ctx->args[1], ctx->args[2]);
 	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -724,6 +794,8 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 
+	if (np_recvs_inflight > 0 && ctx->id == NP_NR_IOCTL)
+		np_recv_end(task, ctx->ret);
 	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -731,7 +803,7 @@ int np_tp_exit(struct np_tp_sys_exit *ctx)
 	if (st && st->entered) {
 		st->entered = 0;
 		st->trap = 0;
-		np_clear_notify(st);
+		np_drop_notified(task);
 		return 0;
 	}
 	if (!st) {
@@ -812,6 +884,7 @@ int np_tp_proc_exit(void *ctx)
 
 	if (mode == SECCOMP_MODE_FILTER) {
 		bpf_map_delete_elem(&np_tid_state, &tid); /* tids are recycled */
+		np_drop_notified(task); /* killed while waiting for its supervisor */
 		return 0;
 	}
 	if (mode != SECCOMP_MODE_DEAD)
@@ -819,22 +892,6 @@ int np_tp_proc_exit(void *ctx)
 	bpf_map_delete_elem(&np_tid_state, &tid);
 	unsigned long nr = BPF_CORE_READ(np_tp_regs(task), orig_ax);
 	np_emit(task, (__s32)nr, 0, NP_ACT_KILL);
-	return 0;
-}
-
-/* The tracepoint fires on the CPU that switches away: current is prev. */
-SEC("tracepoint/sched/sched_switch")
-int np_tp_switch(struct np_tp_sched_switch *ctx)
-{
-	if (ctx->prev_state != TASK_INTERRUPTIBLE)
-		return 0;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	if (np_tp_mode(task) != SECCOMP_MODE_FILTER)
-		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct np_task_state *st = bpf_map_lookup_elem(&np_tid_state, &tid);
-	if (st && !st->entered)
-		np_mark_notify(task, st, np_tp_regs(task));
 	return 0;
 }
 

@@ -49,6 +49,7 @@ enum {
 struct pt_regs {
 	unsigned long di;
 	unsigned long si;
+	unsigned long dx;
 	unsigned long ax;
 	unsigned long orig_ax;
 } __attribute__((preserve_access_index));
@@ -75,6 +76,22 @@ struct nsproxy {
 	struct mnt_namespace *mnt_ns;
 } __attribute__((preserve_access_index));
 
+struct pid_namespace {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+/* One of a pid's numbers: the pid in one namespace of its chain. */
+struct upid {
+	int nr;
+	struct pid_namespace *ns;
+} __attribute__((preserve_access_index));
+
+/* numbers[0..level]: the pid in the initial namespace first, its own last. */
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct thread_info thread_info;
 	void *stack;
@@ -83,13 +100,7 @@ struct task_struct {
 	char comm[16];
 	struct nsproxy *nsproxy;
 	struct seccomp seccomp;
-	unsigned int __state;
-	unsigned long nvcsw;
-} __attribute__((preserve_access_index));
-
-/* Before 5.14 the run state was `long state`; CO-RE picks whichever exists. */
-struct task_struct___pre514 {
-	long state;
+	struct pid *thread_pid;
 } __attribute__((preserve_access_index));
 
 struct kernfs_node {

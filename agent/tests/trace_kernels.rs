@@ -197,7 +197,7 @@ fn counts(summary: &serde_json::Value) -> BTreeMap<(String, String, String, i64)
 /// must have no row at all.
 fn expected_counts(strategy: &str) -> BTreeMap<(String, String, String, i64), u64> {
     // The pairing strategies tell a notified call answered with an error by
-    // the sleep inside seccomp; fexit sees only __secure_computing's -1 and
+    // the supervisor's RECV, even answered at once; fexit sees only __secure_computing's -1 and
     // the errno in ax (see the top comment of agent-ebpf/seccomp_trace.bpf.c).
     let notify = if strategy == "fexit" {
         "errno"

@@ -155,7 +155,6 @@ fn programs(strategy: Strategy) -> &'static [(&'static str, Attach)] {
         Strategy::Tracepoint => &[
             ("np_tp_signal", Attach::Tp("signal", "signal_generate")),
             ("np_tp_proc_exit", Attach::Tp("sched", "sched_process_exit")),
-            ("np_tp_switch", Attach::Tp("sched", "sched_switch")),
             ("np_tp_enter", Attach::Tp("raw_syscalls", "sys_enter")),
             ("np_tp_exit", Attach::Tp("raw_syscalls", "sys_exit")),
         ],
