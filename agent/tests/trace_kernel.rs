@@ -974,6 +974,112 @@ fn user_notif_error_is_notify_error_not_errno() {
     }
 }
 
+/// The notified thread in a pid namespace of its own (a container's), the
+/// supervisor in the host's: the RECV names it by its host pid, and its exit
+/// finds the mark one level up its pid numbers.
+#[test]
+fn user_notif_from_a_child_pid_namespace_is_notify_error() {
+    use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+    let Some(_) = require(&[TRACING]) else {
+        return;
+    };
+    for s in strategies().into_iter().filter(|s| *s != Strategy::Fexit) {
+        let t = Tracer::start(&cfg(Some(s))).unwrap();
+        let before = t.stats().unwrap().notify_emulated;
+        // fds: [read, write] for the listener fd number, then for the host pid.
+        let (mut fd_pipe, mut pid_pipe) = ([0; 2], [0; 2]);
+        // SAFETY: pipes with valid arrays.
+        unsafe {
+            assert_eq!(libc::pipe(fd_pipe.as_mut_ptr()), 0);
+            assert_eq!(libc::pipe(pid_pipe.as_mut_ptr()), 0);
+        }
+        // SAFETY: the middle process moves its children into a new pid
+        // namespace, forks the notifying one, reports its host pid and
+        // exits with its status.
+        let middle = unsafe { libc::fork() };
+        assert!(middle >= 0, "fork");
+        if middle == 0 {
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWPID) != 0 {
+                    libc::_exit(90);
+                }
+                let inner = libc::fork();
+                if inner == 0 {
+                    let code = std::panic::catch_unwind(|| {
+                        assert_eq!(libc::getpid(), 1, "pid 1 of its own namespace");
+                        let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+                        f.add_rule(ScmpAction::Notify, ScmpSyscall::from_name("mkdir").unwrap())
+                            .unwrap();
+                        f.load().unwrap();
+                        let fd = f.get_notify_fd().unwrap();
+                        libc::write(fd_pipe[1], (&fd as *const i32).cast(), 4);
+                        let mut bad = 0;
+                        for _ in 0..2 {
+                            bad += i32::from(call(MKDIR) != (-1, libc::EIO));
+                        }
+                        bad + i32::from(call(MKDIR).0 != 0)
+                    })
+                    .unwrap_or(101);
+                    libc::_exit(code);
+                }
+                libc::write(pid_pipe[1], (&inner as *const i32).cast(), 4);
+                let mut st = 0;
+                libc::waitpid(inner, &mut st, 0);
+                libc::_exit(if libc::WIFEXITED(st) {
+                    libc::WEXITSTATUS(st)
+                } else {
+                    99
+                });
+            }
+        }
+        let (mut child_fd, mut host_pid) = (0i32, 0i32);
+        // SAFETY: reading 4 bytes into valid i32s; pidfd syscalls on our grandchild.
+        let listener = unsafe {
+            assert_eq!(
+                libc::read(pid_pipe[0], (&mut host_pid as *mut i32).cast(), 4),
+                4
+            );
+            assert_eq!(
+                libc::read(fd_pipe[0], (&mut child_fd as *mut i32).cast(), 4),
+                4
+            );
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, host_pid, 0) as i32;
+            assert!(pidfd >= 0, "pidfd_open");
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, child_fd, 0) as i32;
+            assert!(fd >= 0, "pidfd_getfd");
+            libc::close(pidfd);
+            fd
+        };
+        for i in 0..3 {
+            let req = ScmpNotifReq::receive(listener).expect("receive");
+            assert_eq!(req.pid, host_pid as u32, "the host's number for it");
+            let resp = if i < 2 {
+                ScmpNotifResp::new_error(req.id, -libc::EIO, ScmpNotifRespFlags::empty())
+            } else {
+                ScmpNotifResp::new_val(req.id, 0, ScmpNotifRespFlags::empty())
+            };
+            resp.respond(listener).expect("respond");
+        }
+        let mut status = 0;
+        // SAFETY: closing our fds and waiting for our own child.
+        unsafe {
+            libc::close(listener);
+            for fd in fd_pipe.into_iter().chain(pid_pipe) {
+                libc::close(fd);
+            }
+            assert_eq!(libc::waitpid(middle, &mut status, 0), middle);
+        }
+        let host_pid = host_pid as u32;
+        assert!(exited_ok(status), "{s}: {status:#x}");
+        assert_eq!(
+            counts_of(&t, host_pid),
+            expect(&[((MKDIR, libc::EIO, Action::NotifyError), 2)]),
+            "{s}"
+        );
+        assert!(t.stats().unwrap().notify_emulated > before, "{s}");
+    }
+}
+
 /// The daemon's pump retires exited processes: their keys leave the kernel's
 /// count map (which would otherwise fill with the dead: 16,384 keys), and
 /// their counts come back folded into one row with pid 0, the totals exact.
