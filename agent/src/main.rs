@@ -12,14 +12,14 @@ fn main() -> ExitCode {
     if daemon {
         return cli::run_daemon(&cli);
     }
-    let json = cli.output() == Some(cli::Format::Json);
+    let structured = cli.output().filter(|f| f.structured());
     match cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
             let text = cli::error_text(&e);
             eprintln!("nodeproof: {text}");
-            if json {
-                println!("{}", cli::error_json(&text, 2));
+            if let Some(f) = structured {
+                println!("{}", cli::error_document(f, &text, 2));
             }
             ExitCode::from(2)
         }

@@ -1016,3 +1016,46 @@ fn trace_by_namespace_without_pod_names_says_why_and_fails() {
         "{err}"
     );
 }
+
+/// `-o yaml` wherever `-o json` exists: the same document, and on failure
+/// the same error object (issue 28).
+#[test]
+fn yaml_is_the_json_document_for_every_structured_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles");
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    );
+    let trace = write(
+        dir.path(),
+        "trace.json",
+        "{\"summary\":[{\"pid\":7,\"comm\":\"vllm\",\"syscall\":\"mount\",\"nr\":165,\"arch\":\"x86_64\",\"action\":\"errno\",\"errno\":1,\"count\":12,\"cgroup_id\":5,\"container_id\":null,\"pod_uid\":null}],\"dropped\":0,\"lost_counts\":0,\"samples\":0,\"strategy\":\"tp_btf\"}\n",
+    );
+    let missing = dir.path().join("nope.json");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        vec!["profile", "lint", profiles],
+        vec!["advise", "--profile", profile, "--from", &trace],
+        vec!["profile", "lint", missing],
+    ] {
+        let json = nodeproof(&[args.as_slice(), &["-o", "json"]].concat());
+        let yaml = nodeproof(&[args.as_slice(), &["-o", "yaml"]].concat());
+        assert_eq!(yaml.status.code(), json.status.code(), "{args:?}");
+        let from_json: serde_json::Value =
+            serde_json::from_slice(&json.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "{args:?}: JSON ({e}): {}",
+                    String::from_utf8_lossy(&json.stdout)
+                )
+            });
+        let from_yaml: serde_json::Value =
+            serde_saphyr::from_str(&String::from_utf8_lossy(&yaml.stdout)).unwrap_or_else(|e| {
+                panic!(
+                    "{args:?}: YAML ({e}): {}",
+                    String::from_utf8_lossy(&yaml.stdout)
+                )
+            });
+        assert_eq!(from_yaml, from_json, "{args:?}");
+    }
+}

@@ -500,3 +500,65 @@ fn released_pods_are_judged_by_the_configured_gates() {
     assert_eq!(found[0]["cause"]["kind"], "stale", "{found:#?}");
     assert_eq!(found[0]["cause"]["condition"], "GPUDriverReady");
 }
+
+/// `--context` picks a context of the kubeconfig as `kubectl --context`
+/// does: here the current-context points at a server that does not answer,
+/// the named one at the cluster. A context the file lacks is named with
+/// those it has (issue 28).
+#[test]
+fn context_picks_the_kubeconfigs_context_like_kubectl() {
+    let server = healthy();
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(server.kubeconfig(dir.path(), TOKEN)).unwrap();
+    // A second cluster and context, current, on a port nothing listens on.
+    let two = good
+        .replace("current-context: test", "current-context: gone")
+        .replace(
+            "contexts:\n",
+            "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n",
+        )
+        .replace(
+            "clusters:\n",
+            "clusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n",
+        );
+    let kubeconfig = dir.path().join("two.kubeconfig");
+    std::fs::write(&kubeconfig, two).unwrap();
+    let current = check_with(&kubeconfig, &[]);
+    assert_eq!(current.code, Some(2), "{}", current.stderr);
+    let picked = check_with(&kubeconfig, &["--context", "test", "-o", "json"]);
+    assert_eq!(picked.code, Some(0), "{}\n{}", picked.stdout, picked.stderr);
+    let missing = check_with(&kubeconfig, &["--context", "prod"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains(&format!(
+            "no context \"prod\" in kubeconfig {} (it has gone, test): `kubectl config get-contexts` lists them",
+            kubeconfig.display()
+        )),
+        "{}",
+        missing.stderr
+    );
+}
+
+/// `-o yaml` is the JSON report as YAML, and so is the error object of a
+/// check that could not run.
+#[test]
+fn yaml_output_is_the_json_document() {
+    let server = healthy();
+    let json = check(&server, &["-o", "json"]);
+    let yaml = check(&server, &["-o", "yaml"]);
+    assert_eq!(yaml.code, json.code);
+    let from_json: Value = serde_json::from_str(&json.stdout).unwrap();
+    let from_yaml: Value = serde_saphyr::from_str(&yaml.stdout)
+        .unwrap_or_else(|e| panic!("YAML ({e}): {}", yaml.stdout));
+    assert_eq!(from_yaml, from_json);
+    let dir = tempfile::tempdir().unwrap();
+    let nobody = server.kubeconfig(dir.path(), "nobody");
+    let failed = check_with(&nobody, &["-o", "yaml"]);
+    assert_eq!(failed.code, Some(2));
+    let error: Value = serde_saphyr::from_str(&failed.stdout).unwrap();
+    assert_eq!(error["error"]["exit_code"], 2);
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("could not check"));
+}

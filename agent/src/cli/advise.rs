@@ -154,7 +154,9 @@ pub(crate) fn advise(args: &AdviseArgs, config: &Config, root: &Path) -> Result<
     let advice = advise::advise(&path, &src, &denied, &opts)?;
     match args.out.output {
         Format::Text => print!("{}", advise::render(&advice)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&advice)?),
+        Format::Json | Format::Yaml => {
+            print!("{}", super::document(args.out.output, &advice, true)?)
+        }
     }
     Ok(exit(
         advice.outcome == lint::Outcome::Ok && advice.still_denied.is_empty(),

@@ -110,7 +110,7 @@ fn print_check(
     output: Format,
 ) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    if output == Format::Json {
+    if output.structured() {
         let mut v = serde_json::json!({
             "conditions": conditions,
             "findings": findings,
@@ -119,8 +119,7 @@ fn print_check(
         if let Some(c) = credentials {
             v["credentials"] = c.to_json();
         }
-        serde_json::to_writer(&mut out, &v)?;
-        writeln!(out)?;
+        write!(out, "{}", super::document(output, &v, false)?)?;
         return Ok(());
     }
     let width = findings

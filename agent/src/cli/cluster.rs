@@ -25,6 +25,9 @@ pub(crate) enum ClusterCommand {
         /// Kubeconfig to read the RuntimeClasses with (default: KUBECONFIG, ~/.kube/config, in-cluster).
         #[arg(long, conflicts_with = "from")]
         kubeconfig: Option<PathBuf>,
+        /// The kubeconfig's context to use instead of its current-context (as kubectl --context).
+        #[arg(long, conflicts_with = "from")]
+        context: Option<String>,
         /// Read the RuntimeClasses from this YAML file instead of the cluster.
         #[arg(long)]
         from: Option<PathBuf>,
@@ -51,6 +54,9 @@ pub(crate) enum ClusterCommand {
         /// Kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// The kubeconfig's context to use instead of its current-context (as kubectl --context).
+        #[arg(long)]
+        context: Option<String>,
         #[command(flatten)]
         out: OutputArgs,
         /// Report pods held by scheduling gates for longer than this.
@@ -83,6 +89,7 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
         ClusterCommand::Policy {
             mode,
             kubeconfig,
+            context,
             from,
             gate_gpu,
             gpu_gate,
@@ -97,16 +104,18 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
                     MutatingVersionArg::V1 => MutatingVersion::V1,
                 },
             });
-            policy_command(mode, kubeconfig, from, gpu_gate.as_ref())
+            policy_command(mode, kubeconfig, context, from, gpu_gate.as_ref())
         }
         ClusterCommand::Check {
             kubeconfig,
+            context,
             out,
             gated_longer_than,
             heartbeat_max_age,
             metrics_max_age,
         } => check_command(
             kubeconfig,
+            context,
             out.output,
             &check::Options {
                 gated_longer_than,
@@ -125,11 +134,13 @@ const COULD_NOT_CHECK: u8 = 2;
 
 fn check_command(
     kubeconfig: Option<PathBuf>,
+    context: Option<String>,
     output: Format,
     opts: &check::Options,
 ) -> Result<ExitCode> {
     let read = runtime()?.block_on(async {
-        let client = nodeproof_cluster::connect::client(kubeconfig.as_deref()).await?;
+        let client =
+            nodeproof_cluster::connect::client(kubeconfig.as_deref(), context.as_deref()).await?;
         anyhow::Ok(check::read(&client).await?)
     });
     let snapshot = match read {
@@ -137,10 +148,14 @@ fn check_command(
         Err(e) => {
             let text = super::error_text(&e);
             eprintln!("nodeproof cluster check: could not check: {text}");
-            if output == Format::Json {
+            if output.structured() {
                 println!(
                     "{}",
-                    super::error_json(&format!("could not check: {text}"), COULD_NOT_CHECK)
+                    super::error_document(
+                        output,
+                        &format!("could not check: {text}"),
+                        COULD_NOT_CHECK
+                    )
                 );
             }
             return Ok(ExitCode::from(COULD_NOT_CHECK));
@@ -149,7 +164,7 @@ fn check_command(
     let report = check::evaluate(&snapshot, SystemTime::now(), opts);
     match output {
         Format::Text => print!("{}", check::render_text(&report)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Json | Format::Yaml => print!("{}", super::document(output, &report, true)?),
     }
     Ok(exit(report.ok()))
 }
@@ -164,6 +179,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 fn policy_command(
     mode: ModeArg,
     kubeconfig: Option<PathBuf>,
+    context: Option<String>,
     from: Option<PathBuf>,
     gpu_gate: Option<&GpuGate>,
 ) -> Result<ExitCode> {
@@ -174,7 +190,9 @@ fn policy_command(
             policy::runtime_classes_from_yaml(&path.display().to_string(), &text)?
         }
         None => runtime()?.block_on(async {
-            let client = nodeproof_cluster::connect::client(kubeconfig.as_deref()).await?;
+            let client =
+                nodeproof_cluster::connect::client(kubeconfig.as_deref(), context.as_deref())
+                    .await?;
             policy::runtime_classes(&client)
                 .await
                 .context("cannot list RuntimeClasses")

@@ -29,6 +29,9 @@ pub(crate) struct GateArgs {
     /// Kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context to use instead of its current-context (as kubectl --context).
+    #[arg(long)]
+    context: Option<String>,
     /// The Lease's namespace (default: $POD_NAMESPACE, then the ServiceAccount's).
     #[arg(long)]
     namespace: Option<String>,
@@ -90,12 +93,17 @@ pub(crate) fn gate_controller(config: &Config, args: GateArgs) -> Result<ExitCod
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    runtime.block_on(run(args.kubeconfig, args.listen, opts))?;
+    runtime.block_on(run(args.kubeconfig, args.context, args.listen, opts))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run(kubeconfig: Option<PathBuf>, listen: SocketAddr, opts: Options) -> Result<()> {
-    let client = client(kubeconfig).await?;
+async fn run(
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+    listen: SocketAddr,
+    opts: Options,
+) -> Result<()> {
+    let client = client(kubeconfig, context.as_deref()).await?;
     let (gate_metrics, mut registry) = GateMetrics::new();
     let taint_metrics = DeviceTaintMetrics::register(&mut registry);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
@@ -167,7 +175,12 @@ async fn run(kubeconfig: Option<PathBuf>, listen: SocketAddr, opts: Options) -> 
     Ok(())
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client> {
+async fn client(kubeconfig: Option<PathBuf>, context: Option<&str>) -> Result<kube::Client> {
+    if let Some(context) = context {
+        let config =
+            nodeproof_cluster::connect::config_for_context(kubeconfig.as_deref(), context).await?;
+        return kube::Client::try_from(config).context("cannot build the API client");
+    }
     let config = match &kubeconfig {
         Some(path) => {
             let k = kube::config::Kubeconfig::read_from(path)

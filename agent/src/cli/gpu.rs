@@ -25,15 +25,14 @@ pub(crate) fn gpu(config: &Config, output: Format) -> Result<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     match output {
-        Format::Json => {
+        Format::Json | Format::Yaml => {
             let value = serde_json::json!({
                 "status": status,
                 "conditions": report.conditions(),
                 "findings": report.findings(),
                 "report": report,
             });
-            serde_json::to_writer(&mut out, &value)?;
-            writeln!(out)?;
+            write!(out, "{}", super::document(output, &value, false)?)?;
         }
         Format::Text => writeln!(out, "{}status: {status}", report.text())?,
     }

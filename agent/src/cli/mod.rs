@@ -239,7 +239,7 @@ fn refuse_global(
 /// `-o text|json`, the same on every command that prints.
 #[derive(clap::Args, Clone, Copy)]
 pub(crate) struct OutputArgs {
-    /// Text for people, JSON for scripts.
+    /// Text for people; JSON (one line) or YAML for scripts.
     #[arg(short = 'o', long, value_enum, default_value_t = Format::Text)]
     pub(crate) output: Format,
 }
@@ -314,6 +314,28 @@ pub(crate) enum RuntimeArg {
 pub(crate) enum Format {
     Text,
     Json,
+    Yaml,
+}
+
+impl Format {
+    /// JSON or YAML: one document of the same value either way.
+    pub(crate) fn structured(self) -> bool {
+        self != Format::Text
+    }
+}
+
+/// The document `-o json` (compact, one line; `pretty`: indented) or
+/// `-o yaml` prints for `value`, with its final newline.
+pub(crate) fn document(
+    output: Format,
+    value: &impl serde::Serialize,
+    pretty: bool,
+) -> Result<String> {
+    Ok(match output {
+        Format::Yaml => serde_saphyr::to_string(value)?,
+        _ if pretty => format!("{}\n", serde_json::to_string_pretty(value)?),
+        _ => format!("{}\n", serde_json::to_string(value)?),
+    })
 }
 
 /// humantime's grammar (`10s`, `2m`, `500ms`, `1.5s`, `1h 30m`); a bare number
@@ -352,8 +374,15 @@ impl Cli {
 /// What `-o json` prints on standard output when a command fails, so a
 /// script reads a failure as it reads a result: `{"error": {"message":
 /// <the printed error>, "exit_code": <the exit status>}}` (docs/operations.md).
-pub(crate) fn error_json(message: &str, exit_code: u8) -> String {
-    serde_json::json!({"error": {"message": message, "exit_code": exit_code}}).to_string()
+/// A failed command's error as `-o json` (one line, no newline) or `-o yaml` prints it.
+pub(crate) fn error_document(output: Format, message: &str, exit_code: u8) -> String {
+    let v = serde_json::json!({"error": {"message": message, "exit_code": exit_code}});
+    match output {
+        Format::Yaml => serde_saphyr::to_string(&v)
+            .map(|y| y.trim_end().to_string())
+            .unwrap_or_else(|_| v.to_string()),
+        _ => v.to_string(),
+    }
 }
 
 /// A failed command's error as printed: its causes on one line, none said
@@ -438,6 +467,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
                 format: match out.output {
                     Format::Text => nodeproof_trace::OutputFormat::Text,
                     Format::Json => nodeproof_trace::OutputFormat::Json,
+                    Format::Yaml => nodeproof_trace::OutputFormat::Yaml,
                 },
                 strategy,
                 btf_path: btf,

@@ -52,7 +52,7 @@ pub(crate) fn pods(
                 );
             }
         }
-        Format::Json => {
+        Format::Json | Format::Yaml => {
             let findings: Vec<_> = r
                 .findings
                 .iter()
@@ -62,11 +62,9 @@ pub(crate) fn pods(
                         "message": f.message})
                 })
                 .collect();
-            println!(
-                "{}",
-                serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings,
-                    "condition": r.condition, "node_condition": node_condition})
-            );
+            let v = serde_json::json!({"node": r.node, "pods": r.pods, "findings": findings,
+                "condition": r.condition, "node_condition": node_condition});
+            print!("{}", super::document(output, &v, false)?);
         }
     }
     Ok(exit(r.condition.status == ConditionStatus::True))

@@ -232,7 +232,7 @@ fn print_reports(
 ) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match output {
-        Format::Json => {
+        Format::Json | Format::Yaml => {
             let mut profiles = Vec::with_capacity(reports.len());
             for (r, &n) in reports.iter().zip(allowed) {
                 let mut v = serde_json::to_value(r)?;
@@ -241,8 +241,8 @@ fn print_reports(
                 }
                 profiles.push(v);
             }
-            serde_json::to_writer(&mut out, &serde_json::json!({ "profiles": profiles }))?;
-            writeln!(out)?;
+            let v = serde_json::json!({ "profiles": profiles });
+            write!(out, "{}", super::document(output, &v, false)?)?;
         }
         Format::Text => {
             for (r, &n) in reports.iter().zip(allowed) {

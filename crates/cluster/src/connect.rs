@@ -2,6 +2,8 @@
 //! `--kubeconfig F` when given (read as the agent reads its own, with
 //! credential files reloaded when they change), else kubectl's lookup
 //! (`KUBECONFIG`, `~/.kube/config`, then the pod's ServiceAccount).
+//! `--context NAME` picks that context of the kubeconfig, as `kubectl
+//! --context` does, instead of its current-context.
 
 use std::path::Path;
 
@@ -18,9 +20,69 @@ pub enum ConnectError {
     },
     #[error("no cluster credentials (KUBECONFIG, ~/.kube/config, in-cluster ServiceAccount); try --kubeconfig")]
     Default(#[source] kube::Error),
+    #[error("no context {context:?} in {kubeconfig} (it has {}): `kubectl config get-contexts` lists them", if .known.is_empty() { "none".to_string() } else { .known.join(", ") })]
+    NoSuchContext {
+        context: String,
+        kubeconfig: String,
+        known: Vec<String>,
+    },
+    #[error("context {context:?} of {kubeconfig} is unusable")]
+    Context {
+        context: String,
+        kubeconfig: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
+/// The kube-rs configuration of `context` in `kubeconfig` (kubectl's file
+/// when `None`: KUBECONFIG, else ~/.kube/config).
+pub async fn config_for_context(
+    kubeconfig: Option<&Path>,
+    context: &str,
+) -> Result<kube::Config, ConnectError> {
+    let named = kubeconfig.map_or_else(
+        || "the kubeconfig (KUBECONFIG, ~/.kube/config)".to_string(),
+        |p| format!("kubeconfig {}", p.display()),
+    );
+    let unusable = |source: Box<dyn std::error::Error + Send + Sync>| ConnectError::Context {
+        context: context.to_string(),
+        kubeconfig: named.clone(),
+        source,
+    };
+    let file = match kubeconfig {
+        Some(p) => kube::config::Kubeconfig::read_from(p),
+        None => kube::config::Kubeconfig::read(),
+    }
+    .map_err(|e| unusable(e.into()))?;
+    if !file.contexts.iter().any(|c| c.name == context) {
+        return Err(ConnectError::NoSuchContext {
+            context: context.to_string(),
+            kubeconfig: named,
+            known: file.contexts.iter().map(|c| c.name.clone()).collect(),
+        });
+    }
+    let options = kube::config::KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..Default::default()
+    };
+    kube::Config::from_custom_kubeconfig(file, &options)
+        .await
+        .map_err(|e| unusable(e.into()))
+}
+
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<kube::Client, ConnectError> {
+    if let Some(context) = context {
+        let config = config_for_context(kubeconfig, context).await?;
+        return kube::Client::try_from(config).map_err(|e| ConnectError::Context {
+            context: context.to_string(),
+            kubeconfig: kubeconfig.map_or_else(String::new, |p| p.display().to_string()),
+            source: e.into(),
+        });
+    }
     let Some(path) = kubeconfig else {
         return kube::Client::try_default()
             .await

@@ -83,7 +83,10 @@ impl std::str::FromStr for Strategy {
 pub enum OutputFormat {
     #[default]
     Text,
+    /// One JSON object per line: each sample, then the summary.
     Json,
+    /// The same objects as YAML documents, each after `---`.
+    Yaml,
 }
 
 /// What the CLI passes to [`run`].
@@ -434,6 +437,7 @@ pub fn run_with(
         let wall = (s.denial.ts_ns as i128 + clock_offset).max(0) as u64;
         let line = match opts.format {
             OutputFormat::Json => summary::sample_json(s.denial, s.syscall, s.attribution, wall),
+            OutputFormat::Yaml => summary::sample_yaml(s.denial, s.syscall, s.attribution, wall),
             OutputFormat::Text => summary::sample_text(s.denial, s.syscall, s.attribution, wall),
         };
         if let Err(e) = writeln!(out, "{line}") {
@@ -459,6 +463,7 @@ pub fn run_with(
     let s = summary::summarize(rows, &stats, pump.source().strategy());
     let text = match opts.format {
         OutputFormat::Json => format!("{}\n", summary::summary_json(&s)),
+        OutputFormat::Yaml => summary::summary_yaml(&s),
         OutputFormat::Text => summary::summary_text(&s),
     };
     out.write_all(text.as_bytes())

@@ -290,7 +290,31 @@ struct SampleJson<'a> {
 
 /// One JSON line for a sample. `wall_ns` is the sample's time on CLOCK_REALTIME.
 pub fn sample_json(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> String {
-    let j = SampleJson {
+    serde_json::to_string(&sample_record(d, syscall, a, wall_ns)).expect("sample serializes")
+}
+
+/// A sample as one YAML document (`---` first, no final newline: the caller's `writeln`).
+pub fn sample_yaml(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> String {
+    let y =
+        serde_saphyr::to_string(&sample_record(d, syscall, a, wall_ns)).expect("sample serializes");
+    format!("---\n{}", y.trim_end())
+}
+
+/// The summary as the run's last YAML document.
+pub fn summary_yaml(s: &TraceSummary) -> String {
+    format!(
+        "---\n{}",
+        serde_saphyr::to_string(s).expect("summary serializes")
+    )
+}
+
+fn sample_record<'a>(
+    d: &'a Denial,
+    syscall: &'a str,
+    a: &'a Attribution,
+    wall_ns: u64,
+) -> SampleJson<'a> {
+    SampleJson {
         time: rfc3339(wall_ns),
         pid: d.pid,
         tid: d.tid,
@@ -307,8 +331,7 @@ pub fn sample_json(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> 
         container: a.container.as_deref(),
         pod_uid: a.pod_uid.as_deref(),
         pod: a.pod.as_ref(),
-    };
-    serde_json::to_string(&j).expect("sample serializes")
+    }
 }
 
 /// One readable line for a sample.
@@ -602,6 +625,11 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&summary_json(&s)).unwrap();
         let back: Vec<SummaryRow> = serde_json::from_value(v["summary"].clone()).unwrap();
         assert_eq!(back, rows);
+        // `-o yaml`: the same summary as the run's last YAML document.
+        let y = summary_yaml(&s);
+        assert!(y.starts_with("---\n"), "{y}");
+        let from_yaml: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
+        assert_eq!(from_yaml, v);
     }
 
     #[test]
@@ -638,6 +666,12 @@ mod tests {
             comm: "app".into(),
         };
         let a = attr(9, 10);
+        let j: serde_json::Value =
+            serde_json::from_str(&sample_json(&d, "mkdir", &a, 1_700_000_000_123_000_000)).unwrap();
+        let y: serde_json::Value =
+            serde_saphyr::from_str(&sample_yaml(&d, "mkdir", &a, 1_700_000_000_123_000_000))
+                .unwrap();
+        assert_eq!(y, j, "a sample as a YAML document is the JSON line");
         let t = sample_text(&d, "mkdir", &a, 1_700_000_000_123_000_000);
         assert_eq!(
             t,
