@@ -496,8 +496,10 @@ fn load_object<'a>(
 fn map_creation_error(e: &aya::EbpfError, strategy: Strategy) -> (FailureReason, String) {
     let reason = FailureReason::from_errno(errno_in(e));
     match e {
+        // EPERM/EACCES is this process's lack of CAP_BPF, whatever the map:
+        // only an unknown map type (EINVAL, ...) says the kernel lacks it.
         aya::EbpfError::MapError(aya::maps::MapError::CreateError { name, .. })
-            if name == TASK_STORAGE_MAP =>
+            if name == TASK_STORAGE_MAP && reason != FailureReason::BpfPermissionDenied =>
         {
             (
                 FailureReason::KernelUnsupported,
@@ -1149,6 +1151,31 @@ mod tests {
         let e = check_cgroup_mkdir_format(&moved).unwrap_err();
         assert!(e.contains("`u64 id` at offset 16"), "{e}");
         assert!(check_cgroup_mkdir_format("").is_err());
+    }
+
+    /// Seen as nobody: EPERM creating the task storage map is the missing
+    /// capability, not a kernel before 5.11 (which answers EINVAL).
+    #[test]
+    fn task_storage_refused_for_permission_is_no_kernel_limit() {
+        let refused = |errno| {
+            let e = aya::EbpfError::MapError(aya::maps::MapError::CreateError {
+                name: TASK_STORAGE_MAP.into(),
+                io_error: std::io::Error::from_raw_os_error(errno),
+            });
+            map_creation_error(&e, Strategy::TpBtf)
+        };
+        let (reason, text) = refused(libc::EPERM);
+        assert_eq!(reason, FailureReason::BpfPermissionDenied, "{text}");
+        assert!(
+            !text.contains("no task storage maps on this kernel"),
+            "{text}"
+        );
+        let (reason, text) = refused(libc::EINVAL);
+        assert_eq!(reason, FailureReason::KernelUnsupported);
+        assert!(
+            text.contains("no task storage maps on this kernel"),
+            "{text}"
+        );
     }
 
     #[test]
