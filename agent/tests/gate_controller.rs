@@ -421,11 +421,22 @@ fn event_scenario() -> Vec<Logged> {
         .filter(|l| l.method == "POST" && l.path.ends_with("/events"))
         .count();
     assert_eq!(posts, 1);
-    // And released.
+    // And released, the release condition written after the gate's removal
+    // (the RBAC test below reads that pods/status PATCH in this log).
     set_conditions(&server, "gpu-1", gpu_conditions("True", "Ok", 0));
     assert!(
         wait_until(Duration::from_secs(5), || gates(&server, "ml/vllm-0")
             == [FOREIGN_GATE]),
+        "{}",
+        c.log_text()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .log()
+            .iter()
+            .any(
+                |l| l.method == "PATCH" && l.path.ends_with("/pods/vllm-0/status")
+            )),
         "{}",
         c.log_text()
     );
