@@ -1248,3 +1248,63 @@ fn pods_once_reads_every_page() {
         "{pages:?}"
     );
 }
+
+/// `--context` beside `--kubeconfig` on the node's commands too: `pods
+/// --once` and `check` read the named context of the file (its
+/// current-context points at a server that does not answer); a context the
+/// file lacks is said with those it has, and `check` exits 3 (not judged).
+#[test]
+fn pods_and_check_take_a_context_of_the_kubeconfig() {
+    let server = node_n1();
+    server.put("pods", plain_pod("p-0", "n1"));
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let good = std::fs::read_to_string(server.kubeconfig(dir.path(), "node-n1")).unwrap();
+    let two = good
+        .replace("current-context: test", "current-context: gone")
+        .replace(
+            "contexts:\n",
+            "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n",
+        )
+        .replace(
+            "clusters:\n",
+            "clusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n",
+        );
+    let kubeconfig = dir.path().join("two.kubeconfig");
+    std::fs::write(&kubeconfig, two).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+            .args(["--seccomp-root", root.to_str().unwrap()])
+            .args(args)
+            .args([
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--node-name",
+                "n1",
+            ])
+            .env("NODEPROOF_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["pods", "--once", "-o", "json", "--context", "test"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pods"], 1, "{v}");
+    let out = run(&["check", "-o", "json", "--context", "test"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["not_judged"], serde_json::json!([]), "{v}");
+    assert_eq!(v["credentials"]["context"], "test", "{v}");
+    let out = run(&["check", "--context", "prod"]);
+    assert_eq!(out.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("no context \"prod\" in it (it has gone, test): `kubectl config get-contexts` lists them"),
+        "{said}"
+    );
+}

@@ -74,6 +74,7 @@ pub fn round(once: &PodsOnce) -> Round {
 pub fn options(config: &Config, seccomp_root: &Path) -> PodsOptions {
     PodsOptions {
         kubeconfig: config.report.kubeconfig.clone(),
+        context: config.report.context.clone(),
         node_name: config.report.node_name.clone(),
         host_root: config.report.host_root.clone(),
         seccomp_root: seccomp_root.to_path_buf(),

@@ -27,6 +27,9 @@ pub(crate) struct AdviseArgs {
     /// Kubeconfig to read the pod with (default: the kubelet's, then in-cluster).
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
+    /// The --kubeconfig file's context instead of its current-context (as kubectl --context).
+    #[arg(long, requires = "kubeconfig")]
+    pub(crate) context: Option<String>,
     /// A saved `nodeproof trace -o json` output.
     #[arg(long, conflicts_with = "duration")]
     pub(crate) from: Option<PathBuf>,
@@ -69,7 +72,8 @@ fn advise_target(
         .kubeconfig
         .clone()
         .or_else(|| config.report.kubeconfig.clone());
-    let pod = match get_pod(kubeconfig.as_deref(), key) {
+    let context = args.kubeconfig.as_ref().and(args.context.as_deref());
+    let pod = match get_pod(kubeconfig.as_deref(), context, key) {
         Ok(pod) => pod,
         // Offline with a profile given: the container is taken as an id prefix, as before.
         Err(e @ PodsRunError::NoCredentials { .. }) if args.profile.is_some() => {

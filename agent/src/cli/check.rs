@@ -27,6 +27,9 @@ pub(crate) struct ReportArgs {
     /// and a report is only logged). One that cannot be used exits 3.
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
+    /// The --kubeconfig file's context instead of its current-context (as kubectl --context).
+    #[arg(long, requires = "kubeconfig")]
+    pub(crate) context: Option<String>,
     /// The Node's name (default: NODE_NAME, then the hostname).
     #[arg(long)]
     pub(crate) node_name: Option<String>,
@@ -49,6 +52,7 @@ pub(crate) fn check(
     let mut config = config.clone();
     if report.kubeconfig.is_some() {
         config.report.kubeconfig = report.kubeconfig.clone();
+        config.report.context = report.context.clone();
     }
     if report.node_name.is_some() {
         config.report.node_name = report.node_name.clone();

@@ -126,6 +126,9 @@ pub(crate) enum Command {
         /// Kubeconfig (default: the kubelet's, then in-cluster).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// The --kubeconfig file's context instead of its current-context (as kubectl --context).
+        #[arg(long, requires = "kubeconfig")]
+        context: Option<String>,
         /// The Node's name (default: NODE_NAME, then the hostname).
         #[arg(long)]
         node_name: Option<String>,
@@ -371,10 +374,10 @@ impl Cli {
     }
 }
 
-/// What `-o json` prints on standard output when a command fails, so a
-/// script reads a failure as it reads a result: `{"error": {"message":
-/// <the printed error>, "exit_code": <the exit status>}}` (docs/operations.md).
-/// A failed command's error as `-o json` (one line, no newline) or `-o yaml` prints it.
+/// What `-o json` (one line, no newline) or `-o yaml` prints on standard
+/// output when a command fails, so a script reads a failure as it reads a
+/// result: `{"error": {"message": <the printed error>, "exit_code": <the
+/// exit status>}}` (docs/operations.md).
 pub(crate) fn error_document(output: Format, message: &str, exit_code: u8) -> String {
     let v = serde_json::json!({"error": {"message": message, "exit_code": exit_code}});
     match output {
@@ -477,9 +480,17 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         Command::Pods {
             once,
             kubeconfig,
+            context,
             node_name,
             out,
-        } => pods::pods(&root, &config, once, kubeconfig, node_name, out.output),
+        } => pods::pods(
+            &root,
+            &config,
+            once,
+            (kubeconfig, context),
+            node_name,
+            out.output,
+        ),
         Command::Cluster { command } => cluster::run(command, &config),
         Command::GateController(args) => gate::gate_controller(&config, args),
         Command::Completions { .. } | Command::GenFiles { .. } => unreachable!("handled above"),

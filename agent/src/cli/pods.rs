@@ -15,12 +15,15 @@ pub(crate) fn pods(
     root: &Path,
     config: &Config,
     once: bool,
-    kubeconfig: Option<PathBuf>,
+    (kubeconfig, context): (Option<PathBuf>, Option<String>),
     node_name: Option<String>,
     output: Format,
 ) -> Result<ExitCode> {
     use nodeproof::pods::node as pods;
     let mut opts = nodeproof::checks::pods::options(config, root);
+    if kubeconfig.is_some() {
+        opts.context = context;
+    }
     opts.kubeconfig = kubeconfig.or(opts.kubeconfig);
     opts.node_name = node_name.or(opts.node_name);
     if !once {

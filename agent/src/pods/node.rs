@@ -69,6 +69,8 @@ pub enum PodsRunError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodsOptions {
     pub kubeconfig: Option<PathBuf>,
+    /// `kubeconfig`'s context instead of its current-context.
+    pub context: Option<String>,
     pub node_name: Option<String>,
     /// `report.host-root`: where the kubelet's kubeconfig is looked for.
     pub host_root: Option<PathBuf>,
@@ -102,6 +104,7 @@ pub async fn connect_answered(
 ) -> Result<(kube::Client, String, Option<Answered>), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: opts.kubeconfig.clone(),
+        context: opts.context.clone(),
         node_name: opts.node_name.clone(),
         host_root: opts.host_root.clone(),
         ..ReportConfig::default()
@@ -122,9 +125,13 @@ pub async fn connect_answered(
 
 /// A client from the reporter's credentials (`kubeconfig`, the kubelet's,
 /// in-cluster), and how they were found.
-async fn api_client(kubeconfig: Option<&Path>) -> Result<(kube::Client, String), PodsRunError> {
+async fn api_client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<(kube::Client, String), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: kubeconfig.map(Path::to_path_buf),
+        context: context.map(String::from),
         ..ReportConfig::default()
     };
     let (client, described) = nodeproof_kube::connect::api_client(&config)
@@ -140,7 +147,11 @@ async fn api_client(kubeconfig: Option<&Path>) -> Result<(kube::Client, String),
 
 /// One pod, `NAMESPACE/NAME`, from the API server (a node identity may read
 /// the pods bound to it).
-pub fn get_pod(kubeconfig: Option<&Path>, key: &str) -> Result<Pod, PodsRunError> {
+pub fn get_pod(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    key: &str,
+) -> Result<Pod, PodsRunError> {
     let Some((ns, name)) = key
         .split_once('/')
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
@@ -148,7 +159,7 @@ pub fn get_pod(kubeconfig: Option<&Path>, key: &str) -> Result<Pod, PodsRunError
         return Err(PodsRunError::PodName { given: key.into() });
     };
     runtime()?.block_on(async {
-        let (client, credentials) = api_client(kubeconfig).await?;
+        let (client, credentials) = api_client(kubeconfig, context).await?;
         Api::<Pod>::namespaced(client, ns)
             .get(name)
             .await

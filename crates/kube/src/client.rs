@@ -921,7 +921,9 @@ pub fn credential_files(source: &Source) -> Vec<PathBuf> {
             let ca = token.with_file_name("ca.crt");
             vec![token, ca]
         }
-        Source::Kubeconfig(path) | Source::Kubelet(path) => {
+        Source::Kubeconfig(path)
+        | Source::KubeconfigContext { path, .. }
+        | Source::Kubelet(path) => {
             let mut files = vec![path.clone()];
             if let Ok(k) = kube::config::Kubeconfig::read_from(path) {
                 for a in k.auth_infos.iter().filter_map(|a| a.auth_info.as_ref()) {
@@ -978,6 +980,31 @@ async fn build_client(source: &Source) -> Result<Option<(kube::Client, String)>,
             let kubeconfig =
                 kube::config::Kubeconfig::read_from(path).map_err(|e| failed(e.into()))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| failed(e.into()))?
+        }
+        Source::KubeconfigContext { path, context } => {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(path).map_err(|e| failed(e.into()))?;
+            if !kubeconfig.contexts.iter().any(|c| &c.name == context) {
+                let known: Vec<&str> = kubeconfig
+                    .contexts
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                return Err(failed(
+                    format!(
+                        "no context {context:?} in it (it has {}): `kubectl config get-contexts` lists them",
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    )
+                    .into(),
+                ));
+            }
+            let options = kube::config::KubeConfigOptions {
+                context: Some(context.clone()),
+                ..Default::default()
+            };
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
                 .map_err(|e| failed(e.into()))?
         }

@@ -20,6 +20,9 @@ pub struct ReportConfig {
     /// Credentials (default: the kubelet's kubeconfig where its unit files or
     /// the distribution put it, then in-cluster, else log only).
     pub kubeconfig: Option<PathBuf>,
+    /// The context of `kubeconfig` to use instead of its current-context (as
+    /// `kubectl --context`); only with `kubeconfig`.
+    pub context: Option<String>,
     /// Where the host's `/` is for that search (default `/`; a pod that
     /// mounts the host elsewhere, or a test's temp dir).
     pub host_root: Option<PathBuf>,
@@ -86,6 +89,12 @@ impl ReportConfig {
         let mut out = Vec::new();
         if self.heartbeat_s == Some(0) {
             out.push("report.heartbeat-s must be at least 1".to_string());
+        }
+        if self.context.is_some() && self.kubeconfig.is_none() {
+            out.push(
+                "report.context: picks a context of report.kubeconfig, which is not set (the kubelet's kubeconfig has one)"
+                    .to_string(),
+            );
         }
         let mut counts = vec![
             ("report.to-bad".to_string(), self.to_bad),
@@ -216,6 +225,16 @@ mod tests {
 
     fn parse(text: &str) -> ReportConfig {
         toml::from_str(text).expect("a [report] section")
+    }
+
+    #[test]
+    fn a_context_needs_the_kubeconfig_it_picks_from() {
+        let alone = parse("context = \"prod\"\n");
+        assert_eq!(alone.problems().len(), 1);
+        assert!(alone.problems()[0].starts_with("report.context: "));
+        let with = parse("kubeconfig = \"/k\"\ncontext = \"prod\"\n");
+        assert!(with.problems().is_empty(), "{:?}", with.problems());
+        assert_eq!(with.context.as_deref(), Some("prod"));
     }
 
     #[test]

@@ -62,7 +62,16 @@ pub enum ConnectError {
 
 /// Where the credentials are, as `connect` finds them (for `check` to say).
 pub fn lookup(config: &ReportConfig) -> Lookup {
-    credentials::lookup_here(config.kubeconfig.as_deref(), config.host_root.as_deref())
+    let mut found =
+        credentials::lookup_here(config.kubeconfig.as_deref(), config.host_root.as_deref());
+    // The context picks within the kubeconfig given; the kubelet's has one.
+    if let (Source::Kubeconfig(path), Some(context)) = (&found.source, &config.context) {
+        found.source = Source::KubeconfigContext {
+            path: path.clone(),
+            context: context.clone(),
+        };
+    }
+    found
 }
 
 /// The client for the configured credentials and where they came from,
@@ -101,7 +110,7 @@ fn identity_of(found: &Lookup, host: &Host) -> Option<String> {
     // An explicit kubeconfig names files on this machine; the kubelet's, on the host.
     let below_host = matches!(found.source, Source::Kubelet(_));
     let (path, host_path) = match (&found.source, &found.host_path) {
-        (Source::Kubeconfig(p), _) => (p, p),
+        (Source::Kubeconfig(p), _) | (Source::KubeconfigContext { path: p, .. }, _) => (p, p),
         (Source::Kubelet(p), Some(h)) => (p, h),
         _ => return None,
     };

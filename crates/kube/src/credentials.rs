@@ -101,6 +101,8 @@ impl KubeletFound {
 pub enum Source {
     /// `--kubeconfig` or the config file's `report.kubeconfig`.
     Kubeconfig(PathBuf),
+    /// The same with `--context` (`report.context`): that context of it.
+    KubeconfigContext { path: PathBuf, context: String },
     /// The kubelet's kubeconfig (node identity), as readable here (below the host root).
     Kubelet(PathBuf),
     /// A pod's ServiceAccount.
@@ -113,6 +115,9 @@ impl Source {
     pub fn describe(&self) -> String {
         match self {
             Source::Kubeconfig(p) => format!("kubeconfig {}", p.display()),
+            Source::KubeconfigContext { path, context } => {
+                format!("context {context:?} of kubeconfig {}", path.display())
+            }
             Source::Kubelet(p) => format!("the kubelet's kubeconfig {}", p.display()),
             Source::InCluster => "in-cluster ServiceAccount".into(),
             Source::None => "no credentials (log only)".into(),
@@ -121,7 +126,7 @@ impl Source {
 
     fn kind(&self) -> &'static str {
         match self {
-            Source::Kubeconfig(_) => "kubeconfig",
+            Source::Kubeconfig(_) | Source::KubeconfigContext { .. } => "kubeconfig",
             Source::Kubelet(_) => "kubelet",
             Source::InCluster => "in-cluster",
             Source::None => "none",
@@ -252,6 +257,10 @@ impl Lookup {
         });
         match &self.source {
             Source::Kubeconfig(p) => v["path"] = p.display().to_string().into(),
+            Source::KubeconfigContext { path, context } => {
+                v["path"] = path.display().to_string().into();
+                v["context"] = context.clone().into();
+            }
             Source::Kubelet(_) => {
                 if let Some(p) = &self.host_path {
                     v["path"] = p.display().to_string().into();
