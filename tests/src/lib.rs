@@ -6,6 +6,7 @@ pub mod crio;
 pub mod learn;
 pub mod lintset;
 pub mod oracle;
+pub mod reap;
 pub mod runtimes;
 pub mod splice;
 

@@ -331,6 +331,17 @@ impl SpliceOracle {
             .runtime_command(&mut Command::new(&self.runtime), &bundle)
             .args(["delete", "-f", &id])
             .output();
+        // What `delete` cannot see (a run killed before runc wrote its
+        // state): the container's cgroup, its processes killed (crate::reap).
+        let cgroup = spec
+            .cgroups_path
+            .map_or_else(|| format!("/{id}"), String::from);
+        let left = crate::reap::reap_cgroup(Path::new("/sys/fs/cgroup"), &cgroup);
+        if !left.is_empty() {
+            eprintln!(
+                "oracle run {id}: processes {left:?} of cgroup {cgroup} survived SIGKILL for 5 s"
+            );
+        }
         let _ = fs::remove_dir_all(&bundle);
         result
     }
