@@ -1007,11 +1007,24 @@ fn test_suite(tiers: &mut Tiers, rest: &[String]) -> Result<()> {
         eprintln!("xtask: {e:#}");
     }
     tiers.print();
+    // Every test ends what it started: a process left in one of the tests'
+    // cgroups fails the suite; cgroups left empty are said.
+    let (left_running, left_cgroups) = suite::leftovers();
+    for p in &left_running {
+        eprintln!("xtask: left running by the tests: {p}");
+    }
+    if !left_cgroups.is_empty() {
+        eprintln!(
+            "xtask: {} cgroups of the tests left (empty): {}",
+            left_cgroups.len(),
+            left_cgroups.join(" ")
+        );
+    }
     for s in &skipped {
         println!("SKIPPED {}::{}: needs {}", s.target, s.test, s.needs);
     }
     println!("{}", totals.summary(skipped.len()));
-    if !failed.is_empty() || doc.is_err() || fuzzed.is_err() {
+    if !failed.is_empty() || doc.is_err() || fuzzed.is_err() || !left_running.is_empty() {
         std::process::exit(1);
     }
     Ok(())

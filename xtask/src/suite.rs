@@ -290,6 +290,77 @@ pub fn build(cargo_args: &[&str], root: &Path) -> Result<Vec<Binary>> {
     Ok(parse_artifacts(&json))
 }
 
+/// What the suite left running: live processes in a cgroup of the tests'
+/// own (`nodeproof-*`: the runtime oracles' containers, the CRI sandbox
+/// parent, the tracer tests' cgroups), as `pid comm cgroup`; and those
+/// cgroups still there. Zombies are not counted: this machine's PID 1 does
+/// not reap what is handed to it, so they outlive any test.
+pub fn leftovers() -> (Vec<String>, Vec<String>) {
+    let mut processes = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = e.path();
+        let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
+        let Some(ours) = cgroup
+            .lines()
+            .filter_map(|l| l.splitn(3, ':').nth(2))
+            .find(|p| p.split('/').any(|seg| seg.starts_with("nodeproof-")))
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // `pid (comm) S ...`: the state follows the last ')'.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next());
+        if state == Some("Z") {
+            continue;
+        }
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        processes.push(format!("{pid} {} {ours}", comm.trim()));
+    }
+    let mut cgroups = Vec::new();
+    for h in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let top = h.path();
+        let dirs = if top.join("cgroup.procs").exists() {
+            vec![top]
+        } else {
+            Vec::new()
+        };
+        for d in dirs {
+            for c in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let name = c.file_name().to_string_lossy().into_owned();
+                if name.starts_with("nodeproof-") && c.path().is_dir() {
+                    cgroups.push(c.path().display().to_string());
+                }
+            }
+        }
+    }
+    // A unified-only host: the tree itself is the one hierarchy.
+    if std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
+        for c in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = c.file_name().to_string_lossy().into_owned();
+            if name.starts_with("nodeproof-") && c.path().is_dir() {
+                cgroups.push(c.path().display().to_string());
+            }
+        }
+    }
+    processes.sort();
+    cgroups.sort();
+    cgroups.dedup();
+    (processes, cgroups)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
