@@ -509,20 +509,7 @@ fn released_pods_are_judged_by_the_configured_gates() {
 fn context_picks_the_kubeconfigs_context_like_kubectl() {
     let server = healthy();
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read_to_string(server.kubeconfig(dir.path(), TOKEN)).unwrap();
-    // A second cluster and context, current, on a port nothing listens on.
-    let two = good
-        .replace("current-context: test", "current-context: gone")
-        .replace(
-            "contexts:\n",
-            "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n",
-        )
-        .replace(
-            "clusters:\n",
-            "clusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n",
-        );
-    let kubeconfig = dir.path().join("two.kubeconfig");
-    std::fs::write(&kubeconfig, two).unwrap();
+    let kubeconfig = server.kubeconfig_two_contexts(dir.path(), TOKEN);
     let current = check_with(&kubeconfig, &[]);
     assert_eq!(current.code, Some(2), "{}", current.stderr);
     let picked = check_with(&kubeconfig, &["--context", "test", "-o", "json"]);

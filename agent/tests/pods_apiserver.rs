@@ -1260,19 +1260,7 @@ fn pods_and_check_take_a_context_of_the_kubeconfig() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("seccomp");
     std::fs::create_dir_all(&root).unwrap();
-    let good = std::fs::read_to_string(server.kubeconfig(dir.path(), "node-n1")).unwrap();
-    let two = good
-        .replace("current-context: test", "current-context: gone")
-        .replace(
-            "contexts:\n",
-            "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n",
-        )
-        .replace(
-            "clusters:\n",
-            "clusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n",
-        );
-    let kubeconfig = dir.path().join("two.kubeconfig");
-    std::fs::write(&kubeconfig, two).unwrap();
+    let kubeconfig = server.kubeconfig_two_contexts(dir.path(), "node-n1");
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_nodeproof"))
             .args(["--seccomp-root", root.to_str().unwrap()])

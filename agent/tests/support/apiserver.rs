@@ -413,6 +413,26 @@ impl TestApiServer {
     }
 
     /// A kubeconfig for `token` (the CA as a file, as kubeadm's are).
+    /// [`TestApiServer::kubeconfig`] with a second context, `gone`, made the
+    /// current one, on a port nothing listens on: only `--context test`
+    /// reaches this server (`kubectl --context` semantics).
+    pub fn kubeconfig_two_contexts(&self, dir: &Path, token: &str) -> PathBuf {
+        let good = std::fs::read_to_string(self.kubeconfig(dir, token)).unwrap();
+        let two = good
+            .replace("current-context: test", "current-context: gone")
+            .replace(
+                "contexts:\n",
+                "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n",
+            )
+            .replace(
+                "clusters:\n",
+                "clusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n",
+            );
+        let path = dir.join(format!("{token}-two.kubeconfig"));
+        std::fs::write(&path, two).unwrap();
+        path
+    }
+
     pub fn kubeconfig(&self, dir: &Path, token: &str) -> PathBuf {
         let ca = dir.join("ca.pem");
         std::fs::write(&ca, &self.ca_pem).unwrap();
