@@ -80,39 +80,7 @@ pub(crate) enum Command {
         out: OutputArgs,
     },
     /// Stream seccomp denials (eBPF); on --duration end or Ctrl-C print exact counts.
-    Trace {
-        /// How long to trace, e.g. 10s, 2m, 500ms (default: until Ctrl-C).
-        #[arg(long, value_parser = parse_duration)]
-        duration: Option<Duration>,
-        /// Only this command name (comm).
-        #[arg(long)]
-        comm: Option<String>,
-        /// Only this process id.
-        #[arg(long)]
-        pid: Option<u32>,
-        /// Only this pod: its name or UID (names from the kubelet's /var/log/pods).
-        #[arg(long)]
-        pod: Option<String>,
-        /// Only pods of this namespace.
-        #[arg(long, short = 'n')]
-        namespace: Option<String>,
-        /// Only this container: its name or a prefix of its runtime id.
-        #[arg(long)]
-        container: Option<String>,
-        /// Where the kubelet keeps pod logs, whose names give the pods' names
-        /// (its podLogsDir setting).
-        #[arg(long, value_name = "DIR", default_value = nodeproof_trace::kubelet_logs::DEFAULT_POD_LOGS_DIR)]
-        pod_logs_dir: PathBuf,
-        /// Force a detection strategy: fexit, tp_btf or tracepoint (default: the first that loads).
-        #[arg(long)]
-        strategy: Option<nodeproof_trace::Strategy>,
-        /// Kernel BTF file to use instead of /sys/kernel/btf/vmlinux (e.g. from BTFHub,
-        /// for kernels without CONFIG_DEBUG_INFO_BTF; serves the tracepoint strategy).
-        #[arg(long)]
-        btf: Option<PathBuf>,
-        #[command(flatten)]
-        out: OutputArgs,
-    },
+    Trace(trace::TraceArgs),
     /// The smallest profile change that allows observed denials: a JSON Patch and the
     /// patched profile, from a saved trace (--from) or a live one (10s unless --duration).
     /// Never writes the profile.
@@ -360,7 +328,6 @@ impl Cli {
             Command::Check { out, .. }
             | Command::Gpu { out }
             | Command::Preflight { out }
-            | Command::Trace { out, .. }
             | Command::Pods { out, .. }
             | Command::Cluster {
                 command: cluster::ClusterCommand::Check { out, .. },
@@ -369,6 +336,7 @@ impl Cli {
                 command: profile::ProfileCommand::Lint { out, .. },
             } => Some(out.output),
             Command::Advise(a) => Some(a.out.output),
+            Command::Trace(t) => Some(t.out.output),
             _ => None,
         }
     }
@@ -447,35 +415,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run => unreachable!("handled by daemon::run"),
         Command::Preflight { out } => check::preflight(&root, &config, out.output),
         Command::Profile { command } => profile::run(command, &root, &config),
-        Command::Trace {
-            duration,
-            comm,
-            pid,
-            pod,
-            namespace,
-            container,
-            pod_logs_dir,
-            strategy,
-            btf,
-            out,
-        } => trace::trace(
-            &pod_logs_dir,
-            nodeproof_trace::TraceOptions {
-                duration,
-                comm,
-                pid,
-                pod,
-                namespace,
-                container,
-                format: match out.output {
-                    Format::Text => nodeproof_trace::OutputFormat::Text,
-                    Format::Json => nodeproof_trace::OutputFormat::Json,
-                    Format::Yaml => nodeproof_trace::OutputFormat::Yaml,
-                },
-                strategy,
-                btf_path: btf,
-            },
-        ),
+        Command::Trace(args) => trace::trace(&args),
         Command::Advise(args) => advise::advise(&args, &config, &root),
         Command::Pods {
             once,

@@ -1,17 +1,74 @@
 //! `nodeproof trace`: stream denials, then the exact counts.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use nodeproof_trace::KubeletLogs;
+use nodeproof_trace::{KubeletLogs, OutputFormat, TraceOptions};
 
-use super::{stop_on_sigint_sigterm, STOP};
+use super::{parse_duration, stop_on_sigint_sigterm, Format, OutputArgs, STOP};
 
-pub(crate) fn trace(pod_logs_dir: &Path, opts: nodeproof_trace::TraceOptions) -> Result<ExitCode> {
+#[derive(clap::Args)]
+pub(crate) struct TraceArgs {
+    /// How long to trace, e.g. 10s, 2m, 500ms (default: until Ctrl-C).
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) duration: Option<Duration>,
+    /// Only this command name (comm).
+    #[arg(long)]
+    pub(crate) comm: Option<String>,
+    /// Only this process id.
+    #[arg(long)]
+    pub(crate) pid: Option<u32>,
+    /// Only this pod: its name or UID (names from the kubelet's /var/log/pods).
+    #[arg(long)]
+    pub(crate) pod: Option<String>,
+    /// Only pods of this namespace.
+    #[arg(long, short = 'n')]
+    pub(crate) namespace: Option<String>,
+    /// Only this container: its name or a prefix of its runtime id.
+    #[arg(long)]
+    pub(crate) container: Option<String>,
+    /// Where the kubelet keeps pod logs, whose names give the pods' names
+    /// (its podLogsDir setting).
+    #[arg(long, value_name = "DIR", default_value = nodeproof_trace::kubelet_logs::DEFAULT_POD_LOGS_DIR)]
+    pub(crate) pod_logs_dir: PathBuf,
+    /// Force a detection strategy: fexit, tp_btf or tracepoint (default: the first that loads).
+    #[arg(long)]
+    pub(crate) strategy: Option<nodeproof_trace::Strategy>,
+    /// Kernel BTF file to use instead of /sys/kernel/btf/vmlinux (e.g. from BTFHub,
+    /// for kernels without CONFIG_DEBUG_INFO_BTF; serves the tracepoint strategy).
+    #[arg(long)]
+    pub(crate) btf: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) out: OutputArgs,
+}
+
+impl TraceArgs {
+    fn options(&self) -> TraceOptions {
+        TraceOptions {
+            duration: self.duration,
+            comm: self.comm.clone(),
+            pid: self.pid,
+            pod: self.pod.clone(),
+            namespace: self.namespace.clone(),
+            container: self.container.clone(),
+            format: match self.out.output {
+                Format::Text => OutputFormat::Text,
+                Format::Json => OutputFormat::Json,
+                Format::Yaml => OutputFormat::Yaml,
+            },
+            strategy: self.strategy,
+            btf_path: self.btf.clone(),
+        }
+    }
+}
+
+pub(crate) fn trace(args: &TraceArgs) -> Result<ExitCode> {
+    let opts = args.options();
     // Pod and container names come from the kubelet's log directories, so
     // a node without API credentials can filter by them too.
-    let pods = KubeletLogs::new(pod_logs_dir, "/var/log/containers");
+    let pods = KubeletLogs::new(&args.pod_logs_dir, "/var/log/containers");
     let needs = opts.filter().needs_names();
     if !needs.is_empty() && !pods.present() {
         // Nothing could match: an empty table would read as "no denials".
