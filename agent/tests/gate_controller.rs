@@ -176,6 +176,25 @@ fn pod_events(server: &TestApiServer, name: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Waits up to `timeout` for an Event on pod `name` saying `message`; fails
+/// with the pod's Events and the controller's log.
+fn await_event(
+    server: &TestApiServer,
+    c: &Controller,
+    name: &str,
+    message: &str,
+    timeout: Duration,
+) {
+    assert!(
+        wait_until(timeout, || pod_events(server, name)
+            .iter()
+            .any(|e| e["message"] == message)),
+        "no Event {message:?} on {name}: {:#?}\n{}",
+        pod_events(server, name),
+        c.log_text()
+    );
+}
+
 fn lease_holder(server: &TestApiServer) -> Option<String> {
     lease_holder_of(server, LEASE)
 }
@@ -218,14 +237,7 @@ fn gate_released_when_a_matching_node_turns_ready_and_not_before_foreign_gates_u
         "waiting for {GPU_GATE}: 0 of 3 nodes ready for the pod: 1 lacks nvidia.com/gpu, \
          1 GPUDriverReady=False (NVMLInitFailed), 1 ready but excluded by the pod's own nodeSelector or affinity"
     );
-    assert!(
-        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == want.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &want, Duration::from_secs(20));
     // Judged and waiting: still gated a while later.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(gates(&server, "ml/vllm-0"), [FOREIGN_GATE, GPU_GATE]);
@@ -272,14 +284,7 @@ fn a_stale_heartbeat_never_releases() {
     let want = format!(
         "waiting for {GPU_GATE}: 0 of 1 nodes ready for the pod: 1 with a GPUDriverReady heartbeat older than 6s (its agent stopped reporting)"
     );
-    assert!(
-        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == want.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &want, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(gates(&server, "ml/vllm-0"), [FOREIGN_GATE, GPU_GATE]);
     // Meanwhile the other controller removes its gate: ours moves to index 0.
@@ -372,14 +377,7 @@ fn event_scenario() -> Vec<Logged> {
     let first = format!(
         "waiting for {GPU_GATE}: 0 of 1 nodes ready for the pod: 1 GPUDriverReady=False (NVMLInitFailed)"
     );
-    assert!(
-        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == first.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &first, Duration::from_secs(20));
     // Heartbeats alone, many times: nothing new to say, nothing written.
     for _ in 0..5 {
         set_conditions(
@@ -402,14 +400,7 @@ fn event_scenario() -> Vec<Logged> {
     let second = format!(
         "waiting for {GPU_GATE}: 0 of 1 nodes ready for the pod: 1 GPUDriverReady=False (DriverNotLoaded)"
     );
-    assert!(
-        wait_until(Duration::from_secs(5), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == second.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &second, Duration::from_secs(5));
     let events = pod_events(&server, "vllm-0");
     assert_eq!(events.len(), 1, "updated, not repeated: {events:#?}");
     assert_eq!(events[0]["count"], 2);
@@ -965,14 +956,7 @@ fn the_seccomp_gate_waits_for_the_runtime_class_contract_label() {
     let want = format!(
         "waiting for {SECCOMP_GATE}: 0 of 1 nodes ready for the pod: 1 runtimeclass.nodeproof.dev/vllm=not-ready"
     );
-    assert!(
-        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == want.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &want, Duration::from_secs(20));
     assert_eq!(gates(&server, "ml/vllm-0"), [SECCOMP_GATE]);
     // The node agent finds the class's profiles fine and labels the node ready.
     server.merge_node(
@@ -1059,17 +1043,7 @@ fn the_released_pod_is_bound_to_the_ready_node_not_the_broken_or_the_stale_one()
         "waiting for {GPU_GATE}: 0 of 3 nodes ready for the pod: \
          3 have a taint the pod does not tolerate ({NOT_READY_TAINT}:NoSchedule)"
     );
-    let says = |m: &str| {
-        pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == m)
-    };
-    assert!(
-        wait_until(Duration::from_secs(20), || says(&tainted)),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &tainted, Duration::from_secs(20));
     for n in ["gpu-a", "gpu-b", "gpu-old"] {
         lift_not_ready(&server, n);
     }
@@ -1078,12 +1052,7 @@ fn the_released_pod_is_bound_to_the_ready_node_not_the_broken_or_the_stale_one()
          1 with a GPUDriverReady heartbeat older than 3m (its agent stopped reporting), \
          1 GPUDriverReady=False (DriverNotLoaded), 1 GPUDriverReady=False (NVMLInitFailed)"
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || says(&grouped)),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &grouped, Duration::from_secs(10));
     assert_eq!(gates(&server, "ml/vllm-0"), [GPU_GATE]);
     assert_eq!(server.bound("ml/vllm-0"), None);
     // gpu-b turns ready: labelled, the pod narrowed and released in one write, bound there.
@@ -1230,14 +1199,7 @@ fn a_pod_whose_own_affinity_excludes_every_ready_node_stays_gated_and_says_so() 
         "waiting for {GPU_GATE}: 0 of 2 nodes ready for the pod: \
          1 GPUDriverReady=False (NVMLInitFailed), 1 ready but excluded by the pod's own nodeSelector or affinity"
     );
-    assert!(
-        wait_until(Duration::from_secs(20), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == want.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &want, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(gates(&server, "ml/vllm-0"), [GPU_GATE]);
     assert_eq!(server.bound("ml/vllm-0"), None);
@@ -1299,14 +1261,7 @@ fn a_pod_with_two_gates_is_narrowed_by_each_in_turn_and_lands_where_both_are_rea
          1 SeccompProfilesReady=False (ProfileStartFails), \
          1 ready but excluded by the pod's own nodeSelector or affinity"
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || pod_events(&server, "vllm-0")
-            .iter()
-            .any(|e| e["message"] == waiting.as_str())),
-        "{:#?}\n{}",
-        pod_events(&server, "vllm-0"),
-        c.log_text()
-    );
+    await_event(&server, &c, "vllm-0", &waiting, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         gates(&server, "ml/vllm-0"),
