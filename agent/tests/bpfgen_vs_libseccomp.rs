@@ -123,6 +123,7 @@ fn compare_profiles(files: &[std::path::PathBuf]) -> (usize, Vec<String>) {
                         arch: native,
                         check_listener: false,
                         oci_runtime: Default::default(),
+                        bounding_set: None,
                     };
                     let what = format!("{} ({runtime:?}, nnp={nnp})", f.display());
                     let Some(spec) = filter_spec(&src, &opts) else {

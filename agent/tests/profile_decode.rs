@@ -13,6 +13,7 @@ fn opts() -> LintOptions {
         arch: Arch::X86_64,
         check_listener: true,
         oci_runtime: Default::default(),
+        bounding_set: None,
     }
 }
 

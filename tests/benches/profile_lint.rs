@@ -56,7 +56,7 @@ fn main() {
         no_new_privileges: false,
         arch: Arch::X86_64,
         check_listener: true,
-        oci_runtime: Default::default(),
+        ..Default::default()
     };
 
     // Warm up libseccomp's tables.

@@ -9,6 +9,7 @@
 //! (a signal or a futex wake on init's thread), not a disagreement.
 
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, Runtime};
 use nodeproof_seccomp::oci_runtime::{InitCaller, OciRuntime, OciRuntimeKind};
@@ -424,6 +425,8 @@ fn size(r: &mut Rng, oci_runtime: OciRuntime) -> Case {
         arch: Arch::X86_64,
         check_listener: false,
         oci_runtime,
+        // `runc spec`'s bounding set: the splice oracle runs its config.json.
+        bounding_set: Some(CapabilitySet::OCI_SPEC_DEFAULT),
     };
     let len = |n| {
         lint_source("p.json", &padded(n), &opts, &Native)
@@ -541,6 +544,8 @@ pub fn predict(profile: &[u8], nnp: bool, oci_runtime: OciRuntime) -> Prediction
         arch: Arch::native(),
         check_listener: true,
         oci_runtime,
+        // `runc spec`'s bounding set: the splice oracle runs its config.json.
+        bounding_set: Some(CapabilitySet::OCI_SPEC_DEFAULT),
     };
     let r = lint_source("p.json", profile, &opts, &Native);
     let first = r.diagnostics.first().map_or_else(String::new, |d| {

@@ -4,14 +4,18 @@
 //! profiles/ and the shared corpus.
 
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, Runtime};
 use nodeproof_seccomp::oci_runtime::{OciRuntime, OciRuntimeKind};
 use nodeproof_seccomp::syscalls::resolve_syscall;
 use serde_json::Value;
 
-pub fn predict(bytes: &[u8], nnp: bool) -> (Outcome, String) {
-    let r = report_for(bytes, nnp, OciRuntime::default());
+/// runc 1.1.5's prediction for a container with `bounding_set`
+/// ([`CapabilitySet::OCI_SPEC_DEFAULT`] for the splice oracle's `runc spec`
+/// bundle, [`CapabilitySet::CONTAINERD_DEFAULT`] for containerd's CRI).
+pub fn predict(bytes: &[u8], nnp: bool, bounding_set: CapabilitySet) -> (Outcome, String) {
+    let r = report_for(bytes, nnp, OciRuntime::default(), bounding_set);
     (r.outcome, first_line(&r))
 }
 
@@ -23,7 +27,12 @@ pub fn first_line(r: &ProfileReport) -> String {
 
 /// The report for `oci_runtime` behind its CRI runtime: runc behind
 /// containerd, crun behind CRI-O.
-pub fn report_for(bytes: &[u8], nnp: bool, oci_runtime: OciRuntime) -> ProfileReport {
+pub fn report_for(
+    bytes: &[u8],
+    nnp: bool,
+    oci_runtime: OciRuntime,
+    bounding_set: CapabilitySet,
+) -> ProfileReport {
     let opts = LintOptions {
         runtime: match oci_runtime.kind() {
             OciRuntimeKind::Runc => Runtime::Containerd,
@@ -33,6 +42,7 @@ pub fn report_for(bytes: &[u8], nnp: bool, oci_runtime: OciRuntime) -> ProfileRe
         arch: Arch::native(),
         check_listener: true,
         oci_runtime,
+        bounding_set: Some(bounding_set),
     };
     lint_source("p.json", bytes, &opts, &Native)
 }
@@ -99,6 +109,8 @@ pub fn variants() -> Vec<(&'static str, Vec<u8>)> {
             arch: Arch::native(),
             check_listener: true,
             oci_runtime: Default::default(),
+            // `runc spec`'s bounding set: the splice oracle runs its config.json.
+            bounding_set: Some(CapabilitySet::OCI_SPEC_DEFAULT),
         };
         let len = |n| {
             lint_source("p.json", &padded(n), &opts, &Native)
@@ -128,6 +140,11 @@ pub fn variants() -> Vec<(&'static str, Vec<u8>)> {
     let deny_prctl = |option: u32, errno: u16| {
         format!(
             r#"{{"names":["prctl"],"action":"SCMP_ACT_ERRNO","errnoRet":{errno},"args":[{{"index":0,"value":{option},"op":"SCMP_CMP_EQ"}}]}}"#
+        )
+    };
+    let deny_capbset_drop = |cap: u32, errno: u16| {
+        format!(
+            r#"{{"names":["prctl"],"action":"SCMP_ACT_ERRNO","errnoRet":{errno},"args":[{{"index":0,"value":24,"op":"SCMP_CMP_EQ"}},{{"index":1,"value":{cap},"op":"SCMP_CMP_EQ"}}]}}"#
         )
     };
     // The runtime default itself is among the profiles of profiles/.
@@ -208,5 +225,10 @@ pub fn variants() -> Vec<(&'static str, Vec<u8>)> {
         ("PR_CAP_AMBIENT answered EINVAL", allow(&deny_prctl(47, 22)).into_bytes()),
         ("PR_SET_KEEPCAPS answered 0", allow(&deny_prctl(8, 0)).into_bytes()),
         ("PR_SET_KEEPCAPS answered EINVAL", allow(&deny_prctl(8, 22)).into_bytes()),
+        // One PR_CAPBSET_DROP per capability the bounding set lacks: CAP_FOWNER
+        // is dropped under `runc spec`'s set, kept under containerd's.
+        ("PR_CAPBSET_DROP of CAP_FOWNER denied", allow(&deny_capbset_drop(3, 1)).into_bytes()),
+        ("PR_CAPBSET_DROP of CAP_SYS_ADMIN denied", allow(&deny_capbset_drop(21, 1)).into_bytes()),
+        ("PR_CAPBSET_DROP of CAP_FOWNER answered 0", allow(&deny_capbset_drop(3, 0)).into_bytes()),
     ]
 }

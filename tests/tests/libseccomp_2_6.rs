@@ -263,6 +263,7 @@ fn filters(sources: &[(String, Vec<u8>)]) -> Vec<(String, FilterSpec, Arch)> {
                         arch: native,
                         check_listener: false,
                         oci_runtime,
+                        ..Default::default()
                     };
                     if let Some(spec) = filter_spec(src, &opts) {
                         assert_eq!(spec.libseccomp, v26, "{oci_runtime} links 2.6.0");

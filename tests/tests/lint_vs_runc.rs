@@ -8,6 +8,7 @@
 use nodeproof_e2e::lintset::{first_line, predict, report_for, variants};
 use nodeproof_e2e::runtimes::RuntimeBuild;
 use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
+use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::lint::Outcome;
 use nodeproof_testkit::{own_profiles_dir, profiles_in, require, Need};
 use serde_json::Value;
@@ -37,7 +38,7 @@ fn corpus_predictions_match_recorded_runc_results() {
         let bytes = std::fs::read(corpus.join(file)).unwrap();
         for (nnp, rec) in [(true, entry), (false, &entry["nnp_false"])] {
             let want = expected(Verdict::parse(rec["verdict"].as_str().unwrap()).unwrap());
-            let (got, why) = predict(&bytes, nnp);
+            let (got, why) = predict(&bytes, nnp, CapabilitySet::OCI_SPEC_DEFAULT);
             checked += 1;
             if got != want {
                 wrong.push(format!(
@@ -69,7 +70,7 @@ fn live_mismatches(
     let compared = std::sync::Mutex::new(Vec::new());
     let _ = nodeproof_e2e::mismatches(jobs, |(name, bytes, nnp)| {
         let run = oracle.run(&bytes, nnp, &["/bin/true"]);
-        let report = report_for(&bytes, nnp, modelled);
+        let report = report_for(&bytes, nnp, modelled, CapabilitySet::OCI_SPEC_DEFAULT);
         let got = report.outcome;
         if got != expected(run.verdict) {
             let said = format!(
@@ -184,7 +185,12 @@ fn go_zeros_in_unused_argument_slots_match_real_runc() {
         let oracle = SpliceOracle::new(splice::default_oracle_dir(), build).expect("oracle");
         for (name, bytes, want) in &cases {
             for nnp in [true, false] {
-                let report = report_for(bytes, nnp, oracle.build().modelled());
+                let report = report_for(
+                    bytes,
+                    nnp,
+                    oracle.build().modelled(),
+                    CapabilitySet::OCI_SPEC_DEFAULT,
+                );
                 assert_eq!(
                     report.outcome,
                     *want,

@@ -8,6 +8,7 @@ use std::hash::BuildHasherDefault;
 
 use serde::Serialize;
 
+use crate::capability::{Capability, CapabilitySet};
 use crate::cbpf::{self, SeccompData, BPF_MAXINSNS};
 use crate::compiler::{CompileError, CompiledFilter, Compiler};
 use crate::decode::{self, resolve_pointer};
@@ -35,6 +36,15 @@ pub enum Runtime {
 }
 
 impl Runtime {
+    /// The bounding set the runtime gives a container that neither adds nor
+    /// drops capabilities.
+    pub fn default_capabilities(self) -> CapabilitySet {
+        match self {
+            Runtime::Containerd => CapabilitySet::CONTAINERD_DEFAULT,
+            Runtime::Crio => CapabilitySet::CRIO_DEFAULT,
+        }
+    }
+
     /// Where the runtime's CRI socket is on a node (the kubelet's
     /// `--container-runtime-endpoint` defaults for each).
     pub fn sockets(self) -> &'static [&'static str] {
@@ -97,6 +107,11 @@ pub struct LintOptions {
     pub check_listener: bool,
     /// The OCI runtime that builds the filter and starts the container.
     pub oci_runtime: OciRuntime,
+    /// The container's bounding set: init drops every other capability with
+    /// a `prctl` of its own, after the filter is loaded when
+    /// `noNewPrivileges` is false. `None`: the CRI runtime's default for a
+    /// container that neither adds nor drops any.
+    pub bounding_set: Option<CapabilitySet>,
 }
 
 impl Default for LintOptions {
@@ -107,6 +122,7 @@ impl Default for LintOptions {
             arch: Arch::native(),
             check_listener: true,
             oci_runtime: OciRuntime::default(),
+            bounding_set: None,
         }
     }
 }
@@ -661,23 +677,53 @@ fn predict_runtime_needs(
             }
         }
         let zeroed = runc_init::zeroes_unused_slots(go_init, need);
-        let actions = init_actions(spec, compiled, opts.arch, need, zeroed);
-        let Some(&traced) = actions.first() else {
-            continue;
-        };
         let fails = |a: Action| answer(a).is_some_and(|x| need.fails_on(x));
-        // A rule on an argument init does not fix: the start fails in the
-        // starts where it matches, so say it fails, and why only sometimes.
-        let unfixed = (actions.iter().any(|&a| fails(a)) && actions.iter().any(|&a| !fails(a)))
-            .then(|| unfixed_condition(spec, need, zeroed))
-            .flatten();
-        let action = match unfixed {
-            Some(_) => actions
+        let mut dropping = None;
+        let (action, unfixed) = if let Some(index) = runc_init::capability_argument(need) {
+            // One call per capability the bounding set lacks, in ascending
+            // order, all in the same start: the first answer the caller
+            // does not survive ends it; else the first one that kept the
+            // call from running (a capability left in the set).
+            let calls: Vec<(Capability, Action)> = opts
+                .bounding_set
+                .unwrap_or_else(|| opts.runtime.default_capabilities())
+                .dropped()
+                .filter_map(|cap| {
+                    let mut args = need.args;
+                    args[usize::from(index)] = u64::from(cap.0);
+                    filter_action(spec.libseccomp, compiled, opts.arch, need.name, args)
+                        .map(|a| (cap, a))
+                })
+                .collect();
+            let Some(&(cap, action)) = calls
                 .iter()
-                .copied()
-                .find(|&a| fails(a))
-                .unwrap_or(traced),
-            None => traced,
+                .find(|(_, a)| fails(*a))
+                .or_else(|| calls.iter().find(|(_, a)| answer(*a).is_some()))
+                .or(calls.first())
+            else {
+                continue;
+            };
+            dropping = Some(cap);
+            (action, None)
+        } else {
+            let actions = init_actions(spec, compiled, opts.arch, need, zeroed);
+            let Some(&traced) = actions.first() else {
+                continue;
+            };
+            // A rule on an argument init does not fix: the start fails in the
+            // starts where it matches, so say it fails, and why only sometimes.
+            let unfixed = (actions.iter().any(|&a| fails(a)) && actions.iter().any(|&a| !fails(a)))
+                .then(|| unfixed_condition(spec, need, zeroed))
+                .flatten();
+            let action = match unfixed {
+                Some(_) => actions
+                    .iter()
+                    .copied()
+                    .find(|&a| fails(a))
+                    .unwrap_or(traced),
+                None => traced,
+            };
+            (action, unfixed)
         };
         let Some(answer) = answer(action) else {
             continue;
@@ -695,6 +741,7 @@ fn predict_runtime_needs(
                         action,
                         what,
                         opts.oci_runtime,
+                        dropping,
                     ));
                 }
             }
@@ -715,9 +762,9 @@ fn predict_runtime_needs(
             Some(*alternatives)
         };
         reported.push(need.name);
-        report
-            .diagnostics
-            .push(runtime_denial(spec, need, action, opts, fallbacks, unfixed));
+        report.diagnostics.push(runtime_denial(
+            spec, need, action, opts, fallbacks, unfixed, dropping,
+        ));
     }
     !reported.is_empty()
 }
@@ -878,15 +925,17 @@ fn skipped_drop(
     action: Action,
     what: Kept,
     rt: OciRuntime,
+    dropping: Option<Capability>,
 ) -> Diagnostic {
     let kind = rt.kind().as_str();
     Diagnostic::error(
         Code::PrivilegeDropSkipped,
         rule_pointer(spec, need, action),
         format!(
-            "{} drops privileges with `{}` after the filter is loaded, and the profile answers it with {action}{}: the call does not run, {kind} carries on, and the container starts with {}",
+            "{} drops privileges with `{}`{} after the filter is loaded, and the profile answers it with {action}{}: the call does not run, {kind} carries on, and the container starts with {}",
             init_name(rt),
             need.name,
+            dropping.map_or(String::new(), |cap| format!(" (PR_CAPBSET_DROP of {cap})")),
             if action == Action::Errno(0) { " (0, success)".to_string() } else { format!(", an error {kind} ignores here") },
             what.describe(init_name(rt))
         ),
@@ -904,6 +953,7 @@ fn runtime_denial(
     opts: &LintOptions,
     fallbacks: Option<&[&str]>,
     unfixed: Option<(u8, ArgValue)>,
+    dropping: Option<Capability>,
 ) -> Diagnostic {
     let pointer = rule_pointer(spec, need, action);
     if let Some((index, what)) = unfixed {
@@ -942,8 +992,9 @@ fn runtime_denial(
         code,
         pointer,
         format!(
-            "{who} needs `{}` after the filter is loaded ({mode}), but the profile answers it with {action}{}{}, so the container fails to start{}",
+            "{who} needs `{}`{} after the filter is loaded ({mode}), but the profile answers it with {action}{}{}, so the container fails to start{}",
             need.name,
+            dropping.map_or(String::new(), |cap| format!(" to drop {cap} from the bounding set")),
             if action == Action::Errno(0) { " (0 without running, which this caller does not take for success)" } else { "" },
             fallbacks.map_or(String::new(), |alts| format!(" and denies its fallback `{}` too", alts.join("`, `"))),
             intermittently(need, action, opts),

@@ -295,6 +295,18 @@ pub fn zeroes_unused_slots(go_init: bool, need: &InitSyscall) -> bool {
     go_init && need.phase == Phase::RuntimeInit && !GO_RUNTIME_CALLS.contains(&need.name)
 }
 
+/// `prctl`'s option that drops one capability from the bounding set.
+pub const PR_CAPBSET_DROP: u64 = 24;
+
+/// The argument of `need` that names a capability, when init makes the call
+/// once per capability the container's bounding set lacks (runc's
+/// capability library and crun both loop `prctl(PR_CAPBSET_DROP, cap)` from
+/// 0 to the kernel's last capability, skipping those the set keeps): a
+/// trace's one value there stands for all of them.
+pub fn capability_argument(need: &InitSyscall) -> Option<u8> {
+    (need.name == "prctl" && need.args[0] == PR_CAPBSET_DROP).then_some(1)
+}
+
 /// `args[index]` of init's call `name` on x86_64 (runc's and crun's tables),
 /// from each call's kernel prototype (`SYSCALL_DEFINEn`; `faccessat` is the
 /// 3-argument one). `fcntl`

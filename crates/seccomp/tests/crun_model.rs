@@ -22,6 +22,7 @@ fn lint(src: &str, nnp: bool, oci_runtime: OciRuntime) -> ProfileReport {
         arch: Arch::X86_64,
         check_listener: true,
         oci_runtime,
+        ..Default::default()
     };
     lint_source("p.json", src.as_bytes(), &opts, &Native)
 }

@@ -4,6 +4,7 @@
 //! judged by real runc 1.1.5 (tests/tests/lint_vs_runc.rs runs them live).
 
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::diagnostic::{Code, Severity};
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport};
@@ -181,4 +182,74 @@ fn capability_calls_whose_errors_runc_ignores() {
     // The whole name answered EINVAL: PR_SET_KEEPCAPS still fails the start.
     let r = lint(&deny("prctl", 22), false);
     assert_eq!(r.outcome, Outcome::StartFailed);
+}
+
+/// runc init drops each capability the bounding set lacks with a
+/// `prctl(PR_CAPBSET_DROP, cap)` of its own, so a rule on the capability
+/// matters only for the ones the container's set lacks: CAP_FOWNER is in
+/// containerd's default set and not in `runc spec`'s. Judged by real runc
+/// (tests/src/lintset.rs's variants) and found by the campaign, seed
+/// 15343045307184929404.
+#[test]
+fn bounding_set_drops_are_judged_per_capability_the_set_lacks() {
+    let capbset_drop = |cap: u32, errno: u16| {
+        format!(
+            r#"{{"names":["prctl"],"action":"SCMP_ACT_ERRNO","errnoRet":{errno},"args":[{{"index":0,"value":24,"op":"SCMP_CMP_EQ"}},{{"index":1,"value":{cap},"op":"SCMP_CMP_EQ"}}]}}"#
+        )
+    };
+    let lint_with = |rules: &str, bounding_set: CapabilitySet| {
+        let src = format!(r#"{{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{rules}]}}"#);
+        let opts = LintOptions {
+            no_new_privileges: false,
+            arch: Arch::X86_64,
+            check_listener: false,
+            bounding_set: Some(bounding_set),
+            ..Default::default()
+        };
+        lint_source("p.json", src.as_bytes(), &opts, &Native)
+    };
+    let spec = CapabilitySet::OCI_SPEC_DEFAULT;
+    let containerd = CapabilitySet::CONTAINERD_DEFAULT;
+    // The campaign's rule: no option named, args[1] == 3 matches PR_CAPBSET_DROP of CAP_FOWNER.
+    let bare = r#"{"names":["prctl"],"action":"SCMP_ACT_ERRNO","errnoRet":1,"args":[{"index":1,"value":3,"op":"SCMP_CMP_EQ"}]}"#;
+    for (rules, set, want) in [
+        (capbset_drop(3, 1), spec, Outcome::StartFailed),
+        (bare.to_string(), spec, Outcome::StartFailed),
+        (capbset_drop(3, 1), containerd, Outcome::Ok),
+        (bare.to_string(), containerd, Outcome::Ok),
+        (capbset_drop(21, 1), spec, Outcome::StartFailed),
+        (capbset_drop(21, 1), containerd, Outcome::StartFailed),
+        (capbset_drop(21, 22), containerd, Outcome::Ok),
+        // Kept by both: never dropped, so never asked.
+        (capbset_drop(5, 1), spec, Outcome::Ok),
+        (capbset_drop(5, 1), containerd, Outcome::Ok),
+    ] {
+        let r = lint_with(&rules, set);
+        assert_eq!(
+            r.outcome, want,
+            "{rules} with {set:?}: {:#?}",
+            r.diagnostics
+        );
+    }
+    let r = lint_with(&capbset_drop(3, 1), spec);
+    let denied = findings(&r, Code::RuntimeSyscallDenied);
+    assert!(
+        denied[0].contains("to drop CAP_FOWNER from the bounding set"),
+        "{denied:?}"
+    );
+    // Answered 0: CAP_FOWNER silently stays in the bounding set.
+    let r = lint_with(&capbset_drop(3, 0), spec);
+    assert_eq!(r.outcome, Outcome::Ok);
+    let kept = findings(&r, Code::PrivilegeDropSkipped);
+    assert_eq!(kept.len(), 1, "{:#?}", r.diagnostics);
+    assert!(
+        kept[0].contains("PR_CAPBSET_DROP of CAP_FOWNER"),
+        "{}",
+        kept[0]
+    );
+    assert!(findings(
+        &lint_with(&capbset_drop(3, 0), containerd),
+        Code::PrivilegeDropSkipped
+    )
+    .is_empty());
 }
