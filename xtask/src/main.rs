@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
+mod smoke_record;
 mod suite;
 
 /// Debian packages the build and the tests need, with why.
@@ -278,7 +279,7 @@ fn run() -> Result<()> {
             }
             test_suite(&mut tiers, rest)
         }
-        "fuzz" => fuzz(&FuzzArgs::parse(rest)?),
+        "fuzz" => fuzz(&FuzzArgs::parse(rest)?).map(drop),
         "install" => {
             let opts = InstallArgs::parse(rest)?;
             let bin = match &opts.bin {
@@ -410,6 +411,7 @@ fn run() -> Result<()> {
     }
 }
 
+#[derive(Debug)]
 struct FuzzArgs {
     /// One of [`FUZZ_TARGETS`]; all of them when absent.
     target: Option<String>,
@@ -470,7 +472,7 @@ impl FuzzArgs {
 /// target/fuzz), then runs each one after the other under [`FUZZ_LIMITS`],
 /// its working corpus under target/fuzz-corpus/, what it finds under
 /// target/fuzz-artifacts/, libFuzzer's output in target/fuzz-logs/.
-fn fuzz(opts: &FuzzArgs) -> Result<()> {
+fn fuzz(opts: &FuzzArgs) -> Result<Vec<FuzzRun>> {
     let cargo_fuzz = cargo_fuzz()?;
     let target_dir = root().join("target/fuzz");
     let mut build = Command::new(&cargo_fuzz);
@@ -501,17 +503,61 @@ fn fuzz(opts: &FuzzArgs) -> Result<()> {
         None => FUZZ_TARGETS.to_vec(),
     };
     let mut failed = Vec::new();
+    let mut runs = Vec::new();
     for t in targets {
         let run = run_fuzz_target(&bin_dir.join(t), t, opts)?;
         println!("{}", run.summary());
         if !run.ok {
             failed.push(t);
         }
+        runs.push(run);
     }
     if !failed.is_empty() {
         bail!(
             "fuzz targets found problems: {} (inputs under target/fuzz-artifacts/, output under target/fuzz-logs/)",
             failed.join(", ")
+        );
+    }
+    Ok(runs)
+}
+
+/// The fuzz smoke of `cargo xtask test`, unless its inputs are those of the
+/// last passing one ([`smoke_record`]); `NODEPROOF_FUZZ_SMOKE=always` runs
+/// it regardless. A passing run writes the record.
+fn fuzz_smoke() -> Result<()> {
+    let settings = format!(
+        "cargo-fuzz {CARGO_FUZZ_VERSION}; {FUZZ_SMOKE:?}; targets {FUZZ_TARGETS:?}; limits {FUZZ_LIMITS:?}"
+    );
+    let always = std::env::var("NODEPROOF_FUZZ_SMOKE").is_ok_and(|v| v == "always");
+    // Without a digest (no git, say) the smoke runs: it is never skipped on a guess.
+    let digest = smoke_record::digest(&root(), &settings)
+        .inspect_err(|e| eprintln!("xtask: fuzz smoke inputs not digested ({e:#}): it runs"))
+        .ok();
+    if let (Some(d), false) = (&digest, always) {
+        if smoke_record::recorded(&root()).as_deref() == Some(d.as_str()) {
+            eprintln!(
+                "xtask: fuzz smoke: the targets and what they link are unchanged since it last passed ({}: {d}); not rebuilt (NODEPROOF_FUZZ_SMOKE=always runs it)",
+                smoke_record::RECORD
+            );
+            return Ok(());
+        }
+    }
+    let runs = fuzz(&FUZZ_SMOKE)?;
+    if let Some(d) = digest {
+        let lines: Vec<String> = runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: {} executions",
+                    r.target,
+                    r.executions.map_or_else(|| "?".into(), |v| v.to_string())
+                )
+            })
+            .collect();
+        smoke_record::record(&root(), &d, &lines)?;
+        eprintln!(
+            "xtask: fuzz smoke passed; recorded in {} (commit it)",
+            smoke_record::RECORD
         );
     }
     Ok(())
@@ -978,7 +1024,7 @@ fn test_suite(tiers: &mut Tiers, rest: &[String]) -> Result<()> {
         eprintln!("xtask: fuzz smoke left out (--no-fuzz)");
         Ok(())
     } else {
-        tiers.time("fuzz smoke", || fuzz(&FUZZ_SMOKE))
+        tiers.time("fuzz smoke", fuzz_smoke)
     };
     let mut totals = Totals::default();
     for o in &outcomes {
