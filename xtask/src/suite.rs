@@ -217,7 +217,7 @@ pub fn run_pool(
             };
             let r = running.swap_remove(i);
             let text = std::fs::read_to_string(&r.log).unwrap_or_default();
-            let mut totals = crate::Totals::default();
+            let mut totals = crate::tiers::Totals::default();
             for line in text.lines() {
                 totals.add(line);
             }

@@ -1,0 +1,274 @@
+//! `cargo xtask test`: the tiers (setup, static checks, the test binaries,
+//! the doctests, the fuzz smoke), each timed, and the summary line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{cargo, fuzz, package, root, setup, suite};
+
+/// The tiers of `cargo xtask test` and their wall times, printed at the end.
+#[derive(Default)]
+struct Tiers(Vec<(&'static str, std::time::Duration, bool)>);
+
+impl Tiers {
+    fn time<T>(&mut self, name: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        eprintln!("xtask: tier {name}");
+        let started = std::time::Instant::now();
+        let r = f();
+        self.0.push((name, started.elapsed(), r.is_ok()));
+        r
+    }
+
+    fn print(&self) {
+        let total: f64 = self.0.iter().map(|(_, d, _)| d.as_secs_f64()).sum();
+        eprintln!("xtask: tiers");
+        for (name, d, ok) in &self.0 {
+            eprintln!(
+                "  {name:<24} {:>7.1} s{}",
+                d.as_secs_f64(),
+                if *ok { "" } else { "  (failed)" }
+            );
+        }
+        eprintln!("  {:<24} {total:>7.1} s", "total");
+    }
+}
+
+/// `cargo xtask test`: setup (the packages, the Debian package the nspawn
+/// test installs, tracefs), fmt and clippy, then [`test_suite`].
+pub fn test(no_fuzz: bool, libtest: &[String]) -> Result<()> {
+    let mut tiers = Tiers::default();
+    let before = tiers.time("setup", || {
+        setup::setup()?;
+        // agent/tests/systemd_nspawn.rs packs the binary under test with it.
+        package::cargo_deb()?;
+        setup::prepare_kernel();
+        Ok(())
+    });
+    let before = before.and_then(|()| {
+        tiers.time("static (fmt, clippy)", || {
+            cargo(&["fmt", "--all", "--", "--check"])?;
+            cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])
+        })
+    });
+    if let Err(e) = before {
+        tiers.print();
+        return Err(e);
+    }
+    test_suite(&mut tiers, no_fuzz, libtest)
+}
+
+/// Binaries that ran longest on the CI machine, started first when
+/// target/test-times.tsv has no record yet (a fresh clone): the guests of
+/// the kernel matrix, the soak, systemd in nspawn, the differential
+/// campaign and the runtime oracles.
+const LONGEST_FIRST: &[&str] = &[
+    "nodeproof::trace_kernels",
+    "nodeproof::soak",
+    "nodeproof::systemd_nspawn",
+    "nodeproof-e2e::lint_vs_runtime",
+    "nodeproof-e2e::lint_vs_runc",
+    "nodeproof-e2e::campaign",
+    "nodeproof-e2e::cri_sandbox",
+];
+
+/// The build, the test binaries as a pool (`suite`), the doctests and the
+/// fuzz smoke, each a tier; the summary line last.
+///
+/// `NODEPROOF_TEST_JOBS` sets how many binaries run at once; the default is
+/// the CPUs + 1 (3 on the 2-core CI machine: a binary waiting on a runtime or
+/// a guest leaves its CPU idle). Binaries that share state across processes
+/// serialise it themselves: the nspawn root filesystem is built under a
+/// lock, the tracer's tests count only their own processes. Arguments after
+/// `test` go to every binary (libtest's, e.g. a name filter); `--no-fuzz`
+/// leaves the fuzz smoke out.
+fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
+    let skips = nodeproof_testkit::skips_dir();
+    // Records of an earlier run would be counted against this one.
+    nodeproof_testkit::clear_skips(&skips)
+        .with_context(|| format!("clearing {}", skips.display()))?;
+    let binaries = tiers.time("build tests", || {
+        suite::build(&["test", "--workspace"], &root())
+    })?;
+    let jobs = std::env::var("NODEPROOF_TEST_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() + 1));
+    let times_file = root().join("target/test-times.tsv");
+    let ordered = suite::order(&binaries, &suite::read_times(&times_file), LONGEST_FIRST);
+    eprintln!("xtask: {} test binaries, {jobs} at a time", ordered.len());
+    let outcomes = tiers.time("tests", || {
+        suite::run_pool(
+            ordered,
+            jobs,
+            args,
+            &root().join("target/test-logs"),
+            &times_file,
+        )
+    })?;
+    let doc = tiers.time("doctests", || cargo_test(&["test", "--workspace", "--doc"]));
+    let fuzzed = if no_fuzz {
+        eprintln!("xtask: fuzz smoke left out (--no-fuzz)");
+        Ok(())
+    } else {
+        tiers.time("fuzz smoke", fuzz::fuzz_smoke)
+    };
+    let mut totals = Totals::default();
+    for o in &outcomes {
+        totals.passed += o.passed;
+        totals.failed += o.failed;
+        totals.ignored += o.ignored;
+    }
+    let doc_totals = doc.as_ref().cloned().unwrap_or_default();
+    totals.passed += doc_totals.passed;
+    totals.failed += doc_totals.failed;
+    totals.ignored += doc_totals.ignored;
+    let skipped = nodeproof_testkit::recorded_skips(&skips)
+        .with_context(|| format!("reading {}", skips.display()))?;
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.ok)
+        .map(|o| format!("{} ({})", o.binary.key(), o.status))
+        .collect();
+    for f in &failed {
+        eprintln!("xtask: FAILED {f}");
+    }
+    if let Err(e) = &doc {
+        eprintln!("xtask: doctests: {e:#}");
+    }
+    if let Err(e) = &fuzzed {
+        eprintln!("xtask: {e:#}");
+    }
+    tiers.print();
+    // Every test ends what it started: a process left in one of the tests'
+    // cgroups fails the suite; cgroups left empty are said.
+    let (left_running, left_cgroups) = suite::leftovers();
+    for p in &left_running {
+        eprintln!("xtask: left running by the tests: {p}");
+    }
+    if !left_cgroups.is_empty() {
+        eprintln!(
+            "xtask: {} cgroups of the tests left (empty): {}",
+            left_cgroups.len(),
+            left_cgroups.join(" ")
+        );
+    }
+    for s in &skipped {
+        println!("SKIPPED {}::{}: needs {}", s.target, s.test, s.needs);
+    }
+    println!("{}", totals.summary(skipped.len()));
+    if !failed.is_empty() || doc.is_err() || fuzzed.is_err() || !left_running.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `cargo test ARGS` with its output passed through, and the sums of its
+/// `test result:` lines; an error when cargo fails.
+fn cargo_test(args: &[&str]) -> Result<Totals> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("+ cargo {}", args.join(" "));
+    let mut child = Command::new(cargo)
+        .args(args)
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo")?;
+    let mut totals = Totals::default();
+    let mut out = std::io::stdout();
+    // libtest writes its `test result:` lines to stdout; the rest goes on as it comes.
+    for line in BufReader::new(child.stdout.take().context("cargo's stdout")?).split(b'\n') {
+        let line = line.context("reading cargo's output")?;
+        out.write_all(&line)?;
+        out.write_all(b"\n")?;
+        totals.add(&String::from_utf8_lossy(&line));
+    }
+    let status = child.wait().context("waiting for cargo")?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(totals)
+}
+
+/// The sums of libtest's `test result:` lines.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Totals {
+    pub passed: usize,
+    pub failed: usize,
+    pub ignored: usize,
+}
+
+impl Totals {
+    /// Adds `line` when it is a `test result: ok. 3 passed; 0 failed; ...` line.
+    pub fn add(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
+        let count = |what: &str| {
+            rest.split(';').find_map(|field| {
+                let n = field.trim().strip_suffix(what)?;
+                n.trim().rsplit(' ').next()?.parse::<usize>().ok()
+            })
+        };
+        self.passed += count(" passed").unwrap_or(0);
+        self.failed += count(" failed").unwrap_or(0);
+        self.ignored += count(" ignored").unwrap_or(0);
+    }
+
+    /// `N passed, F failed, M skipped`: libtest counts a test that returned
+    /// early as passed, so the skipped ones come off `passed`.
+    fn summary(&self, skipped: usize) -> String {
+        let mut s = format!(
+            "{} passed, {} failed, {skipped} skipped",
+            self.passed.saturating_sub(skipped),
+            self.failed
+        );
+        if self.ignored > 0 {
+            s += &format!(", {} ignored", self.ignored);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_sums_test_results_and_takes_skips_off_passed() {
+        let mut t = Totals::default();
+        for line in [
+            "running 9 tests",
+            "test corpus_round_trip ... ok",
+            "test result: ok. 9 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.36s",
+            "",
+            "test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.10s",
+            "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s",
+            "SKIPPED corpus_round_trip: needs the seccomp corpus at /x (set NODEPROOF_CORPUS)",
+        ] {
+            t.add(line);
+        }
+        assert_eq!(
+            t,
+            Totals {
+                passed: 12,
+                failed: 2,
+                ignored: 1
+            }
+        );
+        assert_eq!(t.summary(4), "8 passed, 2 failed, 4 skipped, 1 ignored");
+        let ok = Totals {
+            passed: 5,
+            ..Totals::default()
+        };
+        assert_eq!(ok.summary(0), "5 passed, 0 failed, 0 skipped");
+    }
+}
