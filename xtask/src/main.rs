@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod fuzz;
+mod image;
 mod package;
 mod setup;
 mod smoke_record;
@@ -64,6 +65,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The container image: an OCI layout and a tarball docker, podman and
+    /// ctr load (no registry, no daemon), reproducible from the commit.
+    Image(image::ImageArgs),
     /// Build the cargo-fuzz targets (fuzz/) and run each (or one) under
     /// libFuzzer, -rss_limit_mb=2048 -timeout=10; prints executions and rate.
     Fuzz(fuzz::FuzzArgs),
@@ -125,6 +129,7 @@ fn run(command: Cmd) -> Result<()> {
         Cmd::GenFiles(args) => package::gen_files(&args.bin, &args.out),
         Cmd::Deb { args } => package::deb(&args),
         Cmd::Fuzz(args) => fuzz::fuzz(&args).map(drop),
+        Cmd::Image(args) => image::image_command(&args),
     }
 }
 

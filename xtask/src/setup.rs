@@ -24,6 +24,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
         "points trixie's runc and crun at trixie's glibc, unpacked beside them under target/oci-runtimes/",
     ),
     (
+        "ca-certificates",
+        "the CA certificates `cargo xtask image` puts in the image",
+    ),
+    (
         "busybox-static",
         "the root filesystem of the oracle's containers",
     ),

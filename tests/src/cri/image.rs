@@ -128,6 +128,27 @@ fn go_arch() -> &'static str {
     }
 }
 
+/// Imports the image tarball at `tar` (OCI layout or docker-archive) into
+/// containerd's `k8s.io` namespace, unpacked for the `native` snapshotter.
+pub fn import(tar: &Path, socket: &Path) -> Result<(), CriError> {
+    run(
+        Command::new("ctr")
+            .arg("--address")
+            .arg(socket)
+            .args([
+                "--namespace",
+                "k8s.io",
+                "images",
+                "import",
+                "--snapshotter",
+                "native",
+            ])
+            .arg(tar),
+        "ctr images import",
+    )
+    .map(drop)
+}
+
 /// Builds both images under `dir` from `busybox` (a static binary) and
 /// imports them into containerd's `k8s.io` namespace, unpacked for the
 /// `native` snapshotter the CRI plugin uses.
@@ -168,22 +189,7 @@ pub fn build_and_import(dir: &Path, busybox: &Path, socket: &Path) -> Result<(),
         (BUSYBOX_IMAGE, json!({"config": {"Env": env}})),
     ];
     for (name, config) in images {
-        let tar = image_tar(dir, name, &layer, config)?;
-        run(
-            Command::new("ctr")
-                .arg("--address")
-                .arg(socket)
-                .args([
-                    "--namespace",
-                    "k8s.io",
-                    "images",
-                    "import",
-                    "--snapshotter",
-                    "native",
-                ])
-                .arg(&tar),
-            "ctr images import",
-        )?;
+        import(&image_tar(dir, name, &layer, config)?, socket)?;
     }
     Ok(())
 }

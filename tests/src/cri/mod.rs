@@ -111,6 +111,31 @@ pub enum Stage {
     StillRunning,
 }
 
+/// A container of an image run through CRI: what containerd did, what it
+/// printed (stdout and stderr, in order), and the uid its process ran as.
+#[derive(Debug, Clone)]
+pub struct ImageRun {
+    pub run: CriRun,
+    pub output: String,
+    pub uid: Option<u32>,
+}
+
+/// The text of a CRI container log: each line is `TIME STREAM TAG TEXT`,
+/// tag `F` a full line and `P` a part continued by the next
+/// (kubelet's pkg/kubelet/kuberuntime/logs, the format containerd writes).
+pub fn cri_log_text(log: &str) -> String {
+    let mut out = String::new();
+    for line in log.lines() {
+        let mut fields = line.splitn(4, ' ');
+        let (_time, _stream, tag) = (fields.next(), fields.next(), fields.next());
+        out.push_str(fields.next().unwrap_or(""));
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// What containerd did with one profile.
 #[derive(Debug, Clone)]
 pub struct CriRun {
@@ -326,6 +351,97 @@ impl ContainerdOracle {
         }
     }
 
+    /// Imports an image tarball (`ctr images import`) into this containerd.
+    pub fn import(&self, tarball: &Path) -> Result<(), CriError> {
+        let socket = self
+            .daemon
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .layout
+            .socket();
+        image::import(tarball, &socket)
+    }
+
+    /// Runs `command` (empty: the image's entrypoint and cmd) in a container
+    /// of `image`, as the image says (its user, its environment), in a pod
+    /// sandbox of its own whose log directory keeps what it printed.
+    pub fn run_image(&self, image: &str, command: &[&str]) -> Result<ImageRun, CriError> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let logs = self.profiles.with_file_name(format!("logs-{n}"));
+        fs::create_dir_all(&logs).map_err(|source| CriError::Io {
+            what: format!("mkdir {}", logs.display()),
+            source,
+        })?;
+        let config = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: format!("image{n}"),
+                attempt: 0,
+            }),
+            image: Some(api::ImageSpec {
+                image: image.into(),
+            }),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            log_path: "container.log".into(),
+            linux: Some(api::LinuxContainerConfig {
+                security_context: Some(api::LinuxContainerSecurityContext {
+                    namespace_options: Some(namespaces()),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let result = self.rt.block_on(async {
+            let mut c = RuntimeServiceClient::new(self.channel.clone());
+            let mut sandbox_config = sandbox_config();
+            if let Some(m) = sandbox_config.metadata.as_mut() {
+                m.name = format!("nodeproof-image-{n}");
+                m.uid = format!("{}-image-{n}", m.uid);
+            }
+            sandbox_config.log_directory = logs.to_string_lossy().into_owned();
+            let id = call(
+                "RunPodSandbox",
+                c.run_pod_sandbox(api::RunPodSandboxRequest {
+                    config: Some(sandbox_config.clone()),
+                    runtime_handler: String::new(),
+                }),
+            )
+            .await?
+            .pod_sandbox_id;
+            let sandbox = Sandbox {
+                id: id.clone(),
+                config: sandbox_config,
+            };
+            let run = self
+                .run_container_then(config, &sandbox, |c, container| {
+                    Box::pin(async move {
+                        call(
+                            "ContainerStatus",
+                            c.container_status(api::ContainerStatusRequest {
+                                container_id: container,
+                                verbose: true,
+                            }),
+                        )
+                        .await
+                        .ok()
+                        .and_then(|s| s.info.get("info").cloned())
+                        .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
+                        .and_then(|i| i["runtimeSpec"]["process"]["user"]["uid"].as_u64())
+                    })
+                })
+                .await;
+            let _ = remove_sandbox(&mut c, &id).await;
+            run
+        });
+        let (run, uid) = result?;
+        let log = fs::read_to_string(logs.join("container.log")).unwrap_or_default();
+        let _ = fs::remove_dir_all(&logs);
+        Ok(ImageRun {
+            run,
+            output: cri_log_text(&log),
+            uid: uid.map(|u| u as u32),
+        })
+    }
+
     /// The sandbox containers join now.
     fn sandbox(&self) -> Sandbox {
         self.sandbox
@@ -428,6 +544,27 @@ impl ContainerdOracle {
         config: api::ContainerConfig,
         sandbox: &Sandbox,
     ) -> Result<CriRun, CriError> {
+        self.run_container_then(config, sandbox, |_, _| Box::pin(async {}))
+            .await
+            .map(|(run, ())| run)
+    }
+
+    /// [`Self::run_container`], asking `inspect` about the container (by
+    /// id) once it has run, before it is removed.
+    async fn run_container_then<T>(
+        &self,
+        config: api::ContainerConfig,
+        sandbox: &Sandbox,
+        inspect: impl for<'c> FnOnce(
+            &'c mut RuntimeServiceClient<Channel>,
+            String,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = T> + Send + 'c>,
+        >,
+    ) -> Result<(CriRun, T), CriError>
+    where
+        T: Default,
+    {
         let mut c = RuntimeServiceClient::new(self.channel.clone());
         let created = tokio::time::timeout(
             CALL_TIMEOUT,
@@ -444,16 +581,20 @@ impl ContainerdOracle {
         let id = match created {
             Ok(r) => r.into_inner().container_id,
             Err(status) => {
-                return Ok(CriRun {
-                    verdict: Verdict::Rejected,
-                    stage: Stage::Create,
-                    exit_code: None,
-                    detail: status.message().to_string(),
-                    init_started: false,
-                })
+                return Ok((
+                    CriRun {
+                        verdict: Verdict::Rejected,
+                        stage: Stage::Create,
+                        exit_code: None,
+                        detail: status.message().to_string(),
+                        init_started: false,
+                    },
+                    T::default(),
+                ))
             }
         };
         let run = self.start_and_wait(&mut c, &id).await;
+        let seen = inspect(&mut c, id.clone()).await;
         // Always remove, whatever happened: a leftover container keeps a shim and
         // a rootfs mount. A container still running is stopped first (as the kubelet does).
         let _ = call(
@@ -475,7 +616,7 @@ impl ContainerdOracle {
             // The test harness has no tracing subscriber: stderr is what shows.
             eprintln!("containerd oracle: container {id} not removed: {e}");
         }
-        run
+        run.map(|r| (r, seen))
     }
 
     async fn start_and_wait(
