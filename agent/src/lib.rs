@@ -10,3 +10,6 @@ pub mod daemon;
 pub mod pods;
 pub mod preflight;
 pub mod sandbox;
+// Included by build.rs, which embeds the line; compiled here for its tests.
+#[cfg(test)]
+mod version_line;

@@ -215,3 +215,20 @@ fn man_shows_nodeproof_8_naming_every_subcommand() {
         );
     }
 }
+
+/// `--version` names the version and the commit; a test build is not one of
+/// cargo xtask's, so its commit is unknown and says why (agent/build.rs).
+#[test]
+fn version_names_the_version_and_the_commit() {
+    let out = nodeproof(&["--version"]);
+    assert!(out.status.success());
+    let line = stdout(&out);
+    let want = format!("nodeproof {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(line.starts_with(&want), "{line}");
+    let revision = option_env!("NODEPROOF_REVISION").unwrap_or("");
+    if revision.is_empty() {
+        assert!(line.contains("commit unknown: built without cargo xtask"), "{line}");
+    } else {
+        assert!(line.contains(revision.trim_end_matches("-dirty")), "{line}");
+    }
+}

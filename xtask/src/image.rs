@@ -35,7 +35,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::{cargo, root};
+use crate::root;
 
 /// The image's user and group: non-root, the `nonroot` id distroless uses.
 pub const UID: u32 = 65532;
@@ -67,7 +67,7 @@ pub struct Meta {
     pub version: String,
     /// The commit, `-dirty` appended when the tree had changes.
     pub revision: String,
-    /// Where the source is (`git remote get-url origin`), if anywhere.
+    /// Where the source is (`git remote get-url origin`, an https URL), if anywhere.
     pub source: Option<String>,
     /// Seconds since the epoch: every time in the image.
     pub epoch: u64,
@@ -87,10 +87,7 @@ pub struct Written {
 pub fn image_command(args: &ImageArgs) -> Result<()> {
     let bin = match &args.bin {
         Some(b) => b.clone(),
-        None => {
-            cargo(&["build", "--release", "-p", "nodeproof"])?;
-            root().join("target/release/nodeproof")
-        }
+        None => crate::build_release()?,
     };
     let meta = meta()?;
     let files = files(&bin)?;
@@ -109,16 +106,6 @@ pub fn image_command(args: &ImageArgs) -> Result<()> {
 
 /// The version (agent/Cargo.toml), the commit and its time.
 pub fn meta() -> Result<Meta> {
-    let git = |args: &[&str]| -> Option<String> {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(root())
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
     let metadata = crate::metadata("Cargo.toml")?;
     let version = metadata["packages"]
         .as_array()
@@ -128,25 +115,19 @@ pub fn meta() -> Result<Meta> {
         .and_then(|p| p["version"].as_str())
         .context("no nodeproof package in the workspace")?
         .to_string();
-    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) => v
             .parse()
             .with_context(|| format!("SOURCE_DATE_EPOCH {v:?}: not a whole number"))?,
-        Err(_) => git(&["log", "-1", "--format=%ct"])
+        Err(_) => crate::git(&["log", "-1", "--format=%ct"])
             .and_then(|t| t.parse().ok())
             .unwrap_or(0),
     };
     Ok(Meta {
         version,
-        revision: if dirty {
-            format!("{commit}-dirty")
-        } else {
-            commit
-        },
-        source: git(&["remote", "get-url", "origin"]).filter(|s| !s.is_empty()),
+        revision: crate::revision(),
+        // A URL others can fetch; a clone of a local path names none.
+        source: crate::git(&["remote", "get-url", "origin"]).filter(|s| s.starts_with("https://")),
         epoch,
     })
 }

@@ -137,8 +137,7 @@ fn run(command: Cmd) -> Result<()> {
 /// the machine has no kubelet.
 fn run_binary(mut args: Vec<String>) -> Result<()> {
     setup::setup()?;
-    cargo(&["build", "--release", "-p", "nodeproof"])?;
-    let bin = root().join("target/release/nodeproof");
+    let bin = build_release()?;
     if args.is_empty() {
         args.push("check".into());
     }
@@ -194,6 +193,49 @@ fn campaign(cases: u64, seed: Option<u64>) -> Result<()> {
         bail!("the campaign found disagreements ({status})");
     }
     Ok(())
+}
+
+/// `git ARGS` in the repository: its trimmed output, `None` when git fails.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// HEAD's commit, `-dirty` appended when tracked files have changes
+/// (`unknown` outside git): what `nodeproof --version` and the image's
+/// revision label say.
+fn revision() -> String {
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    }
+}
+
+/// The release binary, built with [`revision`] for `--version` (agent/build.rs).
+fn build_release() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let revision = revision();
+    eprintln!("+ NODEPROOF_REVISION={revision} cargo build --release -p nodeproof");
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "nodeproof"])
+        .env("NODEPROOF_REVISION", &revision)
+        .current_dir(root())
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("cargo build --release -p nodeproof failed ({status})");
+    }
+    Ok(root().join("target/release/nodeproof"))
 }
 
 fn root() -> PathBuf {

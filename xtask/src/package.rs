@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cargo, root};
+use crate::root;
 
 /// cargo-deb, pinned: the Debian package test builds with the dev profile,
 /// which newer cargo-deb versions announce they will refuse.
@@ -127,10 +127,7 @@ impl Layout {
 pub fn install_command(opts: &InstallArgs) -> Result<()> {
     let bin = match &opts.bin {
         Some(b) => b.clone(),
-        None => {
-            cargo(&["build", "--release", "-p", "nodeproof"])?;
-            root().join("target/release/nodeproof")
-        }
+        None => crate::build_release()?,
     };
     let dest = opts.destdir.clone().unwrap_or_else(|| PathBuf::from("/"));
     let generated = root().join(GENERATED);
@@ -149,12 +146,11 @@ pub fn install_command(opts: &InstallArgs) -> Result<()> {
 /// ships come from the binary it ships: built first, asked, then packed by
 /// cargo-deb (whose own build is then a no-op).
 pub fn deb(args: &[String]) -> Result<()> {
-    cargo(&["build", "--release", "-p", "nodeproof"])?;
-    gen_files(
-        &root().join("target/release/nodeproof"),
-        &root().join(GENERATED),
-    )?;
+    let bin = crate::build_release()?;
+    gen_files(&bin, &root().join(GENERATED))?;
     let mut deb = cargo_deb()?;
+    // cargo-deb's own build is then a no-op only with the same revision.
+    deb.env("NODEPROOF_REVISION", crate::revision());
     deb.args(["-p", "nodeproof"]);
     // The Debian convention (dch, dh_make): whoever builds the
     // package names themselves; agent/Cargo.toml's is a placeholder.

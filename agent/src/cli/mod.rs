@@ -36,7 +36,7 @@ pub(crate) use logging::init as init_logging;
 #[derive(Parser)]
 #[command(
     name = "nodeproof",
-    version,
+    version = env!("NODEPROOF_VERSION_LINE"),
     about = "Finds seccomp, eBPF and GPU gray failures on a Kubernetes node before pods hit them"
 )]
 pub(crate) struct Cli {

@@ -59,8 +59,14 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
     gauges(
         enc,
         "nodeproof_build_info",
-        "The running nodeproof.",
-        [([("version", env!("CARGO_PKG_VERSION"))], 1)],
+        "The running nodeproof: its version and commit (`unknown` unless built by cargo xtask; `-dirty`: with uncommitted changes).",
+        [(
+            [
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", env!("NODEPROOF_BUILD_REVISION")),
+            ],
+            1,
+        )],
     )?;
     gauges(
         enc,
@@ -610,7 +616,10 @@ mod tests {
             value(
                 &f,
                 "nodeproof_build_info",
-                &[("version", env!("CARGO_PKG_VERSION"))]
+                &[
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("revision", env!("NODEPROOF_BUILD_REVISION"))
+                ]
             ),
             1.0
         );
