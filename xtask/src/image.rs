@@ -27,14 +27,13 @@
 //! backtrace names functions; 29.9 MB stripped): the libraries add 3.3 MB,
 //! the layer is 42.5 MB as a tar and 14.7 MB gzipped.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
+use crate::archive::{self, gzip, sha256, File};
 use crate::root;
 
 /// The image's user and group: non-root, the `nonroot` id distroless uses.
@@ -51,14 +50,6 @@ pub struct ImageArgs {
     /// The image's name, without the tag (the tag is the version).
     #[arg(long, default_value = "nodeproof")]
     name: String,
-}
-
-/// One file of the layer: its absolute path in the image, its bytes, its mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct File {
-    pub path: String,
-    pub bytes: Vec<u8>,
-    pub mode: u32,
 }
 
 /// What the image says of itself (the `org.opencontainers.image.*` labels).
@@ -225,60 +216,11 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
     Ok(libs)
 }
 
-/// The layer: a tar of `files` and their parent directories, sorted, every
-/// owner 0:0 and every time `epoch`.
+/// The layer: a tar of `files`, their parent directories and an empty
+/// /tmp (sticky, world-writable), sorted, every owner 0:0 and every time
+/// `epoch`.
 pub fn layer(files: &[File], epoch: u64) -> Result<Vec<u8>> {
-    let mut entries: BTreeMap<String, Option<&File>> = BTreeMap::new();
-    for f in files {
-        let rel = f.path.trim_start_matches('/');
-        let mut dir = Path::new(rel).parent();
-        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
-            entries.entry(format!("{}/", d.display())).or_insert(None);
-            dir = d.parent();
-        }
-        if entries.insert(rel.to_string(), Some(f)).is_some() {
-            bail!("{} is in the image twice", f.path);
-        }
-    }
-    entries.insert("tmp/".into(), None);
-    let mut tar = tar::Builder::new(Vec::new());
-    for (path, file) in &entries {
-        let mut h = tar::Header::new_ustar();
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(epoch);
-        match file {
-            Some(f) => {
-                h.set_entry_type(tar::EntryType::Regular);
-                h.set_mode(f.mode);
-                h.set_size(f.bytes.len() as u64);
-                tar.append_data(&mut h, path, f.bytes.as_slice())
-            }
-            None => {
-                h.set_entry_type(tar::EntryType::Directory);
-                h.set_mode(if path == "tmp/" { 0o1777 } else { 0o755 });
-                h.set_size(0);
-                tar.append_data(&mut h, path, std::io::empty())
-            }
-        }
-        .with_context(|| format!("adding {path} to the layer"))?;
-    }
-    tar.into_inner().context("finishing the layer")
-}
-
-/// gzip with flate2's fixed header (mtime 0, no file name): the same tar,
-/// the same bytes.
-fn gzip(tar: &[u8]) -> Result<Vec<u8>> {
-    use std::io::Write;
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(tar)?;
-    Ok(gz.finish()?)
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    archive::tar(files, epoch, &[("tmp/", 0o1777)])
 }
 
 /// RFC 3339 in UTC for `epoch` (civil-from-days, Howard Hinnant's algorithm).

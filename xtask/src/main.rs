@@ -10,6 +10,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod archive;
+mod dist;
 mod fuzz;
 mod image;
 mod package;
@@ -68,6 +70,9 @@ enum Cmd {
     /// The container image: an OCI layout and a tarball docker, podman and
     /// ctr load (no registry, no daemon), reproducible from the commit.
     Image(image::ImageArgs),
+    /// The release bundle: an archive of what the package installs, with
+    /// deploy/, the changelog and SHA256SUMS; the .deb; their SHA256SUMS.
+    Dist(dist::DistArgs),
     /// Build the cargo-fuzz targets (fuzz/) and run each (or one) under
     /// libFuzzer, -rss_limit_mb=2048 -timeout=10; prints executions and rate.
     Fuzz(fuzz::FuzzArgs),
@@ -130,6 +135,7 @@ fn run(command: Cmd) -> Result<()> {
         Cmd::Deb { args } => package::deb(&args),
         Cmd::Fuzz(args) => fuzz::fuzz(&args).map(drop),
         Cmd::Image(args) => image::image_command(&args),
+        Cmd::Dist(args) => dist::dist_command(&args),
     }
 }
 

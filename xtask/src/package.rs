@@ -17,7 +17,7 @@ const CARGO_DEB_VERSION: &str = "3.8.0";
 /// Where the release build and [`gen_files`] leave what the package ships
 /// (cargo-deb's `target/release/` prefix, relative to the workspace).
 const RELEASE: &str = "target/release/";
-const GENERATED: &str = "target/release/assets/";
+pub const GENERATED: &str = "target/release/assets/";
 
 /// Destinations only a Debian package has a use for.
 const DEB_ONLY: &[&str] = &["usr/share/lintian/"];
@@ -206,7 +206,7 @@ pub fn gen_files(bin: &Path, out: &Path) -> Result<()> {
 /// Every (source path, destination file) of `layout`: the binary, the
 /// repository's files from `repo`, and what [`gen_files`] left in
 /// `generated` (globs expanded).
-fn files(
+pub fn files(
     layout: &Layout,
     repo: &Path,
     bin: &Path,
