@@ -227,7 +227,10 @@ fn version_names_the_version_and_the_commit() {
     assert!(line.starts_with(&want), "{line}");
     let revision = option_env!("NODEPROOF_REVISION").unwrap_or("");
     if revision.is_empty() {
-        assert!(line.contains("commit unknown: built without cargo xtask"), "{line}");
+        assert!(
+            line.contains("commit unknown: built without cargo xtask"),
+            "{line}"
+        );
     } else {
         assert!(line.contains(revision.trim_end_matches("-dirty")), "{line}");
     }

@@ -2,7 +2,7 @@
 //! token of a cluster reader, paged lists, the aggregation layer's
 //! APIService and NodeMetrics): a healthy cluster exits 0, each broken one
 //! exits 1 with its finding, unreadable credentials exit 2; and every
-//! request it (and `cluster policy`) made is allowed by deploy/rbac-cluster-check.yaml, every verb
+//! request it (and `cluster policy`) made is allowed by deploy/base/rbac-cluster-check.yaml, every verb
 //! of which is used.
 
 mod support;
@@ -20,7 +20,7 @@ use support::rbac::{bound_rules, coverage, request_info, RequestInfo};
 
 const MANIFEST: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../deploy/rbac-cluster-check.yaml"
+    "/../deploy/base/rbac-cluster-check.yaml"
 );
 const TOKEN: &str = "reader";
 const LABEL: &str = "runtimeclass.nodeproof.dev/vllm";

@@ -1,21 +1,33 @@
-//! deploy/daemonset.yaml parsed back with k8s-openapi's types (as kubectl
+//! deploy/base/daemonset.yaml parsed back with k8s-openapi's types (as kubectl
 //! would send it) and held to what the agent needs and no more: host PID,
 //! no privileged container, exactly the capabilities nodeproof.service
 //! grants (everything else dropped), every host path read-only, the
-//! ServiceAccount deploy/rbac-agent.yaml binds, and a ConfigMap the agent's
+//! ServiceAccount deploy/base/rbac-agent.yaml binds, and a ConfigMap the agent's
 //! own parser accepts, whose seccomp root is the one mounted.
+//!
+//! And deploy/'s kustomizations rendered by the real `kubectl kustomize`:
+//! every object of every overlay parses as its type, every container runs
+//! the one image the base names, and the RBAC granted is exactly the RBAC of
+//! the manifests the request-log tests (rbac_agent.rs, cluster_check.rs,
+//! gate_controller.rs) hold to what nodeproof really sends.
 
 use std::path::Path;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, ServiceAccount};
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, PodSpec, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use nodeproof_testkit::{require, Need};
 use serde_json::Value;
 
 use nodeproof::config::Config;
 
 fn manifest(name: &str) -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
+        .join("../deploy/base")
         .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     serde_saphyr::from_multiple(&text).expect("YAML")
@@ -233,5 +245,212 @@ fn the_config_map_is_a_config_the_agent_accepts_and_its_root_is_mounted() {
             .and_then(|p| p.http_get.as_ref())
             .expect("an HTTP probe");
         assert_eq!(get.path.as_deref(), Some(path));
+    }
+}
+
+fn deploy_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// deploy/`dir` rendered by `kubectl kustomize`, one JSON value per object.
+fn kustomize(dir: &str) -> Vec<Value> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(deploy_dir().join(dir))
+        .output()
+        .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl kustomize {dir}: {stderr}");
+    assert!(
+        !stderr.contains("Error"),
+        "kubectl kustomize {dir}: {stderr}"
+    );
+    serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML")
+}
+
+/// The base's `images:` entry: the one image every container runs.
+fn the_image() -> String {
+    let text = std::fs::read_to_string(deploy_dir().join("base/kustomization.yaml")).unwrap();
+    let k: Value = serde_saphyr::from_str(&text).unwrap();
+    let images = k["images"].as_array().expect("base names the image");
+    assert_eq!(images.len(), 1, "one image, named once");
+    format!(
+        "{}:{}",
+        images[0]["newName"].as_str().unwrap(),
+        images[0]["newTag"].as_str().unwrap()
+    )
+}
+
+fn parse<T: serde::de::DeserializeOwned>(doc: &Value) -> T {
+    serde_json::from_value(doc.clone())
+        .unwrap_or_else(|e| panic!("{} {}: {e}", doc["kind"], doc["metadata"]["name"]))
+}
+
+/// (kind, namespace, name) → rules of every ClusterRole and Role in `docs`.
+fn roles(docs: &[Value]) -> BTreeMap<(String, String, String), Vec<PolicyRule>> {
+    let mut out = BTreeMap::new();
+    for d in docs {
+        let key = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            (
+                d["kind"].as_str().unwrap().to_string(),
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            )
+        };
+        match d["kind"].as_str() {
+            Some("ClusterRole") => {
+                let r: ClusterRole = parse(d);
+                out.insert(key(&r.metadata), r.rules.unwrap_or_default());
+            }
+            Some("Role") => {
+                let r: Role = parse(d);
+                out.insert(key(&r.metadata), r.rules.unwrap_or_default());
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn every_overlay_renders_parses_and_runs_the_one_image_with_the_tested_rbac() {
+    let Some(_) = require(&[Need::Tool("kubectl")]) else {
+        return;
+    };
+    let image = the_image();
+    // The manifests name the image without a tag: the base's kustomization
+    // alone sets it, so an image that is not `image` was not rendered.
+    for f in [
+        "daemonset.yaml",
+        "gate-controller.yaml",
+        "cluster-check.yaml",
+    ] {
+        let text = std::fs::read_to_string(deploy_dir().join("base").join(f)).unwrap();
+        let named: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("image: "))
+            .collect();
+        assert_eq!(named, ["nodeproof"], "{f}");
+    }
+    // The RBAC the request-log tests check, from the manifests they read.
+    let tested: Vec<Value> = [
+        "rbac-agent.yaml",
+        "gate-controller.yaml",
+        "rbac-cluster-check.yaml",
+    ]
+    .iter()
+    .flat_map(|f| manifest(f))
+    .collect();
+    let tested = roles(&tested);
+    assert!(tested.len() >= 4, "{tested:?}");
+    let rules_file: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(deploy_dir().join("prometheus/nodeproof.rules.yml")).unwrap(),
+    )
+    .unwrap();
+    let dashboard = std::fs::read_to_string(deploy_dir().join("grafana/nodeproof.json")).unwrap();
+    for dir in ["base", "overlays/monitoring", "overlays/gpu"] {
+        let docs = kustomize(dir);
+        let mut kinds = Vec::new();
+        let mut service_accounts = Vec::new();
+        let mut pods: Vec<(String, PodSpec)> = Vec::new();
+        for d in &docs {
+            let kind = d["kind"].as_str().unwrap_or_default().to_string();
+            match kind.as_str() {
+                "DaemonSet" => {
+                    let o: DaemonSet = parse(d);
+                    pods.push((kind.clone(), o.spec.unwrap().template.spec.unwrap()));
+                }
+                "Deployment" => {
+                    let o: Deployment = parse(d);
+                    pods.push((kind.clone(), o.spec.unwrap().template.spec.unwrap()));
+                }
+                "CronJob" => {
+                    let o: CronJob = parse(d);
+                    let job = o.spec.unwrap().job_template.spec.unwrap();
+                    pods.push((kind.clone(), job.template.spec.unwrap()));
+                }
+                "ServiceAccount" => {
+                    let o: ServiceAccount = parse(d);
+                    service_accounts
+                        .push((o.metadata.namespace.unwrap(), o.metadata.name.unwrap()));
+                }
+                "ConfigMap" => drop(parse::<ConfigMap>(d)),
+                "Namespace" => drop(parse::<Namespace>(d)),
+                "ClusterRole" => drop(parse::<ClusterRole>(d)),
+                "Role" => drop(parse::<Role>(d)),
+                "ClusterRoleBinding" => {
+                    let o: ClusterRoleBinding = parse(d);
+                    for s in o.subjects.unwrap_or_default() {
+                        assert!(
+                            service_accounts.is_empty()
+                                || docs.iter().any(|x| x["kind"] == "ServiceAccount"
+                                    && x["metadata"]["name"] == s.name.as_str()),
+                            "{dir}: {} binds a ServiceAccount {} the overlay lacks",
+                            o.metadata.name.as_deref().unwrap_or(""),
+                            s.name
+                        );
+                    }
+                }
+                "RoleBinding" => drop(parse::<RoleBinding>(d)),
+                "PrometheusRule" => {
+                    assert_eq!(d["apiVersion"], "monitoring.coreos.com/v1");
+                    assert_eq!(
+                        d["spec"]["groups"], rules_file["groups"],
+                        "prometheusrule.yaml's groups are not nodeproof.rules.yml's"
+                    );
+                }
+                other => panic!("{dir}: an object of kind {other} no test knows"),
+            }
+            kinds.push(kind);
+        }
+        for k in ["DaemonSet", "Deployment", "CronJob"] {
+            assert!(kinds.iter().any(|x| x == k), "{dir} has no {k}");
+        }
+        // Every container of every workload runs the image named in the base.
+        for (kind, pod) in &pods {
+            for c in pod
+                .containers
+                .iter()
+                .chain(pod.init_containers.iter().flatten())
+            {
+                assert_eq!(
+                    c.image.as_deref(),
+                    Some(image.as_str()),
+                    "{dir}: {kind} {}",
+                    c.name
+                );
+            }
+            // ... as a ServiceAccount the overlay creates.
+            let sa = pod.service_account_name.clone().unwrap_or_default();
+            assert!(
+                service_accounts.iter().any(|(_, n)| *n == sa),
+                "{dir}: {kind} runs as {sa}, which the overlay does not create"
+            );
+        }
+        // Exactly the RBAC the request-log tests check: no role more, none less, no rule changed.
+        assert_eq!(roles(&docs), tested, "{dir}");
+        let runtime_class = pods
+            .iter()
+            .find(|(k, _)| k == "DaemonSet")
+            .and_then(|(_, p)| p.runtime_class_name.clone());
+        assert_eq!(
+            runtime_class.is_some(),
+            dir == "overlays/gpu",
+            "{dir}: {runtime_class:?}"
+        );
+        let monitored = dir != "base";
+        assert_eq!(
+            kinds.iter().any(|k| k == "PrometheusRule"),
+            monitored,
+            "{dir}"
+        );
+        let board = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "nodeproof-dashboard");
+        assert_eq!(board.is_some(), monitored, "{dir}");
+        if let Some(b) = board {
+            assert_eq!(b["data"]["nodeproof.json"], dashboard.as_str());
+            assert_eq!(b["metadata"]["labels"]["grafana_dashboard"], "1");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! released when a matching node turns ready and not before, never on a
 //! stale heartbeat, foreign gates untouched, the aggregated Event updated
 //! and not repeated, two replicas with the leader killed, and
-//! deploy/gate-controller.yaml: its types, its config, and its RBAC
+//! deploy/base/gate-controller.yaml: its types, its config, and its RBAC
 //! against every request the controller made.
 
 mod support;
@@ -23,7 +23,7 @@ use support::rbac::{coverage, request_info, rule_allows, RequestInfo};
 
 const MANIFEST: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../deploy/gate-controller.yaml"
+    "/../deploy/base/gate-controller.yaml"
 );
 const GPU_GATE: &str = "nodeproof.dev/gpu-driver-ready";
 const FOREIGN_GATE: &str = "example.com/quota";

@@ -1,4 +1,4 @@
-//! deploy/rbac-agent.yaml against what nodeproof really sends as a
+//! deploy/base/rbac-agent.yaml against what nodeproof really sends as a
 //! ServiceAccount: the request log of end-to-end scenarios (`check
 //! --report` with labels on the pods-and-profiles node state of
 //! check_equals_run.rs, the agent itself watching it, and a repeated
@@ -29,7 +29,10 @@ use support::agent::Agent;
 use support::apiserver::{Identity, Logged, TestApiServer};
 use support::rbac::{bound_rules, coverage, request_info, rule_allows, RequestInfo};
 
-const MANIFEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/rbac-agent.yaml");
+const MANIFEST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../deploy/base/rbac-agent.yaml"
+);
 
 fn good_profile() -> Vec<u8> {
     std::fs::read(concat!(

@@ -187,7 +187,7 @@ fn the_release_archive_unpacks_checks_and_runs_and_is_reproducible() {
         "usr/share/nodeproof/profiles/runtime-default-x86_64.json",
         "usr/share/man/man8/nodeproof.8.gz",
         "usr/share/bash-completion/completions/nodeproof",
-        "deploy/daemonset.yaml",
+        "deploy/base/daemonset.yaml",
         "README.md",
         "CHANGELOG.md",
         "SHA256SUMS",

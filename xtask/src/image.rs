@@ -7,7 +7,7 @@
 //! certificates, the runtime-default profile, /etc/passwd and /etc/group
 //! naming the image's user (65532, non-root: the gate controller and
 //! `cluster check` need no privilege; the DaemonSet runs the tracer as uid
-//! 0 with CAP_BPF and CAP_PERFMON, deploy/daemonset.yaml says why) and an
+//! 0 with CAP_BPF and CAP_PERFMON, deploy/base/daemonset.yaml says why) and an
 //! empty /tmp. NVML is not in it: libnvidia-ml comes from the node's driver
 //! (the NVIDIA container toolkit mounts it), loaded at run time.
 //!

@@ -24,6 +24,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
         "points trixie's runc and crun at trixie's glibc, unpacked beside them under target/oci-runtimes/",
     ),
     (
+        "kubernetes-client",
+        "kubectl kustomize renders deploy/'s base and overlays (agent/tests/deploy_daemonset.rs); any kubectl on PATH will do",
+    ),
+    (
         "ca-certificates",
         "the CA certificates `cargo xtask image` puts in the image",
     ),
@@ -97,7 +101,21 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Packages whose command another package may provide: present when the
+/// command runs (e.g. a kubectl from a cloud SDK's package, which Debian's
+/// kubernetes-client would conflict with).
+const COMMANDS: &[(&str, &[&str])] = &[("kubernetes-client", &["kubectl", "version", "--client"])];
+
 fn installed(pkg: &str) -> bool {
+    if let Some((_, cmd)) = COMMANDS.iter().find(|(p, _)| *p == pkg) {
+        let runs = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if runs {
+            return true;
+        }
+    }
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", pkg])
         .output()

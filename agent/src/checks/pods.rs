@@ -150,7 +150,7 @@ pub fn not_judged(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
         PodsRunError::Read { what, node, source } => (
             NotJudgedCause::ApiServer,
             format!(
-                "cannot read {what} for node {node}: {}; check that the API server answers and that the credential may read them (deploy/rbac-agent.yaml)",
+                "cannot read {what} for node {node}: {}; check that the API server answers and that the credential may read them (deploy/base/rbac-agent.yaml)",
                 api_text(source)
             ),
         ),

@@ -1,5 +1,5 @@
 //! `nodeproof gate-controller`: the scheduling-gate controller, cluster
-//! mode (deploy/gate-controller.yaml, docs/gate-controller.md). The work is
+//! mode (deploy/base/gate-controller.yaml, docs/gate-controller.md). The work is
 //! in `nodeproof_cluster::gate`; this picks the client, the Lease and the
 //! `/metrics` listener, and runs `nodeproof_cluster::device_taints` beside
 //! it (DeviceTaintRules for unhealthy DRA devices, on a Lease of its own).

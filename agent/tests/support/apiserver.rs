@@ -33,14 +33,14 @@ pub enum Identity {
     Node(String),
     /// A ServiceAccount with the taint ClusterRole (deploy/rbac-taints.yaml).
     TaintServiceAccount,
-    /// The in-cluster agent's ServiceAccount (deploy/rbac-agent.yaml). Not
+    /// The in-cluster agent's ServiceAccount (deploy/base/rbac-agent.yaml). Not
     /// under the Node authorizer; what RBAC allows it is checked against the
     /// request log by `tests/rbac_agent.rs`.
     AgentServiceAccount,
-    /// `nodeproof cluster check`'s reader (deploy/rbac-cluster-check.yaml);
+    /// `nodeproof cluster check`'s reader (deploy/base/rbac-cluster-check.yaml);
     /// see the "Cluster check" section.
     ClusterReader,
-    /// The gate controller's ServiceAccount (deploy/gate-controller.yaml);
+    /// The gate controller's ServiceAccount (deploy/base/gate-controller.yaml);
     /// its RBAC is checked against the request log by `tests/gate_controller.rs`.
     GateControllerServiceAccount,
 }

@@ -9,7 +9,7 @@
 //! force once expired and taken by the other. Chosen over kube-leader-election
 //! (pinned to kube 4) and over a hand-made lock. The requests it makes
 //! (get, create, patch of one Lease in the controller's namespace) are the
-//! ones deploy/gate-controller.yaml allows.
+//! ones deploy/base/gate-controller.yaml allows.
 //!
 //! Its guarantee is a lease's: a replica stops acting when it sees it lost
 //! the lease, which can be up to `grace` late with a skewed clock; the
