@@ -8,6 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::diagnostic::render_text;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, Runtime};
@@ -35,6 +36,12 @@ fn options(data: &[u8]) -> LintOptions {
             1 => OciRuntime::Runc(RuncVersion::V1_1_15),
             2 => OciRuntime::Crun(CrunVersion::V1_8),
             _ => OciRuntime::Crun(CrunVersion::V1_21),
+        },
+        // The CRI runtime's default, `runc spec`'s, or every capability kept.
+        bounding_set: match (h >> 5) & 3 {
+            0 | 1 => None,
+            2 => Some(CapabilitySet::OCI_SPEC_DEFAULT),
+            _ => Some(CapabilitySet::of(&(0..=40).collect::<Vec<u8>>())),
         },
     }
 }
