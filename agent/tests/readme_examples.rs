@@ -1,4 +1,5 @@
-//! The README's examples are the binary's output: every fenced block after a
+//! The examples of the README, CONTRIBUTING.md and docs/ are the binary's
+//! output: every fenced block after a
 //! `<!-- example: exit N: nodeproof ARGS -->` line is what `nodeproof ARGS`,
 //! run in the repository root, prints on standard output, and N its exit
 //! status. In an expected line, `⋯` stands for any text (what this machine's
@@ -18,6 +19,7 @@ fn repo() -> PathBuf {
 /// One marked example: where, the arguments, the exit status, the block.
 #[derive(Debug)]
 struct Example {
+    file: String,
     line: usize,
     args: Vec<String>,
     exit: i32,
@@ -56,7 +58,7 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-fn examples(text: &str) -> Vec<Example> {
+fn examples(file: &str, text: &str) -> Vec<Example> {
     let lines: Vec<&str> = text.lines().collect();
     let mut found = Vec::new();
     for (i, l) in lines.iter().enumerate() {
@@ -68,24 +70,25 @@ fn examples(text: &str) -> Vec<Example> {
         };
         let (exit, command) = rest
             .split_once(": ")
-            .unwrap_or_else(|| panic!("README.md:{}: `exit N: nodeproof ARGS`", i + 1));
+            .unwrap_or_else(|| panic!("{file}:{}: `exit N: nodeproof ARGS`", i + 1));
         let mut args = words(command);
         assert_eq!(
             args.first().map(String::as_str),
             Some("nodeproof"),
-            "README.md:{}",
+            "{file}:{}",
             i + 1
         );
         args.remove(0);
         assert!(
             lines.get(i + 1).is_some_and(|f| f.starts_with("```")),
-            "README.md:{}: the example's block must follow its marker",
+            "{file}:{}: the example's block must follow its marker",
             i + 1
         );
         let end = (i + 2..lines.len())
             .find(|&j| lines[j].starts_with("```"))
-            .unwrap_or_else(|| panic!("README.md:{}: unclosed block", i + 2));
+            .unwrap_or_else(|| panic!("{file}:{}: unclosed block", i + 2));
         found.push(Example {
+            file: file.to_string(),
             line: i + 1,
             args,
             exit: exit.parse().expect("exit status"),
@@ -139,11 +142,34 @@ fn the_patterns_match_what_they_say_and_nothing_else() {
     assert_eq!(words("a 'b c' d''"), ["a", "b c", "d"]);
 }
 
+/// The documents that may hold examples: the README, CONTRIBUTING.md and docs/*.md.
+fn documents() -> Vec<String> {
+    let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    docs.splice(
+        0..0,
+        ["README.md".to_string(), "CONTRIBUTING.md".to_string()],
+    );
+    docs
+}
+
 #[test]
-fn every_readme_example_is_what_the_binary_prints() {
-    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let found = examples(&text);
-    assert!(found.len() >= 3, "{found:?}");
+fn every_documented_example_is_what_the_binary_prints() {
+    let mut found = Vec::new();
+    for doc in documents() {
+        let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
+        found.extend(examples(&doc, &text));
+    }
+    assert!(found.len() >= 4, "{found:?}");
+    assert!(
+        found.iter().any(|e| e.file == "README.md"),
+        "the README's first screen shows what nodeproof finds"
+    );
     let mut wrong = Vec::new();
     for ex in &found {
         let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
@@ -157,7 +183,8 @@ fn every_readme_example_is_what_the_binary_prints() {
         let lines: Vec<&str> = stdout.lines().collect();
         if out.status.code() != Some(ex.exit) || !lines_match(&ex.expected, &lines) {
             wrong.push(format!(
-                "README.md:{}: nodeproof {}: exit {:?} (README says {}), printed:\n{stdout}{}",
+                "{}:{}: nodeproof {}: exit {:?} (the example says {}), printed:\n{stdout}{}",
+                ex.file,
                 ex.line,
                 ex.args.join(" "),
                 out.status.code(),
@@ -167,4 +194,21 @@ fn every_readme_example_is_what_the_binary_prints() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// docs/README.md is the one index: it links every document of docs/.
+#[test]
+fn the_docs_index_links_every_document() {
+    let index = std::fs::read_to_string(repo().join("docs/README.md")).unwrap();
+    for doc in documents() {
+        let Some(name) = doc.strip_prefix("docs/") else {
+            continue;
+        };
+        if name != "README.md" {
+            assert!(
+                index.contains(&format!("]({name})")),
+                "docs/README.md does not link {name}"
+            );
+        }
+    }
 }

@@ -327,3 +327,38 @@ mod tests {
         assert!(parse(&["frobnicate"]).is_err());
     }
 }
+
+#[cfg(test)]
+mod crate_table {
+    use super::*;
+
+    /// docs/architecture.md's crate table names every package of the
+    /// workspace, and only those: the one table a newcomer reads.
+    #[test]
+    fn the_architecture_table_names_every_workspace_crate() {
+        let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+        let section = text
+            .split("## Crates")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .and_then(|s| s.split("\n### ").next())
+            .expect("a Crates section");
+        let mut tabled: Vec<String> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .filter(|n| *n != "crate")
+            .map(str::to_owned)
+            .collect();
+        tabled.sort();
+        let metadata = metadata("Cargo.toml").unwrap();
+        let mut members: Vec<String> = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect();
+        members.sort();
+        assert_eq!(tabled, members);
+    }
+}
