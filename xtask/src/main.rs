@@ -85,6 +85,7 @@ enum Bench {
     ProfileLint,
     GpuProbe,
     DaemonStart,
+    AgentMemory,
     CountRetirement,
     TraceOverhead,
 }
@@ -95,6 +96,7 @@ impl Bench {
             Bench::ProfileLint => ("nodeproof-e2e", "profile_lint"),
             Bench::GpuProbe => ("nodeproof", "gpu_probe"),
             Bench::DaemonStart => ("nodeproof", "daemon_start"),
+            Bench::AgentMemory => ("nodeproof", "agent_memory"),
             Bench::CountRetirement => ("nodeproof-trace", "count_retirement"),
             Bench::TraceOverhead => ("nodeproof-trace", "trace_overhead"),
         }
@@ -133,6 +135,7 @@ fn run(command: Cmd) -> Result<()> {
         Cmd::Install(args) => package::install_command(&args),
         Cmd::GenFiles(args) => package::gen_files(&args.bin, &args.out),
         Cmd::Deb { args } => package::deb(&args),
+        Cmd::Fuzz(args) if args.smoke => fuzz::fuzz_smoke(),
         Cmd::Fuzz(args) => fuzz::fuzz(&args).map(drop),
         Cmd::Image(args) => image::image_command(&args),
         Cmd::Dist(args) => dist::dist_command(&args),

@@ -52,6 +52,11 @@ impl Agent {
     /// address of its own (added to the caller's `[daemon]` table if it has
     /// one); its log goes to `dir/agent.log`.
     pub fn start(dir: &Path, config_toml: &str) -> Agent {
+        Agent::start_binary(Path::new(env!("CARGO_BIN_EXE_nodeproof")), dir, config_toml)
+    }
+
+    /// [`Agent::start`] with another build of nodeproof (a benchmark's "before").
+    pub fn start_binary(bin: &Path, dir: &Path, config_toml: &str) -> Agent {
         let port = free_port();
         let config = dir.join("config.toml");
         // TOML allows one [daemon] table: join the caller's when it has one.
@@ -63,7 +68,7 @@ impl Agent {
         };
         std::fs::write(&config, text).unwrap();
         let log = dir.join("agent.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        let child = Command::new(bin)
             .args(["run", "--config"])
             .arg(&config)
             .env_remove("JOURNAL_STREAM")

@@ -1,0 +1,114 @@
+//! The node agent's memory with tracing, pods and reporting on: `nodeproof
+//! run` (the bench's release build) against the test API server as node n1,
+//! with 200 pods bound to n1, each referencing a Localhost profile, the
+//! tracer loaded (as root), conditions and Events written. Per run: the peak
+//! (VmHWM: the tracer's load, which parses the kernel's BTF) and the steady
+//! RSS (the median of VmRSS read every second for 10 s once every pod is
+//! watched). Issue 26's targets: peak ≤ 32 MiB, steady ≤ 20 MiB; the
+//! DaemonSet's requests and limits follow these figures
+//! (deploy/base/daemonset.yaml).
+//!
+//! `cargo bench -p nodeproof --bench agent_memory` (or `cargo xtask bench
+//! agent_memory`); `NODEPROOF_BENCH_BIN=PATH` measures another build (the
+//! "before" of a change) with the same server and pods.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+#[path = "../tests/support/agent.rs"]
+mod agent_support;
+#[path = "../tests/support/apiserver.rs"]
+mod apiserver;
+
+use agent_support::{reporting_config, seccomp_root, Agent};
+use apiserver::{Identity, TestApiServer};
+
+const RUNS: usize = 3;
+const PODS: usize = 200;
+const PEAK_TARGET_KIB: u64 = 32 * 1024;
+const STEADY_TARGET_KIB: u64 = 20 * 1024;
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn pod(i: usize) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("vllm-{i}"), "namespace": "ml", "uid": format!("uid-{i}")},
+        "spec": {"nodeName": "n1", "containers": [{"name": "vllm", "securityContext": {"seccompProfile":
+            {"type": "Localhost", "localhostProfile": "profiles/good.json"}}}]},
+        "status": {"phase": "Running"}})
+}
+
+/// One run: (peak KiB, steady KiB, whether the tracer loaded).
+fn run() -> (u64, u64, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    for i in 0..PODS {
+        server.put("pods", pod(i));
+    }
+    let root = seccomp_root(dir.path(), true);
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let config = reporting_config(&root, &kubeconfig);
+    let mut agent = match std::env::var_os("NODEPROOF_BENCH_BIN") {
+        Some(bin) => Agent::start_binary(std::path::Path::new(&bin), dir.path(), &config),
+        None => Agent::start(dir.path(), &config),
+    };
+    agent.wait_ready(Duration::from_secs(60));
+    let pid = agent.child.id();
+    let watched = format!("pods {PODS} watched");
+    let started = Instant::now();
+    while !agent.get("/healthz/pods").1.contains(&watched) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the agent never watched {PODS} pods: {}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let traced = agent.get("/healthz/tracing").0 == 200;
+    let mut samples: Vec<u64> = (0..10)
+        .filter_map(|_| {
+            std::thread::sleep(Duration::from_secs(1));
+            status_kib(pid, "VmRSS:")
+        })
+        .collect();
+    samples.sort_unstable();
+    let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+    agent.stop();
+    (peak, samples[samples.len() / 2], traced)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn main() {
+    println!(
+        "agent memory benchmark (release build, {PODS} pods, {} CPUs, load average {})",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .unwrap_or("?")
+    );
+    for n in 1..=RUNS {
+        let (peak, steady, traced) = run();
+        println!(
+            "  run {n}: peak (VmHWM) {} target ≤ {}: {}; steady (median VmRSS) {} target ≤ {}: {}; tracer {}",
+            mib(peak),
+            mib(PEAK_TARGET_KIB),
+            if peak <= PEAK_TARGET_KIB { "met" } else { "MISSED" },
+            mib(steady),
+            mib(STEADY_TARGET_KIB),
+            if steady <= STEADY_TARGET_KIB { "met" } else { "MISSED" },
+            if traced { "loaded" } else { "NOT loaded (run as root)" }
+        );
+    }
+}
