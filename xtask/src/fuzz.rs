@@ -26,6 +26,7 @@ const FUZZ_SMOKE: FuzzArgs = FuzzArgs {
     time_s: Some(20),
     seed: Some(1),
     dev: true,
+    smoke: false,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -48,6 +49,11 @@ pub struct FuzzArgs {
     /// run's 10,000 inputs need no speed; long runs do.
     #[arg(long)]
     dev: bool,
+    /// The smoke `cargo xtask test` runs (its seed, bounds and build), and
+    /// its record (fuzz/smoke-passed) written when it passes; other
+    /// arguments are refused with it.
+    #[arg(long, conflicts_with_all = ["target", "runs", "time_s", "seed", "dev"])]
+    pub smoke: bool,
 }
 
 /// fuzz/'s targets: the `[[bin]]`s of its Cargo.toml, which cargo-fuzz
