@@ -65,7 +65,7 @@ impl Files<'_> {
         if let Some(v) = self.round.get(&(rel.to_string(), nnp)) {
             return v.clone();
         }
-        let v = self.judge.judge_file(rel, nnp, node);
+        let v = self.judge.judge_file(rel, nnp, None, node);
         self.round.insert((rel.to_string(), nnp), v.clone());
         v
     }

@@ -19,6 +19,7 @@ use nodeproof_kube::contract::{self, Contract, ContractError};
 use nodeproof_kube::marks::Taint;
 use nodeproof_kube::refs::{PodRefs, Profile};
 use nodeproof_kube::taints::{self, Toleration};
+use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::lint::{lint_source, LintOptions, ProfileReport};
 use nodeproof_seccomp::scan;
 
@@ -189,10 +190,14 @@ pub fn labels_and_taints(node: &Node) -> (BTreeMap<String, String>, Vec<Taint>) 
     (node.metadata.labels.clone().unwrap_or_default(), taints)
 }
 
+/// What one lint is for: the file, the noNewPrivileges mode, and the
+/// container's bounding set when it is not the runtime's default.
+type LintKey = (PathBuf, bool, Option<CapabilitySet>);
+
 /// Judges pods, caching lint reports.
 #[derive(Default)]
 pub struct Judge {
-    cache: HashMap<(PathBuf, bool), (Vec<u8>, ProfileReport)>,
+    cache: HashMap<LintKey, (Vec<u8>, ProfileReport)>,
 }
 
 /// What a profile file is worth on this node, in one noNewPrivileges mode.
@@ -250,23 +255,34 @@ impl Judge {
                     format!("seccomp profile {v:?} is not a type the kubelet knows"),
                 )),
                 Profile::Localhost(rel) => {
-                    let (reason, msg) = match self.judge_file(rel, c.no_new_privileges, node) {
-                        FileVerdict::Ok => continue,
-                        FileVerdict::Missing => (
-                            Reason::ProfileMissing,
-                            format!(
-                                "profile {subject} not found under {}",
-                                node.seccomp_root.display()
+                    // The container's own bounding set: runc init drops
+                    // every capability it lacks with a call the profile may deny.
+                    let bounding = CapabilitySet::for_container(
+                        node.lint.runtime.default_capabilities(),
+                        &c.capabilities.add,
+                        &c.capabilities.drop,
+                        c.capabilities.privileged,
+                    );
+                    let bounding =
+                        Some(bounding).filter(|b| *b != node.lint.runtime.default_capabilities());
+                    let (reason, msg) =
+                        match self.judge_file(rel, c.no_new_privileges, bounding, node) {
+                            FileVerdict::Ok => continue,
+                            FileVerdict::Missing => (
+                                Reason::ProfileMissing,
+                                format!(
+                                    "profile {subject} not found under {}",
+                                    node.seccomp_root.display()
+                                ),
                             ),
-                        ),
-                        FileVerdict::Bad(first) => (
-                            Reason::ProfileInvalid,
-                            format!(
-                                "profile {subject} (noNewPrivileges={}): {first}",
-                                c.no_new_privileges
+                            FileVerdict::Bad(first) => (
+                                Reason::ProfileInvalid,
+                                format!(
+                                    "profile {subject} (noNewPrivileges={}): {first}",
+                                    c.no_new_privileges
+                                ),
                             ),
-                        ),
-                    };
+                        };
                     out.push(finding(Some(&c.name), subject.clone(), reason, msg));
                 }
             }
@@ -274,7 +290,15 @@ impl Judge {
         out
     }
 
-    pub(crate) fn judge_file(&mut self, rel: &str, nnp: bool, node: &NodeContext) -> FileVerdict {
+    /// `bounding`: the container's bounding set when it is not the runtime's
+    /// default (`None`: the default, as for a RuntimeClass contract).
+    pub(crate) fn judge_file(
+        &mut self,
+        rel: &str,
+        nnp: bool,
+        bounding: Option<CapabilitySet>,
+        node: &NodeContext,
+    ) -> FileVerdict {
         let Some(path) = profile_path(&node.seccomp_root, rel) else {
             return FileVerdict::Bad(format!("{rel} leaves the seccomp root"));
         };
@@ -288,11 +312,12 @@ impl Judge {
                 return FileVerdict::Bad(format!("{}[{}]: {}", d.severity, d.code, d.message))
             }
         };
-        let key = (path.clone(), nnp);
+        let key = (path.clone(), nnp, bounding);
         let fresh = self.cache.get(&key).is_some_and(|(b, _)| *b == bytes);
         if !fresh {
             let opts = LintOptions {
                 no_new_privileges: nnp,
+                bounding_set: bounding.or(node.lint.bounding_set),
                 ..node.lint.clone()
             };
             let report = lint_source(&path.to_string_lossy(), &bytes, &opts, &Native);
@@ -756,6 +781,47 @@ mod tests {
             "{}",
             a[0].message
         );
+    }
+
+    /// runc init drops each capability the container's bounding set lacks
+    /// with a `prctl` of its own: a profile denying the drop of
+    /// CAP_DAC_READ_SEARCH (not in containerd's default set) breaks a plain
+    /// container's start, not that of one that adds the capability or is
+    /// privileged, whose set keeps it.
+    #[test]
+    fn a_containers_own_capabilities_decide_which_drops_init_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("no-drop.json"),
+            r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["prctl"],"action":"SCMP_ACT_ERRNO","errnoRet":1,"args":[{"index":0,"value":24,"op":"SCMP_CMP_EQ"},{"index":1,"value":2,"op":"SCMP_CMP_EQ"}]}]}"#,
+        )
+        .unwrap();
+        let ctx = node(dir.path());
+        let with = |sc: serde_json::Value| {
+            let mut sc = sc;
+            sc["seccompProfile"] = localhost("no-drop.json");
+            pod_refs(&pod(json!({
+                "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "u1"},
+                "spec": {"containers": [{"name": "vllm", "securityContext": sc}]}
+            })))
+        };
+        let mut judge = Judge::default();
+        let plain = judge.judge_pod(&with(json!({})), &HashMap::new(), &ctx);
+        assert_eq!(plain.len(), 1, "{plain:?}");
+        assert!(
+            plain[0].message.contains("CAP_DAC_READ_SEARCH"),
+            "{}",
+            plain[0].message
+        );
+        let adds = with(json!({"capabilities": {"add": ["DAC_READ_SEARCH"]}}));
+        assert!(judge.judge_pod(&adds, &HashMap::new(), &ctx).is_empty());
+        let privileged = with(json!({"privileged": true}));
+        assert!(judge
+            .judge_pod(&privileged, &HashMap::new(), &ctx)
+            .is_empty());
+        // Dropping everything drops it too: the start fails again.
+        let drops = with(json!({"capabilities": {"drop": ["ALL"]}}));
+        assert_eq!(judge.judge_pod(&drops, &HashMap::new(), &ctx).len(), 1);
     }
 
     #[test]

@@ -62,6 +62,27 @@ pub struct ContainerRef {
     pub profile: Option<(Profile, Source)>,
     /// What the runtime sets: `allowPrivilegeEscalation: false` and not privileged.
     pub no_new_privileges: bool,
+    /// `securityContext.capabilities` and `privileged`: what the runtime
+    /// builds the container's bounding set from.
+    pub capabilities: CapabilityChange,
+}
+
+/// A container's `securityContext.capabilities` as the pod spells them
+/// (`NET_ADMIN`, `ALL`), and whether it is privileged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapabilityChange {
+    pub add: Vec<String>,
+    pub drop: Vec<String>,
+    pub privileged: bool,
+}
+
+fn capability_change(sc: Option<&SecurityContext>) -> CapabilityChange {
+    let caps = sc.and_then(|sc| sc.capabilities.as_ref());
+    CapabilityChange {
+        add: caps.and_then(|c| c.add.clone()).unwrap_or_default(),
+        drop: caps.and_then(|c| c.drop.clone()).unwrap_or_default(),
+        privileged: sc.and_then(|sc| sc.privileged) == Some(true),
+    }
 }
 
 /// Everything about one pod that the seccomp checks need.
@@ -149,6 +170,7 @@ pub fn pod_refs(pod: &Pod) -> PodRefs {
             kind,
             profile: effective(name, sc),
             no_new_privileges: nnp(sc),
+            capabilities: capability_change(sc),
         })
     };
     for c in spec.init_containers.iter().flatten() {

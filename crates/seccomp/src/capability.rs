@@ -146,6 +146,57 @@ impl CapabilitySet {
         CapabilitySet(bits)
     }
 
+    /// Every capability up to [`LAST_CAP`]: a privileged container's set.
+    pub const ALL: CapabilitySet = CapabilitySet((1u64 << (LAST_CAP + 1)) - 1);
+
+    /// A container's bounding set as the CRI runtime builds it from the
+    /// pod's `securityContext`: privileged gets every capability; otherwise
+    /// `default`, then `add: [ALL]`, then `drop: [ALL]`, then each other
+    /// added capability, then each other dropped one (containerd's
+    /// pkg/cri/opts `WithCapabilities`; CRI-O's `setupCapabilities` keeps
+    /// the same order). Kubernetes names capabilities without the `CAP_`
+    /// prefix, matched without regard to case; the runtime prefixes
+    /// `CAP_`, so a name given with it, or one no kernel has, names
+    /// nothing and changes nothing (runc ignores what it does not know).
+    pub fn for_container(
+        default: CapabilitySet,
+        add: &[String],
+        drop: &[String],
+        privileged: bool,
+    ) -> CapabilitySet {
+        if privileged {
+            return CapabilitySet::ALL;
+        }
+        let all = |names: &[String]| names.iter().any(|n| n.eq_ignore_ascii_case("ALL"));
+        let named = |names: &[String]| -> Vec<Capability> {
+            names
+                .iter()
+                .filter(|n| !n.eq_ignore_ascii_case("ALL"))
+                .filter_map(|n| {
+                    let full = format!("CAP_{}", n.to_ascii_uppercase());
+                    NAMES
+                        .iter()
+                        .position(|k| *k == full)
+                        .map(|i| Capability(i as u8))
+                })
+                .collect()
+        };
+        let mut set = default;
+        if all(add) {
+            set = CapabilitySet::ALL;
+        }
+        if all(drop) {
+            set = CapabilitySet::of(&[]);
+        }
+        for c in named(add) {
+            set = set.with(c);
+        }
+        for c in named(drop) {
+            set = set.without(c);
+        }
+        set
+    }
+
     pub fn contains(self, cap: Capability) -> bool {
         cap.0 < 64 && self.0 & (1 << cap.0) != 0
     }
@@ -180,6 +231,35 @@ mod tests {
         assert_eq!(Capability::from_name("sys_admin"), Some(Capability(21)));
         assert_eq!(Capability::from_name("CAP_NOPE"), None);
         assert_eq!(Capability(63).to_string(), "capability 63");
+    }
+
+    #[test]
+    fn a_containers_set_follows_the_cri_runtimes_order() {
+        let caps = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let d = CapabilitySet::CONTAINERD_DEFAULT;
+        let sys_admin = Capability(21);
+        let chown = Capability(0);
+        assert_eq!(CapabilitySet::for_container(d, &[], &[], false), d);
+        assert_eq!(
+            CapabilitySet::for_container(d, &[], &[], true),
+            CapabilitySet::ALL
+        );
+        assert_eq!(CapabilitySet::ALL.dropped().count(), 0);
+        let added = CapabilitySet::for_container(d, &caps(&["sys_admin"]), &[], false);
+        assert!(added.contains(sys_admin));
+        // drop ALL, then add: only what is added.
+        let only =
+            CapabilitySet::for_container(d, &caps(&["NET_BIND_SERVICE"]), &caps(&["all"]), false);
+        assert_eq!(only, CapabilitySet::of(&[10]));
+        // add ALL, then drop one.
+        let but = CapabilitySet::for_container(d, &caps(&["ALL"]), &caps(&["CHOWN"]), false);
+        assert_eq!(but, CapabilitySet::ALL.without(chown));
+        // The CAP_ prefix or an unknown name names nothing: the runtime
+        // makes CAP_CAP_SYS_ADMIN of it, which runc ignores.
+        assert_eq!(
+            CapabilitySet::for_container(d, &caps(&["CAP_SYS_ADMIN", "NOPE"]), &[], false),
+            d
+        );
     }
 
     #[test]
