@@ -114,6 +114,9 @@ fn signal_stream(
     })
 }
 
+/// How long the reporter waits for the tracer's first load to end.
+const TRACER_SETTLE_WAIT: Duration = Duration::from_secs(10);
+
 async fn serve(
     opts: Options,
     config: Config,
@@ -151,6 +154,7 @@ async fn serve(
     let (dra_wanted, dra_wanted_rx) = channel::channel(false);
     let dra_wanted = Arc::new(dra_wanted);
     let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
+    let (tracer_settled, mut tracer_settled_rx) = channel::channel(false);
     let ctx = subsystems::Context {
         shared: shared.clone(),
         config: config_rx,
@@ -159,6 +163,7 @@ async fn serve(
         stop_flag: stop_flag.clone(),
         round: round.clone(),
         profiles_linted: Arc::new(Notify::new()),
+        tracer_settled: Arc::new(tracer_settled),
         pod_rows: Arc::new(pod_rows),
         gpu_faults: gpu_faults.clone(),
         node_gpus: node_gpus_rx,
@@ -171,6 +176,15 @@ async fn serve(
         stop_tx,
         stop_flag,
     };
+    // The API client (TLS, the first lists) starts once the tracer's load
+    // has parsed and freed the kernel's BTF, not beside it: the two at once
+    // made the agent's memory peak (agent_memory bench). The load takes
+    // 0.1-0.5 s; a tracer that never settles holds nothing up past 10 s.
+    let _ = tokio::time::timeout(
+        TRACER_SETTLE_WAIT,
+        tracer_settled_rx.wait_for(|settled| *settled),
+    )
+    .await;
     let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<Vec<Condition>>(ROUNDS_IN_FLIGHT);
     let (nodes, nodes_rx) = tokio::sync::mpsc::channel(4);
     let reporter = subsystems::start_reporter(

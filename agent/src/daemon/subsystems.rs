@@ -43,6 +43,9 @@ pub struct Context {
     pub round: Arc<Notify>,
     /// Wakes the pods watcher after each lint of the seccomp root.
     pub profiles_linted: Arc<Notify>,
+    /// True once the tracer's first load has ended, loaded or not: the
+    /// reporter and the pods watch start after it (see `serve`).
+    pub tracer_settled: Arc<channel::Sender<bool>>,
     /// The tracer's latest cumulative rows, for the pods watcher.
     pub pod_rows: Arc<channel::Sender<Vec<trace::SummaryRow>>>,
     /// GPU faults attributed to the containers holding the device, for the
@@ -235,6 +238,7 @@ fn tracer(ctx: &Context) {
     // give it back, which would double the agent's steady RSS.
     // SAFETY: malloc_trim only releases free heap pages.
     unsafe { libc::malloc_trim(0) };
+    ctx.tracer_settled.send_replace(true);
     let publish = |summary: String| {
         ctx.shared.set_check(
             Subsystem::Tracing,
