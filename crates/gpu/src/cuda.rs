@@ -58,8 +58,13 @@ pub struct CudaProbe {
     last: Option<(Instant, CudaReport)>,
 }
 
+/// A check asked of the worker: when it was asked (a hung call's wait is
+/// counted from then, so it is never less than the caller waited) and where
+/// to answer.
+type Request = (Instant, SyncSender<CudaReport>);
+
 struct Worker {
-    requests: Sender<SyncSender<CudaReport>>,
+    requests: Sender<Request>,
     progress: Arc<Mutex<Progress>>,
 }
 
@@ -135,10 +140,10 @@ impl CudaProbe {
         let (reply, answer) = mpsc::sync_channel(1);
         let timeout = self.options.timeout;
         let worker = match &self.worker {
-            Some(w) if w.requests.send(reply.clone()).is_ok() => w,
+            Some(w) if w.requests.send((started, reply.clone())).is_ok() => w,
             _ => {
                 let w = self.spawn()?;
-                let _ = w.requests.send(reply);
+                let _ = w.requests.send((started, reply));
                 w
             }
         };
@@ -252,17 +257,13 @@ impl Api {
 
 /// The worker: load and cuInit on the first request (again after a failed
 /// init, and after every check in release mode), then answer checks.
-fn worker(
-    options: &CudaOptions,
-    requests: &Receiver<SyncSender<CudaReport>>,
-    progress: &Mutex<Progress>,
-) {
+fn worker(options: &CudaOptions, requests: &Receiver<Request>, progress: &Mutex<Progress>) {
     let mut api: Option<Api> = None;
-    while let Ok(reply) = requests.recv() {
+    while let Ok((asked, reply)) = requests.recv() {
         let started = Instant::now();
         {
             let mut p = lock(progress);
-            p.busy_since = Some(started);
+            p.busy_since = Some(asked);
             p.call = "dlopen".into();
         }
         let (state, devices) = match &api {
