@@ -232,6 +232,7 @@ impl TestApiServer {
                     let Ok((tcp, _)) = listener.accept().await else {
                         continue;
                     };
+                    let mut cut = cut_rx.clone();
                     {
                         let mut s = st.lock().unwrap();
                         s.accepted.push(Instant::now());
@@ -239,12 +240,16 @@ impl TestApiServer {
                             drop(tcp); // connection reset: the API server is not there
                             continue;
                         }
+                        // Only a cut after this connection was accepted closes
+                        // it. Marked under the lock `set_fault` takes: a test
+                        // that sets Down and then cuts either finds this
+                        // connection refused or cuts it; marked after the
+                        // lock, a cut sent in between was taken as seen and
+                        // the connection (a watch) outlived it.
+                        cut.mark_unchanged();
                     }
                     let acceptor = acceptor.clone();
                     let app = app.clone();
-                    let mut cut = cut_rx.clone();
-                    // Only a cut after this connection was accepted closes it.
-                    cut.mark_unchanged();
                     tokio::spawn(async move {
                         let Ok(tls) = acceptor.accept(tcp).await else {
                             return;
