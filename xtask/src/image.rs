@@ -223,24 +223,14 @@ pub fn layer(files: &[File], epoch: u64) -> Result<Vec<u8>> {
     archive::tar(files, epoch, &[("tmp/", 0o1777)])
 }
 
-/// RFC 3339 in UTC for `epoch` (civil-from-days, Howard Hinnant's algorithm).
-fn rfc3339(epoch: u64) -> String {
-    let (days, secs) = ((epoch / 86_400) as i64, epoch % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
+/// RFC 3339 in UTC for `epoch`, as OCI's `created` is written.
+fn rfc3339(epoch: u64) -> Result<String> {
+    let t = time::OffsetDateTime::from_unix_timestamp(
+        i64::try_from(epoch).context("the epoch does not fit a signed 64-bit time")?,
     )
+    .context("the epoch is out of time's range")?;
+    t.format(&time::format_description::well_known::Rfc3339)
+        .context("formatting the epoch")
 }
 
 /// The blobs of the image: (digest, bytes) of the layer, config and
@@ -257,7 +247,7 @@ fn blobs(meta: &Meta, files: &[File]) -> Result<Blobs> {
     let diff_id = sha256(&tar);
     let layer = gzip(&tar)?;
     let layer_digest = sha256(&layer);
-    let created = rfc3339(meta.epoch);
+    let created = rfc3339(meta.epoch)?;
     let mut labels = serde_json::Map::new();
     labels.insert("org.opencontainers.image.title".into(), json!("nodeproof"));
     labels.insert(
@@ -436,9 +426,9 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339_in_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_796_465_776), "2026-12-05T10:16:16Z");
+        assert_eq!(rfc3339(0).unwrap(), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400).unwrap(), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_465_776).unwrap(), "2026-12-05T10:16:16Z");
     }
 
     /// The same files and epoch give the same digest, in another directory

@@ -30,32 +30,9 @@ pub const RECORD: &str = "fuzz/smoke-passed";
 /// The crates the fuzz targets are built from: fuzz/'s path dependencies
 /// and theirs, as package directories relative to `root`.
 pub fn linked_packages(root: &Path) -> Result<BTreeSet<PathBuf>> {
-    let metadata = |manifest: &Path| -> Result<serde_json::Value> {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args([
-                "metadata",
-                "--no-deps",
-                "--format-version",
-                "1",
-                "--offline",
-            ])
-            .arg("--manifest-path")
-            .arg(manifest)
-            .current_dir(root)
-            .stderr(Stdio::inherit())
-            .output()
-            .context("running cargo metadata")?;
-        if !out.status.success() {
-            bail!(
-                "cargo metadata --manifest-path {} failed",
-                manifest.display()
-            );
-        }
-        serde_json::from_slice(&out.stdout).context("reading cargo metadata's output")
-    };
-    let fuzz = metadata(&root.join("fuzz/Cargo.toml"))?;
-    let workspace = metadata(&root.join("Cargo.toml"))?;
+    // Both read through xtask's one `cargo metadata` (of this repository).
+    let fuzz = crate::metadata("fuzz/Cargo.toml")?;
+    let workspace = crate::metadata("Cargo.toml")?;
     let path_deps = |package: &serde_json::Value| -> Vec<PathBuf> {
         package["dependencies"]
             .as_array()
