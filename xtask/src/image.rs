@@ -191,26 +191,18 @@ pub fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
     parse_ldd(&text)
 }
 
-/// `ldd`'s lines: `name => /path (0x...)`, `/loader (0x...)`, and the
-/// vDSO, which has no file.
+/// `ldd`'s absolute paths (vmtest's parser, which the kernel matrix's
+/// initramfs uses too), sorted, once each; a library `ldd` could not find
+/// is an error, not a smaller image.
 fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
-    let mut libs = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        let path = match line.split_once(" => ") {
-            Some((name, rest)) => {
-                let path = rest.split(" (").next().unwrap_or("").trim();
-                if path == "not found" {
-                    bail!("the binary needs {name}, which this machine lacks");
-                }
-                path
-            }
-            None => line.split(" (").next().unwrap_or("").trim(),
-        };
-        if path.starts_with('/') {
-            libs.push(PathBuf::from(path));
-        }
+    if let Some(line) = text.lines().find(|l| l.contains("=> not found")) {
+        let name = line.split("=>").next().unwrap_or("").trim();
+        bail!("the binary needs {name}, which this machine lacks");
     }
+    let mut libs: Vec<PathBuf> = nodeproof_vmtest::ldd_paths(text)
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
     libs.sort();
     libs.dedup();
     Ok(libs)
