@@ -417,3 +417,79 @@ fn mig_instances_are_enumerated_with_their_parent() {
         ]
     );
 }
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn usage_is_read_per_gpu_and_mig_instance_and_unsupported_fields_are_absent() {
+    let s = Scenario::new(
+        "gpus 3\nutil 0 87 31\nmemory 0 30000 81920\ntemp 0 71\npower 0 412345\n\
+         ecc-corrected 0 9 120\nmig 1 2 3g.40gb\nmig-memory 1 1 2048 40960\n\
+         unsupported 2 util\nunsupported 2 power\nunsupported 2 ecc\n",
+        3,
+    );
+    let r = Node::new(&s).cycle(0);
+    let snap = r.snapshot.as_ref().unwrap();
+    let g = &snap.gpus[0];
+    assert_eq!(
+        g.utilization.map(|u| (u.gpu_percent, u.memory_percent)),
+        Some((87, 31))
+    );
+    assert_eq!(
+        g.memory.map(|m| (m.used_bytes, m.total_bytes)),
+        Some((30000 * MIB, 81920 * MIB))
+    );
+    assert_eq!(
+        (g.temperature_c, g.power_mw, g.ecc_corrected_volatile),
+        (Some(71), Some(412_345), Some(9))
+    );
+    assert_eq!(g.ecc_uncorrected_volatile, Some(0));
+    // MIG mode: no utilization from NVML; each instance's own memory.
+    let g = &snap.gpus[1];
+    assert_eq!(g.utilization, None);
+    let mig: Vec<Option<(u64, u64)>> = g
+        .mig
+        .iter()
+        .map(|m| m.memory.map(|m| (m.used_bytes, m.total_bytes)))
+        .collect();
+    assert_eq!(
+        mig,
+        [Some((0, 10240 * MIB)), Some((2048 * MIB, 40960 * MIB))]
+    );
+    // NotSupported is absent, not zero, and the rest of the GPU is read.
+    let g = &snap.gpus[2];
+    assert_eq!(
+        (
+            g.utilization,
+            g.power_mw,
+            g.ecc_corrected_volatile,
+            g.ecc_uncorrected_volatile
+        ),
+        (None, None, None, None)
+    );
+    assert_eq!(g.temperature_c, Some(37));
+    assert!(g.memory.is_some());
+    assert!(g.errors.is_empty(), "{:?}", g.errors);
+    // Unsupported usage fields are no health failure.
+    assert!(r.healthy(), "{}", r.text());
+}
+
+#[test]
+fn memory_falls_back_to_the_v1_call_and_usage_can_be_left_unread() {
+    let s = Scenario::new("gpus 1\nmemory 0 100 200\nno-memory-v2\n", 1);
+    let r = Node::new(&s).cycle(0);
+    let g = &r.snapshot.as_ref().unwrap().gpus[0];
+    assert_eq!(
+        g.memory.map(|m| (m.used_bytes, m.total_bytes)),
+        Some((100 * MIB, 200 * MIB))
+    );
+    // The health-only probe (the usage benchmark's baseline) reads none of it.
+    let mut probe = NvmlProbe::new(s.library(), Duration::from_secs(5)).reading_usage(false);
+    let snap = probe.snapshot();
+    let g = &snap.gpus[0];
+    assert_eq!(
+        (g.utilization, g.memory, g.ecc_corrected_volatile),
+        (None, None, None)
+    );
+    assert_eq!(g.temperature_c, Some(35));
+}

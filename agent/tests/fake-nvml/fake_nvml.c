@@ -31,6 +31,16 @@
  *                           mask); without it the fabric calls answer NOT_SUPPORTED
  *   nvlinks I N             GPU I has N NVLinks (others answer NOT_SUPPORTED)
  *   nvlink-down I L         link L of GPU I is inactive
+ *   util I GPU MEM          nvmlDeviceGetUtilizationRates of GPU I, percent (default 0 0;
+ *                           NOT_SUPPORTED in MIG mode, as the driver answers)
+ *   memory I USED TOTAL     nvmlDeviceGetMemoryInfo(_v2) of GPU I, MiB (default 0 of 81920)
+ *   mig-memory I K USED TOTAL   the same for MIG instance K of GPU I (default 0 of 10240)
+ *   temp I C                temperature of GPU I (default 35 + I)
+ *   power I MW              power draw of GPU I in milliwatts (default 70000 + 1000 * I)
+ *   ecc-corrected I VOLATILE AGGREGATE   correctable ECC counts of GPU I
+ *   unsupported I WHAT      GPU I answers NOT_SUPPORTED for WHAT: util, memory, temp, power
+ *                           or ecc (every ECC count)
+ *   no-memory-v2            nvmlDeviceGetMemoryInfo_v2 is missing (a driver before R510): v1 only
  *
  * nvml-wrapper resolves every NVML symbol when it loads the library but keeps
  * each lookup as a Result, so symbols this file does not define only fail
@@ -77,6 +87,8 @@ enum {
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
 };
 
 #define MAX_GPUS 64
@@ -98,7 +110,35 @@ struct gpu {
     unsigned fabric_status, fabric_mask;
     unsigned nvlinks;
     unsigned long long nvlink_down; /* bit per link */
+    unsigned util_gpu, util_mem;
+    unsigned long long mem_used_mib, mem_total_mib;
+    unsigned long long mig_used_mib[MAX_MIG], mig_total_mib[MAX_MIG];
+    int temp_set, power_set;
+    unsigned temp, power_mw;
+    unsigned long long ecc_corr_volatile, ecc_corr_aggregate;
+    unsigned unsupported; /* UNSUPPORTED_* bits */
 };
+
+enum { UNSUPPORTED_UTIL = 1, UNSUPPORTED_MEMORY = 2, UNSUPPORTED_TEMP = 4, UNSUPPORTED_POWER = 8, UNSUPPORTED_ECC = 16 };
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
 
 struct xid {
     long seq;
@@ -117,6 +157,7 @@ static struct xid xids[MAX_XIDS];
 static unsigned nxids;
 static long delivered_seq;
 static int initialized;
+static int no_memory_v2;
 static struct nvmlEventSet_st { int unused; } the_set;
 
 static void scenario_path(char *out, size_t len)
@@ -151,6 +192,12 @@ static void load_scenario(void)
     hang_count_ms = 0;
     hang_shutdown_ms = 0;
     memset(gpu, 0, sizeof gpu);
+    for (unsigned g = 0; g < MAX_GPUS; g++) {
+        gpu[g].mem_total_mib = 81920;
+        for (unsigned k = 0; k < MAX_MIG; k++)
+            gpu[g].mig_total_mib[k] = 10240;
+    }
+    no_memory_v2 = 0;
     nxids = 0;
     scenario_path(path, sizeof path);
     FILE *f = fopen(path, "r");
@@ -195,6 +242,33 @@ static void load_scenario(void)
             gpu[i].nvlinks = a;
         } else if (sscanf(line, "nvlink-down %u %u", &i, &a) == 2 && i < MAX_GPUS && a < 64) {
             gpu[i].nvlink_down |= 1ULL << a;
+        } else if (sscanf(line, "util %u %u %u", &i, &a, &b) == 3 && i < MAX_GPUS) {
+            gpu[i].util_gpu = a;
+            gpu[i].util_mem = b;
+        } else if (sscanf(line, "memory %u %llu %llu", &i, &x, &y) == 3 && i < MAX_GPUS) {
+            gpu[i].mem_used_mib = x;
+            gpu[i].mem_total_mib = y;
+        } else if (sscanf(line, "mig-memory %u %u %llu %llu", &i, &a, &x, &y) == 4 && i < MAX_GPUS && a < MAX_MIG) {
+            gpu[i].mig_used_mib[a] = x;
+            gpu[i].mig_total_mib[a] = y;
+        } else if (sscanf(line, "temp %u %u", &i, &a) == 2 && i < MAX_GPUS) {
+            gpu[i].temp_set = 1;
+            gpu[i].temp = a;
+        } else if (sscanf(line, "power %u %u", &i, &a) == 2 && i < MAX_GPUS) {
+            gpu[i].power_set = 1;
+            gpu[i].power_mw = a;
+        } else if (sscanf(line, "ecc-corrected %u %llu %llu", &i, &x, &y) == 3 && i < MAX_GPUS) {
+            gpu[i].ecc_corr_volatile = x;
+            gpu[i].ecc_corr_aggregate = y;
+        } else if (sscanf(line, "unsupported %u %15s", &i, word) == 2 && i < MAX_GPUS) {
+            gpu[i].unsupported |= strcmp(word, "util") == 0     ? UNSUPPORTED_UTIL
+                                  : strcmp(word, "memory") == 0 ? UNSUPPORTED_MEMORY
+                                  : strcmp(word, "temp") == 0   ? UNSUPPORTED_TEMP
+                                  : strcmp(word, "power") == 0  ? UNSUPPORTED_POWER
+                                  : strcmp(word, "ecc") == 0    ? UNSUPPORTED_ECC
+                                                                : 0;
+        } else if (strncmp(line, "no-memory-v2", 12) == 0) {
+            no_memory_v2 = 1;
         } else if (sscanf(line, "xid %ld %u %llu", &seq, &i, &x) == 3 && nxids < MAX_XIDS) {
             xids[nxids].seq = seq;
             xids[nxids].gpu = i;
@@ -447,9 +521,12 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode)
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter, unsigned long long *n)
 {
     DEVICE(d, i);
-    if (type != 1) /* only uncorrected is modelled */
+    if (gpu[i].unsupported & UNSUPPORTED_ECC)
         return NVML_ERROR_NOT_SUPPORTED;
-    *n = counter == 0 ? gpu[i].ecc_volatile : gpu[i].ecc_aggregate;
+    if (type == 0) /* NVML_MEMORY_ERROR_TYPE_CORRECTED */
+        *n = counter == 0 ? gpu[i].ecc_corr_volatile : gpu[i].ecc_corr_aggregate;
+    else
+        *n = counter == 0 ? gpu[i].ecc_volatile : gpu[i].ecc_aggregate;
     return NVML_SUCCESS;
 }
 
@@ -475,7 +552,9 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned *t)
 {
     DEVICE(d, i);
     (void)sensor;
-    *t = 35 + i;
+    if (gpu[i].unsupported & UNSUPPORTED_TEMP)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *t = gpu[i].temp_set ? gpu[i].temp : 35 + i;
     return NVML_SUCCESS;
 }
 
@@ -490,7 +569,70 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned *mw)
 {
     DEVICE(d, i);
-    *mw = 70000 + 1000 * i;
+    if (gpu[i].unsupported & UNSUPPORTED_POWER)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *mw = gpu[i].power_set ? gpu[i].power_mw : 70000 + 1000 * i;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
+{
+    unsigned p, k;
+    if (initialized && mig_index(d, &p, &k) == NVML_SUCCESS)
+        return NVML_ERROR_NOT_SUPPORTED;
+    DEVICE(d, i);
+    if (gpu[i].mig || (gpu[i].unsupported & UNSUPPORTED_UTIL))
+        return NVML_ERROR_NOT_SUPPORTED;
+    u->gpu = gpu[i].util_gpu;
+    u->memory = gpu[i].util_mem;
+    return NVML_SUCCESS;
+}
+
+/* Used and total of a GPU or MIG device handle, in bytes. */
+static int memory_of(nvmlDevice_t d, unsigned long long *used, unsigned long long *total)
+{
+    unsigned p, k;
+    if (initialized && mig_index(d, &p, &k) == NVML_SUCCESS) {
+        *used = gpu[p].mig_used_mib[k] << 20;
+        *total = gpu[p].mig_total_mib[k] << 20;
+        return NVML_SUCCESS;
+    }
+    DEVICE(d, i);
+    if (gpu[i].unsupported & UNSUPPORTED_MEMORY)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *used = gpu[i].mem_used_mib << 20;
+    *total = gpu[i].mem_total_mib << 20;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
+{
+    unsigned long long used, total;
+    int rc = memory_of(d, &used, &total);
+    if (rc)
+        return rc;
+    m->used = used;
+    m->total = total;
+    m->free = total - used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
+{
+    unsigned long long used, total;
+    /* A driver before R510 has no _v2: NVML itself would not export it; the
+     * nearest a fake can come is "not supported by this driver". */
+    if (no_memory_v2)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (m->version != (sizeof *m | (2u << 24)))
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    int rc = memory_of(d, &used, &total);
+    if (rc)
+        return rc;
+    m->used = used;
+    m->total = total;
+    m->reserved = 0;
+    m->free = total - used;
     return NVML_SUCCESS;
 }
 

@@ -535,6 +535,7 @@ mod tests {
                     index: k,
                     uuid: Some(format!("MIG-{}-{k}", g.index)),
                     name: Some("NVIDIA H100 80GB HBM3 MIG 1g.10gb".into()),
+                    memory: None,
                 })
                 .collect();
         }

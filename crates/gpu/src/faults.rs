@@ -285,6 +285,7 @@ mod tests {
                 index: k,
                 uuid: Some(format!("MIG-0-{k}")),
                 name: None,
+                memory: None,
             })
             .collect();
         let faults = t.observe(&snap(

@@ -1,6 +1,7 @@
 //! GPU driver and device health: PCI discovery from sysfs, an NVML probe on
 //! a dedicated thread, a TOML policy with hysteresis, and the findings,
-//! conditions and metrics they produce.
+//! conditions and metrics they produce, and the GPUs' usage by the pods
+//! holding them (`usage`).
 //!
 //! The probe is the only edge (it needs a driver); discovery takes a sysfs
 //! root and the policy is pure, so both are tested without a GPU. The NVML
@@ -16,6 +17,7 @@ pub mod policy;
 pub mod probe;
 pub mod reason;
 pub mod report;
+pub mod usage;
 mod worker;
 pub mod xid;
 

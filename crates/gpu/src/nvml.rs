@@ -24,8 +24,8 @@ use nvml_wrapper::{Device, EventSet, Nvml};
 use super::cuda::CudaProbe;
 use super::pci::normalize_bus_id;
 use super::probe::{
-    DriverState, FabricInfo, FabricState, GpuInfo, GpuProbe, MigInfo, NvLinkState, RemappedRows,
-    Snapshot, SystemInfo, XidEvent,
+    DriverState, FabricInfo, FabricState, GpuInfo, GpuProbe, MemoryUsage, MigInfo, NvLinkState,
+    RemappedRows, Snapshot, SystemInfo, Utilization, XidEvent,
 };
 use super::worker::{lock, set_call, Progress};
 
@@ -55,6 +55,8 @@ pub struct NvmlProbe {
     cuda: Option<CudaProbe>,
     /// Shut NVML down after every snapshot (`releasing`).
     release: bool,
+    /// Read the usage fields too (`reading_usage`).
+    usage: bool,
 }
 
 struct Worker {
@@ -71,7 +73,18 @@ impl NvmlProbe {
             worker: None,
             cuda: None,
             release: false,
+            usage: true,
         }
+    }
+
+    /// Whether each snapshot also reads the GPUs' usage (utilization,
+    /// memory, correctable ECC errors; each MIG instance's memory): on by
+    /// default, the `/metrics` usage families come from it. Off, the probe
+    /// reads only what the health policy judges (the usage benchmark's
+    /// baseline).
+    pub fn reading_usage(mut self, usage: bool) -> NvmlProbe {
+        self.usage = usage;
+        self
     }
 
     /// Shuts NVML down (nvmlShutdown, dlclose) after every snapshot, so the
@@ -95,10 +108,10 @@ impl NvmlProbe {
         let progress = Arc::new(Mutex::new(Progress::default()));
         let library = self.library.clone();
         let shared = Arc::clone(&progress);
-        let release = self.release;
+        let (release, usage) = (self.release, self.usage);
         thread::Builder::new()
             .name("nodeproof-nvml".into())
-            .spawn(move || worker(&library, release, &rx, &shared))
+            .spawn(move || worker(&library, release, usage, &rx, &shared))
             .map_err(|source| NvmlProbeError::Spawn { source })?;
         Ok(self.worker.insert(Worker { requests, progress }))
     }
@@ -180,6 +193,7 @@ impl GpuProbe for NvmlProbe {
 fn worker(
     library: &OsString,
     release: bool,
+    usage: bool,
     requests: &Receiver<SyncSender<Snapshot>>,
     progress: &Mutex<Progress>,
 ) {
@@ -206,6 +220,7 @@ fn worker(
             events: None,
             events_tried: false,
             registered: Vec::new(),
+            usage,
         };
         let (mut reply, mut started) = (reply, started);
         let mut released = None;
@@ -264,6 +279,8 @@ struct Session<'a> {
     /// GPU still answered: the XID that announces a lost GPU (79) comes from
     /// a device that no longer answers nvmlDeviceGetIndex.
     registered: Vec<(usize, u32, Option<String>)>,
+    /// Read the usage fields (`NvmlProbe::reading_usage`).
+    usage: bool,
 }
 
 impl<'a> Session<'a> {
@@ -368,6 +385,26 @@ impl<'a> Session<'a> {
             )
             .map(|r| r.bits());
         info.power_mw = self.field(&mut info, "nvmlDeviceGetPowerUsage", || dev.power_usage());
+        if self.usage {
+            // Each read on its own: NotSupported (or an older driver's
+            // missing symbol) leaves that field absent, not zero, and the
+            // rest of the GPU read.
+            info.utilization = self
+                .field(&mut info, "nvmlDeviceGetUtilizationRates", || {
+                    dev.utilization_rates()
+                })
+                .map(|u| Utilization {
+                    gpu_percent: u.gpu,
+                    memory_percent: u.memory,
+                });
+            info.memory = self.field(&mut info, "nvmlDeviceGetMemoryInfo", || {
+                memory_usage(self.nvml, &dev)
+            });
+            info.ecc_corrected_volatile =
+                self.field(&mut info, "nvmlDeviceGetTotalEccErrors", || {
+                    dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+                });
+        }
         info.mig_enabled = self
             .field(&mut info, "nvmlDeviceGetMigMode", || dev.mig_mode())
             .map(|m| m.current != 0);
@@ -418,10 +455,18 @@ impl<'a> Session<'a> {
                     continue;
                 }
             };
+            let memory = if self.usage {
+                self.field(info, "nvmlDeviceGetMemoryInfo", || {
+                    memory_usage(self.nvml, &mig)
+                })
+            } else {
+                None
+            };
             out.push(MigInfo {
                 index,
                 uuid: self.field(info, "nvmlDeviceGetUUID", || mig.uuid()),
                 name: self.field(info, "nvmlDeviceGetName", || mig.name()),
+                memory,
             });
         }
         out
@@ -539,6 +584,33 @@ fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<RemappedRows, NvmlErro
         uncorrectable: unc,
         pending: pending != 0,
         failed: failed != 0,
+    })
+}
+
+/// Device memory: nvmlDeviceGetMemoryInfo_v2 (nvml-wrapper's call, R510
+/// and later), else the v1 call an older driver has (nvml-wrapper 0.13
+/// calls only v2, so v1 is called through the loaded symbol). A library
+/// without the v2 symbol, or one answering NVML_ERROR_FUNCTION_NOT_FOUND
+/// for it, gets v1.
+fn memory_usage(nvml: &Nvml, dev: &Device<'_>) -> Result<MemoryUsage, NvmlError> {
+    match dev.memory_info() {
+        Ok(m) => {
+            return Ok(MemoryUsage {
+                used_bytes: m.used,
+                total_bytes: m.total,
+            })
+        }
+        Err(NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound) => {}
+        Err(e) => return Err(e),
+    }
+    let sym = nvml_sym(nvml.lib().nvmlDeviceGetMemoryInfo.as_ref())?;
+    // SAFETY: a zeroed plain-data struct the call fills.
+    let mut m: nvml_wrapper_sys::bindings::nvmlMemory_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the handle comes from this initialised Nvml; `m` outlives the call.
+    nvml_try(unsafe { sym(dev.handle(), &mut m) })?;
+    Ok(MemoryUsage {
+        used_bytes: m.used,
+        total_bytes: m.total,
     })
 }
 

@@ -78,6 +78,14 @@ pub struct GpuInfo {
     /// NVML clocks-throttle-reasons bit mask (informational).
     pub throttle_reasons: Option<u64>,
     pub power_mw: Option<u32>,
+    /// Correctable (single-bit) ECC errors since the driver loaded
+    /// (usage only: correctable errors are no fault).
+    pub ecc_corrected_volatile: Option<u64>,
+    /// nvmlDeviceGetUtilizationRates: percent of the last sample period in
+    /// which a kernel ran (`gpu`) and device memory was read or written (`memory`).
+    pub utilization: Option<Utilization>,
+    /// nvmlDeviceGetMemoryInfo(_v2): device memory of the whole GPU.
+    pub memory: Option<MemoryUsage>,
     /// `call: error` for calls that failed other than NotSupported.
     pub errors: Vec<String>,
     /// GPU fabric registration (NVSwitch generations); `None` where NVML
@@ -94,7 +102,7 @@ pub struct GpuInfo {
 
 /// One MIG instance of a GPU. It has no health of its own in NVML: an XID,
 /// ECC error or loss of the parent is the instance's too.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct MigInfo {
     /// nvmlDeviceGetMigDeviceHandleByIndex's index on the parent.
     pub index: u32,
@@ -102,6 +110,24 @@ pub struct MigInfo {
     pub uuid: Option<String>,
     /// e.g. `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
     pub name: Option<String>,
+    /// The instance's own device memory (NVML answers it for a MIG device
+    /// handle; utilization, temperature, power and ECC are the parent's).
+    pub memory: Option<MemoryUsage>,
+}
+
+/// Device memory in bytes, as NVML counts it (`used` includes what the
+/// driver reserves for itself on the v1 call; the v2 call leaves that out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryUsage {
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// nvmlUtilization_t: percentages over the driver's last sample period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Utilization {
+    pub gpu_percent: u32,
+    pub memory_percent: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
