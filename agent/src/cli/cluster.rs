@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
 
-use nodeproof_cluster::check;
+use nodeproof_cluster::check::{self, baseline};
 use nodeproof_cluster::policy::{self, GpuGate, Mode, MutatingVersion};
 
 use super::{exit, parse_duration, Format, OutputArgs};
@@ -47,9 +47,10 @@ pub(crate) enum ClusterCommand {
         #[arg(long, value_enum, default_value_t = MutatingVersionArg::V1beta1, requires = "gate_gpu")]
         mutating_version: MutatingVersionArg,
     },
-    /// One-shot check of the cluster (Metrics API registered and serving, nodeproof on
-    /// every node, contracts, gated and misplaced pods); exit 0 all good, 1 problems,
-    /// 2 could not check.
+    /// One-shot check of the cluster (Metrics API registered, available, serving and
+    /// fresh, nodeproof on every node, contracts, gated and misplaced pods, HPAs, the old
+    /// master role), optionally against a baseline; exit 0 all good, 1 problems or
+    /// regressions, 2 could not check.
     Check {
         /// Kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
         #[arg(long)]
@@ -68,6 +69,23 @@ pub(crate) enum ClusterCommand {
         /// NodeMetrics with an older timestamp are stale.
         #[arg(long, value_parser = parse_duration, default_value = "2m")]
         metrics_max_age: Duration,
+        /// How many times the NodeMetrics list is requested to measure its latency.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
+        metrics_samples: u16,
+        /// The Metrics API's p99 latency above this is a problem.
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        metrics_latency_max: Duration,
+        /// Record this check as a baseline in FILE (versioned JSON), to compare after an
+        /// upgrade with --baseline.
+        #[arg(long, value_name = "FILE")]
+        save_baseline: Option<PathBuf>,
+        /// Compare with the baseline in FILE: print what regressed, improved and changed;
+        /// a regression exits 1.
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// Warning Events are counted by reason over this window (for the baseline).
+        #[arg(long, value_parser = parse_duration, default_value = "1h")]
+        events_window: Duration,
     },
 }
 
@@ -113,6 +131,11 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
             gated_longer_than,
             heartbeat_max_age,
             metrics_max_age,
+            metrics_samples,
+            metrics_latency_max,
+            save_baseline,
+            baseline,
+            events_window,
         } => check_command(
             kubeconfig,
             context,
@@ -121,10 +144,17 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
                 gated_longer_than,
                 heartbeat_max_age,
                 metrics_max_age,
+                metrics_latency_max,
                 // The gates as the gate controller reads them: the same
                 // conditions and staleness judge the pods they released.
                 gates: config.gate.policy(),
             },
+            &Baselines {
+                save: save_baseline,
+                compare: baseline,
+                events_window,
+            },
+            metrics_samples.into(),
         ),
     }
 }
@@ -132,36 +162,65 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
 /// Exit 2: the cluster could not be read, so nothing was checked.
 const COULD_NOT_CHECK: u8 = 2;
 
+/// `--save-baseline`, `--baseline` and the window they count Events over.
+struct Baselines {
+    save: Option<PathBuf>,
+    compare: Option<PathBuf>,
+    events_window: Duration,
+}
+
+/// Says why nothing was checked (stderr, and the document in -o json|yaml).
+fn could_not_check(output: Format, e: &anyhow::Error) -> ExitCode {
+    let text = super::error_text(e);
+    eprintln!("nodeproof cluster check: could not check: {text}");
+    if output.structured() {
+        println!(
+            "{}",
+            super::error_document(output, &format!("could not check: {text}"), COULD_NOT_CHECK)
+        );
+    }
+    ExitCode::from(COULD_NOT_CHECK)
+}
+
 fn check_command(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
     output: Format,
     opts: &check::Options,
+    baselines: &Baselines,
+    metrics_samples: usize,
 ) -> Result<ExitCode> {
+    // The baseline first: a file that cannot be compared stops the check
+    // before it costs the cluster anything.
+    let before = match baselines.compare.as_deref().map(baseline::load).transpose() {
+        Ok(b) => b,
+        Err(e) => return Ok(could_not_check(output, &e.into())),
+    };
+    let read_opts = check::ReadOptions {
+        metrics_samples,
+        warning_events: baselines.save.is_some() || before.is_some(),
+    };
     let read = runtime()?.block_on(async {
         let client =
             nodeproof_cluster::connect::client(kubeconfig.as_deref(), context.as_deref()).await?;
-        anyhow::Ok(check::read(&client).await?)
+        anyhow::Ok(check::read(&client, read_opts).await?)
     });
     let snapshot = match read {
         Ok(s) => s,
-        Err(e) => {
-            let text = super::error_text(&e);
-            eprintln!("nodeproof cluster check: could not check: {text}");
-            if output.structured() {
-                println!(
-                    "{}",
-                    super::error_document(
-                        output,
-                        &format!("could not check: {text}"),
-                        COULD_NOT_CHECK
-                    )
-                );
-            }
-            return Ok(ExitCode::from(COULD_NOT_CHECK));
-        }
+        Err(e) => return Ok(could_not_check(output, &e)),
     };
-    let report = check::evaluate(&snapshot, SystemTime::now(), opts);
+    let now = SystemTime::now();
+    let mut report = check::evaluate(&snapshot, now, opts);
+    if read_opts.warning_events {
+        let after = baseline::Baseline::record(&snapshot, &report, now, baselines.events_window);
+        if let Some(path) = &baselines.save {
+            if let Err(e) = baseline::save(path, &after) {
+                return Ok(could_not_check(output, &e.into()));
+            }
+            eprintln!("baseline saved to {}", path.display());
+        }
+        report.baseline = before.map(|b| baseline::compare(&b, &after));
+    }
     match output {
         Format::Text => print!("{}", check::render_text(&report)),
         Format::Json | Format::Yaml => print!("{}", super::document(output, &report, true)?),

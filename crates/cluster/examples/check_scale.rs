@@ -1,14 +1,19 @@
 //! `cargo run --release -p nodeproof-cluster --example check_scale [NODES PODS]`:
 //! how long `check::evaluate` takes on a synthetic cluster (default 5,000
 //! nodes and 20,000 pods, a quarter of them gated, three contracts). Prints
-//! the median and the slowest of 9 runs; the reading (paged lists) is the
-//! API server's time and is not measured here.
+//! the median and the slowest of 9 runs, and the same for recording a
+//! baseline and comparing two; the reading (paged lists) is the API
+//! server's time and is not measured here.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use nodeproof_cluster::check::{self, NodeMetric, NodeMetricsRead, Snapshot};
+use nodeproof_cluster::check::baseline::{compare, Baseline};
+use nodeproof_cluster::check::metrics_api::{
+    choose, MetricsApiRead, MetricsList, MetricsSample, MetricsVersion,
+};
+use nodeproof_cluster::check::{self, Snapshot};
 use nodeproof_kube::conditions::rfc3339;
 use serde_json::json;
 
@@ -64,25 +69,50 @@ fn main() {
             serde_json::from_value(
                 json!({"metadata": {"name": format!("pod-{i}"), "namespace": "ml",
                 "uid": format!("uid-{i}"), "creationTimestamp": created}, "spec": spec,
-                "status": {"phase": if gated { "Pending" } else { "Running" }}}),
+                "status": {"phase": if gated { "Pending" } else { "Running" }, "startTime": created}}),
             )
             .unwrap()
         })
         .collect();
-    let snap = Snapshot {
-        metrics_api_service: None,
-        node_metrics: NodeMetricsRead::Served(
+    let fresh = Some(now - Duration::from_secs(5));
+    let services = vec![(
+        MetricsVersion::V1beta1,
+        serde_json::from_value(json!({"metadata": {"name": "v1beta1.metrics.k8s.io"},
+            "status": {"conditions": [{"type": "Available", "status": "True"}]}}))
+        .unwrap(),
+    )];
+    let metrics = MetricsApiRead {
+        version: choose(&services),
+        services,
+        nodes: MetricsList::Served(
             (0..nodes)
-                .map(|i| NodeMetric {
-                    node: format!("node-{i}"),
-                    timestamp: Some(now - Duration::from_secs(5)),
+                .map(|i| MetricsSample {
+                    namespace: None,
+                    name: format!("node-{i}"),
+                    timestamp: fresh,
                 })
                 .collect(),
         ),
+        pods: MetricsList::Served(
+            (0..pods)
+                .map(|i| MetricsSample {
+                    namespace: Some("ml".into()),
+                    name: format!("pod-{i}"),
+                    timestamp: fresh,
+                })
+                .collect(),
+        ),
+        latencies: vec![Duration::from_millis(20); 10],
+    };
+    let snap = Snapshot {
+        metrics,
         nodes: node_list,
         runtime_classes: class_list,
         pods: pod_list,
         pod_events: Vec::new(),
+        warning_events: Vec::new(),
+        hpas: Vec::new(),
+        role_objects: Default::default(),
     };
     let opts = check::Options::default();
     let mut times = Vec::new();
@@ -97,6 +127,24 @@ fn main() {
     println!(
         "evaluate: {nodes} nodes, {pods} pods ({} gated), {findings} findings: median {:.1} ms, slowest {:.1} ms (9 runs)",
         pods.div_ceil(4),
+        times[4].as_secs_f64() * 1e3,
+        times[8].as_secs_f64() * 1e3
+    );
+    let report = check::evaluate(&snap, now, &opts);
+    let window = Duration::from_secs(3600);
+    let mut times = Vec::new();
+    let mut changes = 0;
+    for _ in 0..9 {
+        let start = Instant::now();
+        let before = Baseline::record(&snap, &report, now, window);
+        let after = Baseline::record(&snap, &report, now, window);
+        let c = compare(&before, &after);
+        times.push(start.elapsed());
+        changes = c.regressed.len() + c.improved.len() + c.changed.len();
+    }
+    times.sort();
+    println!(
+        "baseline: record twice and compare, {changes} changes: median {:.1} ms, slowest {:.1} ms (9 runs)",
         times[4].as_secs_f64() * 1e3,
         times[8].as_secs_f64() * 1e3
     );

@@ -4,11 +4,9 @@
 //! typed [`Finding`]s, purely.
 //!
 //! What is checked:
-//! - the Metrics API is registered **and** serves data, separately: the
-//!   APIService `v1beta1.metrics.k8s.io` is Available=True (the aggregator
-//!   reaches its backend), and NodeMetrics (`/apis/metrics.k8s.io/v1beta1/nodes`)
-//!   are there and fresh for every Ready node (an Available APIService whose
-//!   metrics-server cannot scrape a kubelet serves no metrics for that node);
+//! - the Metrics API, `metrics.k8s.io/v1` preferred over `v1beta1`:
+//!   registered, Available, serving and fresh as four findings, and its
+//!   latency ([`metrics_api`]);
 //! - every node runs nodeproof (at least one of its conditions is on the
 //!   Node) and its heartbeat is fresh; nodeproof's conditions that are not
 //!   True, with their reasons;
@@ -19,15 +17,21 @@
 //! - pods bound to a node where their class's contract is not ready;
 //! - pods a nodeproof gate released, bound to a node that is no longer ready
 //!   for that gate's conditions (judged as the gate controller judges,
-//!   `gate::judge::ready_for`).
+//!   `gate::judge::ready_for`);
+//! - HorizontalPodAutoscalers that cannot scale ([`hpa`]);
+//! - what still depends on the old `node-role.kubernetes.io/master` name
+//!   ([`roles`]).
+//!
+//! [`baseline`] records a report and compares two (`--save-baseline`,
+//! `--baseline`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
@@ -37,41 +41,32 @@ use crate::gate::config::{pod_condition_type, readiness_label, Gate, GateConfig,
 use crate::gate::judge::ready_for;
 use crate::gate::node::NodeFacts;
 
-/// The APIService the Metrics API is served through.
-pub const METRICS_API_SERVICE: &str = "v1beta1.metrics.k8s.io";
+pub mod baseline;
+pub mod hpa;
+pub mod metrics_api;
+mod read;
+pub mod roles;
 
-/// One node's metrics as the Metrics API serves them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeMetric {
-    pub node: String,
-    /// When the metrics were scraped (`timestamp`).
-    pub timestamp: Option<SystemTime>,
-}
+pub use read::{read, ReadError, ReadOptions};
 
-/// What `GET /apis/metrics.k8s.io/v1beta1/nodes` answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeMetricsRead {
-    Served(Vec<NodeMetric>),
-    /// An error status: 404 when nothing serves the group, 503 when the
-    /// aggregator cannot reach the backend.
-    NotServed {
-        code: u16,
-        message: String,
-    },
-}
+use metrics_api::{Latency, MetricsApiRead, MetricsSummary, MetricsVersion};
+use roles::{ObjectRef, RoleObjects, RoleUse, CONTROL_PLANE_ROLE, MASTER_ROLE};
 
 /// What the check reads from the cluster.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    /// `None`: not registered.
-    pub metrics_api_service: Option<APIService>,
-    pub node_metrics: NodeMetricsRead,
+    pub metrics: MetricsApiRead,
     pub nodes: Vec<Node>,
     pub runtime_classes: Vec<RuntimeClass>,
     pub pods: Vec<Pod>,
     /// Events about pods (the gate controller's included); read only when
     /// some pod is gated.
     pub pod_events: Vec<Event>,
+    /// Warning Events of every kind, for the baseline.
+    pub warning_events: Vec<Event>,
+    pub hpas: Vec<HorizontalPodAutoscaler>,
+    /// The workloads and admission objects the role-label audit reads.
+    pub role_objects: RoleObjects,
 }
 
 /// Thresholds, and the gates judged.
@@ -86,6 +81,8 @@ pub struct Options {
     /// NodeMetrics older than this are stale. metrics-server scrapes every
     /// `--metric-resolution` (15 s by default).
     pub metrics_max_age: Duration,
+    /// The Metrics API's p99 latency above this is a finding.
+    pub metrics_latency_max: Duration,
     /// The gates whose released pods are judged, and their staleness
     /// (`stale_after`): the `[gate]` section of the config, as the gate
     /// controller reads it.
@@ -98,6 +95,7 @@ impl Default for Options {
             gated_longer_than: Duration::from_secs(600),
             heartbeat_max_age: 3 * nodeproof_kube::conditions::Policy::default().heartbeat,
             metrics_max_age: Duration::from_secs(120),
+            metrics_latency_max: Duration::from_secs(1),
             gates: GateConfig::default().policy(),
         }
     }
@@ -107,20 +105,64 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "finding", rename_all = "snake_case")]
 pub enum Finding {
-    /// No APIService `v1beta1.metrics.k8s.io`: the Metrics API is not installed.
+    /// No APIService of `metrics.k8s.io` (`v1` or `v1beta1`): the Metrics
+    /// API is not installed.
     MetricsApiNotRegistered,
     /// Registered, but the aggregator does not report it Available.
     MetricsApiNotAvailable {
+        version: MetricsVersion,
         status: ConditionStatus,
         reason: String,
         message: String,
     },
     /// The NodeMetrics list failed.
-    NodeMetricsNotServed { code: u16, message: String },
+    NodeMetricsNotServed {
+        version: MetricsVersion,
+        code: u16,
+        message: String,
+    },
+    /// The PodMetrics list failed.
+    PodMetricsNotServed {
+        version: MetricsVersion,
+        code: u16,
+        message: String,
+    },
     /// A Ready node without NodeMetrics.
     NodeMetricsMissing { node: String },
     /// A Ready node whose NodeMetrics are older than the window.
     NodeMetricsStale { node: String, age_seconds: u64 },
+    /// Running pods (older than the window) without fresh PodMetrics.
+    PodMetricsIncomplete {
+        version: MetricsVersion,
+        missing: usize,
+        running: usize,
+        /// The first few, `namespace/name`.
+        examples: Vec<String>,
+    },
+    /// The NodeMetrics list's p99 latency is above the limit.
+    MetricsApiSlow {
+        version: MetricsVersion,
+        latency: Latency,
+        limit_ms: u64,
+    },
+    /// An HPA that cannot scale ([`hpa::problem`]).
+    HpaNotScaling {
+        namespace: String,
+        hpa: String,
+        condition: String,
+        reason: String,
+        message: String,
+    },
+    /// A node labelled with the old `node-role.kubernetes.io/master` but not
+    /// `…/control-plane`.
+    MasterRoleWithoutControlPlane { node: String },
+    /// An object whose field names the old master role label or taint.
+    MasterRoleReference {
+        object: ObjectRef,
+        /// The field path, e.g. `spec.template.spec.tolerations[0].key`.
+        field: String,
+        usage: RoleUse,
+    },
     /// None of nodeproof's conditions on the Node.
     NodeproofMissing { node: String },
     /// nodeproof's conditions not refreshed within the heartbeat window:
@@ -219,8 +261,9 @@ pub struct ContractSummary {
     pub unlabelled: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
+    pub metrics: MetricsSummary,
     pub nodes: usize,
     pub ready_nodes: usize,
     /// Nodes with nodeproof's conditions.
@@ -229,11 +272,15 @@ pub struct Report {
     /// The gates that released a running pod, in the policy's order.
     pub gates: Vec<GateSummary>,
     pub findings: Vec<Finding>,
+    /// The comparison with a baseline, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<baseline::Comparison>,
 }
 
 impl Report {
+    /// No finding, and nothing regressed since the baseline.
     pub fn ok(&self) -> bool {
-        self.findings.is_empty()
+        self.findings.is_empty() && !self.baseline.as_ref().is_some_and(|b| b.regressed())
     }
 }
 
@@ -262,7 +309,14 @@ fn node_ready(node: &Node) -> bool {
 /// Judge the snapshot at `now`.
 pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
     let mut findings = Vec::new();
-    metrics_api(snap, now, opts, &mut findings);
+    let metrics = metrics_api::evaluate(
+        &snap.metrics,
+        &snap.nodes,
+        &snap.pods,
+        now,
+        opts,
+        &mut findings,
+    );
     let mut nodeproof_nodes = 0;
     for node in &snap.nodes {
         if node_conditions(node, now, opts, &mut findings) {
@@ -273,66 +327,30 @@ pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
     gated_pods(snap, now, opts, &mut findings);
     misplaced_pods(snap, &contracts, &mut findings);
     let gates = released_pods(snap, now, &opts.gates, &mut findings);
+    hpas(snap, &mut findings);
+    roles::audit(&snap.nodes, &snap.pods, &snap.role_objects, &mut findings);
     Report {
+        metrics,
         nodes: snap.nodes.len(),
         ready_nodes: snap.nodes.iter().filter(|n| node_ready(n)).count(),
         nodeproof_nodes,
         contracts: summaries,
         gates,
         findings,
+        baseline: None,
     }
 }
 
-/// Registered and Available, then served and fresh for every Ready node:
-/// two checks, because either can fail without the other (the article's
-/// point: an APIService can be Available while metrics-server has nothing
-/// for a node whose kubelet it cannot scrape).
-fn metrics_api(snap: &Snapshot, now: SystemTime, opts: &Options, out: &mut Vec<Finding>) {
-    match &snap.metrics_api_service {
-        None => out.push(Finding::MetricsApiNotRegistered),
-        Some(svc) => {
-            let available = svc
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .find(|c| c.type_ == "Available");
-            let status = available.map_or(ConditionStatus::Unknown, |c| {
-                ConditionStatus::parse(&c.status)
+fn hpas(snap: &Snapshot, out: &mut Vec<Finding>) {
+    for h in &snap.hpas {
+        if let Some(p) = hpa::problem(h) {
+            out.push(Finding::HpaNotScaling {
+                namespace: h.metadata.namespace.clone().unwrap_or_default(),
+                hpa: name_of(&h.metadata),
+                condition: p.condition,
+                reason: p.reason,
+                message: p.message,
             });
-            if status != ConditionStatus::True {
-                out.push(Finding::MetricsApiNotAvailable {
-                    status,
-                    reason: available.and_then(|c| c.reason.clone()).unwrap_or_default(),
-                    message: available
-                        .and_then(|c| c.message.clone())
-                        .unwrap_or_else(|| "no Available condition".into()),
-                });
-            }
-        }
-    }
-    let metrics = match &snap.node_metrics {
-        NodeMetricsRead::NotServed { code, message } => {
-            out.push(Finding::NodeMetricsNotServed {
-                code: *code,
-                message: message.clone(),
-            });
-            return;
-        }
-        NodeMetricsRead::Served(m) => m,
-    };
-    let by_node: BTreeMap<&str, &NodeMetric> =
-        metrics.iter().map(|m| (m.node.as_str(), m)).collect();
-    for node in snap.nodes.iter().filter(|n| node_ready(n)) {
-        let name = name_of(&node.metadata);
-        match by_node.get(name.as_str()).and_then(|m| m.timestamp) {
-            None => out.push(Finding::NodeMetricsMissing { node: name }),
-            Some(t) if age(now, t) > opts.metrics_max_age => out.push(Finding::NodeMetricsStale {
-                node: name,
-                age_seconds: age(now, t).as_secs(),
-            }),
-            Some(_) => {}
         }
     }
 }
@@ -702,19 +720,80 @@ impl std::fmt::Display for Finding {
         match self {
             Finding::MetricsApiNotRegistered => write!(
                 f,
-                "metrics API: APIService {METRICS_API_SERVICE} is not registered (metrics-server not installed?)"
+                "metrics API: neither APIService v1.metrics.k8s.io nor v1beta1.metrics.k8s.io is registered (install metrics-server)"
             ),
             Finding::MetricsApiNotAvailable {
+                version,
                 status,
                 reason,
                 message,
             } => write!(
                 f,
-                "metrics API: APIService {METRICS_API_SERVICE} Available={status} {reason}: {message}"
+                "metrics API: APIService {} Available={status} {reason}: {message}",
+                version.api_service()
             ),
-            Finding::NodeMetricsNotServed { code, message } => write!(
+            Finding::NodeMetricsNotServed {
+                version,
+                code,
+                message,
+            } => write!(
                 f,
-                "metrics API: GET /apis/metrics.k8s.io/v1beta1/nodes answered {code}: {message}"
+                "metrics API: GET /apis/{version}/nodes answered {code}: {message}"
+            ),
+            Finding::PodMetricsNotServed {
+                version,
+                code,
+                message,
+            } => write!(
+                f,
+                "metrics API: GET /apis/{version}/pods answered {code}: {message}"
+            ),
+            Finding::PodMetricsIncomplete {
+                version: _,
+                missing,
+                running,
+                examples,
+            } => {
+                write!(
+                    f,
+                    "metrics API: {missing} of {running} Running pods have no fresh PodMetrics ({}",
+                    examples.join(", ")
+                )?;
+                if *missing > examples.len() {
+                    write!(f, ", ...")?;
+                }
+                write!(f, "); HPAs scaling on them are blind")
+            }
+            Finding::MetricsApiSlow {
+                version,
+                latency,
+                limit_ms,
+            } => write!(
+                f,
+                "metrics API: {version} NodeMetrics list p99 {} ms (p50 {} ms, {} requests) is over {limit_ms} ms; check metrics-server's resources and the aggregator",
+                latency.p99_ms, latency.p50_ms, latency.samples
+            ),
+            Finding::HpaNotScaling {
+                namespace,
+                hpa,
+                condition,
+                reason,
+                message,
+            } => write!(
+                f,
+                "HPA {namespace}/{hpa}: {condition}=False {reason}: {message}"
+            ),
+            Finding::MasterRoleWithoutControlPlane { node } => write!(
+                f,
+                "node {node}: labelled {MASTER_ROLE} without {CONTROL_PLANE_ROLE}; add the control-plane label before removing the old one"
+            ),
+            Finding::MasterRoleReference {
+                object,
+                field,
+                usage,
+            } => write!(
+                f,
+                "{object}: {field} ({usage}) names {MASTER_ROLE}, which kubeadm no longer sets; use {CONTROL_PLANE_ROLE}"
             ),
             Finding::NodeMetricsMissing { node } => {
                 write!(f, "metrics API: no NodeMetrics for Ready node {node}")
@@ -795,12 +874,33 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// The Metrics API's line of the text report.
+fn metrics_line(m: &MetricsSummary) -> String {
+    let Some(version) = m.version else {
+        return "metrics API: not registered\n".into();
+    };
+    let latency = m.latency.map_or_else(
+        || "not served".to_string(),
+        |l| {
+            format!(
+                "p50 {} ms, p99 {} ms over {} requests",
+                l.p50_ms, l.p99_ms, l.samples
+            )
+        },
+    );
+    format!(
+        "metrics API: {version}, {latency}; fresh for {}/{} Ready nodes, {}/{} Running pods\n",
+        m.nodes_fresh, m.ready_nodes, m.pods_fresh, m.running_pods
+    )
+}
+
 /// The text report.
 pub fn render_text(report: &Report) -> String {
     let mut out = format!(
         "nodes: {} ({} Ready, {} with nodeproof)\n",
         report.nodes, report.ready_nodes, report.nodeproof_nodes
     );
+    out.push_str(&metrics_line(&report.metrics));
     for c in &report.contracts {
         out.push_str(&format!(
             "contract {}: ready on {} of {} nodes ({} not-ready, {} unlabelled)\n",
@@ -824,6 +924,9 @@ pub fn render_text(report: &Report) -> String {
             }
         ));
     }
+    if let Some(b) = &report.baseline {
+        out.push_str(&baseline::render_text(b));
+    }
     if report.findings.is_empty() {
         out.push_str("ok: no problems found\n");
     } else {
@@ -835,116 +938,10 @@ pub fn render_text(report: &Report) -> String {
     out
 }
 
-pub use read::{read, ReadError};
-
-/// Reading the snapshot: paged lists with a cluster reader's credentials.
-mod read {
-    use super::*;
-    use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-    use nodeproof_kube::list::list_all;
-
-    #[derive(Debug, thiserror::Error)]
-    pub enum ReadError {
-        #[error("cannot read {what}")]
-        Read {
-            what: &'static str,
-            #[source]
-            source: Box<kube::Error>,
-        },
-    }
-
-    fn failed(what: &'static str) -> impl FnOnce(kube::Error) -> ReadError {
-        move |e| ReadError::Read {
-            what,
-            source: Box::new(e),
-        }
-    }
-
-    /// The NodeMetrics resource (no k8s-openapi type: metrics.k8s.io is an
-    /// aggregated API, not part of the core OpenAPI).
-    fn node_metrics_resource() -> ApiResource {
-        ApiResource {
-            group: "metrics.k8s.io".into(),
-            version: "v1beta1".into(),
-            api_version: "metrics.k8s.io/v1beta1".into(),
-            kind: "NodeMetrics".into(),
-            plural: "nodes".into(),
-        }
-    }
-
-    pub async fn read(client: &kube::Client) -> Result<Snapshot, ReadError> {
-        let services: Api<APIService> = Api::all(client.clone());
-        let metrics_api_service = services
-            .get_opt(METRICS_API_SERVICE)
-            .await
-            .map_err(failed("APIService v1beta1.metrics.k8s.io"))?;
-        let metrics: Api<DynamicObject> = Api::all_with(client.clone(), &node_metrics_resource());
-        let node_metrics = match list_all(&metrics, ListParams::default()).await {
-            Ok(items) => NodeMetricsRead::Served(
-                items
-                    .into_iter()
-                    .map(|m| NodeMetric {
-                        node: m.metadata.name.clone().unwrap_or_default(),
-                        timestamp: m.data["timestamp"]
-                            .as_str()
-                            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                            .map(SystemTime::from),
-                    })
-                    .collect(),
-            ),
-            // Forbidden is this command's credentials, not the Metrics API.
-            Err(kube::Error::Api(s)) if s.code != 401 && s.code != 403 => {
-                NodeMetricsRead::NotServed {
-                    code: s.code,
-                    message: s.message.clone(),
-                }
-            }
-            Err(e) => return Err(failed("NodeMetrics")(e)),
-        };
-        let nodes = list_all(&Api::<Node>::all(client.clone()), ListParams::default())
-            .await
-            .map_err(failed("Nodes"))?;
-        let runtime_classes = list_all(
-            &Api::<RuntimeClass>::all(client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(failed("RuntimeClasses"))?;
-        let pods = list_all(&Api::<Pod>::all(client.clone()), ListParams::default())
-            .await
-            .map_err(failed("Pods"))?;
-        let gated = pods.iter().any(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.scheduling_gates.as_ref())
-                .is_some_and(|g| !g.is_empty())
-        });
-        // Events live an hour (kube-apiserver's --event-ttl): the list is
-        // bounded; read only when a gated pod may need one.
-        let pod_events = if gated {
-            list_all(
-                &Api::<Event>::all(client.clone()),
-                ListParams::default().fields("involvedObject.kind=Pod"),
-            )
-            .await
-            .map_err(failed("Events"))?
-        } else {
-            Vec::new()
-        };
-        Ok(Snapshot {
-            metrics_api_service,
-            node_metrics,
-            nodes,
-            runtime_classes,
-            pods,
-            pod_events,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use metrics_api::{MetricsList, MetricsSample};
     use serde_json::{json, Value};
 
     const NOW: u64 = 1_800_000_000;
@@ -977,7 +974,7 @@ mod tests {
     /// on n1, a pod gated for a minute.
     struct Fixture {
         service: Option<Value>,
-        metrics: NodeMetricsRead,
+        metrics: MetricsList,
         nodes: Vec<Value>,
         classes: Vec<Value>,
         pods: Vec<Value>,
@@ -986,12 +983,13 @@ mod tests {
 
     fn healthy() -> Fixture {
         Fixture {
-            service: Some(json!({"metadata": {"name": METRICS_API_SERVICE},
+            service: Some(json!({"metadata": {"name": "v1beta1.metrics.k8s.io"},
                 "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Passed"}]}})),
-            metrics: NodeMetricsRead::Served(
+            metrics: MetricsList::Served(
                 ["n1", "n2"]
-                    .map(|n| NodeMetric {
-                        node: n.into(),
+                    .map(|n| MetricsSample {
+                        namespace: None,
+                        name: n.into(),
                         timestamp: Some(now() - Duration::from_secs(10)),
                     })
                     .to_vec(),
@@ -1015,15 +1013,44 @@ mod tests {
 
     impl Fixture {
         fn evaluate(self) -> Vec<Finding> {
-            let snap = Snapshot {
-                metrics_api_service: self.service.map(typed),
-                node_metrics: self.metrics,
+            evaluate(&self.snapshot(), now(), &Options::default()).findings
+        }
+
+        fn snapshot(self) -> Snapshot {
+            Snapshot {
+                metrics: metrics_read(self.service, self.metrics),
                 nodes: self.nodes.into_iter().map(typed).collect(),
                 runtime_classes: self.classes.into_iter().map(typed).collect(),
                 pods: self.pods.into_iter().map(typed).collect(),
                 pod_events: self.events.into_iter().map(typed).collect(),
-            };
-            evaluate(&snap, now(), &Options::default()).findings
+                warning_events: vec![],
+                hpas: vec![],
+                role_objects: RoleObjects::default(),
+            }
+        }
+    }
+
+    /// The Metrics API as `read` leaves it: `service` registers v1beta1,
+    /// whose NodeMetrics list answered `nodes`, ten times in 20 ms each.
+    fn metrics_read(service: Option<Value>, nodes: MetricsList) -> MetricsApiRead {
+        let services: Vec<_> = service
+            .into_iter()
+            .map(|s| (MetricsVersion::V1beta1, typed(s)))
+            .collect();
+        let Some(version) = metrics_api::choose(&services) else {
+            return MetricsApiRead::unregistered();
+        };
+        let served = matches!(nodes, MetricsList::Served(_));
+        MetricsApiRead {
+            services,
+            version: Some(version),
+            nodes,
+            pods: MetricsList::Served(vec![]),
+            latencies: if served {
+                vec![Duration::from_millis(20); 10]
+            } else {
+                vec![]
+            },
         }
     }
 
@@ -1037,15 +1064,7 @@ mod tests {
 
     #[test]
     fn a_healthy_cluster_has_no_findings_and_counts_its_contracts() {
-        let f = healthy();
-        let snap = Snapshot {
-            metrics_api_service: f.service.map(typed),
-            node_metrics: f.metrics,
-            nodes: f.nodes.into_iter().map(typed).collect(),
-            runtime_classes: f.classes.into_iter().map(typed).collect(),
-            pods: f.pods.into_iter().map(typed).collect(),
-            pod_events: vec![],
-        };
+        let snap = healthy().snapshot();
         let r = evaluate(&snap, now(), &Options::default());
         assert!(r.ok(), "{:?}", r.findings);
         assert_eq!((r.nodes, r.ready_nodes, r.nodeproof_nodes), (2, 2, 2));
@@ -1069,12 +1088,13 @@ mod tests {
             (
                 "APIService Available=False",
                 |f| {
-                    f.service = Some(json!({"metadata": {"name": METRICS_API_SERVICE},
+                    f.service = Some(json!({"metadata": {"name": "v1beta1.metrics.k8s.io"},
                         "status": {"conditions": [{"type": "Available", "status": "False",
                             "reason": "FailedDiscoveryCheck",
                             "message": "failing or missing response from https://10.96.0.5:443"}]}}))
                 },
                 vec![Finding::MetricsApiNotAvailable {
+                    version: MetricsVersion::V1beta1,
                     status: ConditionStatus::False,
                     reason: "FailedDiscoveryCheck".into(),
                     message: "failing or missing response from https://10.96.0.5:443".into(),
@@ -1082,8 +1102,9 @@ mod tests {
             ),
             (
                 "APIService without conditions yet",
-                |f| f.service = Some(json!({"metadata": {"name": METRICS_API_SERVICE}})),
+                |f| f.service = Some(json!({"metadata": {"name": "v1beta1.metrics.k8s.io"}})),
                 vec![Finding::MetricsApiNotAvailable {
+                    version: MetricsVersion::V1beta1,
                     status: ConditionStatus::Unknown,
                     reason: String::new(),
                     message: "no Available condition".into(),
@@ -1092,12 +1113,13 @@ mod tests {
             (
                 "NodeMetrics not served",
                 |f| {
-                    f.metrics = NodeMetricsRead::NotServed {
+                    f.metrics = MetricsList::NotServed {
                         code: 503,
                         message: "service unavailable".into(),
                     }
                 },
                 vec![Finding::NodeMetricsNotServed {
+                    version: MetricsVersion::V1beta1,
                     code: 503,
                     message: "service unavailable".into(),
                 }],
@@ -1105,8 +1127,8 @@ mod tests {
             (
                 "registered but no NodeMetrics for a node",
                 |f| {
-                    if let NodeMetricsRead::Served(m) = &mut f.metrics {
-                        m.retain(|m| m.node != "n2");
+                    if let MetricsList::Served(m) = &mut f.metrics {
+                        m.retain(|m| m.name != "n2");
                     }
                 },
                 vec![Finding::NodeMetricsMissing { node: "n2".into() }],
@@ -1114,7 +1136,7 @@ mod tests {
             (
                 "stale NodeMetrics",
                 |f| {
-                    if let NodeMetricsRead::Served(m) = &mut f.metrics {
+                    if let MetricsList::Served(m) = &mut f.metrics {
                         m[0].timestamp = Some(now() - Duration::from_secs(300));
                     }
                 },
@@ -1127,8 +1149,8 @@ mod tests {
                 "a NotReady node needs no metrics",
                 |f| {
                     set_condition(&mut f.nodes[1], "Ready", json!({"status": "False"}));
-                    if let NodeMetricsRead::Served(m) = &mut f.metrics {
-                        m.retain(|m| m.node != "n2");
+                    if let MetricsList::Served(m) = &mut f.metrics {
+                        m.retain(|m| m.name != "n2");
                     }
                 },
                 vec![],
@@ -1300,12 +1322,14 @@ mod tests {
 
     fn snapshot(nodes: Vec<Value>, pods: Vec<Value>) -> Snapshot {
         Snapshot {
-            metrics_api_service: None,
-            node_metrics: NodeMetricsRead::Served(vec![]),
+            metrics: MetricsApiRead::unregistered(),
             nodes: nodes.into_iter().map(typed).collect(),
             runtime_classes: vec![],
             pods: pods.into_iter().map(typed).collect(),
             pod_events: vec![],
+            warning_events: vec![],
+            hpas: vec![],
+            role_objects: RoleObjects::default(),
         }
     }
 
