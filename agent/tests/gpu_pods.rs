@@ -755,3 +755,144 @@ fn the_gpu_command_reads_this_nodes_dra_slices() {
     assert!(!msg.contains("not offered"), "{msg}");
     assert_eq!(out.status.code(), Some(1), "unhealthy");
 }
+
+/// GPU usage on `/metrics` labelled with its holder, in the agent (the real
+/// binary): the fake kubelet lists vllm-0 on GPU 0, small-0 on GPU 1's MIG
+/// instance 1 and done-0 (Succeeded) on GPU 2; the pods watcher knows which
+/// run. A device no running pod holds has empty pod labels; a cycle whose
+/// driver does not answer leaves no usage sample (never the last values).
+#[test]
+fn the_agent_labels_gpu_usage_with_the_running_pod_holding_each_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let root = seccomp_root(dir.path(), true);
+    let usage = "gpus 4\nutil 0 87 31\nmemory 0 30000 81920\npower 0 412500\necc-corrected 0 9 9\n\
+                 mig 1 2\nmig-memory 1 1 2048 40960\n";
+    let s = Scenario::new(usage, 4);
+    let socket = s.dir.path().join("kubelet.sock");
+    let _kubelet = FakeKubelet::start(
+        &socket,
+        KubeletState {
+            allocatable: vec![
+                set("nvidia.com/gpu", vec![uuid(0), uuid(2), uuid(3)]),
+                set("nvidia.com/mig-1g.10gb", vec![mig(1, 0), mig(1, 1)]),
+            ],
+            pods: vec![
+                pod("vllm-0", "main", "nvidia.com/gpu", vec![uuid(0)]),
+                pod("small-0", "main", "nvidia.com/mig-1g.10gb", vec![mig(1, 1)]),
+                pod("done-0", "main", "nvidia.com/gpu", vec![uuid(2)]),
+            ],
+            ..KubeletState::default()
+        },
+    )
+    .unwrap();
+    server.put("pods", bound_pod("vllm-0", "u-vllm", "Running"));
+    server.put("pods", bound_pod("small-0", "u-small", "Running"));
+    server.put("pods", bound_pod("done-0", "u-done", "Succeeded"));
+    let config = agent_config(&root, &kubeconfig, &s, &socket)
+        .replace("[gpu]\n", "[gpu]\nnvml-timeout-ms = 1000\n");
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    let until = |what: &str, f: &mut dyn FnMut() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "not within 15 s: {what}\n--- agent log ---\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let labels = |gpu: u32, device: &str, pod: &str| {
+        let (ns, container) = if pod.is_empty() {
+            ("", "")
+        } else {
+            ("ml", "main")
+        };
+        format!(
+            "{{gpu=\"{gpu}\",uuid=\"{}\",device=\"{device}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"{container}\"}}",
+            uuid(gpu)
+        )
+    };
+    let vllm = labels(0, &uuid(0), "vllm-0");
+    let mut metrics = String::new();
+    // The terminated pod's GPU is nobody's once the watcher has judged the pods.
+    until("GPU 2 held by no running pod", &mut || {
+        metrics = agent.get("/metrics").1;
+        metrics.contains(&format!(
+            "nodeproof_gpu_temperature_celsius{} 37\n",
+            labels(2, &uuid(2), "")
+        ))
+    });
+    for want in [
+        format!("nodeproof_gpu_utilization_ratio{vllm} 0.87\n"),
+        format!("nodeproof_gpu_memory_used_bytes{vllm} {}\n", 30000u64 << 20),
+        format!(
+            "nodeproof_gpu_memory_total_bytes{vllm} {}\n",
+            81920u64 << 20
+        ),
+        format!("nodeproof_gpu_power_watts{vllm} 412.5\n"),
+        format!("nodeproof_gpu_temperature_celsius{vllm} 35\n"),
+        format!(
+            "nodeproof_gpu_ecc_errors_total{} 9\n",
+            vllm.replace('}', ",error=\"corrected\"}")
+        ),
+        // A MIG instance: its own memory, its GPU's temperature.
+        format!(
+            "nodeproof_gpu_memory_used_bytes{} {}\n",
+            labels(1, &mig(1, 1), "small-0"),
+            2048u64 << 20
+        ),
+        format!(
+            "nodeproof_gpu_temperature_celsius{} 36\n",
+            labels(1, &mig(1, 1), "small-0")
+        ),
+        // Held by nobody: empty pod labels, by design.
+        format!(
+            "nodeproof_gpu_memory_total_bytes{} {}\n",
+            labels(1, &mig(1, 0), ""),
+            10240u64 << 20
+        ),
+        format!(
+            "nodeproof_gpu_memory_total_bytes{} {}\n",
+            labels(3, &uuid(3), ""),
+            81920u64 << 20
+        ),
+    ] {
+        assert!(metrics.contains(&want), "no {want} in\n{metrics}");
+    }
+    // Never labelled with the terminated pod; no utilization in MIG mode.
+    assert!(!metrics.contains("pod=\"done-0\""), "{metrics}");
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("nodeproof_gpu_utilization_ratio{gpu=\"1\"")),
+        "{metrics}"
+    );
+    // The driver stops answering: the usage samples go, not kept stale.
+    s.set(&format!("{usage}hang count 3000\n"));
+    until("no usage sample while NVML does not answer", &mut || {
+        metrics = agent.get("/metrics").1;
+        metrics.contains("nodeproof_gpu_driver_ready 0\n")
+            && !metrics
+                .lines()
+                .any(|l| l.starts_with("nodeproof_gpu_memory_used_bytes{"))
+    });
+    assert!(
+        metrics.contains("# TYPE nodeproof_gpu_memory_used_bytes gauge"),
+        "the family stays described: {metrics}"
+    );
+    // And back with the driver.
+    s.set(usage);
+    until("usage back", &mut || {
+        agent
+            .get("/metrics")
+            .1
+            .contains(&format!("nodeproof_gpu_utilization_ratio{vllm} 0.87\n"))
+    });
+    assert!(agent.stop(), "{}", agent.log_text());
+}

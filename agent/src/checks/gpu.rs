@@ -9,6 +9,7 @@ use nodeproof_gpu::advertised::{is_nvidia_resource, KubeletView};
 use nodeproof_gpu::cuda::{CudaOptions, CudaProbe};
 use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::nvml::NvmlProbe;
+use nodeproof_gpu::usage::UsageRow;
 use nodeproof_gpu::{GpuConfig, GpuReport, PolicyState};
 use nodeproof_kube::device_health::UnhealthyDevices;
 use nodeproof_kube::dra::DraView;
@@ -160,6 +161,31 @@ pub fn allocations(kubelet: Option<&KubeletGpus>, dra: Option<&DraView>) -> Vec<
     out.sort();
     out.dedup();
     out
+}
+
+/// Each GPU's and MIG instance's usage in this cycle's snapshot, labelled
+/// with the containers holding it (`allocations`, as the faults are
+/// attributed) among the pods `running` names (`None`: pods are not
+/// watched, every holder listed counts). No snapshot, or a driver that did
+/// not answer: no rows.
+pub fn usage(
+    snapshot: Option<&nodeproof_gpu::Snapshot>,
+    allocations: &[Allocation],
+    running: Option<&std::collections::BTreeSet<(String, String)>>,
+) -> Vec<UsageRow> {
+    let Some(snapshot) = snapshot else {
+        return Vec::new();
+    };
+    let rows = nodeproof_gpu::usage::usage(snapshot, allocations, |namespace, pod| {
+        running.is_none_or(|r| r.contains(&(namespace.to_string(), pod.to_string())))
+    });
+    tracing::debug!(
+        nodeproof_check = "gpu",
+        gpu_usage_series = rows.len(),
+        gpu_usage_held = rows.iter().filter(|r| !r.holder.pod.is_empty()).count(),
+        "GPU usage read"
+    );
+    rows
 }
 
 /// The UUIDs this node's ResourceSlices publish, by driver.

@@ -77,6 +77,8 @@ pub const JOURNAL_FIELDS: &[(&str, &str)] = &[
     ("from", "a transition's previous status or value"),
     ("gates", "gate controller: the scheduling gates it owns"),
     ("gpu_index", "a GPU XID event: the GPU's NVML index"),
+    ("gpu_usage_held", "GPU usage (debug): the series of a cycle labelled with a running pod"),
+    ("gpu_usage_series", "GPU usage (debug): the usage series of a cycle, one per device and holder"),
     ("gpu_uuid", "a GPU finding or XID event: the GPU's UUID"),
     ("heartbeat_s", "the reporter's heartbeat after a reload"),
     ("identity", "gate controller: its leader-election identity"),

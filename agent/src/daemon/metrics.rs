@@ -11,13 +11,16 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::state::{MetricsSnapshot, Shared};
+use nodeproof_gpu::usage::{EccError, UsageRow};
 use nodeproof_trace::Strategy;
 
 /// What prometheus-client's text encoder writes (it ends with `# EOF`).
@@ -186,6 +189,7 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
                 )
             }),
         )?;
+        usage(enc, &m.gpu_usage)?;
         counters(
             enc,
             "nodeproof_gpu_xid_errors",
@@ -273,6 +277,68 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
     )
 }
 
+/// The per-device usage families (`nodeproof_gpu::usage`), labelled with
+/// the GPU, the device held and its holder (empty pod labels: held by no
+/// running pod, by design). A value NVML did not give has no sample.
+fn usage(enc: &mut DescriptorEncoder, rows: &[UsageRow]) -> fmt::Result {
+    let labels = |r: &UsageRow| {
+        [
+            ("gpu", r.gpu.to_string()),
+            ("uuid", r.uuid.clone()),
+            ("device", r.device.clone()),
+            ("namespace", r.holder.namespace.clone()),
+            ("pod", r.holder.pod.clone()),
+            ("container", r.holder.container.clone()),
+        ]
+    };
+    gauges(
+        enc,
+        "nodeproof_gpu_utilization_ratio",
+        "Fraction of NVML's last sample period in which a kernel ran on the GPU, by the device held and its holder (empty pod labels: held by no running pod).",
+        rows.iter()
+            .filter_map(|r| Some((labels(r), r.utilization_ratio?))),
+    )?;
+    gauges(
+        enc,
+        "nodeproof_gpu_memory_used_bytes",
+        "Device memory in use on the GPU or MIG instance held, by its holder.",
+        rows.iter()
+            .filter_map(|r| Some((labels(r), r.memory?.used_bytes))),
+    )?;
+    gauges(
+        enc,
+        "nodeproof_gpu_memory_total_bytes",
+        "Device memory of the GPU or MIG instance held, by its holder.",
+        rows.iter()
+            .filter_map(|r| Some((labels(r), r.memory?.total_bytes))),
+    )?;
+    gauges(
+        enc,
+        "nodeproof_gpu_temperature_celsius",
+        "GPU core temperature (a MIG instance's is its GPU's), by the device held and its holder.",
+        rows.iter()
+            .filter_map(|r| Some((labels(r), u64::from(r.temperature_celsius?)))),
+    )?;
+    gauges(
+        enc,
+        "nodeproof_gpu_power_watts",
+        "GPU power draw (a MIG instance's is its GPU's), by the device held and its holder.",
+        rows.iter()
+            .filter_map(|r| Some((labels(r), r.power_watts?))),
+    )?;
+    counters(
+        enc,
+        "nodeproof_gpu_ecc_errors",
+        "ECC errors since the driver loaded (volatile), corrected or uncorrected (a MIG instance's are its GPU's), by the device held and its holder.",
+        rows.iter().flat_map(|r| {
+            EccError::ALL.into_iter().filter_map(move |kind| {
+                let [g, u, d, n, p, c] = labels(r);
+                Some(([g, u, d, n, p, c, ("error", kind.as_str().to_string())], r.ecc(kind)?))
+            })
+        }),
+    )
+}
+
 /// Seconds since the Unix epoch (negative before it: a clock set far back
 /// still gives a sample, and a very stale one).
 fn unix_seconds(t: SystemTime) -> f64 {
@@ -286,11 +352,11 @@ fn unix_seconds(t: SystemTime) -> f64 {
 const NO_LABELS: [(&str, &str); 0] = [];
 
 /// A gauge family: HELP, TYPE, one sample per label set.
-fn gauges<L: EncodeLabelSet>(
+fn gauges<L: EncodeLabelSet, N: EncodeGaugeValue + fmt::Debug>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    samples: impl IntoIterator<Item = (L, u64)>,
+    samples: impl IntoIterator<Item = (L, N)>,
 ) -> fmt::Result {
     let samples = samples.into_iter().map(|(l, v)| (l, ConstGauge::new(v)));
     family(enc, name, help, MetricType::Gauge, samples)
@@ -535,6 +601,7 @@ mod tests {
                 xid: "79".into(),
                 count: 1,
             }]);
+            m.gpu_usage = usage_rows();
             m.reporter_errors = 2;
             m.reporter_dropped.insert(
                 (
@@ -561,8 +628,14 @@ mod tests {
                 ("nodeproof_ebpf_dropped_samples", "counter"),
                 ("nodeproof_gpu_device_health", "gauge"),
                 ("nodeproof_gpu_driver_ready", "gauge"),
+                ("nodeproof_gpu_ecc_errors", "counter"),
                 ("nodeproof_gpu_faults", "counter"),
                 ("nodeproof_gpu_health", "gauge"),
+                ("nodeproof_gpu_memory_total_bytes", "gauge"),
+                ("nodeproof_gpu_memory_used_bytes", "gauge"),
+                ("nodeproof_gpu_power_watts", "gauge"),
+                ("nodeproof_gpu_temperature_celsius", "gauge"),
+                ("nodeproof_gpu_utilization_ratio", "gauge"),
                 ("nodeproof_gpu_xid_errors", "counter"),
                 ("nodeproof_heartbeat_timestamp_seconds", "gauge"),
                 ("nodeproof_pod_seccomp_denials", "counter"),
@@ -701,6 +774,46 @@ mod tests {
             ),
             1.0
         );
+        let held = [
+            ("gpu", "0"),
+            ("uuid", "GPU-0"),
+            ("device", "GPU-0"),
+            ("namespace", "ml"),
+            ("pod", "vllm-0"),
+            ("container", "vllm"),
+        ];
+        assert_eq!(value(&f, "nodeproof_gpu_utilization_ratio", &held), 0.87);
+        assert_eq!(value(&f, "nodeproof_gpu_power_watts", &held), 412.5);
+        assert_eq!(
+            value(&f, "nodeproof_gpu_memory_used_bytes", &held),
+            3.0 * 1024.0 * 1024.0 * 1024.0
+        );
+        assert_eq!(value(&f, "nodeproof_gpu_temperature_celsius", &held), 71.0);
+        let mut ecc = held.to_vec();
+        ecc.push(("error", "corrected"));
+        assert_eq!(value(&f, "nodeproof_gpu_ecc_errors", &ecc), 9.0);
+        assert!(
+            body.contains("nodeproof_gpu_ecc_errors_total{gpu=\"0\",uuid=\"GPU-0\",device=\"GPU-0\",namespace=\"ml\",pod=\"vllm-0\",container=\"vllm\",error=\"uncorrected\"} 0\n"),
+            "{body}"
+        );
+        // The MIG instance held by no pod: empty pod labels; no utilization
+        // (NVML gives none in MIG mode) and no power (not supported): no
+        // sample, not a zero.
+        let free = [
+            ("gpu", "1"),
+            ("uuid", "GPU-1"),
+            ("device", "MIG-1-0"),
+            ("namespace", ""),
+            ("pod", ""),
+            ("container", ""),
+        ];
+        assert_eq!(value(&f, "nodeproof_gpu_memory_total_bytes", &free), 1e10);
+        for absent in [
+            "nodeproof_gpu_utilization_ratio",
+            "nodeproof_gpu_power_watts",
+        ] {
+            assert_eq!(f[absent].1.len(), 1, "{absent}: {body}");
+        }
         assert_eq!(value(&f, "nodeproof_reporter_errors", &[]), 2.0);
         assert_eq!(
             value(
@@ -731,6 +844,46 @@ mod tests {
             value(&f, "nodeproof_heartbeat_timestamp_seconds", &[]),
             1_764_614_400.25
         );
+    }
+
+    fn usage_rows() -> Vec<UsageRow> {
+        use nodeproof_gpu::probe::MemoryUsage;
+        use nodeproof_gpu::usage::Holder;
+        let held = UsageRow {
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            device: "GPU-0".into(),
+            holder: Holder {
+                namespace: "ml".into(),
+                pod: "vllm-0".into(),
+                container: "vllm".into(),
+            },
+            utilization_ratio: Some(0.87),
+            memory: Some(MemoryUsage {
+                used_bytes: 3 << 30,
+                total_bytes: 80 << 30,
+            }),
+            temperature_celsius: Some(71),
+            power_watts: Some(412.5),
+            ecc_corrected: Some(9),
+            ecc_uncorrected: Some(0),
+        };
+        let free = UsageRow {
+            gpu: 1,
+            uuid: "GPU-1".into(),
+            device: "MIG-1-0".into(),
+            holder: Default::default(),
+            utilization_ratio: None,
+            memory: Some(MemoryUsage {
+                used_bytes: 0,
+                total_bytes: 10_000_000_000,
+            }),
+            temperature_celsius: Some(40),
+            power_watts: None,
+            ecc_corrected: Some(0),
+            ecc_uncorrected: Some(0),
+        };
+        vec![held, free]
     }
 
     #[test]

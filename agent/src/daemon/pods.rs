@@ -292,4 +292,5 @@ fn publish(shared: &Shared, round: &Round) {
     if let Some(totals) = &round.gpu_fault_totals {
         shared.metrics(|m| m.gpu_faults = Some(totals.clone()));
     }
+    shared.metrics(|m| m.running_pods = Some(round.running_pods.clone()));
 }

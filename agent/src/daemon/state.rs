@@ -32,6 +32,14 @@ pub struct Metrics {
     pub profile_verdicts: BTreeMap<&'static str, u64>,
     /// The GPU probe's latest cycle; `None` until its first.
     pub gpu: Option<GpuMetrics>,
+    /// Each device's usage by its holders, from the GPU probe's latest
+    /// cycle alone (empty when that cycle's driver did not answer: never
+    /// an older cycle's values).
+    pub gpu_usage: Vec<nodeproof_gpu::usage::UsageRow>,
+    /// `(namespace, name)` of the pods running here, as the pods watcher
+    /// last judged them; `None` while pods are not watched (no API
+    /// credentials): then every holder pod-resources lists is taken.
+    pub running_pods: Option<std::collections::BTreeSet<(String, String)>>,
     /// Denials resolved to pods by the pods watcher's aggregator; `None`
     /// while no denials are fed to it (no API credentials).
     pub pod_denials: Option<Vec<PodDenialTotal>>,

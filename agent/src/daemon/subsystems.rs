@@ -414,6 +414,8 @@ fn gpu_probe(ctx: &Context) {
                 "GPU XID event"
             );
         }
+        // This cycle's usage alone: a cycle that read nothing clears the last one's.
+        let mut usage = Vec::new();
         // DRA is read for the GPU probe only on a node with NVIDIA devices.
         ctx.dra_wanted.send_if_modified(|w| {
             let changed = *w == report.no_gpu();
@@ -451,12 +453,18 @@ fn gpu_probe(ctx: &Context) {
             let node_allocatable = ctx.node_gpus.borrow().clone();
             let dra = ctx.dra.borrow().clone();
             checks::gpu::compare(&mut report, &read, node_allocatable, &dra);
+            let view = match &dra {
+                Some(Ok(Some(v))) => Some(v),
+                _ => None,
+            };
+            // One attribution for faults and usage: pod-resources and DRA.
+            let allocations = checks::gpu::allocations(read.as_ref().ok(), view);
+            usage = checks::gpu::usage(
+                report.snapshot.as_ref(),
+                &allocations,
+                ctx.shared.metrics(|m| m.running_pods.clone()).as_ref(),
+            );
             if !faults.is_empty() {
-                let view = match &dra {
-                    Some(Ok(Some(v))) => Some(v),
-                    _ => None,
-                };
-                let allocations = checks::gpu::allocations(read.as_ref().ok(), view);
                 let on_pods = gpu::faults::attribute(&faults, &allocations, |_, _| true);
                 // No receiver: no pods watcher (no API credentials); nothing to write to.
                 if !on_pods.is_empty() && ctx.gpu_faults.send(on_pods).is_err() {
@@ -498,7 +506,10 @@ fn gpu_probe(ctx: &Context) {
         }
         let mut metrics = report.metrics(&state);
         metrics.node.clone_from(&node);
-        ctx.shared.metrics(|m| m.gpu = Some(metrics));
+        ctx.shared.metrics(|m| {
+            m.gpu = Some(metrics);
+            m.gpu_usage = usage;
+        });
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
         ctx.shared.set_check(
             Subsystem::Gpu,

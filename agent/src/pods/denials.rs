@@ -102,6 +102,16 @@ impl PodIndex {
             .map(|p| p.refs.uid.as_str())
     }
 
+    /// `(namespace, name)` of every pod bound here that has not terminated:
+    /// the GPU usage metrics label a device only with these pods.
+    pub fn running_pods(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.pods
+            .values()
+            .filter(|p| !p.terminated)
+            .map(|p| (p.refs.namespace.clone(), p.refs.name.clone()))
+            .collect()
+    }
+
     /// The DRA claims of the pods that have not terminated, by pod UID.
     pub fn claims(&self) -> Vec<PodClaims> {
         let mut out: Vec<PodClaims> = self

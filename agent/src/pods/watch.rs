@@ -445,6 +445,9 @@ pub struct Round {
     pub gpu_fault_totals: Option<Vec<GpuFaultTotal>>,
     /// Every annotated RuntimeClass judged on this node (the contract labels).
     pub contracts: Vec<ContractVerdict>,
+    /// `(namespace, name)` of the pods running here (not Succeeded or
+    /// Failed), for the GPU usage metrics' pod labels.
+    pub running_pods: std::collections::BTreeSet<(String, String)>,
 }
 
 /// How often files are judged again without an API change, and what else
@@ -678,6 +681,7 @@ pub async fn rounds(
             denial_totals,
             gpu_fault_totals,
             contracts: eval.contracts,
+            running_pods: state.index.running_pods(),
         };
         if out.send(round).await.is_err() {
             break;
