@@ -1,9 +1,12 @@
 //! `nodeproof cluster check` end to end against the test API server (TLS,
 //! token of a cluster reader, paged lists, the aggregation layer's
-//! APIService and NodeMetrics): a healthy cluster exits 0, each broken one
-//! exits 1 with its finding, unreadable credentials exit 2; and every
-//! request it (and `cluster policy`) made is allowed by deploy/base/rbac-cluster-check.yaml, every verb
-//! of which is used.
+//! APIServices and the Metrics API in both versions, workloads, HPAs,
+//! webhooks and admission policy bindings): a healthy cluster exits 0,
+//! each broken one exits 1 with its finding, unreadable credentials exit
+//! 2; a baseline saved and compared exits 0 when nothing regressed and 1
+//! on each kind of regression, a corrupt or newer baseline exits 2; and
+//! every request it (and `cluster policy`) made is allowed by
+//! deploy/base/rbac-cluster-check.yaml, every verb of which is used.
 
 mod support;
 
@@ -40,7 +43,15 @@ fn add_healthy_node(server: &TestApiServer, name: &str) {
              "message": "2 profiles ok", "lastHeartbeatTime": ago(30), "lastTransitionTime": ago(3600)},
         ]),
     );
-    server.merge_node(name, json!({"metadata": {"labels": {LABEL: "ready"}}}));
+    server.merge_node(
+        name,
+        json!({"metadata": {"labels": {LABEL: "ready"}},
+               "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
+                          "nodeInfo": {"kubeletVersion": "v1.35.2", "containerRuntimeVersion": "containerd://1.7.27",
+                                       "kernelVersion": "6.1.0-37-amd64", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                                       "architecture": "amd64", "operatingSystem": "linux", "bootID": "b",
+                                       "machineID": "m", "systemUUID": "s", "kubeProxyVersion": ""}}}),
+    );
     server.set_node_metrics(name, &ago(10));
 }
 
@@ -66,7 +77,26 @@ fn healthy() -> TestApiServer {
                "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "uid-vllm-0",
                             "creationTimestamp": ago(7200)},
                "spec": {"nodeName": "n1", "runtimeClassName": "vllm", "containers": [{"name": "vllm"}]},
-               "status": {"phase": "Running"}}),
+               "status": {"phase": "Running", "startTime": ago(7200)}}),
+    );
+    server.set_pod_metrics("ml", "vllm-0", &ago(10));
+    // Workloads and admission objects that name only the control-plane role.
+    server.put(
+        "daemonsets",
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": "node-exporter", "namespace": "monitoring"},
+               "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "e"}],
+                   "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}}}}),
+    );
+    server.put(
+        "horizontalpodautoscalers",
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+               "metadata": {"name": "vllm", "namespace": "ml"},
+               "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                        "minReplicas": 1, "maxReplicas": 4},
+               "status": {"desiredReplicas": 1, "conditions": [
+                   {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
+                   {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"}]}}),
     );
     server.put(
         "pods",
@@ -139,10 +169,55 @@ fn a_healthy_cluster_passes_in_text_and_json() {
 
     let text = check(&server, &[]);
     assert_eq!(text.code, Some(0), "{}", text.stderr);
-    assert_eq!(
-        text.stdout,
-        "nodes: 2 (2 Ready, 2 with nodeproof)\ncontract vllm: ready on 2 of 2 nodes (0 not-ready, 0 unlabelled)\nok: no problems found\n"
+    let (first, rest) = text.stdout.split_once('\n').unwrap();
+    assert_eq!(first, "nodes: 2 (2 Ready, 2 with nodeproof)");
+    let (metrics, rest) = rest.split_once('\n').unwrap();
+    assert!(
+        metrics.starts_with("metrics API: metrics.k8s.io/v1beta1, p50 ")
+            && metrics.ends_with("over 10 requests; fresh for 2/2 Ready nodes, 1/1 Running pods"),
+        "{metrics}"
     );
+    assert_eq!(
+        rest,
+        "contract vllm: ready on 2 of 2 nodes (0 not-ready, 0 unlabelled)\nok: no problems found\n"
+    );
+}
+
+#[test]
+fn metrics_v1_is_preferred_where_served_and_said() {
+    let server = healthy();
+    server.set_metrics_api_version("v1", true, "Passed", "all checks passed");
+    let run = check(&server, &["-o", "json", "--metrics-samples", "3"]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["metrics"]["version"], "v1");
+    assert_eq!(report["metrics"]["registered"], json!(["v1", "v1beta1"]));
+    assert_eq!(report["metrics"]["latency"]["samples"], 3);
+    assert_eq!(report["metrics"]["pods_fresh"], 1);
+    let paths: Vec<String> = server.log().into_iter().map(|l| l.path).collect();
+    assert_eq!(
+        paths
+            .iter()
+            .filter(|p| p.as_str() == "/apis/metrics.k8s.io/v1/nodes")
+            .count(),
+        3
+    );
+    assert!(!paths
+        .iter()
+        .any(|p| p.starts_with("/apis/metrics.k8s.io/v1beta1/")));
+    // v1 registered but not Available: read v1beta1, and say what is wrong with v1.
+    server.set_metrics_api_version(
+        "v1",
+        false,
+        "MissingEndpoints",
+        "endpoints for service/metrics-server in \"kube-system\" have no addresses",
+    );
+    let run = check(&server, &["-o", "json"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["metrics"]["version"], "v1beta1");
+    assert_eq!(kinds(&findings(&run)), ["metrics_api_not_available"]);
+    assert_eq!(findings(&run)[0]["version"], "v1");
 }
 
 /// A broken cluster: what it is, what breaks it, the findings it must give.
@@ -153,7 +228,7 @@ fn broken_cases() -> Vec<Broken> {
         (
             "Metrics API not registered",
             |s| s.remove_metrics_api_service(),
-            vec!["metrics_api_not_registered", "node_metrics_not_served"],
+            vec!["metrics_api_not_registered"],
         ),
         (
             "Metrics API registered but not Available",
@@ -164,7 +239,121 @@ fn broken_cases() -> Vec<Broken> {
                     "failing or missing response from https://10.96.12.7:443/apis/metrics.k8s.io/v1beta1",
                 )
             },
-            vec!["metrics_api_not_available", "node_metrics_not_served"],
+            vec![
+                "metrics_api_not_available",
+                "node_metrics_not_served",
+                "pod_metrics_not_served",
+            ],
+        ),
+        (
+            "Running pods without PodMetrics",
+            |s| s.remove_pod_metrics("ml", "vllm-0"),
+            vec!["pod_metrics_incomplete"],
+        ),
+        (
+            "a slow Metrics API",
+            |s| s.set_metrics_delay(Duration::from_millis(1200)),
+            vec!["metrics_api_slow"],
+        ),
+        (
+            "an HPA blind to its metrics",
+            |s| {
+                s.put(
+                    "horizontalpodautoscalers",
+                    json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                           "metadata": {"name": "vllm", "namespace": "ml"},
+                           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                                    "maxReplicas": 4},
+                           "status": {"desiredReplicas": 1, "conditions": [
+                               {"type": "AbleToScale", "status": "True", "reason": "SucceededGetScale"},
+                               {"type": "ScalingActive", "status": "False", "reason": "FailedGetResourceMetric",
+                                "message": "the HPA was unable to compute the replica count: unable to get metrics for resource cpu: no metrics returned from resource metrics API"}]}}),
+                )
+            },
+            vec!["hpa_not_scaling"],
+        ),
+        (
+            "a node with the old master role only",
+            |s| {
+                s.merge_node(
+                    "n2",
+                    json!({"metadata": {"labels": {"node-role.kubernetes.io/master": ""}}}),
+                );
+            },
+            vec!["master_role_without_control_plane"],
+        ),
+        (
+            "workloads and admission objects naming the master role",
+            |s| {
+                let master = "node-role.kubernetes.io/master";
+                s.put(
+                    "pods",
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "etcd-backup", "namespace": "kube-system", "uid": "uid-b"},
+                           "spec": {"nodeSelector": {master: ""}, "containers": [{"name": "b"}]},
+                           "status": {"phase": "Succeeded"}}),
+                );
+                s.put(
+                    "deployments",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                           "metadata": {"name": "ingress", "namespace": "ops"},
+                           "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "i"}],
+                               "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                   {"nodeSelectorTerms": [{"matchExpressions": [{"key": master, "operator": "Exists"}]}]}}}}}}}),
+                );
+                s.put(
+                    "statefulsets",
+                    json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                           "metadata": {"name": "vault", "namespace": "ops"},
+                           "spec": {"serviceName": "vault", "selector": {}, "template": {"spec": {"containers": [{"name": "v"}],
+                               "tolerations": [{"key": master, "effect": "NoSchedule"}]}}}}),
+                );
+                s.put(
+                    "jobs",
+                    json!({"apiVersion": "batch/v1", "kind": "Job",
+                           "metadata": {"name": "migrate", "namespace": "ops"},
+                           "spec": {"template": {"spec": {"containers": [{"name": "m"}],
+                               "nodeSelector": {master: "true"}}}}}),
+                );
+                s.put(
+                    "cronjobs",
+                    json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                           "metadata": {"name": "certs", "namespace": "ops"},
+                           "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": {"spec":
+                               {"containers": [{"name": "c"}], "tolerations": [{"key": master, "operator": "Exists"}]}}}}}}),
+                );
+                s.put(
+                    "validatingwebhookconfigurations",
+                    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                           "metadata": {"name": "policy"},
+                           "webhooks": [{"name": "policy.example.com", "clientConfig": {}, "sideEffects": "None",
+                               "admissionReviewVersions": ["v1"],
+                               "objectSelector": {"matchExpressions": [{"key": master, "operator": "DoesNotExist"}]}}]}),
+                );
+                s.put(
+                    "mutatingwebhookconfigurations",
+                    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                           "metadata": {"name": "inject"},
+                           "webhooks": [{"name": "inject.example.com", "clientConfig": {}, "sideEffects": "None",
+                               "admissionReviewVersions": ["v1"],
+                               "namespaceSelector": {"matchLabels": {master: ""}}}]}),
+                );
+                s.put(
+                    "validatingadmissionpolicybindings",
+                    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                           "metadata": {"name": "no-root"},
+                           "spec": {"policyName": "no-root", "validationActions": ["Deny"],
+                               "matchResources": {"objectSelector": {"matchLabels": {master: ""}}}}}),
+                );
+                s.put(
+                    "mutatingadmissionpolicybindings",
+                    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                           "metadata": {"name": "add-gate"},
+                           "spec": {"policyName": "add-gate",
+                               "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": master, "operator": "Exists"}]}}}}),
+                );
+            },
+            vec!["master_role_reference"; 9],
         ),
         (
             "Available but no NodeMetrics",
@@ -336,6 +525,251 @@ fn pods_are_read_in_pages_of_one_snapshot() {
 }
 
 #[test]
+fn role_references_name_the_object_and_the_field() {
+    let server = healthy();
+    let (_, broken, _) = broken_cases()
+        .into_iter()
+        .find(|(w, _, _)| w.starts_with("workloads and admission objects"))
+        .unwrap();
+    broken(&server);
+    let run = check(&server, &["-o", "json"]);
+    let refs: Vec<String> = findings(&run)
+        .iter()
+        .map(|f| {
+            let o = &f["object"];
+            let ns = o["namespace"]
+                .as_str()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default();
+            format!(
+                "{} {ns}{} {}",
+                o["kind"].as_str().unwrap(),
+                o["name"].as_str().unwrap(),
+                f["field"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let m = "node-role.kubernetes.io/master";
+    assert_eq!(
+        refs,
+        [
+            format!("Pod kube-system/etcd-backup spec.nodeSelector[\"{m}\"]"),
+            "Deployment ops/ingress spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key".into(),
+            "StatefulSet ops/vault spec.template.spec.tolerations[0].key".into(),
+            format!("Job ops/migrate spec.template.spec.nodeSelector[\"{m}\"]"),
+            "CronJob ops/certs spec.jobTemplate.spec.template.spec.tolerations[0].key".into(),
+            "ValidatingWebhookConfiguration policy webhooks[0].objectSelector.matchExpressions[0].key".into(),
+            format!("MutatingWebhookConfiguration inject webhooks[0].namespaceSelector.matchLabels[\"{m}\"]"),
+            format!("ValidatingAdmissionPolicyBinding no-root spec.matchResources.objectSelector.matchLabels[\"{m}\"]"),
+            "MutatingAdmissionPolicyBinding add-gate spec.matchResources.namespaceSelector.matchExpressions[0].key".into(),
+        ]
+    );
+    let text = check(&server, &[]);
+    assert!(
+        text.stdout.contains("  StatefulSet ops/vault: spec.template.spec.tolerations[0].key (toleration) names node-role.kubernetes.io/master, which kubeadm no longer sets; use node-role.kubernetes.io/control-plane\n"),
+        "{}",
+        text.stdout
+    );
+}
+
+/// What breaks between a baseline and the check after it, and the change it
+/// must report as regressed.
+type Regression = (&'static str, fn(&TestApiServer), &'static str);
+
+fn regressions() -> Vec<Regression> {
+    vec![
+        (
+            "node not Ready",
+            |s| {
+                s.merge_node(
+                    "n2",
+                    json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "KubeletNotReady"},
+                {"type": "SeccompProfilesReady", "status": "True", "reason": "ProfilesOK",
+                 "message": "2 profiles ok", "lastHeartbeatTime": ago(30)}]}}),
+                );
+            },
+            "node_ready",
+        ),
+        (
+            "cordoned",
+            |s| {
+                s.merge_node("n1", json!({"spec": {"unschedulable": true}}));
+            },
+            "node_schedulable",
+        ),
+        (
+            "fewer GPUs",
+            |s| {
+                s.merge_node(
+                    "n1",
+                    json!({"status": {"allocatable": {"nvidia.com/gpu": "7"}}}),
+                );
+            },
+            "allocatable",
+        ),
+        (
+            "a pod that cannot start",
+            |s| {
+                s.put("pods", json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "vllm-9", "namespace": "ml", "uid": "uid-vllm-9"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "vllm"}]},
+            "status": {"phase": "Pending", "containerStatuses": [{"name": "vllm", "image": "vllm", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "CreateContainerError", "message": "cannot load seccomp profile"}}}]}}))
+            },
+            "pods_not_running",
+        ),
+        (
+            "restarts",
+            |s| {
+                s.put("pods", json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "uid-vllm-0", "creationTimestamp": ago(7200)},
+            "spec": {"nodeName": "n1", "runtimeClassName": "vllm", "containers": [{"name": "vllm"}]},
+            "status": {"phase": "Running", "startTime": ago(7200), "containerStatuses": [{"name": "vllm", "image": "vllm",
+                "imageID": "", "ready": true, "restartCount": 3, "state": {"running": {}}}]}}))
+            },
+            "restarts",
+        ),
+        (
+            "Warning events",
+            |s| {
+                s.add_event(json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "vllm-0.failed", "namespace": "ml"},
+            "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "vllm-0"},
+            "reason": "FailedMount", "type": "Warning", "message": "MountVolume.SetUp failed",
+            "lastTimestamp": ago(60), "count": 4}))
+            },
+            "warning_events",
+        ),
+        (
+            "contract on fewer nodes",
+            |s| {
+                s.merge_node("n2", json!({"metadata": {"labels": {LABEL: "not-ready"}}}));
+            },
+            "contract_ready",
+        ),
+        (
+            "HPA blind",
+            |s| {
+                s.put("horizontalpodautoscalers", json!({"apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler", "metadata": {"name": "vllm", "namespace": "ml"},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "vllm"}, "maxReplicas": 4},
+            "status": {"desiredReplicas": 1, "conditions": [
+                {"type": "ScalingActive", "status": "False", "reason": "FailedGetResourceMetric", "message": "no metrics"}]}}))
+            },
+            "hpa",
+        ),
+        (
+            "pods without metrics",
+            |s| s.remove_pod_metrics("ml", "vllm-0"),
+            "metrics_missing",
+        ),
+        (
+            "Metrics API gone",
+            |s| s.remove_metrics_api_service(),
+            "metrics_version",
+        ),
+    ]
+}
+
+#[test]
+fn a_baseline_compares_clean_and_each_regression_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("before.json");
+    let file = file.to_str().unwrap();
+    let server = healthy();
+    let save = check(&server, &["--save-baseline", file]);
+    assert_eq!(save.code, Some(0), "{}\n{}", save.stdout, save.stderr);
+    assert!(save.stderr.contains("baseline saved to"), "{}", save.stderr);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(saved["format"], 1);
+    assert_eq!(saved["metrics"]["version"], "v1beta1");
+    // Nothing changed: exit 0, nothing regressed.
+    let same = check(&server, &["--baseline", file]);
+    assert_eq!(same.code, Some(0), "{}\n{}", same.stdout, same.stderr);
+    assert!(
+        same.stdout
+            .contains(": 0 regressed, 0 improved, 0 changed\n"),
+        "{}",
+        same.stdout
+    );
+    for (what, breaks, change) in regressions() {
+        let server = healthy();
+        breaks(&server);
+        let run = check(&server, &["--baseline", file, "-o", "json"]);
+        assert_eq!(run.code, Some(1), "{what}: {}\n{}", run.stdout, run.stderr);
+        let report: Value = serde_json::from_str(&run.stdout).unwrap();
+        let regressed: Vec<&str> = report["baseline"]["regressed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["change"].as_str().unwrap())
+            .collect();
+        assert!(
+            regressed.contains(&change),
+            "{what}: {regressed:?}\n{}",
+            run.stdout
+        );
+    }
+    // An upgrade: the kubelet's version changed, nothing regressed.
+    let server = healthy();
+    server.merge_node(
+        "n1",
+        json!({"status": {"nodeInfo": {"kubeletVersion": "v1.36.1"}}}),
+    );
+    let run = check(&server, &["--baseline", file]);
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("  changed: node n1: kubelet"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_corrupt_or_newer_baseline_exits_2_before_reading_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = healthy();
+    let file = dir.path().join("b.json");
+    std::fs::write(&file, "{\"format\": 1, \"nodes\": {").unwrap();
+    server.clear_log();
+    let run = check(&server, &["--baseline", file.to_str().unwrap()]);
+    assert_eq!(run.code, Some(2), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("is not a nodeproof baseline"),
+        "{}",
+        run.stderr
+    );
+    assert!(server.log().is_empty(), "the cluster was read");
+    std::fs::write(&file, "{\"format\": 7}").unwrap();
+    let run = check(
+        &server,
+        &["--baseline", file.to_str().unwrap(), "-o", "json"],
+    );
+    assert_eq!(run.code, Some(2));
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(
+        doc.to_string()
+            .contains("format 7, newer than this nodeproof reads"),
+        "{doc}"
+    );
+    let run = check(
+        &server,
+        &[
+            "--baseline",
+            dir.path().join("missing.json").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("cannot read baseline"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn unusable_credentials_exit_2() {
     let server = healthy();
     let dir = tempfile::tempdir().unwrap();
@@ -359,6 +793,13 @@ fn the_cluster_check_role_allows_exactly_what_the_check_does() {
         assert_eq!(run.code, Some(1), "{}", run.stderr);
         log.extend(server.log());
     }
+    // A baseline reads the Warning Events too.
+    let server = healthy();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("b.json");
+    let run = check(&server, &["--save-baseline", file.to_str().unwrap()]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    log.extend(server.log());
     // `cluster policy` reads with the same role.
     let server = healthy();
     let dir = tempfile::tempdir().unwrap();
@@ -534,9 +975,16 @@ fn yaml_output_is_the_json_document() {
     let json = check(&server, &["-o", "json"]);
     let yaml = check(&server, &["-o", "yaml"]);
     assert_eq!(yaml.code, json.code);
-    let from_json: Value = serde_json::from_str(&json.stdout).unwrap();
-    let from_yaml: Value = serde_saphyr::from_str(&yaml.stdout)
+    let mut from_json: Value = serde_json::from_str(&json.stdout).unwrap();
+    let mut from_yaml: Value = serde_saphyr::from_str(&yaml.stdout)
         .unwrap_or_else(|e| panic!("YAML ({e}): {}", yaml.stdout));
+    // The measured latency differs from run to run; its shape does not.
+    for doc in [&mut from_json, &mut from_yaml] {
+        for p in ["p50_ms", "p99_ms"] {
+            assert!(doc["metrics"]["latency"][p].is_u64(), "{doc}");
+            doc["metrics"]["latency"][p] = json!(0);
+        }
+    }
     assert_eq!(from_yaml, from_json);
     let dir = tempfile::tempdir().unwrap();
     let nobody = server.kubeconfig(dir.path(), "nobody");

@@ -514,19 +514,84 @@ fn percent_decode(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `pods`, `runtimeclasses` or `nodes` for a list/watch path.
+/// The resources the generic list and watch serve from `objects`:
+/// (resource, collection path, apiVersion, kind). `cluster check` lists
+/// the workloads, HPAs and admission objects across all namespaces.
+const LISTED: &[(&str, &str, &str, &str)] = &[
+    ("pods", "api/v1/pods", "v1", "Pod"),
+    ("nodes", "api/v1/nodes", "v1", "Node"),
+    (
+        "runtimeclasses",
+        "apis/node.k8s.io/v1/runtimeclasses",
+        "node.k8s.io/v1",
+        "RuntimeClass",
+    ),
+    (
+        "deployments",
+        "apis/apps/v1/deployments",
+        "apps/v1",
+        "Deployment",
+    ),
+    (
+        "daemonsets",
+        "apis/apps/v1/daemonsets",
+        "apps/v1",
+        "DaemonSet",
+    ),
+    (
+        "statefulsets",
+        "apis/apps/v1/statefulsets",
+        "apps/v1",
+        "StatefulSet",
+    ),
+    ("jobs", "apis/batch/v1/jobs", "batch/v1", "Job"),
+    ("cronjobs", "apis/batch/v1/cronjobs", "batch/v1", "CronJob"),
+    (
+        "horizontalpodautoscalers",
+        "apis/autoscaling/v2/horizontalpodautoscalers",
+        "autoscaling/v2",
+        "HorizontalPodAutoscaler",
+    ),
+    (
+        "validatingwebhookconfigurations",
+        "apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "mutatingwebhookconfigurations",
+        "apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        "admissionregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "validatingadmissionpolicybindings",
+        "apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    // Served as v1 from Kubernetes 1.36 (shared/notes/kube-apiserver-1.36.md).
+    (
+        "mutatingadmissionpolicybindings",
+        "apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings",
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicyBinding",
+    ),
+];
+
+/// The resource of a list/watch path.
 fn listed_resource(path: &str) -> Option<&'static str> {
     match path.trim_matches('/') {
-        "api/v1/pods" => Some("pods"),
-        "apis/node.k8s.io/v1/runtimeclasses" => Some("runtimeclasses"),
         p if p.starts_with("apis/resource.k8s.io/") && p.ends_with("/resourceslices") => {
             Some("resourceslices")
         }
         p if p.starts_with("apis/resource.k8s.io/") && p.ends_with("/devicetaintrules") => {
             Some("devicetaintrules")
         }
-        "api/v1/nodes" => Some("nodes"),
-        _ => None,
+        p => LISTED
+            .iter()
+            .find(|(_, path, ..)| *path == p)
+            .map(|(r, ..)| *r),
     }
 }
 
@@ -559,11 +624,13 @@ const WATCH_TICK: Duration = Duration::from_millis(20);
 /// `kind`, `apiVersion` of one object of `resource`.
 fn kind_of(resource: &str) -> (&'static str, &'static str) {
     match resource {
-        "pods" => ("Pod", "v1"),
-        "nodes" => ("Node", "v1"),
         "resourceslices" => ("ResourceSlice", "resource.k8s.io/v1"),
         "devicetaintrules" => ("DeviceTaintRule", "resource.k8s.io/v1beta2"),
-        _ => ("RuntimeClass", "node.k8s.io/v1"),
+        r => LISTED
+            .iter()
+            .find(|(listed, ..)| *listed == r)
+            .map(|(_, _, api_version, kind)| (*kind, *api_version))
+            .unwrap_or_else(|| panic!("{r} is not a listed resource")),
     }
 }
 
@@ -712,6 +779,13 @@ async fn handle(
 ) -> Response {
     let fault = st.lock().unwrap().fault;
     if let Some(Fault::Slow(d)) = fault {
+        tokio::time::sleep(d).await;
+    }
+    let metrics_delay = st.lock().unwrap().cluster.metrics_delay;
+    if let (Some(d), true) = (
+        metrics_delay,
+        uri.path().starts_with("/apis/metrics.k8s.io/"),
+    ) {
         tokio::time::sleep(d).await;
     }
     let content_type = headers
@@ -878,13 +952,8 @@ fn route(
             last = Some(key);
         }
         let rest = matching.count();
-        let (api_version, kind) = match resource {
-            "pods" => ("v1", "PodList"),
-            "nodes" => ("v1", "NodeList"),
-            "resourceslices" => ("resource.k8s.io/v1", "ResourceSliceList"),
-            "devicetaintrules" => ("resource.k8s.io/v1beta2", "DeviceTaintRuleList"),
-            _ => ("node.k8s.io/v1", "RuntimeClassList"),
-        };
+        let (kind, api_version) = kind_of(resource);
+        let kind = format!("{kind}List");
         let mut metadata = json!({"resourceVersion": version.to_string()});
         if let (true, Some(last)) = (rest > 0, last) {
             metadata["continue"] = json!(format!("{version}:{last}"));
@@ -1535,8 +1604,9 @@ impl TestApiServer {
 
 // ---------------------------------------------------------------------------
 // Cluster check (branch `policy`): the aggregation layer's APIServices
-// (`apiregistration.k8s.io/v1`), the Metrics API's NodeMetrics behind it
-// (`metrics.k8s.io/v1beta1`), and a cluster-wide list of core Events.
+// (`apiregistration.k8s.io/v1`), the Metrics API's NodeMetrics and
+// PodMetrics behind them (`metrics.k8s.io/v1beta1`, and `v1` where an
+// APIService registers it), and a cluster-wide list of core Events.
 // ---------------------------------------------------------------------------
 
 #[derive(Default)]
@@ -1545,20 +1615,35 @@ struct ClusterState {
     api_services: BTreeMap<String, Value>,
     /// NodeMetrics by node name, as metrics-server serves them.
     node_metrics: BTreeMap<String, Value>,
+    /// PodMetrics by `namespace/name`.
+    pod_metrics: BTreeMap<String, Value>,
+    /// How long each Metrics API request takes to answer.
+    metrics_delay: Option<Duration>,
 }
 
-/// The APIService the Metrics API is registered as.
-const METRICS_API_SERVICE: &str = "v1beta1.metrics.k8s.io";
-
 impl TestApiServer {
-    /// Registers (or replaces) the Metrics API's APIService with its
-    /// `Available` condition, as kube-aggregator's availability controller
-    /// sets it (`Passed`, or e.g. `FailedDiscoveryCheck` / `MissingEndpoints`).
+    /// Registers (or replaces) the Metrics API's `v1beta1` APIService, as
+    /// metrics-server does; see [`Self::set_metrics_api_version`].
     pub fn set_metrics_api_service(&self, available: bool, reason: &str, message: &str) {
+        self.set_metrics_api_version("v1beta1", available, reason, message);
+    }
+
+    /// Registers (or replaces) the APIService `<version>.metrics.k8s.io`
+    /// with its `Available` condition, as kube-aggregator's availability
+    /// controller sets it (`Passed`, or e.g. `FailedDiscoveryCheck` /
+    /// `MissingEndpoints`).
+    pub fn set_metrics_api_version(
+        &self,
+        version: &str,
+        available: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let name = format!("{version}.metrics.k8s.io");
         let svc = json!({
             "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-            "metadata": {"name": METRICS_API_SERVICE},
-            "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
+            "metadata": {"name": name},
+            "spec": {"group": "metrics.k8s.io", "version": version,
                      "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443},
                      "groupPriorityMinimum": 100, "versionPriority": 100},
             "status": {"conditions": [{"type": "Available",
@@ -1567,25 +1652,39 @@ impl TestApiServer {
                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
         });
         let mut st = self.state.lock().unwrap();
-        st.cluster
-            .api_services
-            .insert(METRICS_API_SERVICE.into(), svc);
+        st.cluster.api_services.insert(name, svc);
     }
 
-    /// Unregisters the Metrics API (metrics-server uninstalled).
+    /// Unregisters the Metrics API, every version (metrics-server uninstalled).
     pub fn remove_metrics_api_service(&self) {
         self.state
             .lock()
             .unwrap()
             .cluster
             .api_services
-            .remove(METRICS_API_SERVICE);
+            .retain(|name, _| !name.ends_with(".metrics.k8s.io"));
+    }
+
+    /// Unregisters one version's APIService.
+    pub fn remove_metrics_api_version(&self, version: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .cluster
+            .api_services
+            .remove(&format!("{version}.metrics.k8s.io"));
+    }
+
+    /// Every Metrics API request answers after `delay` (an overloaded
+    /// metrics-server).
+    pub fn set_metrics_delay(&self, delay: Duration) {
+        self.state.lock().unwrap().cluster.metrics_delay = Some(delay);
     }
 
     /// metrics-server's NodeMetrics of `node`, scraped at `timestamp` (RFC 3339).
     pub fn set_node_metrics(&self, node: &str, timestamp: &str) {
         let m = json!({
-            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetrics",
+            "kind": "NodeMetrics",
             "metadata": {"name": node, "creationTimestamp": timestamp},
             "timestamp": timestamp, "window": "15s",
             "usage": {"cpu": "250m", "memory": "1024Mi"},
@@ -1600,6 +1699,31 @@ impl TestApiServer {
 
     pub fn remove_node_metrics(&self, node: &str) {
         self.state.lock().unwrap().cluster.node_metrics.remove(node);
+    }
+
+    /// metrics-server's PodMetrics of `namespace/pod`, scraped at `timestamp`.
+    pub fn set_pod_metrics(&self, namespace: &str, pod: &str, timestamp: &str) {
+        let m = json!({
+            "kind": "PodMetrics",
+            "metadata": {"name": pod, "namespace": namespace, "creationTimestamp": timestamp},
+            "timestamp": timestamp, "window": "15s",
+            "containers": [{"name": "main", "usage": {"cpu": "100m", "memory": "256Mi"}}],
+        });
+        self.state
+            .lock()
+            .unwrap()
+            .cluster
+            .pod_metrics
+            .insert(format!("{namespace}/{pod}"), m);
+    }
+
+    pub fn remove_pod_metrics(&self, namespace: &str, pod: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .cluster
+            .pod_metrics
+            .remove(&format!("{namespace}/{pod}"));
     }
 
     /// An Event as another component (the gate controller, the scheduler)
@@ -1620,13 +1744,18 @@ impl TestApiServer {
 /// The requests of this section:
 /// - `GET /apis/apiregistration.k8s.io/v1/apiservices/<name>`: the object
 ///   or 404;
-/// - `GET /apis/metrics.k8s.io/v1beta1/nodes`: what kube-aggregator
-///   answers for a group it proxies: 404 when no APIService registers it
-///   (the path is then nobody's), 503 when the APIService is not Available
-///   (the proxy has no healthy backend), else metrics-server's list (it has
-///   no pagination: `limit` is ignored and no `continue` is sent);
+/// - `GET /apis/metrics.k8s.io/<version>/{nodes,pods}`: what kube-aggregator
+///   answers for a group version it proxies: 404 when no APIService
+///   `<version>.metrics.k8s.io` registers it (the path is then nobody's),
+///   503 when the APIService is not Available (the proxy has no healthy
+///   backend; shared/notes/kube-apiserver-1.36.md), else metrics-server's
+///   list in that version (it has no pagination: `limit` is ignored and no
+///   `continue` is sent);
 /// - `GET /api/v1/events` (all namespaces), with the `involvedObject.kind`
-///   field selector, paged with `limit`/`continue` in key order.
+///   and `type` field selectors (comma-separated, all must match, as
+///   kube-apiserver's `fields.ParseSelector` reads them; core/v1 Event
+///   field selectors are registered in pkg/registry/core/event/strategy.go),
+///   paged with `limit`/`continue` in key order.
 fn cluster_check_route(
     s: &mut State,
     method: &Method,
@@ -1647,8 +1776,12 @@ fn cluster_check_route(
                 ),
             })
         }
-        ["apis", "metrics.k8s.io", "v1beta1", "nodes"] => {
-            let Some(svc) = s.cluster.api_services.get(METRICS_API_SERVICE) else {
+        ["apis", "metrics.k8s.io", version, resource @ ("nodes" | "pods")] => {
+            let Some(svc) = s
+                .cluster
+                .api_services
+                .get(&format!("{version}.metrics.k8s.io"))
+            else {
                 return Some(status(
                     404,
                     "NotFound",
@@ -1663,18 +1796,41 @@ fn cluster_check_route(
             if !available {
                 return Some(status(503, "ServiceUnavailable", "service unavailable"));
             }
-            let items: Vec<Value> = s.cluster.node_metrics.values().cloned().collect();
+            let (source, kind) = match *resource {
+                "nodes" => (&s.cluster.node_metrics, "NodeMetricsList"),
+                _ => (&s.cluster.pod_metrics, "PodMetricsList"),
+            };
+            let api_version = format!("metrics.k8s.io/{version}");
+            let items: Vec<Value> = source
+                .values()
+                .map(|m| {
+                    let mut m = m.clone();
+                    m["apiVersion"] = json!(api_version);
+                    m
+                })
+                .collect();
             Some((
                 200,
-                json!({"apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetricsList",
-                       "metadata": {}, "items": items}),
+                json!({"apiVersion": api_version, "kind": kind, "metadata": {}, "items": items}),
             ))
         }
         ["api", "v1", "events"] => {
-            let selector = query_param(uri, "fieldSelector");
-            let kind = selector
-                .as_deref()
-                .and_then(|sel| sel.strip_prefix("involvedObject.kind="));
+            let selector = query_param(uri, "fieldSelector").unwrap_or_default();
+            let mut kind = None;
+            let mut type_ = None;
+            for term in selector.split(',').filter(|t| !t.is_empty()) {
+                match term.split_once('=') {
+                    Some(("involvedObject.kind", v)) => kind = Some(v.to_string()),
+                    Some(("type", v)) => type_ = Some(v.to_string()),
+                    _ => {
+                        return Some(status(
+                            400,
+                            "BadRequest",
+                            &format!("\"{term}\" is not a known field selector: only \"involvedObject.kind\", \"type\" are served here"),
+                        ))
+                    }
+                }
+            }
             let limit: usize = query_param(uri, "limit")
                 .and_then(|l| l.parse().ok())
                 .filter(|l| *l > 0)
@@ -1685,7 +1841,11 @@ fn cluster_check_route(
                 .iter()
                 .map(|((ns, name), ev)| (format!("{ns}/{name}"), ev))
                 .filter(|(key, _)| after.as_ref().is_none_or(|a| key > a))
-                .filter(|(_, ev)| kind.is_none_or(|k| ev["involvedObject"]["kind"] == k));
+                .filter(|(_, ev)| {
+                    kind.as_deref()
+                        .is_none_or(|k| ev["involvedObject"]["kind"] == k)
+                })
+                .filter(|(_, ev)| type_.as_deref().is_none_or(|t| ev["type"] == t));
             let items: Vec<(String, Value)> = matching
                 .by_ref()
                 .take(limit)
