@@ -566,7 +566,7 @@ fn role_references_name_the_object_and_the_field() {
     );
     let text = check(&server, &[]);
     assert!(
-        text.stdout.contains("  StatefulSet ops/vault: spec.template.spec.tolerations[0].key (toleration) names node-role.kubernetes.io/master, which kubeadm no longer sets; use node-role.kubernetes.io/control-plane\n"),
+        text.stdout.contains("  StatefulSet ops/vault: spec.template.spec.tolerations[0].key (toleration) still names the master role; use node-role.kubernetes.io/control-plane\n"),
         "{}",
         text.stdout
     );

@@ -793,7 +793,7 @@ impl std::fmt::Display for Finding {
                 usage,
             } => write!(
                 f,
-                "{object}: {field} ({usage}) names {MASTER_ROLE}, which kubeadm no longer sets; use {CONTROL_PLANE_ROLE}"
+                "{object}: {field} ({usage}) still names the master role; use {CONTROL_PLANE_ROLE}"
             ),
             Finding::NodeMetricsMissing { node } => {
                 write!(f, "metrics API: no NodeMetrics for Ready node {node}")
