@@ -5,21 +5,14 @@
 use std::fmt;
 
 use crate::cbpf::{SockFilter, BPF_MAXINSNS};
-use crate::filter::{Action, Arch, FilterSpec, RuleOrigin};
+pub use crate::filter::SkippedRule;
+use crate::filter::{Action, Arch, FilterSpec};
 
 /// Turns a filter into the BPF program libseccomp would export for it.
 /// The edge to libseccomp: implementations live in `nodeproof-bpfgen` and
 /// are chosen by the binary.
 pub trait Compiler {
     fn compile(&self, spec: &FilterSpec, native: Arch) -> Result<CompiledFilter, CompileError>;
-}
-
-/// A rule runc would drop because libseccomp cannot resolve its syscall name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedRule {
-    pub syscall: String,
-    pub action: Action,
-    pub origin: RuleOrigin,
 }
 
 /// The BPF program libseccomp generates for a filter, before runc patches it.

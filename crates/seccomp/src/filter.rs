@@ -5,8 +5,6 @@
 
 use std::fmt;
 
-use crate::syscalls::Libseccomp;
-
 /// A seccomp action after the runtime's translation (runc's `getAction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -290,4 +288,22 @@ pub struct FilterSpec {
     /// The libseccomp release the runtime builds it with: its table resolves
     /// the rules' names.
     pub libseccomp: Libseccomp,
+}
+
+/// The libseccomp releases the modelled runtimes are linked with, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub enum Libseccomp {
+    /// bookworm's 2.5.4 (runc 1.1.5, crun 1.8), the library nodeproof links.
+    #[default]
+    V2_5_4,
+    /// trixie's 2.6.0 (runc 1.1.15, crun 1.21).
+    V2_6_0,
+}
+
+/// A rule runc would drop because libseccomp cannot resolve its syscall name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRule {
+    pub syscall: String,
+    pub action: Action,
+    pub origin: RuleOrigin,
 }

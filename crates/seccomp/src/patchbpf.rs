@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use crate::cbpf::{op, SockFilter};
 use crate::filter::Arch;
 use crate::model::Seccomp;
-use crate::runc::c_string_name;
+use crate::syscalls::c_string_name;
 use crate::syscalls::{max_syscall_numbers, Libseccomp};
 
 const ENOSYS: u32 = 38;

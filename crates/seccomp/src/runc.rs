@@ -4,24 +4,20 @@
 //! so the container fails to start). The result is the [`FilterSpec`] runc
 //! hands to libseccomp, rule by rule, in runc's order.
 
+use crate::behaviour::{
+    resolve_arch, ArchNames, EnosysStub, FlagSupport, InitCaller, OciRuntime, SeccompBehaviour,
+};
+pub use crate::behaviour::{RuncVersion, Stage};
 use crate::diagnostic::{Code, Diagnostic};
+use crate::filter::Libseccomp;
 use crate::filter::{Action, Arch, CmpOp, Cond, FilterSpec, Rule, RuleOrigin};
 use crate::model::Seccomp;
-use crate::oci_runtime::{
-    ArchNames, EnosysStub, FlagSupport, InitCaller, Libseccomp, OciRuntime, SeccompBehaviour,
-};
 use crate::runc_init;
+use crate::syscalls::c_string_name;
 
 /// runc's `syscallMaxArguments`.
 const MAX_ARGS: u64 = 6;
 const EPERM: u16 = 1;
-
-/// The runc releases whose behaviour this module models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RuncVersion {
-    V1_1_5,
-    V1_1_15,
-}
 
 /// runc 1.1.5 (bookworm): the release the runc model was learned from.
 pub static RUNC_1_1_5: SeccompBehaviour = SeccompBehaviour {
@@ -58,60 +54,6 @@ pub static RUNC_1_1_15: SeccompBehaviour = SeccompBehaviour {
     ..RUNC_1_1_5
 };
 
-impl RuncVersion {
-    /// `ConvertStringToArch`: the architecture a profile's name stands for, if this runc knows it.
-    pub fn arch(self, scmp_name: &str) -> Option<Arch> {
-        Arch::from_scmp_name(scmp_name).filter(|a| self.arches().contains(a))
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuncVersion::V1_1_5 => "1.1.5",
-            RuncVersion::V1_1_15 => "1.1.15",
-        }
-    }
-
-    /// The architectures in this runc's own `archs` map
-    /// (libcontainer/seccomp/config.go), which `ConvertStringToArch` reads in
-    /// specconv.SetupSeccomp before libseccomp is ever asked. It is runc's
-    /// table, not libseccomp's: 1.1.5 has no riscv64 entry, so it refuses
-    /// SCMP_ARCH_RISCV64 although libseccomp 2.5 knows that architecture.
-    pub const fn arches(self) -> &'static [Arch] {
-        match self {
-            // 1.1.6 added riscv64 (and 1.1.10 loong64, which nodeproof does
-            // not model): every architecture nodeproof knows.
-            RuncVersion::V1_1_15 => &Arch::ALL,
-            RuncVersion::V1_1_5 => &[
-                Arch::X86,
-                Arch::X86_64,
-                Arch::X32,
-                Arch::Arm,
-                Arch::Aarch64,
-                Arch::Mips,
-                Arch::Mips64,
-                Arch::Mips64N32,
-                Arch::Mipsel,
-                Arch::Mipsel64,
-                Arch::Mipsel64N32,
-                Arch::Ppc,
-                Arch::Ppc64,
-                Arch::Ppc64Le,
-                Arch::S390,
-                Arch::S390X,
-            ],
-        }
-    }
-}
-
-/// Where in the runtime a profile fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Before any container process exists: the runtime refuses the config.
-    Config,
-    /// The container's process exists (runc init, crun's child): the start fails.
-    Init,
-}
-
 #[derive(Debug)]
 pub enum Translation {
     /// No default action and no rules: runc installs no filter.
@@ -137,14 +79,6 @@ pub fn action(name: &str, errno_ret: Option<u64>) -> Option<Action> {
         "SCMP_ACT_NOTIFY" => Action::Notify,
         _ => return None,
     })
-}
-
-/// The syscall name libseccomp sees. runc resolves names with libseccomp-golang's
-/// `GetSyscallFromName` (and patchbpf with `GetSyscallFromNameByArch`), both of
-/// which pass `C.CString(name)` to `seccomp_syscall_resolve_name*`: C reads up to
-/// the first NUL, so `"execve\u0000x"` is `execve` and `"\u0000execve"` is ``.
-pub fn c_string_name(name: &str) -> &str {
-    name.split('\0').next().unwrap_or(name)
 }
 
 /// What a rule naming a syscall libseccomp does not know becomes: the
@@ -265,7 +199,7 @@ pub fn translate(
                         .map(Some)
                 }
             }
-            ArchNames::LibseccompNames => crate::crun::resolve_arch(a, b.libseccomp),
+            ArchNames::LibseccompNames => resolve_arch(a, b.libseccomp),
         };
         match resolved {
             Some(Some(arch)) => arches.push(arch),

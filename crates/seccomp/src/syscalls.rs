@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use libseccomp::{ScmpArch, ScmpSyscall};
 
-use crate::compiler::SkippedRule;
-use crate::filter::{Arch, Rule};
+pub use crate::filter::Libseccomp;
+use crate::filter::{Arch, Rule, SkippedRule};
 
 /// libseccomp's name for an architecture.
 pub fn scmp_arch(arch: Arch) -> ScmpArch {
@@ -36,16 +36,6 @@ pub fn scmp_arch(arch: Arch) -> ScmpArch {
         Arch::S390 => ScmpArch::S390,
         Arch::S390X => ScmpArch::S390X,
     }
-}
-
-/// The libseccomp releases the modelled runtimes are linked with, oldest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
-pub enum Libseccomp {
-    /// bookworm's 2.5.4 (runc 1.1.5, crun 1.8), the library nodeproof links.
-    #[default]
-    V2_5_4,
-    /// trixie's 2.6.0 (runc 1.1.15, crun 1.21).
-    V2_6_0,
 }
 
 impl Libseccomp {
@@ -514,6 +504,14 @@ pub fn rule_number(
             action: rule.action,
             origin: rule.origin.clone(),
         })
+}
+
+/// The syscall name libseccomp sees. runc resolves names with libseccomp-golang's
+/// `GetSyscallFromName` (and patchbpf with `GetSyscallFromNameByArch`), both of
+/// which pass `C.CString(name)` to `seccomp_syscall_resolve_name*`: C reads up to
+/// the first NUL, so `"execve\u0000x"` is `execve` and `"\u0000execve"` is ``.
+pub fn c_string_name(name: &str) -> &str {
+    name.split('\0').next().unwrap_or(name)
 }
 
 #[cfg(test)]
