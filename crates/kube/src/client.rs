@@ -37,7 +37,7 @@ pub enum ReportError {
     },
     /// A 403 on the Node's GET from a node identity of another Node: since
     /// Kubernetes 1.32 the Node authorizer answers 403, not 404, to a node
-    /// reading another Node (see `identity::unreadable_node`).
+    /// reading another Node (see `unreadable_node`).
     #[error("this credential is node {identity}; the Node {node} cannot be read with it (set --node-name, report.node-name or NODE_NAME to {identity}, or use that node's credentials)")]
     NotOwnNode { identity: String, node: String },
     #[error("{op} for node {node} conflicted")]
@@ -345,7 +345,7 @@ impl Reporter for KubeReporter {
             }
             // Identity (identity.rs): a 403 says whose credential this is.
             Err(e @ ReportError::Forbidden { .. }) => {
-                return Err(crate::identity::unreadable_node(&self.client, &self.node, e).await)
+                return Err(unreadable_node(&self.client, &self.node, e).await)
             }
             Err(e) => return Err(e),
         };
@@ -1094,6 +1094,22 @@ impl Reporter for LogReporter {
         let body = serde_json::json!({ "nodeproofTaints": list });
         self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), &body);
         Ok(())
+    }
+}
+
+/// What a 403 on the Node's GET means. Since Kubernetes 1.32 the Node
+/// authorizer answers 403 (`node 'X' cannot read 'Y', only its own Node
+/// object`), no longer 404, when a node identity reads another Node: ask
+/// the API server who this credential is, and if it is another node, say
+/// so instead of a bare "forbidden". Otherwise (a ServiceAccount without
+/// the RBAC, or the review itself refused) `forbidden` stands.
+async fn unreadable_node(client: &kube::Client, node: &str, forbidden: ReportError) -> ReportError {
+    match crate::identity::other_node(client, node).await {
+        Some(me) => ReportError::NotOwnNode {
+            identity: me,
+            node: node.to_string(),
+        },
+        None => forbidden,
     }
 }
 

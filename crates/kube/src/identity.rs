@@ -136,26 +136,6 @@ pub async fn who_am_i(client: &kube::Client) -> Result<String, kube::Error> {
         .unwrap_or_default())
 }
 
-/// What a 403 on the Node's GET means. Since Kubernetes 1.32 the Node
-/// authorizer answers 403 (`node 'X' cannot read 'Y', only its own Node
-/// object`), no longer 404, when a node identity reads another Node: ask
-/// the API server who this credential is, and if it is another node, say
-/// so instead of a bare "forbidden". Otherwise (a ServiceAccount without
-/// the RBAC, or the review itself refused) `forbidden` stands.
-pub async fn unreadable_node(
-    client: &kube::Client,
-    node: &str,
-    forbidden: crate::client::ReportError,
-) -> crate::client::ReportError {
-    match other_node(client, node).await {
-        Some(me) => crate::client::ReportError::NotOwnNode {
-            identity: me,
-            node: node.to_string(),
-        },
-        None => forbidden,
-    }
-}
-
 /// The Node this client's credential is, if it is a node identity other
 /// than `node` (asked with a SelfSubjectReview; `None` if that fails).
 pub async fn other_node(client: &kube::Client, node: &str) -> Option<String> {
