@@ -10,7 +10,7 @@ use nodeproof_gpu::cuda::{CudaOptions, CudaProbe};
 use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::usage::UsageRow;
-use nodeproof_gpu::{GpuConfig, GpuReport, PolicyState};
+use nodeproof_gpu::{GpuConfig, GpuReport};
 use nodeproof_kube::device_health::UnhealthyDevices;
 use nodeproof_kube::dra::DraView;
 use nodeproof_podresources::{
@@ -246,21 +246,6 @@ pub fn compare(
             _ => {}
         }
     }
-}
-
-/// One cycle with a fresh probe and policy state (a one-shot command), the
-/// kubelet's pod-resources when its socket is there, and on a node with
-/// NVIDIA devices the DRA view when credentials are found.
-pub fn cycle_once(config: &crate::config::Config) -> GpuReport {
-    let gpu = &config.gpu;
-    let mut report = nodeproof_gpu::cycle(gpu, &mut probe(gpu), &mut PolicyState::default());
-    if report.no_gpu() {
-        return report;
-    }
-    let kubelet = pod_resources(gpu).and_then(|mut s| read_kubelet(&mut s));
-    let dra = crate::pods::node::dra_once(&super::pods::options(config, &config.seccomp.root));
-    compare(&mut report, &kubelet, None, &dra);
-    report
 }
 
 #[cfg(test)]

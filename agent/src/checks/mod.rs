@@ -3,20 +3,16 @@
 //! judgement) to one [`Round`] of findings and conditions, and
 //! [`node_conditions`] folds the latest rounds into the Node's conditions.
 //! `check`, `preflight`, `pods` and the daemon (`run`) all call these, so
-//! what `nodeproof check` prints is what the agent writes.
+//! what `nodeproof check` prints is what the agent writes. Nothing here
+//! reads the API server: the one-shot commands' drive is `crate::oneshot`,
+//! the daemon's is `crate::daemon`.
 
 pub mod gpu;
 pub mod oci_runtime;
-pub mod pods;
 pub mod profiles;
 pub mod tracing;
 
-use std::path::Path;
-
-use nodeproof_findings::{Condition, Finding, NotJudged};
-use nodeproof_kube::events::PodEvent;
-
-use crate::config::Config;
+use nodeproof_findings::{Condition, ConditionStatus, Finding};
 
 /// One round of one check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,7 +66,7 @@ impl std::fmt::Display for Subsystem {
 
 /// The Node's conditions from each subsystem's latest conditions: the
 /// pods' part of `SeccompProfilesReady` is folded into the files' one
-/// ([`pods::combine`]); every other condition is its check's own. In
+/// ([`combine`]); every other condition is its check's own. In
 /// [`Subsystem::ALL`] order, so `check` and the daemon list them alike.
 pub fn node_conditions<'a>(
     rounds: impl IntoIterator<Item = (Subsystem, &'a [Condition])>,
@@ -88,58 +84,31 @@ pub fn node_conditions<'a>(
         .flat_map(|(_, c)| c.iter());
     for pods in pods {
         match out.iter_mut().find(|c| c.kind == pods.kind) {
-            Some(files) => *files = pods::combine(files.clone(), pods.clone()),
+            Some(files) => *files = combine(files.clone(), pods.clone()),
             None => out.push(pods.clone()),
         }
     }
     out
 }
 
-/// One round of every check ([`node_round`]): the node's findings and
-/// conditions, the Events the agent writes on pods for them, and what was
-/// not judged and why.
-#[derive(Debug, Clone, Default)]
-pub struct NodeRound {
-    pub findings: Vec<Finding>,
-    pub conditions: Vec<Condition>,
-    /// One Warning Event per pod reference found unusable, as the agent's
-    /// pods watcher writes on a pod's first judgement.
-    pub events: Vec<PodEvent>,
-    pub not_judged: Vec<NotJudged>,
-}
-
-/// One round of every check, as the agent runs them: the profiles under
-/// `seccomp_root`, the tracer (loaded, judged, detached), one GPU cycle
-/// and, when credentials are found, the pods bound to this node. The
-/// conditions are folded by [`node_conditions`], as the daemon folds its
-/// subsystems' latest rounds.
-pub fn node_round(seccomp_root: &Path, config: &Config) -> NodeRound {
-    let (lint, runtime) = profiles::lint_setup(&config.seccomp);
-    let mut files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
-    files.findings.push(runtime);
-    let pods = pods::judge_once(&pods::options(config, seccomp_root));
-    let tracing = tracing::probe();
-    let gpu = gpu::round(&gpu::cycle_once(config));
-    let mut rounds = vec![
-        (Subsystem::Profiles, files),
-        (Subsystem::Tracing, tracing),
-        (Subsystem::Gpu, gpu),
-    ];
-    let mut events = Vec::new();
-    let mut not_judged = Vec::new();
-    match pods {
-        Ok(once) => {
-            events.extend(once.findings.iter().map(crate::pods::watch::finding_event));
-            rounds.push((Subsystem::Pods, pods::round(&once)));
+/// One condition from the node's own profile lint and the pods' references:
+/// a pod that cannot start is the more urgent, more concrete cause, so its
+/// reason leads; the files' problem, if any, is still named.
+pub fn combine(node_files: Condition, pods: Condition) -> Condition {
+    if pods.status == ConditionStatus::False {
+        if node_files.status == ConditionStatus::True {
+            return pods;
         }
-        Err(n) => not_judged.push(n),
+        return Condition {
+            message: format!("{}; node profiles: {}", pods.message, node_files.message),
+            ..pods
+        };
     }
-    rounds.sort_by_key(|(s, _)| *s);
-    NodeRound {
-        conditions: node_conditions(rounds.iter().map(|(s, r)| (*s, &r.conditions[..]))),
-        findings: rounds.into_iter().flat_map(|(_, r)| r.findings).collect(),
-        events,
-        not_judged,
+    // Files that say nothing (there are none) give way to what the pods say.
+    if profiles::Reason::of(&node_files) == Some(profiles::Reason::NoProfiles) {
+        pods
+    } else {
+        node_files
     }
 }
 
@@ -179,5 +148,55 @@ mod tests {
         let got = node_conditions([(Subsystem::Pods, &pods[..])]);
         assert_eq!(got, pods);
         assert_eq!(Subsystem::parse("gpu"), Some(Subsystem::Gpu));
+    }
+
+    #[test]
+    fn combine_prefers_pod_problems() {
+        let ok = |reason: &str| Condition {
+            kind: ConditionType::SeccompProfilesReady,
+            status: ConditionStatus::True,
+            reason: reason.into(),
+            message: String::new(),
+        };
+        let bad = Condition {
+            status: ConditionStatus::False,
+            reason: "ProfileMissing".into(),
+            ..ok("")
+        };
+        assert_eq!(
+            combine(ok("ProfilesValid"), bad.clone()).reason,
+            "ProfileMissing"
+        );
+        assert_eq!(
+            combine(ok("ProfilesValid"), ok("PodProfilesReady")).reason,
+            "ProfilesValid"
+        );
+        assert_eq!(
+            combine(ok("NoProfiles"), ok("PodProfilesReady")).reason,
+            "PodProfilesReady"
+        );
+        let files_bad = Condition {
+            status: ConditionStatus::False,
+            reason: "ProfileRejected".into(),
+            message: "1 of 2 profiles fails".into(),
+            ..ok("")
+        };
+        assert_eq!(
+            combine(files_bad.clone(), ok("PodProfilesReady")),
+            files_bad
+        );
+        let pods_bad = Condition {
+            message: "1 of 3 pods references unusable seccomp profiles".into(),
+            ..bad
+        };
+        let both = combine(files_bad, pods_bad);
+        assert_eq!(
+            (both.status, both.reason.as_str()),
+            (ConditionStatus::False, "ProfileMissing")
+        );
+        assert_eq!(
+            both.message,
+            "1 of 3 pods references unusable seccomp profiles; node profiles: 1 of 2 profiles fails"
+        );
     }
 }

@@ -57,7 +57,7 @@ pub(crate) fn check(
     if report.node_name.is_some() {
         config.report.node_name = report.node_name.clone();
     }
-    let round = nodeproof::checks::node_round(root, &config);
+    let round = nodeproof::oneshot::node_round(root, &config);
     // The lookup `connect` makes for the pods and the report (the same inputs,
     // the same answer): said on stderr, and in `-o json` as `credentials`.
     let credentials = nodeproof_kube::connect::lookup(&config.report);

@@ -20,7 +20,7 @@ pub(crate) fn pods(
     output: Format,
 ) -> Result<ExitCode> {
     use nodeproof::pods::node as pods;
-    let mut opts = nodeproof::checks::pods::options(config, root);
+    let mut opts = nodeproof::oneshot::pods_options(config, root);
     if kubeconfig.is_some() {
         opts.context = context;
     }

@@ -17,8 +17,6 @@
 //! `/healthz/<check>` instead: restarting everything for one slow GPU probe
 //! would lose the other subsystems' state.
 
-pub mod config;
-
 pub mod http;
 pub mod logs;
 pub mod metrics;

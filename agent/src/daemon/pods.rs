@@ -58,7 +58,7 @@ pub struct Feeds {
 /// `seccomp.root`, as for the profile lint).
 fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
     let root = seccomp_root.unwrap_or_else(|| config.seccomp.root.clone());
-    crate::checks::pods::options(config, &root)
+    crate::oneshot::pods_options(config, &root)
 }
 
 /// A watcher's settings and what they connected to.

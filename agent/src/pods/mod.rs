@@ -1,7 +1,9 @@
-//! Pods on this node and their seccomp references (issue 5): which profiles
-//! and RuntimeClasses they use, whether those work here, and the tracer's
+//! Pods on this node and their seccomp references: which profiles and
+//! RuntimeClasses they use, whether those work here, and the tracer's
 //! denials attributed to them; and the RuntimeClass contracts judged on
-//! this node (issue 14), whose labels steer the scheduler.
+//! this node, whose labels steer the scheduler. The judgement and its
+//! round are pure (`verdict`, `contract`, `round`); `node` lists the pods
+//! once, `watch` keeps watching them for the daemon.
 
 pub mod contract;
 pub mod denials;
@@ -9,7 +11,7 @@ pub mod dra;
 pub mod gpu_faults;
 pub mod handlers;
 pub mod node;
-
+pub mod round;
 pub mod target;
 pub mod verdict;
 pub mod watch;

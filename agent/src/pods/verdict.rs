@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-use crate::checks::profiles::{self, passes};
+use crate::checks::profiles::passes;
 use nodeproof_findings::{count, Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::contract::{self, Contract, ContractError};
 use nodeproof_kube::marks::Taint;
@@ -451,27 +451,6 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
     }
 }
 
-/// One condition from the node's own profile lint and the pods' references:
-/// a pod that cannot start is the more urgent, more concrete cause, so its
-/// reason leads; the files' problem, if any, is still named.
-pub fn combine(node_files: Condition, pods: Condition) -> Condition {
-    if pods.status == ConditionStatus::False {
-        if node_files.status == ConditionStatus::True {
-            return pods;
-        }
-        return Condition {
-            message: format!("{}; node profiles: {}", pods.message, node_files.message),
-            ..pods
-        };
-    }
-    // Files that say nothing (there are none) give way to what the pods say.
-    if profiles::Reason::of(&node_files) == Some(profiles::Reason::NoProfiles) {
-        pods
-    } else {
-        node_files
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -822,55 +801,5 @@ mod tests {
         // Dropping everything drops it too: the start fails again.
         let drops = with(json!({"capabilities": {"drop": ["ALL"]}}));
         assert_eq!(judge.judge_pod(&drops, &HashMap::new(), &ctx).len(), 1);
-    }
-
-    #[test]
-    fn combine_prefers_pod_problems() {
-        let ok = |reason: &str| Condition {
-            kind: ConditionType::SeccompProfilesReady,
-            status: ConditionStatus::True,
-            reason: reason.into(),
-            message: String::new(),
-        };
-        let bad = Condition {
-            status: ConditionStatus::False,
-            reason: "ProfileMissing".into(),
-            ..ok("")
-        };
-        assert_eq!(
-            combine(ok("ProfilesValid"), bad.clone()).reason,
-            "ProfileMissing"
-        );
-        assert_eq!(
-            combine(ok("ProfilesValid"), ok("PodProfilesReady")).reason,
-            "ProfilesValid"
-        );
-        assert_eq!(
-            combine(ok("NoProfiles"), ok("PodProfilesReady")).reason,
-            "PodProfilesReady"
-        );
-        let files_bad = Condition {
-            status: ConditionStatus::False,
-            reason: "ProfileRejected".into(),
-            message: "1 of 2 profiles fails".into(),
-            ..ok("")
-        };
-        assert_eq!(
-            combine(files_bad.clone(), ok("PodProfilesReady")),
-            files_bad
-        );
-        let pods_bad = Condition {
-            message: "1 of 3 pods references unusable seccomp profiles".into(),
-            ..bad
-        };
-        let both = combine(files_bad, pods_bad);
-        assert_eq!(
-            (both.status, both.reason.as_str()),
-            (ConditionStatus::False, "ProfileMissing")
-        );
-        assert_eq!(
-            both.message,
-            "1 of 3 pods references unusable seccomp profiles; node profiles: 1 of 2 profiles fails"
-        );
     }
 }

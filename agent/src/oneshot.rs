@@ -1,77 +1,73 @@
-//! The pods bound to this node as node health: their seccomp references
-//! judged here (`crate::pods`), as findings and their part of
-//! `SeccompProfilesReady`.
+//! The one-shot commands' drive (`check`, `gpu`, `pods --once`,
+//! `preflight`): one round of the checks with the I/O they need done here
+//! (the pods bound to this node listed once, the kubelet's pod-resources
+//! and the DRA view read once), above `checks` (pure judgement) and
+//! `pods` (the pods' judgement and the daemon's watch), so neither of
+//! those reads the API server for the other.
 
 use std::path::{Path, PathBuf};
 
-use nodeproof_findings::{Check, Finding, NotJudged, NotJudgedCause, Status};
+use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
+use nodeproof_gpu::{GpuReport, PolicyState};
 use nodeproof_kube::connect::ConnectError;
+use nodeproof_kube::events::PodEvent;
 
-use super::{profiles, Round};
+use crate::checks::{self, gpu, profiles, Subsystem};
 use crate::config::Config;
 use crate::pods::node::{PodsOnce, PodsOptions, PodsRunError};
-use crate::pods::verdict::PodFinding;
-use nodeproof_kube::contract::ContractState;
-use nodeproof_kube::contract_labels::{self, ContractVerdict};
 
-pub use crate::pods::verdict::combine;
-
-/// One pod reference that cannot be used here, as a finding of `check`.
-pub fn finding(f: &PodFinding) -> Finding {
-    let container = f
-        .container
-        .as_ref()
-        .map(|c| format!(" container {c}"))
-        .unwrap_or_default();
-    Finding {
-        check: Check::PodProfile,
-        subject: format!("{}/{}{container}", f.namespace, f.pod),
-        status: Status::Failed,
-        reason: f.reason.as_str().into(),
-        message: format!("{}: {}", f.subject, f.message),
-    }
+/// One round of every check ([`node_round`]): the node's findings and
+/// conditions, the Events the agent writes on pods for them, and what was
+/// not judged and why.
+#[derive(Debug, Clone, Default)]
+pub struct NodeRound {
+    pub findings: Vec<Finding>,
+    pub conditions: Vec<Condition>,
+    /// One Warning Event per pod reference found unusable, as the agent's
+    /// pods watcher writes on a pod's first judgement.
+    pub events: Vec<PodEvent>,
+    pub not_judged: Vec<NotJudged>,
 }
 
-/// An annotated RuntimeClass judged on this node, as a finding of `check`
-/// (what the daemon labels the Node with).
-pub fn contract_finding(v: &ContractVerdict) -> Finding {
-    let (status, message) = match v.state {
-        ContractState::Ready => (Status::Ok, format!("{} = ready", v.label_key())),
-        ContractState::NotReady => (
-            Status::Failed,
-            format!("{} = not-ready: {}", v.label_key(), v.cause),
-        ),
-    };
-    Finding {
-        check: Check::RuntimeClassContract,
-        subject: v.class.clone(),
-        status,
-        reason: match v.state {
-            ContractState::Ready => contract_labels::EVENT_READY,
-            ContractState::NotReady => contract_labels::EVENT_NOT_READY,
+/// One round of every check, as the agent runs them: the profiles under
+/// `seccomp_root`, the tracer (loaded, judged, detached), one GPU cycle
+/// and, when credentials are found, the pods bound to this node. The
+/// conditions are folded by [`node_conditions`], as the daemon folds its
+/// subsystems' latest rounds.
+pub fn node_round(seccomp_root: &Path, config: &Config) -> NodeRound {
+    let (lint, runtime) = profiles::lint_setup(&config.seccomp);
+    let mut files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
+    files.findings.push(runtime);
+    let pods = judge_pods(&pods_options(config, seccomp_root));
+    let tracing = checks::tracing::probe();
+    let gpu = gpu::round(&gpu_cycle(config));
+    let mut rounds = vec![
+        (Subsystem::Profiles, files),
+        (Subsystem::Tracing, tracing),
+        (Subsystem::Gpu, gpu),
+    ];
+    let mut events = Vec::new();
+    let mut not_judged = Vec::new();
+    match pods {
+        Ok(once) => {
+            events.extend(once.findings.iter().map(crate::pods::watch::finding_event));
+            rounds.push((Subsystem::Pods, crate::pods::round::round(&once)));
         }
-        .into(),
-        message,
+        Err(n) => not_judged.push(n),
     }
-}
-
-/// The round for one judgement of the node's pods.
-pub fn round(once: &PodsOnce) -> Round {
-    Round {
-        findings: once
-            .findings
-            .iter()
-            .map(finding)
-            .chain(once.contracts.iter().map(contract_finding))
-            .collect(),
-        conditions: vec![once.condition.clone()],
+    rounds.sort_by_key(|(s, _)| *s);
+    NodeRound {
+        conditions: checks::node_conditions(rounds.iter().map(|(s, r)| (*s, &r.conditions[..]))),
+        findings: rounds.into_iter().flat_map(|(_, r)| r.findings).collect(),
+        events,
+        not_judged,
     }
 }
 
 /// The pods check's settings from the config: the reporter's credentials
 /// and node name, the profiles' lint settings, the runtime's config under
 /// `/etc`. The CLI and the daemon both start from this.
-pub fn options(config: &Config, seccomp_root: &Path) -> PodsOptions {
+pub fn pods_options(config: &Config, seccomp_root: &Path) -> PodsOptions {
     PodsOptions {
         kubeconfig: config.report.kubeconfig.clone(),
         context: config.report.context.clone(),
@@ -84,12 +80,12 @@ pub fn options(config: &Config, seccomp_root: &Path) -> PodsOptions {
 }
 
 /// What `check` says of the pods when they are not judged.
-pub const SUBJECT: &str = "pods";
+pub const PODS_SUBJECT: &str = "pods";
 
 /// One judgement of the pods bound to this node, or why there is none:
 /// without credentials (an offline node, nothing asked for them) and when
 /// the credentials or the API server fail (asked for, so the command fails).
-pub fn judge_once(opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
+pub fn judge_pods(opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
     crate::pods::node::once(opts).map_err(|e| {
         let not_judged = not_judged(&e, opts);
         if not_judged.fails {
@@ -168,7 +164,7 @@ pub fn not_judged(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
             nodeproof_findings::errors::error_chain(e),
         ),
     };
-    NotJudged::new(Check::PodProfile, SUBJECT, cause, message)
+    NotJudged::new(Check::PodProfile, PODS_SUBJECT, cause, message)
 }
 
 /// The last cause of `e`: what a person can act on (the file that is
@@ -188,4 +184,18 @@ fn api_text(e: &kube::Error) -> String {
         kube::Error::Api(s) => format!("the API server answered {} ({})", s.code, s.message),
         e => innermost(e),
     }
+}
+/// One cycle with a fresh probe and policy state (a one-shot command), the
+/// kubelet's pod-resources when its socket is there, and on a node with
+/// NVIDIA devices the DRA view when credentials are found.
+pub fn gpu_cycle(config: &Config) -> GpuReport {
+    let gpu = &config.gpu;
+    let mut report = nodeproof_gpu::cycle(gpu, &mut gpu::probe(gpu), &mut PolicyState::default());
+    if report.no_gpu() {
+        return report;
+    }
+    let kubelet = gpu::pod_resources(gpu).and_then(|mut s| gpu::read_kubelet(&mut s));
+    let dra = crate::pods::node::dra_once(&pods_options(config, &config.seccomp.root));
+    gpu::compare(&mut report, &kubelet, None, &dra);
+    report
 }

@@ -10,10 +10,11 @@ use nodeproof_gpu::GpuConfig;
 use nodeproof_kube::config::ReportConfig;
 
 pub use crate::checks::profiles::SeccompConfig;
-pub use crate::daemon::config::DaemonConfig;
+mod daemon;
+pub use daemon::DaemonConfig;
 
 /// The configuration compiled into the binary, used when no file is given.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../../systemd/config.toml");
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../../systemd/config.toml");
 
 /// The path a packaged install reads.
 pub const DEFAULT_PATH: &str = "/etc/nodeproof/config.toml";

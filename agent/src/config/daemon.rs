@@ -1,4 +1,7 @@
-//! The `[daemon]` section: `nodeproof run`'s listener and periods.
+//! The `[daemon]` section: `nodeproof run`'s listener and periods. It
+//! lives with the composition (not in `daemon`) because the daemon reads
+//! the whole config: a section there would make config and daemon import
+//! each other.
 
 use std::net::SocketAddr;
 

@@ -1,0 +1,63 @@
+//! The pods' judgement as one check round: their seccomp references
+//! judged here, as findings and their part of `SeccompProfilesReady`, and
+//! the annotated RuntimeClasses judged on this node.
+
+use nodeproof_findings::{Check, Finding, Status};
+use nodeproof_kube::contract::ContractState;
+use nodeproof_kube::contract_labels::{self, ContractVerdict};
+
+use super::node::PodsOnce;
+use super::verdict::PodFinding;
+use crate::checks::Round;
+
+/// One pod reference that cannot be used here, as a finding of `check`.
+pub fn finding(f: &PodFinding) -> Finding {
+    let container = f
+        .container
+        .as_ref()
+        .map(|c| format!(" container {c}"))
+        .unwrap_or_default();
+    Finding {
+        check: Check::PodProfile,
+        subject: format!("{}/{}{container}", f.namespace, f.pod),
+        status: Status::Failed,
+        reason: f.reason.as_str().into(),
+        message: format!("{}: {}", f.subject, f.message),
+    }
+}
+
+/// An annotated RuntimeClass judged on this node, as a finding of `check`
+/// (what the daemon labels the Node with).
+pub fn contract_finding(v: &ContractVerdict) -> Finding {
+    let (status, message) = match v.state {
+        ContractState::Ready => (Status::Ok, format!("{} = ready", v.label_key())),
+        ContractState::NotReady => (
+            Status::Failed,
+            format!("{} = not-ready: {}", v.label_key(), v.cause),
+        ),
+    };
+    Finding {
+        check: Check::RuntimeClassContract,
+        subject: v.class.clone(),
+        status,
+        reason: match v.state {
+            ContractState::Ready => contract_labels::EVENT_READY,
+            ContractState::NotReady => contract_labels::EVENT_NOT_READY,
+        }
+        .into(),
+        message,
+    }
+}
+
+/// The round for one judgement of the node's pods.
+pub fn round(once: &PodsOnce) -> Round {
+    Round {
+        findings: once
+            .findings
+            .iter()
+            .map(finding)
+            .chain(once.contracts.iter().map(contract_finding))
+            .collect(),
+        conditions: vec![once.condition.clone()],
+    }
+}
