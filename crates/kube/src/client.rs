@@ -42,7 +42,7 @@ pub enum ReportError {
     NotOwnNode { identity: String, node: String },
     #[error("{op} for node {node} conflicted")]
     Conflict { op: &'static str, node: String },
-    /// Not a failure: the client-side token bucket (`ratelimit::Limited`)
+    /// Not a failure: the client-side token bucket (`limited::Limited`)
     /// is empty, no request was made; the loop waits `wait`.
     #[error("request for node {node} held back by the client-side rate limit for {wait:?}")]
     ClientLimited { node: String, wait: Duration },

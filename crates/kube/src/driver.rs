@@ -21,8 +21,9 @@ use super::conditions::{Policy, Tracker, Transition};
 use super::contract_labels::{ContractLabels, ContractVerdict, LabelTransition};
 use super::device_health::UnhealthyDevices;
 use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
+use super::limited::{self, Limited};
 use super::marks::{self, MarkPolicy, Taint};
-use super::ratelimit::{self, Limited, LoadPolicy, Pacing, WallWait};
+use super::ratelimit::{self, LoadPolicy, Pacing, WallWait};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -132,7 +133,7 @@ impl Retry {
                 self.not_before = None;
                 Ok(())
             }
-            Err(e) => match ratelimit::deferred(&e) {
+            Err(e) => match limited::deferred(&e) {
                 Some(wait) => {
                     self.not_before = Some(WallWait::new(now, now + wait));
                     Ok(())

@@ -17,6 +17,7 @@
 //! - `driver`: the loop that brings the API server to the desired state;
 //! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
 //!   first-write spread, backoff jitter);
+//! - `limited`: that token bucket in front of a `Reporter`;
 //! - `list`: paged lists (500 a page, as client-go's pagers);
 //! - `connect`: node name, credentials and clients from the `[report]` section;
 //! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
@@ -35,6 +36,7 @@ pub mod dra;
 pub mod driver;
 pub mod events;
 pub mod identity;
+pub mod limited;
 pub mod list;
 pub mod marks;
 pub mod ratelimit;
