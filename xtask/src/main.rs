@@ -14,6 +14,8 @@ mod archive;
 mod dist;
 mod fuzz;
 mod image;
+#[cfg(test)]
+mod layers;
 mod package;
 mod setup;
 mod smoke_record;

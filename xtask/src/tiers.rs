@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cargo, fuzz, package, root, setup, suite};
+use crate::suite::{self, Totals};
+use crate::{cargo, fuzz, package, root, setup};
 
 /// The tiers of `cargo xtask test` and their wall times, printed at the end.
 #[derive(Default)]
@@ -196,46 +197,6 @@ fn cargo_test(args: &[&str]) -> Result<Totals> {
         bail!("cargo {} failed ({status})", args.join(" "));
     }
     Ok(totals)
-}
-
-/// The sums of libtest's `test result:` lines.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Totals {
-    pub passed: usize,
-    pub failed: usize,
-    pub ignored: usize,
-}
-
-impl Totals {
-    /// Adds `line` when it is a `test result: ok. 3 passed; 0 failed; ...` line.
-    pub fn add(&mut self, line: &str) {
-        let Some(rest) = line.trim().strip_prefix("test result: ") else {
-            return;
-        };
-        let count = |what: &str| {
-            rest.split(';').find_map(|field| {
-                let n = field.trim().strip_suffix(what)?;
-                n.trim().rsplit(' ').next()?.parse::<usize>().ok()
-            })
-        };
-        self.passed += count(" passed").unwrap_or(0);
-        self.failed += count(" failed").unwrap_or(0);
-        self.ignored += count(" ignored").unwrap_or(0);
-    }
-
-    /// `N passed, F failed, M skipped`: libtest counts a test that returned
-    /// early as passed, so the skipped ones come off `passed`.
-    fn summary(&self, skipped: usize) -> String {
-        let mut s = format!(
-            "{} passed, {} failed, {skipped} skipped",
-            self.passed.saturating_sub(skipped),
-            self.failed
-        );
-        if self.ignored > 0 {
-            s += &format!(", {} ignored", self.ignored);
-        }
-        s
-    }
 }
 
 #[cfg(test)]
