@@ -86,6 +86,7 @@ enum Cmd {
 enum Bench {
     ProfileLint,
     GpuProbe,
+    GpuUsage,
     DaemonStart,
     AgentMemory,
     CountRetirement,
@@ -97,6 +98,7 @@ impl Bench {
         match self {
             Bench::ProfileLint => ("nodeproof-e2e", "profile_lint"),
             Bench::GpuProbe => ("nodeproof", "gpu_probe"),
+            Bench::GpuUsage => ("nodeproof", "gpu_usage"),
             Bench::DaemonStart => ("nodeproof", "daemon_start"),
             Bench::AgentMemory => ("nodeproof", "agent_memory"),
             Bench::CountRetirement => ("nodeproof-trace", "count_retirement"),
