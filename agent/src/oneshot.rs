@@ -89,9 +89,9 @@ pub fn judge_pods(opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
     crate::pods::node::once(opts).map_err(|e| {
         let not_judged = not_judged(&e, opts);
         if not_judged.fails {
-            tracing::warn!(nodeproof_check = "pods", error = %nodeproof_findings::errors::error_chain(&e), "pods could not be judged");
+            tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), error = %nodeproof_findings::errors::error_chain(&e), "pods could not be judged");
         } else {
-            tracing::info!(nodeproof_check = "pods", "{e}; pods are not judged");
+            tracing::info!(nodeproof_check = Subsystem::Pods.as_str(), "{e}; pods are not judged");
         }
         not_judged
     })

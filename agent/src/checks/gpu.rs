@@ -18,6 +18,7 @@ use nodeproof_podresources::{
 };
 
 use super::Round;
+use super::Subsystem;
 
 /// The round for one GPU cycle. On a node without NVIDIA devices the GPU
 /// conditions are absent, not Unknown: there is nothing to fail, and a
@@ -180,7 +181,7 @@ pub fn usage(
         running.is_none_or(|r| r.contains(&(namespace.to_string(), pod.to_string())))
     });
     tracing::debug!(
-        nodeproof_check = "gpu",
+        nodeproof_check = Subsystem::Gpu.as_str(),
         gpu_usage_series = rows.len(),
         gpu_usage_held = rows.iter().filter(|r| !r.holder.pod.is_empty()).count(),
         "GPU usage read"

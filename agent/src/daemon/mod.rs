@@ -264,7 +264,7 @@ async fn serve(
             if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) = rounds_tx.try_send(round)
             {
                 tracing::warn!(
-                    nodeproof_check = "reporter",
+                    nodeproof_check = Subsystem::Reporter.as_str(),
                     "reporter is behind; a check round was not handed to it"
                 );
             }

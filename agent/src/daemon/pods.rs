@@ -89,11 +89,11 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
         Ok(w) => w,
         // The reporter said why nothing is reported; here only what that means for pods.
         Err(e @ (PodsRunError::NoNodeName | PodsRunError::NoCredentials { .. })) => {
-            tracing::info!(nodeproof_check = "pods", reason = %e, "pods on this node are not watched");
+            tracing::info!(nodeproof_check = Subsystem::Pods.as_str(), reason = %e, "pods on this node are not watched");
             return None;
         }
         Err(e) => {
-            tracing::warn!(nodeproof_check = "pods", error = %super::error_chain(&e), "pods on this node are not watched");
+            tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), error = %super::error_chain(&e), "pods on this node are not watched");
             return None;
         }
     };
@@ -106,7 +106,7 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
             period: RECHECK,
         },
     );
-    tracing::info!(nodeproof_check = "pods", k8s_node = %first.node, "watching the pods bound to this node");
+    tracing::info!(nodeproof_check = Subsystem::Pods.as_str(), k8s_node = %first.node, "watching the pods bound to this node");
     let c = ctx.clone();
     Some(tokio::spawn(supervise(
         Subsystem::Pods,
@@ -193,12 +193,12 @@ async fn reloaded(
         let next = match connect(opts).await {
             Ok(next) => next,
             Err(e) => {
-                tracing::warn!(nodeproof_check = "pods", k8s_node = %current.node, error = %super::error_chain(&e), "the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with");
+                tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), k8s_node = %current.node, error = %super::error_chain(&e), "the reloaded settings cannot be used for pods; the watcher keeps the ones it runs with");
                 continue;
             }
         };
         tracing::info!(
-            nodeproof_check = "pods",
+            nodeproof_check = Subsystem::Pods.as_str(),
             k8s_node = %next.node,
             seccomp_root = %next.opts.seccomp_root.display(),
             "settings changed by a reload; watching the pods again with them"
@@ -221,7 +221,7 @@ async fn watch_with(
         match pods_node::node_context(&w.client, &w.node, &w.opts).await {
             Ok(c) => break c,
             Err(e) => {
-                tracing::warn!(nodeproof_check = "pods", k8s_node = %w.node, error = %super::error_chain(&e), "cannot read the Node; retrying");
+                tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), k8s_node = %w.node, error = %super::error_chain(&e), "cannot read the Node; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(NODE_RETRY) => {}
                     _ = stop.changed() => return,

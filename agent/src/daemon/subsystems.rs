@@ -143,7 +143,7 @@ async fn profiles(mut ctx: Context) {
             match super::watch::watch(&root, wake_tx.clone()) {
                 Ok(w) => watched = Some((root.clone(), w)),
                 Err(e) => tracing::warn!(
-                    nodeproof_check = "profiles",
+                    nodeproof_check = Subsystem::Profiles.as_str(),
                     error = %super::error_chain(&e),
                     "profile changes are seen at the next resync only"
                 ),
@@ -193,11 +193,11 @@ fn publish_profiles(
                 .first()
                 .map_or(String::new(), |d| format!("{}: {}", d.code, d.message));
             if !r.is_profile() {
-                tracing::info!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, diagnostic = %first, "not a profile");
+                tracing::info!(nodeproof_check = Subsystem::Profiles.as_str(), seccomp_profile = %r.path, outcome, diagnostic = %first, "not a profile");
             } else if ok {
-                tracing::info!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, "profile ok");
+                tracing::info!(nodeproof_check = Subsystem::Profiles.as_str(), seccomp_profile = %r.path, outcome, "profile ok");
             } else {
-                tracing::warn!(nodeproof_check = "profiles", seccomp_profile = %r.path, outcome, diagnostic = %first, "profile fails");
+                tracing::warn!(nodeproof_check = Subsystem::Profiles.as_str(), seccomp_profile = %r.path, outcome, diagnostic = %first, "profile fails");
             }
         }
     }
@@ -253,7 +253,7 @@ fn tracer(ctx: &Context) {
     let tracer = match started {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(nodeproof_check = "tracing", reason = readiness.reason, error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
+            tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), reason = readiness.reason, error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
             publish(format!("tracing off ({})", readiness.reason));
             ctx.round.notify_one();
             // Alive, just without eBPF: keep the check's progress fresh.
@@ -265,7 +265,7 @@ fn tracer(ctx: &Context) {
         }
     };
     let strategy = tracer.strategy();
-    tracing::info!(nodeproof_check = "tracing", strategy = %strategy, "seccomp tracing attached");
+    tracing::info!(nodeproof_check = Subsystem::Tracing.as_str(), strategy = %strategy, "seccomp tracing attached");
     ctx.shared.metrics(|m| m.ebpf_strategy = Some(strategy));
     publish(format!("tracing {strategy}"));
     ctx.round.notify_one();
@@ -280,14 +280,14 @@ fn tracer(ctx: &Context) {
     if trace::in_host_pid_namespace() {
         pump = pump.retire_exited(trace::process_exited);
     } else {
-        tracing::warn!(nodeproof_check = "tracing", "not in the host PID namespace: counts of exited processes stay in the kernel's map, which fills after 16384 process/syscall keys");
+        tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), "not in the host PID namespace: counts of exited processes stay in the kernel's map, which fills after 16384 process/syscall keys");
     }
     let mut last_counts = Instant::now();
     while !ctx.stop_flag.load(Ordering::Relaxed) {
         let polled = pump.poll(TRACE_POLL, &trace::NoPodLookup, &mut |s| {
             let (d, a) = (s.denial, s.attribution);
             tracing::warn!(
-                nodeproof_check = "tracing",
+                nodeproof_check = Subsystem::Tracing.as_str(),
                 seccomp_syscall = %s.syscall,
                 seccomp_action = d.action.as_str(),
                 errno = d.errno,
@@ -299,7 +299,7 @@ fn tracer(ctx: &Context) {
             );
         });
         if let Err(e) = polled {
-            tracing::warn!(nodeproof_check = "tracing", error = %super::error_chain(&e), "reading denial samples failed");
+            tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), error = %super::error_chain(&e), "reading denial samples failed");
             std::thread::sleep(TRACE_POLL);
         }
         if last_counts.elapsed() >= TRACE_COUNTS_EVERY {
@@ -309,7 +309,10 @@ fn tracer(ctx: &Context) {
         publish(format!("tracing {strategy}"));
     }
     drop(pump);
-    tracing::info!(nodeproof_check = "tracing", "eBPF programs detached");
+    tracing::info!(
+        nodeproof_check = Subsystem::Tracing.as_str(),
+        "eBPF programs detached"
+    );
 }
 
 fn pod_label(a: &trace::Attribution) -> String {
@@ -325,7 +328,7 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
     let (rows, stats) = match pump.rows(&trace::NoPodLookup) {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(nodeproof_check = "tracing", error = %super::error_chain(&e), "reading eBPF counters failed");
+            tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), error = %super::error_chain(&e), "reading eBPF counters failed");
             return;
         }
     };
@@ -406,7 +409,7 @@ fn gpu_probe(ctx: &Context) {
         // Each XID the driver raised since the last cycle, once: `journalctl XID=79`.
         for x in report.snapshot.iter().flat_map(|s| &s.xids) {
             tracing::warn!(
-                nodeproof_check = "gpu",
+                nodeproof_check = Subsystem::Gpu.as_str(),
                 xid = x.xid,
                 gpu_uuid = x.uuid.as_deref().unwrap_or(""),
                 gpu_index = x.gpu,
@@ -442,10 +445,10 @@ fn gpu_probe(ctx: &Context) {
             if said != kubelet_said {
                 match &said {
                     Some(e) => {
-                        tracing::warn!(nodeproof_check = "gpu", socket = %config.gpu.pod_resources_socket.display(), error = %e, "the kubelet's pod-resources cannot be read; GPUs are compared with NVML alone")
+                        tracing::warn!(nodeproof_check = Subsystem::Gpu.as_str(), socket = %config.gpu.pod_resources_socket.display(), error = %e, "the kubelet's pod-resources cannot be read; GPUs are compared with NVML alone")
                     }
                     None => {
-                        tracing::info!(nodeproof_check = "gpu", socket = %config.gpu.pod_resources_socket.display(), "reading the kubelet's pod-resources")
+                        tracing::info!(nodeproof_check = Subsystem::Gpu.as_str(), socket = %config.gpu.pod_resources_socket.display(), "reading the kubelet's pod-resources")
                     }
                 }
                 kubelet_said = said;
@@ -469,7 +472,7 @@ fn gpu_probe(ctx: &Context) {
                 // No receiver: no pods watcher (no API credentials); nothing to write to.
                 if !on_pods.is_empty() && ctx.gpu_faults.send(on_pods).is_err() {
                     tracing::debug!(
-                        nodeproof_check = "gpu",
+                        nodeproof_check = Subsystem::Gpu.as_str(),
                         "GPU faults on pods not reported: pods are not watched"
                     );
                 }
@@ -478,10 +481,10 @@ fn gpu_probe(ctx: &Context) {
         for f in report.findings() {
             let was = failed.get(&f.subject).cloned();
             if f.status != Status::Ok && was.as_deref() != Some(f.reason.as_str()) {
-                tracing::warn!(nodeproof_check = "gpu", gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);
+                tracing::warn!(nodeproof_check = Subsystem::Gpu.as_str(), gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);
                 failed.insert(f.subject.clone(), f.reason.clone());
             } else if f.status == Status::Ok && was.is_some() {
-                tracing::info!(nodeproof_check = "gpu", gpu_uuid = %f.subject, "GPU check passes again");
+                tracing::info!(nodeproof_check = Subsystem::Gpu.as_str(), gpu_uuid = %f.subject, "GPU check passes again");
                 failed.remove(&f.subject);
             }
         }
@@ -558,7 +561,7 @@ pub async fn start_reporter(
         Ok(c) => c,
         Err(ConnectError::NoNodeName) => {
             tracing::warn!(
-                nodeproof_check = "reporter",
+                nodeproof_check = Subsystem::Reporter.as_str(),
                 "no node name (report.node-name, NODE_NAME, hostname); not reporting"
             );
             shared.set_check(
@@ -568,7 +571,7 @@ pub async fn start_reporter(
             return None;
         }
         Err(e @ ConnectError::NodeNameMismatch { .. }) => {
-            tracing::error!(nodeproof_check = "reporter", error = %e, "the credential is another node's; conditions are not reported");
+            tracing::error!(nodeproof_check = Subsystem::Reporter.as_str(), error = %e, "the credential is another node's; conditions are not reported");
             shared.set_check(
                 Subsystem::Reporter,
                 reporter_state("not reporting (the credential is another node's)"),
@@ -576,7 +579,7 @@ pub async fn start_reporter(
             return None;
         }
         Err(e) => {
-            tracing::error!(nodeproof_check = "reporter", error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
+            tracing::error!(nodeproof_check = Subsystem::Reporter.as_str(), error = %super::error_chain(&e), "unusable credentials; conditions are not reported");
             shared.set_check(
                 Subsystem::Reporter,
                 reporter_state("not reporting (bad credentials)"),
@@ -586,7 +589,7 @@ pub async fn start_reporter(
     };
     let node = c.node;
     let Some(client) = c.client else {
-        tracing::warn!(nodeproof_check = "reporter", k8s_node = %node, "no credentials; conditions are not reported");
+        tracing::warn!(nodeproof_check = Subsystem::Reporter.as_str(), k8s_node = %node, "no credentials; conditions are not reported");
         shared.set_check(
             Subsystem::Reporter,
             reporter_state("not reporting (no credentials)"),
@@ -609,7 +612,7 @@ pub async fn start_reporter(
         },
         super::now_seed(),
     );
-    tracing::info!(nodeproof_check = "reporter", k8s_node = %node, credentials = %c.credentials, "reporting to the API server");
+    tracing::info!(nodeproof_check = Subsystem::Reporter.as_str(), k8s_node = %node, credentials = %c.credentials, "reporting to the API server");
     shared.set_check(Subsystem::Reporter, reporter_state("reporting to API"));
     let counter = shared.clone();
     let drops = shared.clone();
@@ -648,7 +651,7 @@ fn follow_report_policy(
                 || report.taint_kubeconfig != started.taint_kubeconfig;
             if needs_restart {
                 tracing::warn!(
-                    nodeproof_check = "reporter",
+                    nodeproof_check = Subsystem::Reporter.as_str(),
                     "report.node-name, kubeconfig, host-root, labels, runtimeclass-labels and taint-kubeconfig change only on restart"
                 );
             }
@@ -666,7 +669,7 @@ fn follow_report_policy(
 pub async fn final_report(reporter: Reporter, conditions: Vec<Condition>) {
     let Ok(mut lp) = reporter.task.await else {
         tracing::error!(
-            nodeproof_check = "reporter",
+            nodeproof_check = Subsystem::Reporter.as_str(),
             "reporter task failed; no final status write"
         );
         return;
@@ -675,18 +678,18 @@ pub async fn final_report(reporter: Reporter, conditions: Vec<Condition>) {
     let now = SystemTime::now();
     match tokio::time::timeout(Duration::from_secs(5), lp.flush(now)).await {
         Ok(Ok(())) if lp.settled(now) => {
-            tracing::info!(nodeproof_check = "reporter", "final status written")
+            tracing::info!(nodeproof_check = Subsystem::Reporter.as_str(), "final status written")
         }
         // Still inside its start window, a retry's backoff or the rate limit.
         Ok(Ok(())) => tracing::warn!(
-            nodeproof_check = "reporter",
+            nodeproof_check = Subsystem::Reporter.as_str(),
             "final status not written: the reporter was waiting (start spread, backoff or rate limit)"
         ),
         Ok(Err(e)) => {
-            tracing::warn!(nodeproof_check = "reporter", error = %super::error_chain(&e), "final status write failed")
+            tracing::warn!(nodeproof_check = Subsystem::Reporter.as_str(), error = %super::error_chain(&e), "final status write failed")
         }
         Err(_) => tracing::warn!(
-            nodeproof_check = "reporter",
+            nodeproof_check = Subsystem::Reporter.as_str(),
             "API server did not answer within 5 s; no final status write"
         ),
     }

@@ -12,6 +12,7 @@ use nodeproof_kube::dra::{DraReader, PodClaims};
 use tokio::sync::watch;
 
 use crate::checks::gpu::NodeDra;
+use crate::checks::Subsystem;
 
 /// Reads at most this often when the pods' claims keep changing.
 const MIN_GAP: Duration = Duration::from_secs(1);
@@ -62,24 +63,24 @@ pub async fn follow(
         if now != said {
             match &read {
                 Some(Ok(None)) => tracing::info!(
-                    nodeproof_check = "gpu",
+                    nodeproof_check = Subsystem::Gpu.as_str(),
                     "resource.k8s.io is not served: GPUs are compared without DRA"
                 ),
                 Some(Ok(Some(v))) if v.notes.is_empty() => tracing::info!(
-                    nodeproof_check = "gpu",
+                    nodeproof_check = Subsystem::Gpu.as_str(),
                     version = %v.version,
                     devices = v.devices.len(),
                     allocations = v.allocations.len(),
                     "reading this node's DRA ResourceSlices and the pods' ResourceClaims"
                 ),
                 Some(Ok(Some(v))) => tracing::warn!(
-                    nodeproof_check = "gpu",
+                    nodeproof_check = Subsystem::Gpu.as_str(),
                     version = %v.version,
                     error = %v.notes.join("; "),
                     "some ResourceClaims of pods here cannot be read; their devices are not attributed"
                 ),
                 Some(Err(e)) => tracing::warn!(
-                    nodeproof_check = "gpu",
+                    nodeproof_check = Subsystem::Gpu.as_str(),
                     error = %e,
                     "this node's DRA ResourceSlices cannot be read; GPUs are compared without DRA"
                 ),

@@ -32,6 +32,7 @@ use super::gpu_faults::{
     GpuFaultAggregator, GpuFaultTotal, PodGpuFaultEvent, EVENT_REASON as GPU_FAULT_REASON,
 };
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
+use crate::checks::Subsystem;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::faults::PodFault;
 use nodeproof_kube::client::{Answered, Reporter};
@@ -380,7 +381,7 @@ async fn next_faults(
             Ok(batch) => return Some(batch),
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                 tracing::warn!(
-                    nodeproof_check = "pods",
+                    nodeproof_check = Subsystem::Pods.as_str(),
                     batches = n,
                     "GPU fault batches lost: the pods watcher fell behind"
                 );
