@@ -896,3 +896,67 @@ fn the_agent_labels_gpu_usage_with_the_running_pod_holding_each_device() {
     });
     assert!(agent.stop(), "{}", agent.log_text());
 }
+
+/// DRA: usage of devices allocated through ResourceClaims carries the
+/// claiming pod, joined by the UUIDs of this node's slices (a GPU whole, a
+/// MIG instance, and a claim no container names: the pod's, container
+/// empty), through the real FFI and the same allocations the faults use.
+#[test]
+fn usage_of_dra_claimed_devices_carries_the_claiming_pod() {
+    use nodeproof_kube::dra::{DraAllocation, DraView, SliceDevice};
+    let s = Scenario::new("gpus 2\nmig 1 2\nutil 0 55 10\n", 2);
+    let mut probe = gpu::nvml::NvmlProbe::new(s.library(), Duration::from_secs(5));
+    let snapshot = gpu::GpuProbe::snapshot(&mut probe);
+    let device = |name: &str, uuid: String| SliceDevice {
+        driver: "gpu.nvidia.com".into(),
+        pool: "n1".into(),
+        name: name.into(),
+        uuid: Some(uuid),
+        parent_uuid: None,
+    };
+    let claim = |pod: &str, container: &str, name: &str, uuid: String| DraAllocation {
+        namespace: "ml".into(),
+        pod: pod.into(),
+        container: container.into(),
+        claim: format!("{pod}-gpu"),
+        driver: "gpu.nvidia.com".into(),
+        pool: "n1".into(),
+        device: name.into(),
+        uuid: Some(uuid),
+    };
+    let view = DraView {
+        version: "v1".into(),
+        devices: vec![device("gpu-0", uuid(0)), device("mig-1-1", mig(1, 1))],
+        allocations: vec![
+            claim("train-0", "main", "gpu-0", uuid(0)),
+            claim("infer-0", "", "mig-1-1", mig(1, 1)),
+            claim("gone-0", "main", "gpu-0", uuid(0)),
+        ],
+        notes: Vec::new(),
+    };
+    let allocations = gpu_check::allocations(None, Some(&view));
+    let running = [("ml", "train-0"), ("ml", "infer-0")]
+        .map(|(n, p)| (n.to_string(), p.to_string()))
+        .into_iter()
+        .collect();
+    let rows = gpu_check::usage(Some(&snapshot), &allocations, Some(&running));
+    let got: Vec<(String, &str, &str, Option<f64>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.device.clone(),
+                r.holder.pod.as_str(),
+                r.holder.container.as_str(),
+                r.utilization_ratio,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (uuid(0), "train-0", "main", Some(0.55)),
+            (mig(1, 0), "", "", None),
+            (mig(1, 1), "infer-0", "", None),
+        ]
+    );
+}
