@@ -11,7 +11,7 @@ use nodeproof_kube::client::{self, ReportError};
 use nodeproof_kube::credentials::Source;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub enum ClusterConnectError {
     #[error("unusable kubeconfig {}", path.display())]
     Kubeconfig {
         path: std::path::PathBuf,
@@ -40,23 +40,24 @@ pub enum ConnectError {
 pub async fn config_for_context(
     kubeconfig: Option<&Path>,
     context: &str,
-) -> Result<kube::Config, ConnectError> {
+) -> Result<kube::Config, ClusterConnectError> {
     let named = kubeconfig.map_or_else(
         || "the kubeconfig (KUBECONFIG, ~/.kube/config)".to_string(),
         |p| format!("kubeconfig {}", p.display()),
     );
-    let unusable = |source: Box<dyn std::error::Error + Send + Sync>| ConnectError::Context {
-        context: context.to_string(),
-        kubeconfig: named.clone(),
-        source,
-    };
+    let unusable =
+        |source: Box<dyn std::error::Error + Send + Sync>| ClusterConnectError::Context {
+            context: context.to_string(),
+            kubeconfig: named.clone(),
+            source,
+        };
     let file = match kubeconfig {
         Some(p) => kube::config::Kubeconfig::read_from(p),
         None => kube::config::Kubeconfig::read(),
     }
     .map_err(|e| unusable(e.into()))?;
     if !file.contexts.iter().any(|c| c.name == context) {
-        return Err(ConnectError::NoSuchContext {
+        return Err(ClusterConnectError::NoSuchContext {
             context: context.to_string(),
             kubeconfig: named,
             known: file.contexts.iter().map(|c| c.name.clone()).collect(),
@@ -74,10 +75,10 @@ pub async fn config_for_context(
 pub async fn client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
-) -> Result<kube::Client, ConnectError> {
+) -> Result<kube::Client, ClusterConnectError> {
     if let Some(context) = context {
         let config = config_for_context(kubeconfig, context).await?;
-        return kube::Client::try_from(config).map_err(|e| ConnectError::Context {
+        return kube::Client::try_from(config).map_err(|e| ClusterConnectError::Context {
             context: context.to_string(),
             kubeconfig: kubeconfig.map_or_else(String::new, |p| p.display().to_string()),
             source: e.into(),
@@ -86,9 +87,9 @@ pub async fn client(
     let Some(path) = kubeconfig else {
         return kube::Client::try_default()
             .await
-            .map_err(ConnectError::Default);
+            .map_err(ClusterConnectError::Default);
     };
-    let failed = |source| ConnectError::Kubeconfig {
+    let failed = |source| ClusterConnectError::Kubeconfig {
         path: path.to_path_buf(),
         source: Box::new(source),
     };
@@ -99,8 +100,8 @@ pub async fn client(
 }
 
 /// `client::connect` answers `None` only for `Source::None`.
-fn unreachable_none(path: &Path) -> ConnectError {
-    ConnectError::Kubeconfig {
+fn unreachable_none(path: &Path) -> ClusterConnectError {
+    ClusterConnectError::Kubeconfig {
         path: path.to_path_buf(),
         source: Box::new(ReportError::Credentials {
             source_desc: format!("kubeconfig {}", path.display()),

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use nodeproof_findings::ConditionStatus;
 
-use super::{age, name_of, node_ready, time, Finding, Options};
+use super::{age, name_of, node_ready, time, Options, Problem};
 
 /// A version of `metrics.k8s.io`, in the order they are preferred.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -249,7 +249,7 @@ pub(super) fn evaluate(
     pods: &[Pod],
     now: SystemTime,
     opts: &Options,
-    out: &mut Vec<Finding>,
+    out: &mut Vec<Problem>,
 ) -> MetricsSummary {
     let ready: Vec<&Node> = nodes.iter().filter(|n| node_ready(n)).collect();
     // A pod is expected in PodMetrics once it has run for a scrape window.
@@ -274,14 +274,14 @@ pub(super) fn evaluate(
     };
     // 1. Registered.
     let Some(version) = read.version else {
-        out.push(Finding::MetricsApiNotRegistered);
+        out.push(Problem::MetricsApiNotRegistered);
         return summary;
     };
     // 2. Available: every registered version that is not, the one read or not.
     for (v, svc) in &read.services {
         let (status, reason, message) = availability(svc);
         if status != ConditionStatus::True {
-            out.push(Finding::MetricsApiNotAvailable {
+            out.push(Problem::MetricsApiNotAvailable {
                 version: *v,
                 status,
                 reason,
@@ -295,7 +295,7 @@ pub(super) fn evaluate(
             .map(|t| (t, age(now, t) <= opts.metrics_max_age))
     };
     match &read.nodes {
-        MetricsList::NotServed { code, message } => out.push(Finding::NodeMetricsNotServed {
+        MetricsList::NotServed { code, message } => out.push(Problem::NodeMetricsNotServed {
             version,
             code: *code,
             message: message.clone(),
@@ -307,8 +307,8 @@ pub(super) fn evaluate(
             for node in &ready {
                 let name = name_of(&node.metadata);
                 match by_node.get(name.as_str()).and_then(|m| fresh(m)) {
-                    None => out.push(Finding::NodeMetricsMissing { node: name }),
-                    Some((t, false)) => out.push(Finding::NodeMetricsStale {
+                    None => out.push(Problem::NodeMetricsMissing { node: name }),
+                    Some((t, false)) => out.push(Problem::NodeMetricsStale {
                         node: name,
                         age_seconds: age(now, t).as_secs(),
                     }),
@@ -318,7 +318,7 @@ pub(super) fn evaluate(
         }
     }
     match &read.pods {
-        MetricsList::NotServed { code, message } => out.push(Finding::PodMetricsNotServed {
+        MetricsList::NotServed { code, message } => out.push(Problem::PodMetricsNotServed {
             version,
             code: *code,
             message: message.clone(),
@@ -341,7 +341,7 @@ pub(super) fn evaluate(
                 }
             }
             if !missing.is_empty() {
-                out.push(Finding::PodMetricsIncomplete {
+                out.push(Problem::PodMetricsIncomplete {
                     version,
                     missing: missing.len(),
                     running: running.len(),
@@ -353,7 +353,7 @@ pub(super) fn evaluate(
     if let Some(latency) = summary.latency {
         let limit = opts.metrics_latency_max.as_millis() as u64;
         if latency.p99_ms > limit {
-            out.push(Finding::MetricsApiSlow {
+            out.push(Problem::MetricsApiSlow {
                 version,
                 latency,
                 limit_ms: limit,
@@ -475,19 +475,19 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                Finding::MetricsApiNotAvailable {
+                Problem::MetricsApiNotAvailable {
                     version: V1beta1,
                     status: ConditionStatus::False,
                     reason: String::new(),
                     message: String::new(),
                 },
-                Finding::PodMetricsIncomplete {
+                Problem::PodMetricsIncomplete {
                     version: V1,
                     missing: 1,
                     running: 2,
                     examples: vec!["ml/b".into()],
                 },
-                Finding::MetricsApiSlow {
+                Problem::MetricsApiSlow {
                     version: V1,
                     latency,
                     limit_ms: 1000
@@ -513,7 +513,7 @@ mod tests {
         assert!(
             matches!(
                 out[1],
-                Finding::NodeMetricsNotServed {
+                Problem::NodeMetricsNotServed {
                     version: V1,
                     code: 503,
                     ..
@@ -524,7 +524,7 @@ mod tests {
         assert!(
             matches!(
                 out[2],
-                Finding::PodMetricsNotServed {
+                Problem::PodMetricsNotServed {
                     version: V1,
                     code: 503,
                     ..

@@ -1,7 +1,7 @@
 //! `nodeproof cluster check`: the second article's upgrade checklist as one
 //! command. The cluster is read once into a [`Snapshot`] (paged lists,
 //! [`read`]); [`evaluate`] judges it at a given time into a [`Report`] of
-//! typed [`Finding`]s, purely.
+//! typed [`Problem`]s, purely.
 //!
 //! What is checked:
 //! - the Metrics API, `metrics.k8s.io/v1` preferred over `v1beta1`:
@@ -101,10 +101,11 @@ impl Default for Options {
     }
 }
 
-/// A problem `cluster check` reports.
+/// A problem `cluster check` reports: `findings` in its JSON, each tagged
+/// `finding` (not `nodeproof_findings::Finding`, the node checks' row).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "finding", rename_all = "snake_case")]
-pub enum Finding {
+pub enum Problem {
     /// No APIService of `metrics.k8s.io` (`v1` or `v1beta1`): the Metrics
     /// API is not installed.
     MetricsApiNotRegistered,
@@ -245,7 +246,7 @@ pub struct GateSummary {
     pub gate: String,
     /// On nodes ready for the gate's conditions.
     pub on_ready: usize,
-    /// On nodes that are not (each a [`Finding::ReleasedPodOnNotReadyNode`],
+    /// On nodes that are not (each a [`Problem::ReleasedPodOnNotReadyNode`],
     /// unless another of the pod's gates was reported first).
     pub on_not_ready: usize,
 }
@@ -271,7 +272,7 @@ pub struct Report {
     pub contracts: Vec<ContractSummary>,
     /// The gates that released a running pod, in the policy's order.
     pub gates: Vec<GateSummary>,
-    pub findings: Vec<Finding>,
+    pub findings: Vec<Problem>,
     /// The comparison with a baseline, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<baseline::Comparison>,
@@ -341,10 +342,10 @@ pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
     }
 }
 
-fn hpas(snap: &Snapshot, out: &mut Vec<Finding>) {
+fn hpas(snap: &Snapshot, out: &mut Vec<Problem>) {
     for h in &snap.hpas {
         if let Some(p) = hpa::problem(h) {
-            out.push(Finding::HpaNotScaling {
+            out.push(Problem::HpaNotScaling {
                 namespace: h.metadata.namespace.clone().unwrap_or_default(),
                 hpa: name_of(&h.metadata),
                 condition: p.condition,
@@ -356,7 +357,7 @@ fn hpas(snap: &Snapshot, out: &mut Vec<Finding>) {
 }
 
 /// nodeproof's conditions on one node; whether there are any.
-fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<Finding>) -> bool {
+fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<Problem>) -> bool {
     let name = name_of(&node.metadata);
     let owned: Vec<_> = node
         .status
@@ -367,7 +368,7 @@ fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<F
         .filter_map(|c| Some((ConditionType::parse(&c.type_)?, c)))
         .collect();
     if owned.is_empty() {
-        out.push(Finding::NodeproofMissing { node: name });
+        out.push(Problem::NodeproofMissing { node: name });
         return false;
     }
     // Each stale condition and the age of its heartbeat (`None`: it has none).
@@ -379,7 +380,7 @@ fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<F
     if !stale.is_empty() {
         // A condition never beaten makes the node's age unknown.
         let ages: Option<Vec<Duration>> = stale.iter().map(|(_, b)| *b).collect();
-        out.push(Finding::HeartbeatStale {
+        out.push(Problem::HeartbeatStale {
             node: name.clone(),
             conditions: stale.iter().map(|(k, _)| *k).collect(),
             age_seconds: ages.and_then(|a| a.into_iter().max()).map(|d| d.as_secs()),
@@ -388,7 +389,7 @@ fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<F
     for (kind, c) in owned {
         let status = ConditionStatus::parse(&c.status);
         if status != ConditionStatus::True {
-            out.push(Finding::ConditionNotTrue {
+            out.push(Problem::ConditionNotTrue {
                 node: name.clone(),
                 condition: kind,
                 status,
@@ -400,14 +401,14 @@ fn node_conditions(node: &Node, now: SystemTime, opts: &Options, out: &mut Vec<F
     true
 }
 
-fn contracts(snap: &Snapshot, out: &mut Vec<Finding>) -> (Vec<Contract>, Vec<ContractSummary>) {
+fn contracts(snap: &Snapshot, out: &mut Vec<Problem>) -> (Vec<Contract>, Vec<ContractSummary>) {
     let mut good = Vec::new();
     for rc in &snap.runtime_classes {
         let class = name_of(&rc.metadata);
         let annotations = rc.metadata.annotations.clone().unwrap_or_default();
         match contract::contract_of(&class, &annotations) {
             Some(Ok(c)) => good.push(c),
-            Some(Err(e)) => out.push(Finding::ContractUnusable {
+            Some(Err(e)) => out.push(Problem::ContractUnusable {
                 class,
                 error: e.to_string(),
             }),
@@ -438,7 +439,7 @@ fn contracts(snap: &Snapshot, out: &mut Vec<Finding>) -> (Vec<Contract>, Vec<Con
         .collect();
     for s in &summaries {
         if s.ready == 0 {
-            out.push(Finding::ContractReadyNowhere {
+            out.push(Problem::ContractReadyNowhere {
                 class: s.class.clone(),
                 nodes: snap.nodes.len(),
             });
@@ -454,7 +455,7 @@ fn node_label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
 /// `spec.schedulingGates` (GA in 1.30): a pod is not scheduled while any
 /// remains, and gates can only be removed after creation, so a gated pod's
 /// creation time is when its wait began.
-fn gated_pods(snap: &Snapshot, now: SystemTime, opts: &Options, out: &mut Vec<Finding>) {
+fn gated_pods(snap: &Snapshot, now: SystemTime, opts: &Options, out: &mut Vec<Problem>) {
     for pod in &snap.pods {
         let gates: Vec<String> = pod
             .spec
@@ -478,7 +479,7 @@ fn gated_pods(snap: &Snapshot, now: SystemTime, opts: &Options, out: &mut Vec<Fi
             pod.metadata.namespace.clone().unwrap_or_default(),
             name_of(&pod.metadata),
         );
-        out.push(Finding::PodGated {
+        out.push(Problem::PodGated {
             last_event: last_event(&snap.pod_events, pod),
             namespace,
             pod: name,
@@ -523,7 +524,7 @@ fn last_event(events: &[Event], pod: &Pod) -> Option<String> {
 /// Running (or about to run) pods bound to a node whose label for their
 /// class is not `ready`: scheduled before the class had its nodeSelector,
 /// or the node went not-ready after.
-fn misplaced_pods(snap: &Snapshot, contracts: &[Contract], out: &mut Vec<Finding>) {
+fn misplaced_pods(snap: &Snapshot, contracts: &[Contract], out: &mut Vec<Problem>) {
     let nodes: BTreeMap<String, &Node> = snap
         .nodes
         .iter()
@@ -545,7 +546,7 @@ fn misplaced_pods(snap: &Snapshot, contracts: &[Contract], out: &mut Vec<Finding
         let Some(n) = nodes.get(node) else { continue };
         let label = node_label(n, &c.label_key());
         if label.and_then(ContractState::parse) != Some(ContractState::Ready) {
-            out.push(Finding::PodOnNotReadyNode {
+            out.push(Problem::PodOnNotReadyNode {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 pod: name_of(&pod.metadata),
                 node: node.clone(),
@@ -566,7 +567,7 @@ fn finished(pod: &Pod) -> bool {
 /// The policy's gates that released `pod`: those whose pod condition
 /// (`gate.nodeproof.dev/<name>`, any status) or readiness nodeSelector key
 /// the pod carries. Gates waiting for no condition are left out: their
-/// RuntimeClass contract is [`Finding::PodOnNotReadyNode`]'s to judge.
+/// RuntimeClass contract is [`Problem::PodOnNotReadyNode`]'s to judge.
 fn released_by<'p>(pod: &Pod, policy: &'p Policy) -> Vec<&'p Gate> {
     let conditions: Vec<&str> = pod
         .status
@@ -629,7 +630,7 @@ fn released_pods(
     snap: &Snapshot,
     now: SystemTime,
     policy: &Policy,
-    out: &mut Vec<Finding>,
+    out: &mut Vec<Problem>,
 ) -> Vec<GateSummary> {
     let nodes: BTreeMap<String, &Node> = snap
         .nodes
@@ -662,7 +663,7 @@ fn released_pods(
                     c.1 += 1;
                     if !reported {
                         reported = true;
-                        out.push(Finding::ReleasedPodOnNotReadyNode {
+                        out.push(Problem::ReleasedPodOnNotReadyNode {
                             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                             pod: name_of(&pod.metadata),
                             node: node.to_string(),
@@ -715,14 +716,14 @@ impl std::fmt::Display for GateCause {
 }
 
 /// The one-line text of a finding.
-impl std::fmt::Display for Finding {
+impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Finding::MetricsApiNotRegistered => write!(
+            Problem::MetricsApiNotRegistered => write!(
                 f,
                 "metrics API: neither APIService v1.metrics.k8s.io nor v1beta1.metrics.k8s.io is registered (install metrics-server)"
             ),
-            Finding::MetricsApiNotAvailable {
+            Problem::MetricsApiNotAvailable {
                 version,
                 status,
                 reason,
@@ -732,7 +733,7 @@ impl std::fmt::Display for Finding {
                 "metrics API: APIService {} Available={status} {reason}: {message}",
                 version.api_service()
             ),
-            Finding::NodeMetricsNotServed {
+            Problem::NodeMetricsNotServed {
                 version,
                 code,
                 message,
@@ -740,7 +741,7 @@ impl std::fmt::Display for Finding {
                 f,
                 "metrics API: GET /apis/{version}/nodes answered {code}: {message}"
             ),
-            Finding::PodMetricsNotServed {
+            Problem::PodMetricsNotServed {
                 version,
                 code,
                 message,
@@ -748,7 +749,7 @@ impl std::fmt::Display for Finding {
                 f,
                 "metrics API: GET /apis/{version}/pods answered {code}: {message}"
             ),
-            Finding::PodMetricsIncomplete {
+            Problem::PodMetricsIncomplete {
                 version: _,
                 missing,
                 running,
@@ -764,7 +765,7 @@ impl std::fmt::Display for Finding {
                 }
                 write!(f, "); HPAs scaling on them are blind")
             }
-            Finding::MetricsApiSlow {
+            Problem::MetricsApiSlow {
                 version,
                 latency,
                 limit_ms,
@@ -773,7 +774,7 @@ impl std::fmt::Display for Finding {
                 "metrics API: {version} NodeMetrics list p99 {} ms (p50 {} ms, {} requests) is over {limit_ms} ms; check metrics-server's resources and the aggregator",
                 latency.p99_ms, latency.p50_ms, latency.samples
             ),
-            Finding::HpaNotScaling {
+            Problem::HpaNotScaling {
                 namespace,
                 hpa,
                 condition,
@@ -783,11 +784,11 @@ impl std::fmt::Display for Finding {
                 f,
                 "HPA {namespace}/{hpa}: {condition}=False {reason}: {message}"
             ),
-            Finding::MasterRoleWithoutControlPlane { node } => write!(
+            Problem::MasterRoleWithoutControlPlane { node } => write!(
                 f,
                 "node {node}: labelled {MASTER_ROLE} without {CONTROL_PLANE_ROLE}; add the control-plane label before removing the old one"
             ),
-            Finding::MasterRoleReference {
+            Problem::MasterRoleReference {
                 object,
                 field,
                 usage,
@@ -795,17 +796,17 @@ impl std::fmt::Display for Finding {
                 f,
                 "{object}: {field} ({usage}) still names the master role; use {CONTROL_PLANE_ROLE}"
             ),
-            Finding::NodeMetricsMissing { node } => {
+            Problem::NodeMetricsMissing { node } => {
                 write!(f, "metrics API: no NodeMetrics for Ready node {node}")
             }
-            Finding::NodeMetricsStale { node, age_seconds } => write!(
+            Problem::NodeMetricsStale { node, age_seconds } => write!(
                 f,
                 "metrics API: NodeMetrics of node {node} are {age_seconds}s old"
             ),
-            Finding::NodeproofMissing { node } => {
+            Problem::NodeproofMissing { node } => {
                 write!(f, "node {node}: no nodeproof conditions (agent not running?)")
             }
-            Finding::HeartbeatStale {
+            Problem::HeartbeatStale {
                 node,
                 conditions,
                 age_seconds,
@@ -820,19 +821,19 @@ impl std::fmt::Display for Finding {
                     ),
                 }
             }
-            Finding::ConditionNotTrue {
+            Problem::ConditionNotTrue {
                 node,
                 condition,
                 status,
                 reason,
                 message,
             } => write!(f, "node {node}: {condition}={status} {reason}: {message}"),
-            Finding::ContractUnusable { error, .. } => write!(f, "{error}"),
-            Finding::ContractReadyNowhere { class, nodes } => write!(
+            Problem::ContractUnusable { error, .. } => write!(f, "{error}"),
+            Problem::ContractReadyNowhere { class, nodes } => write!(
                 f,
                 "RuntimeClass {class}: contract ready on none of {nodes} nodes; its pods cannot be scheduled"
             ),
-            Finding::PodGated {
+            Problem::PodGated {
                 namespace,
                 pod,
                 gates,
@@ -849,7 +850,7 @@ impl std::fmt::Display for Finding {
                     None => write!(f, " (no event says why)"),
                 }
             }
-            Finding::PodOnNotReadyNode {
+            Problem::PodOnNotReadyNode {
                 namespace,
                 pod,
                 node,
@@ -860,7 +861,7 @@ impl std::fmt::Display for Finding {
                 "pod {namespace}/{pod}: bound to node {node} where RuntimeClass {class} is {}",
                 label.as_deref().unwrap_or("not judged (no label)")
             ),
-            Finding::ReleasedPodOnNotReadyNode {
+            Problem::ReleasedPodOnNotReadyNode {
                 namespace,
                 pod,
                 node,
@@ -1012,7 +1013,7 @@ mod tests {
     }
 
     impl Fixture {
-        fn evaluate(self) -> Vec<Finding> {
+        fn evaluate(self) -> Vec<Problem> {
             evaluate(&self.snapshot(), now(), &Options::default()).findings
         }
 
@@ -1083,8 +1084,8 @@ mod tests {
     #[test]
     fn each_broken_part_is_one_finding() {
         type Break = fn(&mut Fixture);
-        let table: Vec<(&str, Break, Vec<Finding>)> = vec![
-            ("APIService missing", |f| f.service = None, vec![Finding::MetricsApiNotRegistered]),
+        let table: Vec<(&str, Break, Vec<Problem>)> = vec![
+            ("APIService missing", |f| f.service = None, vec![Problem::MetricsApiNotRegistered]),
             (
                 "APIService Available=False",
                 |f| {
@@ -1093,7 +1094,7 @@ mod tests {
                             "reason": "FailedDiscoveryCheck",
                             "message": "failing or missing response from https://10.96.0.5:443"}]}}))
                 },
-                vec![Finding::MetricsApiNotAvailable {
+                vec![Problem::MetricsApiNotAvailable {
                     version: MetricsVersion::V1beta1,
                     status: ConditionStatus::False,
                     reason: "FailedDiscoveryCheck".into(),
@@ -1103,7 +1104,7 @@ mod tests {
             (
                 "APIService without conditions yet",
                 |f| f.service = Some(json!({"metadata": {"name": "v1beta1.metrics.k8s.io"}})),
-                vec![Finding::MetricsApiNotAvailable {
+                vec![Problem::MetricsApiNotAvailable {
                     version: MetricsVersion::V1beta1,
                     status: ConditionStatus::Unknown,
                     reason: String::new(),
@@ -1118,7 +1119,7 @@ mod tests {
                         message: "service unavailable".into(),
                     }
                 },
-                vec![Finding::NodeMetricsNotServed {
+                vec![Problem::NodeMetricsNotServed {
                     version: MetricsVersion::V1beta1,
                     code: 503,
                     message: "service unavailable".into(),
@@ -1131,7 +1132,7 @@ mod tests {
                         m.retain(|m| m.name != "n2");
                     }
                 },
-                vec![Finding::NodeMetricsMissing { node: "n2".into() }],
+                vec![Problem::NodeMetricsMissing { node: "n2".into() }],
             ),
             (
                 "stale NodeMetrics",
@@ -1140,7 +1141,7 @@ mod tests {
                         m[0].timestamp = Some(now() - Duration::from_secs(300));
                     }
                 },
-                vec![Finding::NodeMetricsStale {
+                vec![Problem::NodeMetricsStale {
                     node: "n1".into(),
                     age_seconds: 300,
                 }],
@@ -1163,7 +1164,7 @@ mod tests {
                         .unwrap()
                         .retain(|c| c["type"] == "Ready")
                 },
-                vec![Finding::NodeproofMissing { node: "n2".into() }],
+                vec![Problem::NodeproofMissing { node: "n2".into() }],
             ),
             (
                 "stale heartbeat",
@@ -1174,7 +1175,7 @@ mod tests {
                         json!({"lastHeartbeatTime": at(1200)}),
                     )
                 },
-                vec![Finding::HeartbeatStale {
+                vec![Problem::HeartbeatStale {
                     node: "n1".into(),
                     conditions: vec![ConditionType::SeccompProfilesReady],
                     age_seconds: Some(1200),
@@ -1186,7 +1187,7 @@ mod tests {
                     let list = f.nodes[0]["status"]["conditions"].as_array_mut().unwrap();
                     list[1].as_object_mut().unwrap().remove("lastHeartbeatTime");
                 },
-                vec![Finding::HeartbeatStale {
+                vec![Problem::HeartbeatStale {
                     node: "n1".into(),
                     conditions: vec![ConditionType::SeccompProfilesReady],
                     age_seconds: None,
@@ -1202,7 +1203,7 @@ mod tests {
                                "message": "profiles/vllm-strict.json: missing"}),
                     )
                 },
-                vec![Finding::ConditionNotTrue {
+                vec![Problem::ConditionNotTrue {
                     node: "n2".into(),
                     condition: ConditionType::SeccompProfilesReady,
                     status: ConditionStatus::False,
@@ -1218,11 +1219,11 @@ mod tests {
                     }
                 },
                 vec![
-                    Finding::ContractReadyNowhere {
+                    Problem::ContractReadyNowhere {
                         class: "vllm".into(),
                         nodes: 2,
                     },
-                    Finding::PodOnNotReadyNode {
+                    Problem::PodOnNotReadyNode {
                         namespace: "ml".into(),
                         pod: "server".into(),
                         node: "n1".into(),
@@ -1234,7 +1235,7 @@ mod tests {
             (
                 "a pod on a node without the label",
                 |f| f.nodes[0]["metadata"]["labels"] = json!({}),
-                vec![Finding::PodOnNotReadyNode {
+                vec![Problem::PodOnNotReadyNode {
                     namespace: "ml".into(),
                     pod: "server".into(),
                     node: "n1".into(),
@@ -1265,7 +1266,7 @@ mod tests {
                            "waiting for nodeproof.dev/gpu-driver-ready: 0 of 2 matching nodes ready", 30),
                     ];
                 },
-                vec![Finding::PodGated {
+                vec![Problem::PodGated {
                     namespace: "ml".into(),
                     pod: "waiting".into(),
                     gates: vec!["nodeproof.dev/gpu-driver-ready".into()],
@@ -1282,7 +1283,7 @@ mod tests {
                     f.classes.push(json!({"metadata": {"name": "bad",
                         "annotations": {"nodeproof.dev/localhost-profiles": "/abs.json"}}, "handler": "runc"}))
                 },
-                vec![Finding::ContractUnusable {
+                vec![Problem::ContractUnusable {
                     class: "bad".into(),
                     error: "RuntimeClass bad: nodeproof.dev/localhost-profiles entry \"/abs.json\" is not a relative path below the seccomp root".into(),
                 }],
@@ -1333,10 +1334,10 @@ mod tests {
         }
     }
 
-    fn released_findings(r: &Report) -> Vec<Finding> {
+    fn released_findings(r: &Report) -> Vec<Problem> {
         r.findings
             .iter()
-            .filter(|f| matches!(f, Finding::ReleasedPodOnNotReadyNode { .. }))
+            .filter(|f| matches!(f, Problem::ReleasedPodOnNotReadyNode { .. }))
             .cloned()
             .collect()
     }
@@ -1414,10 +1415,10 @@ mod tests {
                 now(),
                 &Options::default(),
             );
-            let want_findings: Vec<Finding> = want
+            let want_findings: Vec<Problem> = want
                 .clone()
                 .into_iter()
-                .map(|cause| Finding::ReleasedPodOnNotReadyNode {
+                .map(|cause| Problem::ReleasedPodOnNotReadyNode {
                     namespace: "ml".into(),
                     pod: "vllm-0".into(),
                     node: "gpu-a".into(),
@@ -1476,7 +1477,7 @@ mod tests {
         assert!(r
             .findings
             .iter()
-            .any(|f| matches!(f, Finding::ConditionNotTrue { node, .. } if node == "gpu-a")));
+            .any(|f| matches!(f, Problem::ConditionNotTrue { node, .. } if node == "gpu-a")));
 
         // Released through either mark alone.
         let mut by_selector = released_pod("by-selector", "gpu-a");
@@ -1494,7 +1495,7 @@ mod tests {
         let pods: Vec<String> = released_findings(&r)
             .into_iter()
             .map(|f| match f {
-                Finding::ReleasedPodOnNotReadyNode { pod, .. } => pod,
+                Problem::ReleasedPodOnNotReadyNode { pod, .. } => pod,
                 _ => unreachable!(),
             })
             .collect();
@@ -1587,7 +1588,7 @@ mod tests {
         let r = evaluate(&snapshot(vec![n], vec![pod]), now(), &opts);
         assert_eq!(
             released_findings(&r),
-            [Finding::ReleasedPodOnNotReadyNode {
+            [Problem::ReleasedPodOnNotReadyNode {
                 namespace: "ml".into(),
                 pod: "vllm-0".into(),
                 node: "gpu-a".into(),
@@ -1602,7 +1603,7 @@ mod tests {
 
     #[test]
     fn findings_read_as_one_line_each() {
-        let f = Finding::PodGated {
+        let f = Problem::PodGated {
             namespace: "ml".into(),
             pod: "p".into(),
             gates: vec!["a".into(), "b".into()],

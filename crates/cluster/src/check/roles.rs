@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 
-use super::Finding;
+use super::Problem;
 
 /// The old role label and taint key.
 pub const MASTER_ROLE: &str = "node-role.kubernetes.io/master";
@@ -126,12 +126,12 @@ pub struct RoleObjects {
 }
 
 /// The audit's findings, appended to `out`.
-pub(super) fn audit(nodes: &[Node], pods: &[Pod], objects: &RoleObjects, out: &mut Vec<Finding>) {
+pub(super) fn audit(nodes: &[Node], pods: &[Pod], objects: &RoleObjects, out: &mut Vec<Problem>) {
     for node in nodes {
         let labels = node.metadata.labels.as_ref();
         let has = |key: &str| labels.is_some_and(|l| l.contains_key(key));
         if has(MASTER_ROLE) && !has(CONTROL_PLANE_ROLE) {
-            out.push(Finding::MasterRoleWithoutControlPlane {
+            out.push(Problem::MasterRoleWithoutControlPlane {
                 node: node.metadata.name.clone().unwrap_or_default(),
             });
         }
@@ -250,9 +250,9 @@ fn has_controller(meta: &ObjectMeta) -> bool {
 }
 
 /// One finding per reference found in `object`.
-fn flush(object: ObjectRef, refs: &mut Vec<(String, RoleUse)>, out: &mut Vec<Finding>) {
+fn flush(object: ObjectRef, refs: &mut Vec<(String, RoleUse)>, out: &mut Vec<Problem>) {
     for (field, usage) in refs.drain(..) {
-        out.push(Finding::MasterRoleReference {
+        out.push(Problem::MasterRoleReference {
             object: object.clone(),
             field,
             usage,
@@ -395,10 +395,10 @@ mod tests {
         serde_json::from_value(v).expect("fixture")
     }
 
-    fn fields(out: &[Finding]) -> Vec<(String, String)> {
+    fn fields(out: &[Problem]) -> Vec<(String, String)> {
         out.iter()
             .filter_map(|f| match f {
-                Finding::MasterRoleReference { object, field, .. } => {
+                Problem::MasterRoleReference { object, field, .. } => {
                     Some((object.to_string(), field.clone()))
                 }
                 _ => None,
@@ -481,11 +481,11 @@ mod tests {
         audit(&nodes, &pods, &objects, &mut out);
         assert_eq!(
             out[0],
-            Finding::MasterRoleWithoutControlPlane { node: "old".into() }
+            Problem::MasterRoleWithoutControlPlane { node: "old".into() }
         );
         assert_eq!(
             out.iter()
-                .filter(|f| matches!(f, Finding::MasterRoleWithoutControlPlane { .. }))
+                .filter(|f| matches!(f, Problem::MasterRoleWithoutControlPlane { .. }))
                 .count(),
             1
         );
