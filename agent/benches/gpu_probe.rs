@@ -137,7 +137,7 @@ fn main() {
         let k = Instant::now();
         let read = gpu_check::read_kubelet(&mut kubelet);
         kubelet_times.push(k.elapsed());
-        gpu_check::compare(&mut r, &read, None, &None);
+        gpu_check::compare(&mut r, &read, None, &gpu_check::NodeDra::Unread);
         let allocations = &read.as_ref().expect("pod-resources").allocations;
         let _ = attribute(&faults, allocations, |_, _| true);
         assert!(r.healthy() && r.kubelet.as_ref().is_some_and(|c| !c.offers_unhealthy()));
@@ -170,7 +170,7 @@ fn main() {
     full.cuda.interval_s = 0;
     let mut probe = gpu_check::probe(&full);
     let mut state = PolicyState::default();
-    let dra: gpu_check::NodeDra = Some(Ok(Some(DraView {
+    let dra = gpu_check::NodeDra::Read(DraView {
         version: "v1".into(),
         devices: uuids
             .iter()
@@ -198,11 +198,8 @@ fn main() {
             })
             .collect(),
         notes: Vec::new(),
-    })));
-    let view = match &dra {
-        Some(Ok(Some(v))) => Some(v),
-        _ => None,
-    };
+    });
+    let view = dra.view();
     let times: Vec<Duration> = (0..n)
         .map(|i| {
             let t = Instant::now();

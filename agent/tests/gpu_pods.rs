@@ -80,7 +80,7 @@ impl Node {
             config,
             state: PolicyState::default(),
             tracker: FaultTracker::default(),
-            dra: None,
+            dra: gpu_check::NodeDra::Unread,
         }
     }
 
@@ -92,10 +92,7 @@ impl Node {
         let read = gpu_check::pod_resources(&self.config)
             .and_then(|mut c| gpu_check::read_kubelet(&mut c));
         gpu_check::compare(&mut report, &read, None, &self.dra);
-        let view = match &self.dra {
-            Some(Ok(Some(v))) => Some(v),
-            _ => None,
-        };
+        let view = self.dra.view();
         let allocations = gpu_check::allocations(read.as_ref().ok(), view);
         let on_pods = attribute(&faults, &allocations, |_, _| true);
         (report, on_pods)
@@ -686,11 +683,11 @@ fn pod_resources_dynamic_resources_are_named_by_the_slices() {
             ..KubeletState::default()
         }),
     );
-    node.dra = Some(Ok(Some(DraView {
+    node.dra = gpu_check::NodeDra::Read(DraView {
         version: "v1".into(),
         devices: slice_devices(&gpu_slice("n1", 4, "v1")["spec"], "v1").unwrap(),
         ..DraView::default()
-    })));
+    });
     let (r, on_pods) = node.cycle(0);
     assert!(r.healthy(), "{}", r.text());
     assert!(on_pods.is_empty());

@@ -92,10 +92,38 @@ pub struct KubeletGpus {
     pub claims: Vec<(Allocation, ClaimDevice)>,
 }
 
-/// This node's DRA view as the pods watcher last read it: `None` until read
-/// (or without API access); `Some(Ok(None))`: `resource.k8s.io` is not
-/// served; `Some(Err(..))`: the read failed, and why.
-pub type NodeDra = Option<Result<Option<DraView>, String>>;
+/// This node's DRA view as the pods watcher (or a one-shot command) last
+/// read it.
+#[derive(Debug, Clone, Default)]
+pub enum NodeDra {
+    /// Not read yet, or nothing to read it with (no credentials, no node name).
+    #[default]
+    Unread,
+    /// `resource.k8s.io` is not served.
+    NotServed,
+    /// The read failed, and why (one line, with its causes).
+    Failed(String),
+    Read(DraView),
+}
+
+impl NodeDra {
+    /// The view, when one was read.
+    pub fn view(&self) -> Option<&DraView> {
+        match self {
+            NodeDra::Read(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// From a read: `Ok(None)` when the API is not served.
+    pub fn of(read: Result<Option<DraView>, String>) -> NodeDra {
+        match read {
+            Ok(Some(v)) => NodeDra::Read(v),
+            Ok(None) => NodeDra::NotServed,
+            Err(e) => NodeDra::Failed(e),
+        }
+    }
+}
 
 /// Reads allocatable devices and allocations.
 pub fn read_kubelet(source: &mut dyn PodResourcesSource) -> Result<KubeletGpus, PodResourcesError> {
@@ -228,10 +256,7 @@ pub fn compare(
     let view = KubeletView {
         node_allocatable,
         allocatable_ids: kubelet.as_ref().ok().map(|k| k.allocatable.clone()),
-        dra_ids: match dra {
-            Some(Ok(Some(v))) => Some(dra_ids(v)),
-            _ => None,
-        },
+        dra_ids: dra.view().map(dra_ids),
     };
     nodeproof_gpu::compare_kubelet(report, &view);
     if let Some(c) = &mut report.kubelet {
@@ -242,9 +267,9 @@ pub fn compare(
             ));
         }
         match dra {
-            Some(Err(e)) => c.notes.push(format!("DRA: {e}")),
-            Some(Ok(Some(v))) => c.notes.extend(v.notes.iter().map(|n| format!("DRA: {n}"))),
-            _ => {}
+            NodeDra::Failed(e) => c.notes.push(format!("DRA: {e}")),
+            NodeDra::Read(v) => c.notes.extend(v.notes.iter().map(|n| format!("DRA: {n}"))),
+            NodeDra::Unread | NodeDra::NotServed => {}
         }
     }
 }

@@ -148,7 +148,7 @@ async fn serve(
     let (gpu_faults, _) = tokio::sync::broadcast::channel(64);
     let (node_gpus, node_gpus_rx) = channel::channel(None);
     let node_gpus = Arc::new(node_gpus);
-    let (dra, dra_rx) = channel::channel(None);
+    let (dra, dra_rx) = channel::channel(crate::checks::gpu::NodeDra::Unread);
     let (dra_wanted, dra_wanted_rx) = channel::channel(false);
     let dra_wanted = Arc::new(dra_wanted);
     let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);

@@ -456,10 +456,7 @@ fn gpu_probe(ctx: &Context) {
             let node_allocatable = ctx.node_gpus.borrow().clone();
             let dra = ctx.dra.borrow().clone();
             checks::gpu::compare(&mut report, &read, node_allocatable, &dra);
-            let view = match &dra {
-                Some(Ok(Some(v))) => Some(v),
-                _ => None,
-            };
+            let view = dra.view();
             // One attribution for faults and usage: pod-resources and DRA.
             let allocations = checks::gpu::allocations(read.as_ref().ok(), view);
             usage = checks::gpu::usage(

@@ -24,17 +24,17 @@ const NOT_SERVED_RECHECK: Duration = Duration::from_secs(600);
 /// What a read's outcome is, for the log: said once per change.
 fn outcome(read: &NodeDra) -> String {
     match read {
-        None => String::new(),
-        Some(Ok(None)) => "not served".into(),
+        NodeDra::Unread => String::new(),
+        NodeDra::NotServed => "not served".into(),
         // A new count is said too: a pod's claim came or went.
-        Some(Ok(Some(v))) => format!(
+        NodeDra::Read(v) => format!(
             "{} {} {} {}",
             v.version,
             v.devices.len(),
             v.allocations.len(),
             v.notes.join("; ")
         ),
-        Some(Err(e)) => e.clone(),
+        NodeDra::Failed(e) => e.clone(),
     }
 }
 
@@ -53,7 +53,7 @@ pub async fn follow(
             return std::future::pending().await;
         }
         let pods = claims.borrow_and_update().clone();
-        let read: NodeDra = Some(
+        let read = NodeDra::of(
             reader
                 .read(&pods)
                 .await
@@ -62,33 +62,33 @@ pub async fn follow(
         let now = outcome(&read);
         if now != said {
             match &read {
-                Some(Ok(None)) => tracing::info!(
+                NodeDra::NotServed => tracing::info!(
                     nodeproof_check = Subsystem::Gpu.as_str(),
                     "resource.k8s.io is not served: GPUs are compared without DRA"
                 ),
-                Some(Ok(Some(v))) if v.notes.is_empty() => tracing::info!(
+                NodeDra::Read(v) if v.notes.is_empty() => tracing::info!(
                     nodeproof_check = Subsystem::Gpu.as_str(),
                     version = %v.version,
                     devices = v.devices.len(),
                     allocations = v.allocations.len(),
                     "reading this node's DRA ResourceSlices and the pods' ResourceClaims"
                 ),
-                Some(Ok(Some(v))) => tracing::warn!(
+                NodeDra::Read(v) => tracing::warn!(
                     nodeproof_check = Subsystem::Gpu.as_str(),
                     version = %v.version,
                     error = %v.notes.join("; "),
                     "some ResourceClaims of pods here cannot be read; their devices are not attributed"
                 ),
-                Some(Err(e)) => tracing::warn!(
+                NodeDra::Failed(e) => tracing::warn!(
                     nodeproof_check = Subsystem::Gpu.as_str(),
                     error = %e,
                     "this node's DRA ResourceSlices cannot be read; GPUs are compared without DRA"
                 ),
-                None => {}
+                NodeDra::Unread => {}
             }
             said = now;
         }
-        let served = !matches!(read, Some(Ok(None)));
+        let served = !matches!(read, NodeDra::NotServed);
         out.send_replace(read);
         tokio::time::sleep(MIN_GAP).await;
         let wait = if served {

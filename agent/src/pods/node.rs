@@ -16,6 +16,7 @@ use super::handlers;
 use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
 
+use crate::checks::gpu::NodeDra;
 use nodeproof_findings::Condition;
 use nodeproof_kube::client::{Answered, KubeReporter};
 use nodeproof_kube::conditions::Policy;
@@ -234,20 +235,22 @@ fn runtime() -> Result<tokio::runtime::Runtime, PodsRunError> {
 const ONCE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Lists this node's pods and the RuntimeClasses once and judges them.
-/// This node's DRA view once (`nodeproof gpu`, `nodeproof check`): `None`
-/// without credentials or a node name (nothing to read it with).
-pub fn dra_once(opts: &PodsOptions) -> crate::checks::gpu::NodeDra {
+/// This node's DRA view once (`nodeproof gpu`, `nodeproof check`):
+/// `Unread` without credentials or a node name (nothing to read it with).
+pub fn dra_once(opts: &PodsOptions) -> NodeDra {
     let text = |e: &dyn std::error::Error| nodeproof_findings::errors::error_chain(e);
     let rt = match runtime() {
         Ok(rt) => rt,
-        Err(e) => return Some(Err(text(&e))),
+        Err(e) => return NodeDra::Failed(text(&e)),
     };
     let read = rt.block_on(async {
         tokio::time::timeout(ONCE_DEADLINE, async {
             let (client, node) = match connect(opts).await {
                 Ok(c) => c,
-                Err(PodsRunError::NoCredentials { .. } | PodsRunError::NoNodeName) => return None,
-                Err(e) => return Some(Err(text(&e))),
+                Err(PodsRunError::NoCredentials { .. } | PodsRunError::NoNodeName) => {
+                    return NodeDra::Unread
+                }
+                Err(e) => return NodeDra::Failed(text(&e)),
             };
             let pods = match list_all(
                 &Api::<Pod>::all(client.clone()),
@@ -256,20 +259,20 @@ pub fn dra_once(opts: &PodsOptions) -> crate::checks::gpu::NodeDra {
             .await
             {
                 Ok(p) => p,
-                Err(e) => return Some(Err(text(&e))),
+                Err(e) => return NodeDra::Failed(text(&e)),
             };
             let mut index = crate::pods::denials::PodIndex::default();
             pods.iter().for_each(|p| index.upsert(p));
             let mut reader = nodeproof_kube::dra::DraReader::new(client, &node);
-            Some(reader.read(&index.claims()).await.map_err(|e| text(&e)))
+            NodeDra::of(reader.read(&index.claims()).await.map_err(|e| text(&e)))
         })
         .await
     });
     read.unwrap_or_else(|_| {
-        Some(Err(format!(
+        NodeDra::Failed(format!(
             "reading DRA did not finish within {} s",
             ONCE_DEADLINE.as_secs()
-        )))
+        ))
     })
 }
 
