@@ -7,6 +7,7 @@ pub mod advise;
 pub mod checks;
 pub mod config;
 pub mod daemon;
+pub mod memory;
 pub mod oneshot;
 pub mod pods;
 pub mod preflight;

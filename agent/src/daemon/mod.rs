@@ -251,6 +251,15 @@ async fn serve(
                     status = %last_status,
                     "first check cycle done; ready"
                 );
+                // The start's code and freed heap leave the resident set
+                // (crate::memory says why and what was measured).
+                let released = crate::memory::release_start_memory();
+                tracing::info!(
+                    paged_out_kib = released.paged_out / 1024,
+                    heap_trimmed = released.heap_trimmed,
+                    error = released.error.as_deref().unwrap_or(""),
+                    "start memory released"
+                );
             } else if now.duration_since(last_extend) >= Duration::from_secs(1) {
                 // A slow first cycle (NVML timing out, a huge seccomp root)
                 // is not a hang: ask for more start time, a little at a time.
