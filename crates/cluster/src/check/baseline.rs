@@ -470,6 +470,16 @@ enum Way {
     Changed,
 }
 
+/// A count of bad things (failing pods, Warning Events, gated pods): up is
+/// a regression, down an improvement, the same nothing.
+fn more_is_worse<T: Ord>(before: T, after: T) -> Option<Way> {
+    match after.cmp(&before) {
+        std::cmp::Ordering::Greater => Some(Way::Regressed),
+        std::cmp::Ordering::Less => Some(Way::Improved),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
 /// What changed from `before` to `after`.
 pub fn compare(before: &Baseline, after: &Baseline) -> Comparison {
     let mut c = Comparison {
@@ -489,10 +499,8 @@ pub fn compare(before: &Baseline, after: &Baseline) -> Comparison {
             before: b,
             after: a,
         };
-        match a.cmp(&b) {
-            std::cmp::Ordering::Greater => push(Way::Regressed, change),
-            std::cmp::Ordering::Less => push(Way::Improved, change),
-            std::cmp::Ordering::Equal => {}
+        if let Some(way) = more_is_worse(b, a) {
+            push(way, change);
         }
     }
     restarts(before, after, &mut push);
@@ -504,10 +512,8 @@ pub fn compare(before: &Baseline, after: &Baseline) -> Comparison {
             before: b,
             after: a,
         };
-        match a.cmp(&b) {
-            std::cmp::Ordering::Greater => push(Way::Regressed, change),
-            std::cmp::Ordering::Less => push(Way::Improved, change),
-            std::cmp::Ordering::Equal => {}
+        if let Some(way) = more_is_worse(b, a) {
+            push(way, change);
         }
     }
     for class in union(&before.contracts_ready, &after.contracts_ready) {
@@ -530,12 +536,7 @@ pub fn compare(before: &Baseline, after: &Baseline) -> Comparison {
             },
         );
     }
-    if after.gated_pods != before.gated_pods {
-        let way = if after.gated_pods > before.gated_pods {
-            Way::Regressed
-        } else {
-            Way::Improved
-        };
+    if let Some(way) = more_is_worse(before.gated_pods, after.gated_pods) {
         push(
             way,
             Change::GatedPods {
@@ -568,11 +569,10 @@ pub fn compare(before: &Baseline, after: &Baseline) -> Comparison {
     c
 }
 
-fn union<V>(a: &BTreeMap<String, V>, b: &BTreeMap<String, V>) -> Vec<String> {
-    let mut keys: Vec<String> = a.keys().chain(b.keys()).cloned().collect();
-    keys.sort();
-    keys.dedup();
-    keys
+/// The keys of both maps, in order, once each.
+fn union<K: Ord + Clone, V>(a: &BTreeMap<K, V>, b: &BTreeMap<K, V>) -> Vec<K> {
+    let keys: std::collections::BTreeSet<&K> = a.keys().chain(b.keys()).collect();
+    keys.into_iter().cloned().collect()
 }
 
 /// (namespace, reason, before, after) over both.
@@ -662,13 +662,7 @@ fn nodes(before: &Baseline, after: &Baseline, push: &mut impl FnMut(Way, Change)
                 },
             );
         }
-        let components: std::collections::BTreeSet<Component> = b
-            .versions
-            .keys()
-            .chain(a.versions.keys())
-            .copied()
-            .collect();
-        for component in components {
+        for component in union(&b.versions, &a.versions) {
             let (bv, av) = (b.versions.get(&component), a.versions.get(&component));
             if bv != av {
                 push(
@@ -682,13 +676,7 @@ fn nodes(before: &Baseline, after: &Baseline, push: &mut impl FnMut(Way, Change)
                 );
             }
         }
-        let conditions: std::collections::BTreeSet<ConditionType> = b
-            .nodeproof
-            .keys()
-            .chain(a.nodeproof.keys())
-            .copied()
-            .collect();
-        for condition in conditions {
+        for condition in union(&b.nodeproof, &a.nodeproof) {
             let (bs, as_) = (
                 b.nodeproof.get(&condition).copied(),
                 a.nodeproof.get(&condition).copied(),
