@@ -22,20 +22,17 @@ use serde_json::json;
 mod agent_support;
 #[path = "../tests/support/apiserver.rs"]
 mod apiserver;
+#[path = "support/proc_status.rs"]
+mod proc_status;
 
 use agent_support::{reporting_config, seccomp_root, Agent};
 use apiserver::{Identity, TestApiServer};
+use proc_status::status_kib;
 
 const RUNS: usize = 3;
 const PODS: usize = 200;
 const PEAK_TARGET_KIB: u64 = 32 * 1024;
 const STEADY_TARGET_KIB: u64 = 20 * 1024;
-
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 fn pod(i: usize) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -77,7 +74,7 @@ fn run() -> Figures {
         None => Agent::start(dir.path(), &config),
     };
     agent.wait_ready(Duration::from_secs(60));
-    let pid = agent.child.id();
+    let pid = agent.child.id().to_string();
     let watched = format!("pods {PODS} watched");
     let started = Instant::now();
     while !agent.get("/healthz/pods").1.contains(&watched) {
@@ -109,11 +106,11 @@ fn run() -> Figures {
             _ => {}
         }
         std::thread::sleep(Duration::from_secs(1));
-        rss.extend(status_kib(pid, "VmRSS:"));
-        anon.extend(status_kib(pid, "RssAnon:"));
-        file.extend(status_kib(pid, "RssFile:"));
+        rss.extend(status_kib(&pid, "VmRSS:"));
+        anon.extend(status_kib(&pid, "RssAnon:"));
+        file.extend(status_kib(&pid, "RssFile:"));
     }
-    let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
+    let peak = status_kib(&pid, "VmHWM:").unwrap_or(0);
     agent.stop();
     Figures {
         peak,

@@ -10,16 +10,13 @@ use std::time::{Duration, Instant};
 #[path = "../tests/support/agent.rs"]
 mod agent_support;
 use agent_support::free_port;
+#[path = "support/proc_status.rs"]
+mod proc_status;
+use proc_status::status_kib;
 
 const RUNS: usize = 15;
 const READY_TARGET_MS: u64 = 200;
 const RSS_TARGET_KIB: u64 = 20 * 1024;
-
-fn vm_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 /// `ready_ms=123` (text log, colours stripped) → 123.
 fn ready_ms(line: &str) -> Option<u64> {
@@ -61,7 +58,7 @@ fn start(config: &std::path::Path, settle: Option<Duration>) -> (u64, Option<u64
         .expect("the agent logged ready_ms");
     let rss = settle.and_then(|d| {
         std::thread::sleep(d);
-        vm_rss_kib(pid)
+        status_kib(&pid.to_string(), "VmRSS:")
     });
     // SAFETY: a plain kill(2) on our own child.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };

@@ -21,20 +21,9 @@ use nodeproof_kube::dra::{DraAllocation, DraView, SliceDevice};
 use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
 use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
 
-fn status_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(key)?
-                .trim()
-                .trim_end_matches(" kB")
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
+#[path = "support/proc_status.rs"]
+mod proc_status;
+use proc_status::own_kib;
 
 fn summary(name: &str, mut v: Vec<Duration>) {
     v.sort();
@@ -53,7 +42,7 @@ fn summary(name: &str, mut v: Vec<Duration>) {
 fn main() {
     let n = 2000;
     let s = fake_nvml_support::Scenario::new("gpus 8\n", 8);
-    let rss_before = status_kib("VmRSS:");
+    let rss_before = own_kib("VmRSS:");
     let mut probe = NvmlProbe::new(s.library(), Duration::from_secs(5));
     let first = Instant::now();
     let snap = probe.snapshot();
@@ -90,7 +79,7 @@ fn main() {
         "cycle (sysfs discovery + snapshot + policy + metrics)",
         times,
     );
-    let rss_before_kubelet = status_kib("VmRSS:");
+    let rss_before_kubelet = own_kib("VmRSS:");
     let socket = s.dir.path().join("kubelet.sock");
     let uuids: Vec<String> = (0..8)
         .map(|i| format!("GPU-fa4e0000-0000-4000-8000-{i:012}"))
@@ -156,8 +145,8 @@ fn main() {
     summary("  the same per GPU", per_gpu);
     println!(
         "memory with the pod-resources client: VmRSS {} KiB (+{} KiB for the client and the fake kubelet in this process)",
-        status_kib("VmRSS:"),
-        status_kib("VmRSS:").saturating_sub(rss_before_kubelet)
+        own_kib("VmRSS:"),
+        own_kib("VmRSS:").saturating_sub(rss_before_kubelet)
     );
     // Everything on, as the daemon runs on a GPU node of a DRA cluster:
     // pod-resources, the CUDA probe every cycle, and the DRA view (8 slice
@@ -221,11 +210,8 @@ fn main() {
         times,
     );
     summary("  the same per GPU", per_gpu);
-    println!(
-        "memory with everything on: VmRSS {} KiB",
-        status_kib("VmRSS:")
-    );
-    let rss_nvml = status_kib("VmRSS:");
+    println!("memory with everything on: VmRSS {} KiB", own_kib("VmRSS:"));
+    let rss_nvml = own_kib("VmRSS:");
     for (release, cuda, n) in [(false, true, n), (true, false, n / 4), (true, true, n / 4)] {
         let s = fake_nvml_support::Scenario::new("gpus 8\n", 8);
         let lib = s.set_cuda("devices 8\n");
@@ -276,13 +262,13 @@ fn main() {
     println!(
         "memory: VmRSS after NVML-only cycles {} KiB, after the CUDA and release cycles {} KiB",
         rss_nvml,
-        status_kib("VmRSS:")
+        own_kib("VmRSS:")
     );
     println!(
         "memory: VmRSS before probe {} KiB, after {} KiB; VmHWM {} KiB; threads {}",
         rss_before,
-        status_kib("VmRSS:"),
-        status_kib("VmHWM:"),
-        status_kib("Threads:")
+        own_kib("VmRSS:"),
+        own_kib("VmHWM:"),
+        own_kib("Threads:")
     );
 }

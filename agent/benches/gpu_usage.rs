@@ -32,6 +32,10 @@ use nodeproof_gpu::{self as gpu, GpuConfig, PolicyState};
 use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
 use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
 
+#[path = "support/proc_status.rs"]
+mod proc_status;
+use proc_status::own_kib;
+
 /// Counts the bytes allocated (cumulative), so a cycle's allocations are
 /// the difference around it.
 struct Counting;
@@ -58,21 +62,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn status_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(key)?
-                .trim()
-                .trim_end_matches(" kB")
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
 
 /// Runs `f` `n` times; prints time and bytes allocated per run.
 fn measure(name: &str, n: usize, mut f: impl FnMut()) -> Duration {
@@ -132,7 +121,7 @@ fn main() {
         ));
     }
     let s = fake_nvml_support::Scenario::new(&scenario, 8);
-    let rss_start = status_kib("VmRSS:");
+    let rss_start = own_kib("VmRSS:");
     let config = GpuConfig {
         nvml_library: s.library().to_string_lossy().into_owned(),
         sysfs_root: s.sysfs(),
@@ -241,7 +230,7 @@ fn main() {
     let render_usage = measure("/metrics render (with usage rows)", n, || {
         let _ = metrics::render(&registry).unwrap();
     });
-    let rss_end = status_kib("VmRSS:");
+    let rss_end = own_kib("VmRSS:");
 
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
@@ -262,6 +251,6 @@ fn main() {
     );
     println!(
         "RSS {rss_start} KiB at start, {rss_end} KiB at end (fake NVML, fake kubelet and its runtime in-process); VmHWM {} KiB",
-        status_kib("VmHWM:")
+        own_kib("VmHWM:")
     );
 }
