@@ -20,8 +20,7 @@ use serde_json::json;
 
 #[path = "../tests/support/agent.rs"]
 mod agent_support;
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
+use nodeproof_testapi as apiserver;
 #[path = "support/proc_status.rs"]
 mod proc_status;
 

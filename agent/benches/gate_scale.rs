@@ -22,9 +22,8 @@ use serde_json::{json, Value};
 
 #[path = "../tests/support/agent.rs"]
 mod agent_support;
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
 use apiserver::{Identity, TestApiServer};
+use nodeproof_testapi as apiserver;
 
 const GATE: &str = "nodeproof.dev/gpu-driver-ready";
 const POOLS: usize = 20;

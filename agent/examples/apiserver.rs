@@ -1,4 +1,4 @@
-//! The test API server (agent/tests/support/apiserver.rs) as a process of
+//! The test API server (crates/testapi) as a process of
 //! its own, for the fault and soak harness (agent/tests/soak.rs,
 //! scripts/soak.sh): the agent under systemd in a container reports to it,
 //! and the harness kills it, starts it again (its objects and serving
@@ -14,8 +14,7 @@
 //! commands on the unix socket `DIR/control`:
 //! `ping`, `fault none|down|500|429 SECS`, `cut` (close every connection).
 
-#[path = "../tests/support/apiserver.rs"]
-mod apiserver;
+use nodeproof_testapi as apiserver;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;

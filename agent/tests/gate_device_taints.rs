@@ -1,5 +1,5 @@
 //! `nodeproof gate-controller` keeps unhealthy GPUs from new DRA claims: the
-//! real binary against the test API server (agent/tests/support/apiserver.rs
+//! real binary against the test API server (crates/testapi
 //! and its "DeviceTaintRules" section), a node publishing two GPUs in a v1
 //! ResourceSlice, its agent's `gpu.nodeproof.dev/unhealthy-devices`
 //! annotation naming one of them.

@@ -24,8 +24,7 @@ use nodeproof_findings::ConditionType;
 use nodeproof_testkit::{require, Need};
 use serde_json::Value;
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
+use nodeproof_testapi as apiserver;
 mod fake_nvml_support;
 #[path = "support/nspawn.rs"]
 mod nspawn;

@@ -1,7 +1,7 @@
 //! Shared test support.
 
 pub mod agent;
-pub mod apiserver;
+pub use nodeproof_testapi as apiserver;
 pub mod cgroup;
 pub mod conditions;
 pub mod rbac;

@@ -1,25 +1,25 @@
-// ---------------------------------------------------------------------------
-// DRA device taints (included by apiserver.rs, section "DeviceTaintRules").
-//
-// `resource.k8s.io` DeviceTaintRules, cluster-scoped, served only in the
-// versions set with `serve_device_taint_rules` (none by default: as on
-// kube-apiserver without the DRADeviceTaints/DRADeviceTaintRules feature
-// gates, or with resource.k8s.io/v1beta2 off, whose paths answer 404).
-// List and watch go through the generic paths (stored in `objects` under
-// "devicetaintrules"); create, get and delete are here, as upstream's
-// registry and validation have them:
-// - pkg/registry/resource/devicetaintrule/strategy.go: PrepareForCreate sets
-//   `metadata.generation` 1 and drops any status; the taint's `timeAdded` is
-//   set on create when absent (KEP-5055: "Added automatically during create
-//   or update if not set");
-// - pkg/apis/resource/validation/validation.go, ValidateDeviceTaintRule: the
-//   name a DNS subdomain (NameIsDNSSubdomain), the selector's device a DNS
-//   label, the taint's key a label name (required), its value a label value,
-//   its effect required and one of None, NoSchedule, NoExecute: 422 Invalid;
-// - the generic registry: a name that exists is 409 AlreadyExists, a delete
-//   whose `preconditions.uid` is not the object's 409 Conflict, a missing one
-//   404 NotFound. A node may not write them (no Node-authorizer rule for it).
-// ---------------------------------------------------------------------------
+//! DRA device taints.
+//!
+//! `resource.k8s.io` DeviceTaintRules, cluster-scoped, served only in the
+//! versions set with `serve_device_taint_rules` (none by default: as on
+//! kube-apiserver without the DRADeviceTaints/DRADeviceTaintRules feature
+//! gates, or with resource.k8s.io/v1beta2 off, whose paths answer 404).
+//! List and watch go through the generic paths (stored in `objects` under
+//! "devicetaintrules"); create, get and delete are here, as upstream's
+//! registry and validation have them:
+//! - pkg/registry/resource/devicetaintrule/strategy.go: PrepareForCreate sets
+//!   `metadata.generation` 1 and drops any status; the taint's `timeAdded` is
+//!   set on create when absent (KEP-5055: "Added automatically during create
+//!   or update if not set");
+//! - pkg/apis/resource/validation/validation.go, ValidateDeviceTaintRule: the
+//!   name a DNS subdomain (NameIsDNSSubdomain), the selector's device a DNS
+//!   label, the taint's key a label name (required), its value a label value,
+//!   its effect required and one of None, NoSchedule, NoExecute: 422 Invalid;
+//! - the generic registry: a name that exists is 409 AlreadyExists, a delete
+//!   whose `preconditions.uid` is not the object's 409 Conflict, a missing one
+//!   404 NotFound. A node may not write them (no Node-authorizer rule for it).
+
+use super::*;
 
 impl TestApiServer {
     /// Serve DeviceTaintRules in these `resource.k8s.io` versions (e.g. `&["v1beta2"]`).
@@ -41,7 +41,7 @@ impl TestApiServer {
 }
 
 /// `devicetaintrules` under `apis/resource.k8s.io/<version>`, if that is the path.
-fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
+pub(crate) fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
     match parts {
         ["apis", "resource.k8s.io", version, rest @ ..]
             if rest.first() == Some(&"devicetaintrules") =>
@@ -54,7 +54,7 @@ fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str]
 
 /// The 404 of a version that does not serve DeviceTaintRules (list, watch
 /// or any other request on that path).
-fn device_taints_not_served(s: &State, path: &str) -> Option<(u16, Value)> {
+pub(crate) fn device_taints_not_served(s: &State, path: &str) -> Option<(u16, Value)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (version, _) = device_taint_path(&parts)?;
     (!s.device_taint_versions.contains(&version)).then(|| {
@@ -67,7 +67,7 @@ fn device_taints_not_served(s: &State, path: &str) -> Option<(u16, Value)> {
 }
 
 /// apimachinery's IsDNS1123Label.
-fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.chars()
@@ -77,7 +77,7 @@ fn is_dns_label(s: &str) -> bool {
 }
 
 /// apimachinery's IsDNS1123Subdomain.
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|l| {
@@ -90,7 +90,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// apimachinery's IsValidLabelValue (empty allowed).
-fn is_label_value(s: &str) -> bool {
+pub(crate) fn is_label_value(s: &str) -> bool {
     let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     s.is_empty()
         || (s.len() <= 63
@@ -100,7 +100,7 @@ fn is_label_value(s: &str) -> bool {
 }
 
 /// apimachinery's IsQualifiedName (a label name): `[prefix/]name`.
-fn is_label_name(s: &str) -> bool {
+pub(crate) fn is_label_name(s: &str) -> bool {
     let (prefix, name) = match s.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -108,7 +108,7 @@ fn is_label_name(s: &str) -> bool {
     prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
 }
 
-fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
+pub(crate) fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
     let mut errs = Vec::new();
     let name = rule["metadata"]["name"].as_str().unwrap_or("");
     if name.is_empty() {
@@ -158,7 +158,7 @@ fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
     errs
 }
 
-fn device_taint_route(
+pub(crate) fn device_taint_route(
     s: &mut State,
     who: &Identity,
     method: &Method,

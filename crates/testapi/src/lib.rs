@@ -11,8 +11,12 @@
 //! when asked, and 410 Gone once history is compacted.
 //!
 //! Not a Kubernetes: only the handful of paths the agent uses.
-
-#![allow(dead_code)]
+//!
+//! A crate of its own (dev-only, never shipped) so the test binaries,
+//! benches and examples that use it compile it once instead of each
+//! including the file (`mod support;` in 16 test binaries did).
+//! `device_taint_rules` and `placement` are its DRA-taint and placement
+//! sections.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -2460,8 +2464,7 @@ impl TestApiServer {
     }
 }
 
-// DeviceTaintRules: agent/tests/support/device_taint_rules.rs.
-include!("device_taint_rules.rs");
-
-// Placement: agent/tests/support/placement.rs.
-include!("placement.rs");
+mod device_taint_rules;
+mod placement;
+use device_taint_rules::*;
+use placement::*;

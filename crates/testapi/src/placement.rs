@@ -1,31 +1,31 @@
-// ---------------------------------------------------------------------------
-// Placement (included from apiserver.rs): what kube-apiserver lets a client
-// change of a gated pod's placement, `pods/status` patches, and an
-// adversarial scheduler.
-//
-// - KEP-3838 (mutable pod scheduling directives, GA with pod scheduling
-//   readiness): while a pod has scheduling gates, `ValidatePodUpdate`
-//   (pkg/apis/core/validation/validation.go) lets a client add nodeSelector
-//   keys (`validateNodeSelectorMutation`: "only additions to
-//   spec.nodeSelector are allowed (no mutations or deletions)") and narrow
-//   required node affinity (`validateNodeAffinityMutation`: anything where
-//   there was none; else the same number of terms, "no additions/deletions
-//   to non-empty NodeSelectorTerms list are allowed", each term only
-//   appended to); once ungated, nothing of the spec but the gates' removal.
-//   Measured on kube-apiserver 1.36 (shared/notes/kube-apiserver-1.36.md).
-// - The scheduler binds an ungated, unbound pod to one of the nodes that
-//   pass the host-only filters (NodeAffinity with nodeSelector,
-//   TaintToleration for NoSchedule/NoExecute, NodeUnschedulable, and
-//   extended resources against allocatable minus what bound pods request:
-//   NodeResourcesFit for those), choosing the **least** ready one:
-//   nodeproof's conditions False or Unknown first, then stale heartbeats,
-//   then by name. A real kube-scheduler chose the first node by name among
-//   equals in 3 runs of 3 (the notes); this one is worse on purpose, so only
-//   a pod narrowed to ready nodes lands on one.
-// ---------------------------------------------------------------------------
+//! Placement: what kube-apiserver lets a client
+//! change of a gated pod's placement, `pods/status` patches, and an
+//! adversarial scheduler.
+//!
+//! - KEP-3838 (mutable pod scheduling directives, GA with pod scheduling
+//!   readiness): while a pod has scheduling gates, `ValidatePodUpdate`
+//!   (pkg/apis/core/validation/validation.go) lets a client add nodeSelector
+//!   keys (`validateNodeSelectorMutation`: "only additions to
+//!   spec.nodeSelector are allowed (no mutations or deletions)") and narrow
+//!   required node affinity (`validateNodeAffinityMutation`: anything where
+//!   there was none; else the same number of terms, "no additions/deletions
+//!   to non-empty NodeSelectorTerms list are allowed", each term only
+//!   appended to); once ungated, nothing of the spec but the gates' removal.
+//!   Measured on kube-apiserver 1.36 (shared/notes/kube-apiserver-1.36.md).
+//! - The scheduler binds an ungated, unbound pod to one of the nodes that
+//!   pass the host-only filters (NodeAffinity with nodeSelector,
+//!   TaintToleration for NoSchedule/NoExecute, NodeUnschedulable, and
+//!   extended resources against allocatable minus what bound pods request:
+//!   NodeResourcesFit for those), choosing the **least** ready one:
+//!   nodeproof's conditions False or Unknown first, then stale heartbeats,
+//!   then by name. A real kube-scheduler chose the first node by name among
+//!   equals in 3 runs of 3 (the notes); this one is worse on purpose, so only
+//!   a pod narrowed to ready nodes lands on one.
+
+use super::*;
 
 /// nodeproof's condition types, the ones the adversarial scheduler ranks by.
-const NODEPROOF_CONDITIONS: [&str; 4] = [
+pub(crate) const NODEPROOF_CONDITIONS: [&str; 4] = [
     "SeccompProfilesReady",
     "SeccompTracingReady",
     "GPUDriverReady",
@@ -33,7 +33,7 @@ const NODEPROOF_CONDITIONS: [&str; 4] = [
 ];
 
 #[derive(Default)]
-struct SchedulerState {
+pub(crate) struct SchedulerState {
     /// No binding while paused (a test holds the scheduler between two writes).
     paused: bool,
     /// A heartbeat older than this ranks a node as stale.
@@ -47,14 +47,14 @@ struct SchedulerState {
 }
 
 /// The required node affinity's terms of a pod spec (`None`: no required affinity).
-fn required_terms(spec: &Value) -> Option<&Vec<Value>> {
+pub(crate) fn required_terms(spec: &Value) -> Option<&Vec<Value>> {
     spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         ["nodeSelectorTerms"]
         .as_array()
 }
 
 /// The spec without what KEP-3838 lets change while gated.
-fn without_placement(spec: &Value) -> Value {
+pub(crate) fn without_placement(spec: &Value) -> Value {
     let mut spec = spec.clone();
     if let Some(o) = spec.as_object_mut() {
         o.remove("schedulingGates");
@@ -85,7 +85,7 @@ fn without_placement(spec: &Value) -> Value {
 }
 
 /// Whether `new` only appends to `old`'s list at `field` (each old entry kept, in place).
-fn only_appended(old: &Value, new: &Value, field: &str) -> bool {
+pub(crate) fn only_appended(old: &Value, new: &Value, field: &str) -> bool {
     let empty = Vec::new();
     let o = old[field].as_array().unwrap_or(&empty);
     let n = new[field].as_array().unwrap_or(&empty);
@@ -94,7 +94,11 @@ fn only_appended(old: &Value, new: &Value, field: &str) -> bool {
 
 /// KEP-3838's rules for a pod update: `None` when `after`'s spec may follow
 /// `before`'s, else kube-apiserver's 422.
-fn placement_mutation(before: &Value, after: &Value, name: &str) -> Option<(u16, Value)> {
+pub(crate) fn placement_mutation(
+    before: &Value,
+    after: &Value,
+    name: &str,
+) -> Option<(u16, Value)> {
     let (b, a) = (&before["spec"], &after["spec"]);
     let gated = !gate_names(before).is_empty();
     let forbidden = || {
@@ -150,7 +154,7 @@ fn placement_mutation(before: &Value, after: &Value, name: &str) -> Option<(u16,
 /// `PATCH pods/<name>/status` (strategic merge; `status.conditions` merge
 /// by `type`, as the pod status's patch strategy says). A node may patch
 /// only the status of the pods bound to it (the Node authorizer).
-fn patch_pod_status(
+pub(crate) fn patch_pod_status(
     s: &mut State,
     who: &Identity,
     ns: &str,
@@ -204,7 +208,7 @@ fn patch_pod_status(
 }
 
 /// `ToleratesTaint` (k8s.io/api/core/v1/toleration.go).
-fn toleration_tolerates(t: &Value, taint: &Value) -> bool {
+pub(crate) fn toleration_tolerates(t: &Value, taint: &Value) -> bool {
     let effect = t["effect"].as_str().unwrap_or("");
     if !effect.is_empty() && taint["effect"].as_str() != Some(effect) {
         return false;
@@ -222,7 +226,7 @@ fn toleration_tolerates(t: &Value, taint: &Value) -> bool {
 
 /// One `NodeSelectorRequirement` against a node's labels (or its name, for
 /// `matchFields`), as k8s.io/component-helpers nodeaffinity does.
-fn requirement_matches(req: &Value, value: Option<&str>) -> bool {
+pub(crate) fn requirement_matches(req: &Value, value: Option<&str>) -> bool {
     let values: Vec<&str> = req["values"]
         .as_array()
         .into_iter()
@@ -245,7 +249,7 @@ fn requirement_matches(req: &Value, value: Option<&str>) -> bool {
     }
 }
 
-fn term_matches(term: &Value, node: &Value) -> bool {
+pub(crate) fn term_matches(term: &Value, node: &Value) -> bool {
     let exprs = term["matchExpressions"].as_array();
     let fields = term["matchFields"].as_array();
     if exprs.is_none_or(|e| e.is_empty()) && fields.is_none_or(|f| f.is_empty()) {
@@ -263,7 +267,7 @@ fn term_matches(term: &Value, node: &Value) -> bool {
 
 /// Extended resources a pod spec requests (a request, else its limit), by name:
 /// integers only, as the tests write them.
-fn extended_requests(spec: &Value) -> BTreeMap<String, i64> {
+pub(crate) fn extended_requests(spec: &Value) -> BTreeMap<String, i64> {
     let mut out = BTreeMap::new();
     for c in spec["containers"].as_array().into_iter().flatten() {
         let res = &c["resources"];
@@ -293,7 +297,7 @@ fn extended_requests(spec: &Value) -> BTreeMap<String, i64> {
 
 /// Whether `node` passes the host-only filters for `pod` (whose extended
 /// requests are `wants`), given what the pods already bound there request.
-fn fits(
+pub(crate) fn fits(
     pod: &Value,
     wants: &BTreeMap<String, i64>,
     node: &Value,
@@ -336,7 +340,7 @@ fn fits(
 }
 
 /// 0: a nodeproof condition False or Unknown; 1: one with a stale heartbeat; 2: ready.
-fn readiness_rank(node: &Value, stale_after: Duration) -> u8 {
+pub(crate) fn readiness_rank(node: &Value, stale_after: Duration) -> u8 {
     let now = std::time::SystemTime::now();
     let ours: Vec<&Value> = node["status"]["conditions"]
         .as_array()
@@ -369,7 +373,7 @@ fn readiness_rank(node: &Value, stale_after: Duration) -> u8 {
 
 /// One pass: binds every schedulable pod (no gates, no node, not being
 /// deleted) to the least ready node that fits it; pods that fit nowhere wait.
-fn schedule_pending(s: &mut State) {
+pub(crate) fn schedule_pending(s: &mut State) {
     if s.scheduler.paused || s.scheduler.last_pass_rv == s.rv {
         return;
     }
