@@ -1,4 +1,5 @@
-//! The agent's start-up and steady memory, issue #4's figures: time from
+//! The agent's start-up and steady memory (systemd waits for READY=1, and
+//! a node runs one agent beside its workloads): time from
 //! process start to READY (the `ready_ms` the agent logs when its first full
 //! check cycle is done) without an API server, and RSS a few seconds later.
 //! `cargo xtask bench daemon_start` (or `cargo bench -p nodeproof --bench daemon_start`).

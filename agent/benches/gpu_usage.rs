@@ -1,4 +1,4 @@
-//! The cost of GPU usage by pod (issue 27 item 4) on one 10 s cycle of 8
+//! The cost of GPU usage by pod (read every 10 s) on one cycle of 8
 //! GPUs through the fake NVML (real dlopen/FFI; GPUs 6 and 7 in MIG mode
 //! with 3 instances each), side by side with the baseline measured in the
 //! same run: the health cycle as it was (the probe not reading usage).

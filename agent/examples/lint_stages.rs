@@ -1,5 +1,5 @@
 //! Where one profile's lint spends its time and allocations, stage by stage:
-//! a profiling aid for issue #2's benchmark (run it under `perf record` or
+//! a profiling aid for `cargo xtask bench profile_lint` (run it under `perf record` or
 //! `valgrind --tool=callgrind` for instruction counts).
 //!
 //! `cargo run --release -p nodeproof --example lint_stages -- PROFILE [containerd|crio] [N]`

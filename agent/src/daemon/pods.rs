@@ -1,4 +1,4 @@
-//! The pods watcher in the agent (issue 5). When API credentials are found
+//! The pods watcher in the agent. When API credentials are found
 //! (as the reporter finds them), the pods bound to this node and the
 //! RuntimeClasses are watched and judged: their part of
 //! `SeccompProfilesReady` is the `pods` check (folded into the profile

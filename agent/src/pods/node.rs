@@ -234,7 +234,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, PodsRunError> {
 /// are per request, and a list is several).
 const ONCE_DEADLINE: Duration = Duration::from_secs(20);
 
-/// Lists this node's pods and the RuntimeClasses once and judges them.
 /// This node's DRA view once (`nodeproof gpu`, `nodeproof check`):
 /// `Unread` without credentials or a node name (nothing to read it with).
 pub fn dra_once(opts: &PodsOptions) -> NodeDra {
@@ -276,6 +275,7 @@ pub fn dra_once(opts: &PodsOptions) -> NodeDra {
     })
 }
 
+/// Lists this node's pods and the RuntimeClasses once and judges them.
 pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
     // The timer is made inside the runtime: it needs the runtime's clock.
     let judged = runtime()?.block_on(async {

@@ -1,7 +1,7 @@
 //! Judges a pod's seccomp references against this node: the file exists under
 //! the kubelet seccomp root, it lints to `ok` for the container's effective
 //! noNewPrivileges, and the pod's RuntimeClass runs here. Reads only profile
-//! files (through `profile::scan`, so FIFOs, loops and escaping links are
+//! files (through `nodeproof_seccomp::scan`, so FIFOs, loops and escaping links are
 //! refused as they are for `profile lint`); lint results are cached by
 //! (path, noNewPrivileges, contents), so a thousand pods sharing one profile
 //! lint it once per mode.

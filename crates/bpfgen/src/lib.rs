@@ -4,7 +4,8 @@
 //! `seccomp_export_bpf`: the same `seccomp_init` / `seccomp_arch_add` /
 //! `seccomp_arch_remove` / `seccomp_rule_add_array` sequence as
 //! [`libseccomp::compile`] makes, and byte for byte the same program, in a
-//! fraction of the time (issue #2). [`Libseccomp`] is libseccomp itself:
+//! fraction of the time (the lint runs on every profile edit, and libseccomp
+//! itself was most of a lint's time). [`Libseccomp`] is libseccomp itself:
 //! the native generator's fallback and its differential oracle.
 //!
 //! What [`generate`] covers (checked in this order): an x86_64 host; a

@@ -1,5 +1,6 @@
-//! HorizontalPodAutoscalers that cannot scale (the second article: verify
-//! HPA behaviour around an upgrade, not only that the Metrics API answers).
+//! HorizontalPodAutoscalers that cannot scale: an upgrade that breaks the
+//! Metrics API, or an HPA's access to it, stops autoscaling without any
+//! pod failing, so "the Metrics API answers" is not enough.
 //!
 //! The HPA controller (k8s.io/kubernetes pkg/controller/podautoscaler)
 //! reports on `autoscaling/v2` status conditions:

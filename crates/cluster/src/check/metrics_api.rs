@@ -1,5 +1,5 @@
 //! The Metrics API, judged as four separate things, because each can fail
-//! without the others (the second article's upgrade checklist):
+//! without the others, and an upgrade can break any of them:
 //!
 //! 1. **registered**: an APIService of `metrics.k8s.io` exists, `v1` (the
 //!    stable version the article expects) preferred over `v1beta1`

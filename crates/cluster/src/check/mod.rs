@@ -1,4 +1,4 @@
-//! `nodeproof cluster check`: the second article's upgrade checklist as one
+//! `nodeproof cluster check`: what an SRE verifies around an upgrade, as one
 //! command. The cluster is read once into a [`Snapshot`] (paged lists,
 //! [`read`]); [`evaluate`] judges it at a given time into a [`Report`] of
 //! typed [`Problem`]s, purely.

@@ -1,6 +1,6 @@
-//! The role-label audit (the first article's checklist: `kubectl get nodes
-//! -L node-role.kubernetes.io/control-plane`, and everything that still
-//! depends on the old `node-role.kubernetes.io/master` name).
+//! The role-label audit: which nodes carry which role label (`kubectl get
+//! nodes -L node-role.kubernetes.io/control-plane`), and everything that
+//! still depends on the old `node-role.kubernetes.io/master` name.
 //!
 //! kubeadm stopped labelling control-plane nodes `…/master` in 1.24 and
 //! stopped tainting them with it in 1.25 (KEP-2067); a cluster upgraded
