@@ -40,7 +40,7 @@ pub(crate) struct ReportArgs {
 /// conditions printed are then not the whole answer.
 pub(crate) const NOT_JUDGED: u8 = 3;
 
-/// One round of exactly what `run` does (`checks::node_round`), printed;
+/// One round of exactly what `run` does (`oneshot::node_round`), printed;
 /// `--report` writes it as the agent would: the conditions and the pods'
 /// Events.
 pub(crate) fn check(
