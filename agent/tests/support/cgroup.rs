@@ -50,12 +50,29 @@ impl Drop for CgroupDir {
     fn drop(&mut self) {
         let mut p = self.leaf.clone();
         while p.starts_with(&self.top) {
-            let _ = std::fs::remove_dir(&p);
+            remove_cgroup(&p);
             if !p.pop() {
                 break;
             }
         }
     }
+}
+
+/// `rmdir` of a cgroup, retried while the kernel answers EBUSY: a cgroup
+/// whose last process has just been reaped can still be populated for a
+/// moment (its tasks' exit is finished asynchronously; cgroup v2's
+/// `cgroup.events` says `populated 0` once it is), and a single try left
+/// empty `nodeproof-test-*` cgroups behind after a suite run.
+fn remove_cgroup(p: &std::path::Path) {
+    for _ in 0..100 {
+        match std::fs::remove_dir(p) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => return,
+        }
+    }
+    eprintln!("test cgroup {} still busy after 2 s; left", p.display());
 }
 
 /// A cgroup laid out as the kubelet's cgroupfs driver does
