@@ -13,7 +13,7 @@
 //! size — x86_64, x86, x32 (runc's set on x86_64), aarch64, arm, riscv64,
 //! mipsel64, mipsel64n32. MIPS o32 and ppc64le are [`GenError::Unsupported`]
 //! and [`compile`] asks libseccomp; a big-endian arch in the filter is
-//! refused as libseccomp refuses it (`EDOM`). `agent/tests/bpfgen_vs_libseccomp.rs`
+//! refused as libseccomp refuses it (`EDOM`). `tests/against_libseccomp/bpfgen_vs_libseccomp.rs`
 //! holds the two to identical output or identical refusals.
 
 mod db;

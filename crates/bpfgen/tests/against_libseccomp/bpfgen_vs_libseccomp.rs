@@ -1,4 +1,4 @@
-//! The native generator (`profile::bpfgen`) against libseccomp itself: for
+//! The native generator (`nodeproof_bpfgen::generate`) against libseccomp itself: for
 //! the project's own profiles, every corpus profile (where the corpus is
 //! present) and thousands of pseudo-random filters, the same program
 //! instruction for instruction, or the same refusal.

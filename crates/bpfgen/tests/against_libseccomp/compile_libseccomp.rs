@@ -1,4 +1,4 @@
-//! `profile::compile` against the real libseccomp, checked with the BPF interpreter.
+//! `nodeproof_bpfgen::compile` against the real libseccomp, checked with the BPF interpreter.
 
 use nodeproof_bpfgen::compile;
 use nodeproof_bpfgen::libseccomp::export_pfc;

@@ -240,7 +240,7 @@ fn deep_nesting_is_a_diagnostic() {
 fn other_node_architectures() {
     let default = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../profiles/runtime-default-x86_64.json"
+        "/../../profiles/runtime-default-x86_64.json"
     ))
     .unwrap();
     let on = |arch| {
