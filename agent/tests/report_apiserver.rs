@@ -771,13 +771,14 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
         rx,
         None,
         None,
-        None,
         move |_| {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         },
         |_| {},
     ));
-    tx.send(vec![seccomp(false, "broken")]).await.unwrap();
+    tx.send(vec![seccomp(false, "broken")].into())
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while errors.load(std::sync::atomic::Ordering::SeqCst) == 0 {
         assert!(std::time::Instant::now() < deadline, "no failure counted");
@@ -788,7 +789,7 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
         assert!(std::time::Instant::now() < deadline, "never reported");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tx.send(healthy()).await.unwrap();
+    tx.send(healthy().into()).await.unwrap();
     while c.server.condition("n1", "SeccompProfilesReady").unwrap()["status"] != "True" {
         assert!(
             std::time::Instant::now() < deadline,

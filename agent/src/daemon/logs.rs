@@ -119,6 +119,7 @@ pub const JOURNAL_FIELDS: &[(&str, &str)] = &[
     ("resource_slices", "device taints: how many ResourceSlices were seen"),
     ("restarts", "a subsystem restarted after a panic: how many times so far"),
     ("retry_ms", "a watch interrupted: the wait before it is retried"),
+    ("rounds", "the reporter is behind: how many check rounds wait for it"),
     ("runtime_class", "a RuntimeClass contract label: the RuntimeClass"),
     ("seccomp_action", "a seccomp denial: the filter's action (errno, kill, trap, ...)"),
     ("seccomp_mode", "tracer without BTF: the probed task_struct offset of the seccomp mode"),

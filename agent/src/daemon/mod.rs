@@ -36,7 +36,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch as channel, Notify};
 
 use crate::config::{Config, ConfigError};
-use nodeproof_findings::Condition;
+use nodeproof_kube::driver::RoundNews;
 use notify::{Notifier, NotifyError, NotifyState};
 use state::Shared;
 
@@ -151,7 +151,6 @@ async fn serve(
     let (dra, dra_rx) = channel::channel(crate::checks::gpu::NodeDra::Unread);
     let (dra_wanted, dra_wanted_rx) = channel::channel(false);
     let dra_wanted = Arc::new(dra_wanted);
-    let (pod_events, pod_events_rx) = tokio::sync::mpsc::channel(64);
     let (tracer_settled, mut tracer_settled_rx) = channel::channel(false);
     let ctx = subsystems::Context {
         shared: shared.clone(),
@@ -167,7 +166,6 @@ async fn serve(
         node_gpus: node_gpus_rx,
         dra: dra_rx,
         dra_wanted,
-        reporter_news: pod_events.clone(),
     };
     let mut running = Running {
         tasks: subsystems::spawn_checks(&ctx),
@@ -183,17 +181,11 @@ async fn serve(
         tracer_settled_rx.wait_for(|settled| *settled),
     )
     .await;
-    let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<Vec<Condition>>(ROUNDS_IN_FLIGHT);
+    let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<RoundNews>(ROUNDS_IN_FLIGHT);
     let (nodes, nodes_rx) = tokio::sync::mpsc::channel(4);
-    let reporter = subsystems::start_reporter(
-        &config,
-        config_tx.subscribe(),
-        &shared,
-        rounds_rx,
-        pod_events_rx,
-        nodes_rx,
-    )
-    .await;
+    let reporter =
+        subsystems::start_reporter(&config, config_tx.subscribe(), &shared, rounds_rx, nodes_rx)
+            .await;
     if reporter.is_some() {
         let feeds = pods::Feeds {
             rows: rows_rx,
@@ -202,7 +194,6 @@ async fn serve(
             dra: Arc::new(dra),
             dra_wanted: dra_wanted_rx,
             profiles_linted: ctx.profiles_linted.clone(),
-            events: pod_events,
             nodes,
         };
         running
@@ -267,16 +258,25 @@ async fn serve(
                 last_extend = now;
             }
         }
+        // Never waits: the reporter drains between its writes. Full means
+        // it is stuck; the checks go on, and what it could not take waits in
+        // `shared` (its Events kept, the oldest conditions given up first).
+        let mut waiting = Vec::new();
         for round in shared.take_rounds() {
-            // Never waits: the reporter drains between its writes. Full
-            // means it is stuck; the checks go on, and the loss is logged here.
-            if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) = rounds_tx.try_send(round)
+            // Closed (not reporting): nothing waits for these.
+            if let Err(tokio::sync::mpsc::error::TrySendError::Full(round)) =
+                rounds_tx.try_send(round)
             {
-                tracing::warn!(
-                    nodeproof_check = Subsystem::Reporter.as_str(),
-                    "reporter is behind; a check round was not handed to it"
-                );
+                waiting.push(round);
             }
+        }
+        if !waiting.is_empty() {
+            tracing::warn!(
+                nodeproof_check = Subsystem::Reporter.as_str(),
+                rounds = waiting.len(),
+                "reporter is behind; check rounds wait for it"
+            );
+            shared.requeue(waiting);
         }
         if watchdog.is_some() {
             send(&*notifier, &[NotifyState::Watchdog]);

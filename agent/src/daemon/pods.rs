@@ -48,8 +48,6 @@ pub struct Feeds {
     pub gpu_faults: tokio::sync::broadcast::Sender<Vec<nodeproof_gpu::faults::PodFault>>,
     /// Notified after each lint of the seccomp root: files may have changed.
     pub profiles_linted: Arc<Notify>,
-    /// To the reporter: Events about pods, and the RuntimeClass contract verdicts.
-    pub events: mpsc::Sender<PodsNews>,
     /// This Node as watched, to the reporter.
     pub nodes: mpsc::Sender<nodeproof_kube::client::NodeState>,
 }
@@ -141,16 +139,11 @@ async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
     };
     let publish = async {
         while let Some(round) = round_rx.recv().await {
-            publish(&ctx.shared, &round);
-            // The main loop hands the merged condition to the reporter now, not at its next tick.
+            publish(&ctx.shared, round);
+            // The main loop hands the merged condition, with this round's
+            // contract verdicts and Events after it, to the reporter now,
+            // not at its next tick.
             ctx.round.notify_one();
-            let news = std::iter::once(PodsNews::Contracts(round.contracts))
-                .chain(round.events.into_iter().map(PodsNews::Event));
-            for n in news {
-                if feeds.events.send(n).await.is_err() {
-                    return;
-                }
-            }
         }
     };
     let watching = async {
@@ -268,7 +261,7 @@ async fn watch_with(
     }
 }
 
-fn publish(shared: &Shared, round: &Round) {
+fn publish(shared: &Shared, round: Round) {
     let summary = if round.failing_pods == 0 {
         format!("pods {} watched", round.pods)
     } else {
@@ -277,15 +270,6 @@ fn publish(shared: &Shared, round: &Round) {
             round.pods, round.failing_pods
         )
     };
-    shared.set_check(
-        Subsystem::Pods,
-        CheckState {
-            conditions: vec![round.condition.clone()],
-            summary,
-            progress: Some(Instant::now()),
-            period: RECHECK,
-        },
-    );
     if let Some(totals) = &round.denial_totals {
         shared.metrics(|m| m.pod_denials = Some(totals.clone()));
     }
@@ -293,4 +277,17 @@ fn publish(shared: &Shared, round: &Round) {
         shared.metrics(|m| m.gpu_faults = Some(totals.clone()));
     }
     shared.metrics(|m| m.running_pods = Some(round.running_pods.clone()));
+    let news = std::iter::once(PodsNews::Contracts(round.contracts))
+        .chain(round.events.into_iter().map(PodsNews::Event))
+        .collect();
+    shared.set_check_with_news(
+        Subsystem::Pods,
+        CheckState {
+            conditions: vec![round.condition],
+            summary,
+            progress: Some(Instant::now()),
+            period: RECHECK,
+        },
+        news,
+    );
 }

@@ -9,6 +9,7 @@ use crate::checks::Subsystem;
 use crate::pods::denials::PodDenialTotal;
 use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_gpu::GpuMetrics;
+use nodeproof_kube::driver::{PodsNews, RoundNews};
 
 #[derive(Debug, Clone)]
 pub struct CheckState {
@@ -63,16 +64,19 @@ pub struct Metrics {
 }
 
 /// Check rounds kept for the reporter between two main-loop rounds; more
-/// means the main loop is stuck, and then the oldest are dropped.
+/// means the main loop (or the reporter) is stuck, and then the oldest
+/// rounds' conditions are dropped (later rounds say the same or newer);
+/// their news is kept, moved to the next round.
 const MAX_PENDING_ROUNDS: usize = 256;
 
 #[derive(Debug, Default)]
 struct Inner {
     checks: BTreeMap<Subsystem, CheckState>,
-    /// Every completed check round's conditions, oldest first, until the
-    /// main loop hands them to the reporter: its hysteresis counts check
-    /// results, so a result equal to the previous one still counts.
-    pending_rounds: VecDeque<Vec<Condition>>,
+    /// Every completed check round's conditions and news, oldest first,
+    /// until the main loop hands them to the reporter: its hysteresis
+    /// counts check results, so a result equal to the previous one still
+    /// counts.
+    pending_rounds: VecDeque<RoundNews>,
     /// When each check first published: the start-up breakdown.
     first_rounds: BTreeMap<Subsystem, Instant>,
     metrics: Metrics,
@@ -117,6 +121,21 @@ pub struct Health {
     pub body: String,
 }
 
+/// At most [`MAX_PENDING_ROUNDS`]: the oldest rounds' conditions go, their
+/// news moves into the next round (an Event is news once, never resent).
+fn bound(rounds: &mut VecDeque<RoundNews>) {
+    while rounds.len() > MAX_PENDING_ROUNDS {
+        let Some(oldest) = rounds.pop_front() else {
+            return;
+        };
+        if let Some(next) = rounds.front_mut() {
+            let mut news = oldest.news;
+            news.append(&mut next.news);
+            next.news = news;
+        }
+    }
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves plain data behind: keep serving it.
@@ -126,28 +145,49 @@ impl Shared {
     /// Records a check's state; one with conditions and progress is a
     /// completed round, queued for the reporter (see [`Shared::take_rounds`]).
     pub fn set_check(&self, name: Subsystem, state: CheckState) {
+        self.set_check_with_news(name, state, Vec::new());
+    }
+
+    /// [`Shared::set_check`], with what the round found for the reporter
+    /// (pod Events, contract verdicts, unhealthy devices): queued in the
+    /// same message as the round's conditions, after them.
+    pub fn set_check_with_news(&self, name: Subsystem, state: CheckState, news: Vec<PodsNews>) {
         let mut i = self.lock();
         i.first_rounds.entry(name).or_insert_with(Instant::now);
         let kinds: Vec<ConditionType> = state.conditions.iter().map(|c| c.kind).collect();
         let completed = state.progress.is_some() && !kinds.is_empty();
         i.checks.insert(name, state);
-        if completed {
-            // The merged view: a pods round re-observes the one
-            // SeccompProfilesReady that files and pods back together.
-            let round: Vec<Condition> = merged(&i.checks)
+        if !completed && news.is_empty() {
+            return;
+        }
+        // The merged view: a pods round re-observes the one
+        // SeccompProfilesReady that files and pods back together.
+        let conditions: Vec<Condition> = if completed {
+            merged(&i.checks)
                 .into_iter()
                 .filter(|c| kinds.contains(&c.kind))
-                .collect();
-            if i.pending_rounds.len() == MAX_PENDING_ROUNDS {
-                i.pending_rounds.pop_front();
-            }
-            i.pending_rounds.push_back(round);
-        }
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let round = RoundNews { conditions, news };
+        i.pending_rounds.push_back(round);
+        bound(&mut i.pending_rounds);
     }
 
     /// The check rounds completed since the last call, oldest first.
-    pub fn take_rounds(&self) -> Vec<Vec<Condition>> {
+    pub fn take_rounds(&self) -> Vec<RoundNews> {
         self.lock().pending_rounds.drain(..).collect()
+    }
+
+    /// Rounds the main loop could not hand over (the reporter's channel was
+    /// full), back in front of the queue in their order: sent next time.
+    pub fn requeue(&self, rounds: Vec<RoundNews>) {
+        let mut i = self.lock();
+        for r in rounds.into_iter().rev() {
+            i.pending_rounds.push_front(r);
+        }
+        bound(&mut i.pending_rounds);
     }
 
     /// `profiles 12 ms, tracing 95 ms, ...`: how long after `start` each
@@ -483,7 +523,7 @@ mod tests {
         assert_eq!(rounds.len(), 2, "{rounds:?}");
         assert!(rounds
             .iter()
-            .all(|r| r == &vec![cond("GPUHealthy", "False")]));
+            .all(|r| r.conditions == vec![cond("GPUHealthy", "False")]));
         assert!(s.take_rounds().is_empty());
 
         // A pods round re-observes the merged SeccompProfilesReady, only it.
@@ -506,9 +546,9 @@ mod tests {
         );
         let rounds = s.take_rounds();
         assert_eq!(rounds.len(), 2, "{rounds:?}");
-        assert_eq!(rounds[1].len(), 1);
-        assert_eq!(rounds[1][0].status, ConditionStatus::False);
-        assert_eq!(rounds[1][0].reason, "ProfileMissing");
+        assert_eq!(rounds[1].conditions.len(), 1);
+        assert_eq!(rounds[1].conditions[0].status, ConditionStatus::False);
+        assert_eq!(rounds[1].conditions[0].reason, "ProfileMissing");
 
         // A stuck main loop costs the oldest rounds, not unbounded memory.
         for _ in 0..MAX_PENDING_ROUNDS + 10 {
@@ -539,7 +579,7 @@ mod tests {
         assert!(
             rounds
                 .iter()
-                .flatten()
+                .flat_map(|r| &r.conditions)
                 .all(|c| c.kind != ConditionType::SeccompProfilesReady),
             "{rounds:?}"
         );
@@ -550,8 +590,62 @@ mod tests {
         );
         let rounds = s.take_rounds();
         assert_eq!(rounds.len(), 1);
-        assert_eq!(rounds[0].len(), 1);
-        assert_eq!(rounds[0][0].kind, ConditionType::SeccompProfilesReady);
-        assert_eq!(rounds[0][0].status, ConditionStatus::False);
+        assert_eq!(rounds[0].conditions.len(), 1);
+        assert_eq!(
+            rounds[0].conditions[0].kind,
+            ConditionType::SeccompProfilesReady
+        );
+        assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn news_travels_after_its_rounds_conditions_and_is_never_dropped() {
+        use nodeproof_kube::device_health::UnhealthyDevices;
+        let s = Shared::default();
+        let state = |conditions| CheckState {
+            conditions,
+            summary: String::new(),
+            progress: Some(Instant::now()),
+            period: Duration::from_secs(1),
+        };
+        let devices = |n: usize| {
+            let mut d = UnhealthyDevices::new();
+            for i in 0..n {
+                d.insert(&format!("GPU-{i}"), "XidFatal");
+            }
+            PodsNews::UnhealthyDevices(d)
+        };
+        s.set_check_with_news(
+            Subsystem::Gpu,
+            state(vec![cond("GPUHealthy", "False")]),
+            vec![devices(1)],
+        );
+        let rounds = s.take_rounds();
+        assert_eq!(rounds.len(), 1);
+        assert_eq!(rounds[0].conditions, vec![cond("GPUHealthy", "False")]);
+        assert_eq!(rounds[0].news, vec![devices(1)]);
+
+        // Rounds the reporter could not take come back first, in order.
+        s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
+        s.requeue(rounds);
+        let again = s.take_rounds();
+        assert_eq!(again.len(), 2);
+        assert_eq!(again[0].news, vec![devices(1)]);
+        assert_eq!(again[1].conditions, vec![cond("GPUHealthy", "True")]);
+
+        // Overflow drops the oldest conditions, not their news.
+        s.set_check_with_news(
+            Subsystem::Gpu,
+            state(vec![cond("GPUHealthy", "False")]),
+            vec![devices(2)],
+        );
+        for _ in 0..MAX_PENDING_ROUNDS + 3 {
+            s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
+        }
+        let rounds = s.take_rounds();
+        assert_eq!(rounds.len(), MAX_PENDING_ROUNDS);
+        let news: Vec<&PodsNews> = rounds.iter().flat_map(|r| &r.news).collect();
+        assert_eq!(news, vec![&devices(2)]);
+        assert_eq!(rounds[0].news, vec![devices(2)]);
     }
 }

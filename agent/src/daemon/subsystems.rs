@@ -23,7 +23,7 @@ use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::conditions::Policy;
 use nodeproof_kube::config::ReportConfig;
-use nodeproof_kube::driver::{self, LoopConfig, PodsNews, ReportLoop};
+use nodeproof_kube::driver::{self, LoopConfig, PodsNews, ReportLoop, RoundNews};
 use nodeproof_kube::ConnectError;
 use nodeproof_podresources::KubeletPodResources;
 use nodeproof_seccomp::lint::ProfileReport;
@@ -58,9 +58,6 @@ pub struct Context {
     pub dra: channel::Receiver<checks::gpu::NodeDra>,
     /// Set by the GPU probe on a node with NVIDIA devices: only then is DRA read.
     pub dra_wanted: Arc<channel::Sender<bool>>,
-    /// The reporter's news: the GPU probe sends the GPUs it judges unhealthy
-    /// (when that set changes) for the Node's annotation. Closed when not reporting.
-    pub reporter_news: mpsc::Sender<PodsNews>,
 }
 
 pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
@@ -492,17 +489,13 @@ fn gpu_probe(ctx: &Context) {
             let healthy = report.evaluation.gpus.iter().filter(|g| g.healthy).count();
             format!("{healthy}/{total} GPUs healthy")
         };
+        // The GPUs judged unhealthy, for the Node's annotation, with this
+        // round when the set changed.
         let devices = checks::gpu::unhealthy_devices(&report);
+        let mut news = Vec::new();
         if devices_sent.as_ref() != Some(&devices) {
-            // Full (the reporter is behind) or closed (not reporting): tried
-            // again next cycle, or never needed.
-            if ctx
-                .reporter_news
-                .try_send(PodsNews::UnhealthyDevices(devices.clone()))
-                .is_ok()
-            {
-                devices_sent = Some(devices);
-            }
+            news.push(PodsNews::UnhealthyDevices(devices.clone()));
+            devices_sent = Some(devices);
         }
         let mut metrics = report.metrics(&state);
         metrics.node.clone_from(&node);
@@ -511,7 +504,7 @@ fn gpu_probe(ctx: &Context) {
             m.gpu_usage = usage;
         });
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
-        ctx.shared.set_check(
+        ctx.shared.set_check_with_news(
             Subsystem::Gpu,
             CheckState {
                 conditions: checks::gpu::round(&report).conditions,
@@ -519,6 +512,7 @@ fn gpu_probe(ctx: &Context) {
                 progress: Some(Instant::now()),
                 period: interval,
             },
+            news,
         );
         ctx.round.notify_one();
         let until = Instant::now() + interval;
@@ -550,8 +544,7 @@ pub async fn start_reporter(
     config: &Config,
     reloads: channel::Receiver<Arc<Config>>,
     shared: &Arc<Shared>,
-    rounds: mpsc::Receiver<Vec<Condition>>,
-    pod_events: mpsc::Receiver<PodsNews>,
+    rounds: mpsc::Receiver<RoundNews>,
     nodes: mpsc::Receiver<nodeproof_kube::client::NodeState>,
 ) -> Option<Reporter> {
     let c = match nodeproof_kube::connect(&config.report).await {
@@ -617,7 +610,6 @@ pub async fn start_reporter(
         task: tokio::spawn(driver::run(
             lp,
             rounds,
-            Some(pod_events),
             Some(nodes),
             Some(follow_report_policy(config.report.clone(), reloads)),
             move |_| counter.metrics(|m| m.reporter_errors += 1),

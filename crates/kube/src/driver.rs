@@ -641,8 +641,7 @@ impl<R: Reporter> ReportLoop<R> {
 /// loop when the rounds' sender is dropped.
 pub async fn run<R: Reporter>(
     mut lp: ReportLoop<R>,
-    mut rounds: tokio::sync::mpsc::Receiver<Vec<Condition>>,
-    mut pods: Option<tokio::sync::mpsc::Receiver<PodsNews>>,
+    mut rounds: tokio::sync::mpsc::Receiver<RoundNews>,
     mut nodes: Option<tokio::sync::mpsc::Receiver<NodeState>>,
     mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
     mut on_error: impl FnMut(&ReportError),
@@ -670,15 +669,21 @@ pub async fn run<R: Reporter>(
                 let Some(round) = round else {
                     return lp;
                 };
-                lp.observe(SystemTime::now(), &round);
-            }
-            Some(news) = next_pod_news(&mut pods) => match news {
-                PodsNews::Event(e) => {
-                    lp.pod_event(SystemTime::now(), e.pod, e.event_type, e.reason, &e.message);
+                let now = SystemTime::now();
+                // The conditions first, then what explains them.
+                if !round.conditions.is_empty() {
+                    lp.observe(now, &round.conditions);
                 }
-                PodsNews::Contracts(verdicts) => lp.observe_contracts(SystemTime::now(), &verdicts),
-                PodsNews::UnhealthyDevices(devices) => lp.observe_devices(devices),
-            },
+                for news in round.news {
+                    match news {
+                        PodsNews::Event(e) => {
+                            lp.pod_event(now, e.pod, e.event_type, e.reason, &e.message);
+                        }
+                        PodsNews::Contracts(verdicts) => lp.observe_contracts(now, &verdicts),
+                        PodsNews::UnhealthyDevices(devices) => lp.observe_devices(devices),
+                    }
+                }
+            }
             Some(n) = next_node(&mut nodes) => {
                 lp.node_seen(&n);
             }
@@ -716,8 +721,28 @@ async fn next_node(
     }
 }
 
-/// What the pods watcher hands the daemon's reporter.
-#[derive(Debug, Clone)]
+/// One message to the reporter: a check round's conditions and the news
+/// found with it, applied in that order, so a pod's Event and the condition
+/// it explains never arrive in either order by a race of two channels.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundNews {
+    pub conditions: Vec<Condition>,
+    pub news: Vec<PodsNews>,
+}
+
+impl From<Vec<Condition>> for RoundNews {
+    /// A round of conditions alone.
+    fn from(conditions: Vec<Condition>) -> Self {
+        RoundNews {
+            conditions,
+            news: Vec::new(),
+        }
+    }
+}
+
+/// What the pods watcher and the GPU probe hand the daemon's reporter with
+/// their rounds.
+#[derive(Debug, Clone, PartialEq)]
 pub enum PodsNews {
     /// A finding or denials on a pod: one Event.
     Event(PodEvent),
@@ -726,19 +751,6 @@ pub enum PodsNews {
     /// The GPUs the GPU probe judged unhealthy (sent by the probe, when the
     /// set changes): the Node's `gpu.nodeproof.dev/unhealthy-devices`.
     UnhealthyDevices(UnhealthyDevices),
-}
-
-/// The pods watcher's next news; pending forever without a source (or once it ended).
-async fn next_pod_news(
-    events: &mut Option<tokio::sync::mpsc::Receiver<PodsNews>>,
-) -> Option<PodsNews> {
-    match events {
-        Some(rx) => match rx.recv().await {
-            Some(e) => Some(e),
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
