@@ -71,6 +71,7 @@ pub const JOURNAL_FIELDS: &[(&str, &str)] = &[
     ("errno", "a seccomp denial: the errno the filter returned"),
     ("error", "the error, with its causes"),
     ("event_reason", "a dropped Event's reason"),
+    ("events", "the reporter is behind: how many pod Events waiting for it were given up"),
     ("first", "the first failure of a tracing strategy that fell back to a variant"),
     ("first_rounds", "readiness: each subsystem's first round time"),
     ("found", "the crun release found on the node, when nodeproof does not model it"),

@@ -121,8 +121,16 @@ pub struct Health {
     pub body: String,
 }
 
+/// News kept for a stuck reporter, at most: beyond, the oldest pod Events
+/// are given up (said in the journal). Before, the pods watcher waited for
+/// the reporter; now the checks go on and the wait is bounded here.
+const MAX_PENDING_NEWS: usize = 4096;
+
 /// At most [`MAX_PENDING_ROUNDS`]: the oldest rounds' conditions go, their
 /// news moves into the next round (an Event is news once, never resent).
+/// At most [`MAX_PENDING_NEWS`] news: a contract verdict set or an
+/// unhealthy-device set that a later one replaces goes first, then the
+/// oldest Events.
 fn bound(rounds: &mut VecDeque<RoundNews>) {
     while rounds.len() > MAX_PENDING_ROUNDS {
         let Some(oldest) = rounds.pop_front() else {
@@ -133,6 +141,46 @@ fn bound(rounds: &mut VecDeque<RoundNews>) {
             news.append(&mut next.news);
             next.news = news;
         }
+    }
+    let total: usize = rounds.iter().map(|r| r.news.len()).sum();
+    if total <= MAX_PENDING_NEWS {
+        return;
+    }
+    // Superseded state first: only the latest of each kind matters.
+    let mut later_contracts = false;
+    let mut later_devices = false;
+    for r in rounds.iter_mut().rev() {
+        r.news.retain(|n| match n {
+            PodsNews::Contracts(_) => !std::mem::replace(&mut later_contracts, true),
+            PodsNews::UnhealthyDevices(_) => !std::mem::replace(&mut later_devices, true),
+            PodsNews::Event(_) => true,
+        });
+    }
+    let mut excess = rounds
+        .iter()
+        .map(|r| r.news.len())
+        .sum::<usize>()
+        .saturating_sub(MAX_PENDING_NEWS);
+    let dropped = excess;
+    for r in rounds.iter_mut() {
+        if excess == 0 {
+            break;
+        }
+        r.news.retain(|n| {
+            if excess > 0 && matches!(n, PodsNews::Event(_)) {
+                excess -= 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+    if dropped > 0 {
+        tracing::warn!(
+            nodeproof_check = Subsystem::Reporter.as_str(),
+            events = dropped,
+            "reporter is behind; the oldest pod Events waiting for it were given up"
+        );
     }
 }
 
@@ -647,5 +695,59 @@ mod tests {
         let news: Vec<&PodsNews> = rounds.iter().flat_map(|r| &r.news).collect();
         assert_eq!(news, vec![&devices(2)]);
         assert_eq!(rounds[0].news, vec![devices(2)]);
+    }
+
+    #[test]
+    fn a_stuck_reporters_news_is_bounded_keeping_the_latest_state() {
+        use nodeproof_kube::contract::ContractState;
+        use nodeproof_kube::contract_labels::ContractVerdict;
+        use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
+        let event = |i: usize| {
+            PodsNews::Event(PodEvent {
+                pod: ObjectRef {
+                    kind: "Pod",
+                    namespace: "ml".into(),
+                    name: format!("p{i}"),
+                    uid: None,
+                },
+                event_type: EventType::Warning,
+                reason: "SeccompProfileMissing".into(),
+                message: String::new(),
+            })
+        };
+        let contracts = |n: usize| {
+            PodsNews::Contracts(vec![
+                ContractVerdict {
+                    class: "vllm".into(),
+                    state: ContractState::Ready,
+                    cause: String::new(),
+                };
+                n
+            ])
+        };
+        let mut rounds: VecDeque<RoundNews> = VecDeque::new();
+        for i in 0..3 {
+            rounds.push_back(RoundNews {
+                conditions: Vec::new(),
+                news: std::iter::once(contracts(i))
+                    .chain((0..MAX_PENDING_NEWS / 2).map(|k| event(i * MAX_PENDING_NEWS + k)))
+                    .collect(),
+            });
+        }
+        bound(&mut rounds);
+        let news: Vec<&PodsNews> = rounds.iter().flat_map(|r| &r.news).collect();
+        assert_eq!(news.len(), MAX_PENDING_NEWS);
+        // Only the latest contract set is left, and the newest Events.
+        let sets: Vec<&PodsNews> = news
+            .iter()
+            .copied()
+            .filter(|n| matches!(n, PodsNews::Contracts(_)))
+            .collect();
+        assert_eq!(sets, vec![&contracts(2)]);
+        assert_eq!(
+            news.last(),
+            Some(&&event(2 * MAX_PENDING_NEWS + MAX_PENDING_NEWS / 2 - 1))
+        );
+        assert!(!news.contains(&&event(0)));
     }
 }
