@@ -711,7 +711,7 @@ mod tests {
                     uid: None,
                 },
                 event_type: EventType::Warning,
-                reason: "SeccompProfileMissing".into(),
+                reason: "SeccompProfileMissing",
                 message: String::new(),
             })
         };
