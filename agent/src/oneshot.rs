@@ -4,6 +4,10 @@
 //! and the DRA view read once), above `checks` (pure judgement) and
 //! `pods` (the pods' judgement and the daemon's watch), so neither of
 //! those reads the API server for the other.
+//!
+//! A [`Session`] is the one runtime and the one connection a command
+//! makes: `check --report` lists the pods, reads DRA and writes its report
+//! with it, instead of connecting once for each.
 
 use std::path::{Path, PathBuf};
 
@@ -11,10 +15,95 @@ use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
 use nodeproof_gpu::{GpuReport, PolicyState};
 use nodeproof_kube::connect::ConnectError;
 use nodeproof_kube::events::PodEvent;
+use nodeproof_kube::{Connection, OnceError, OnceSummary};
 
+use crate::checks::gpu::NodeDra;
 use crate::checks::{self, gpu, profiles, Subsystem};
 use crate::config::Config;
-use crate::pods::node::{PodsOnce, PodsOptions, PodsRunError};
+use crate::pods::node::{self, PodsOnce, PodsOptions, PodsRunError, ONCE_DEADLINE};
+
+/// One runtime and one connection for a one-shot command.
+pub struct Session {
+    runtime: Option<tokio::runtime::Runtime>,
+    /// `None` when connecting failed (or no runtime started): each use then
+    /// connects as it did alone, to say why in its own words.
+    connection: Option<Connection>,
+}
+
+impl Session {
+    /// Connects with the `[report]` credentials, within the one-shot
+    /// deadline (no credentials is a connection without a client: not
+    /// judged, and a report only logged).
+    pub fn open(config: &Config) -> Session {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok();
+        let connection = runtime.as_ref().and_then(|rt| {
+            rt.block_on(async {
+                tokio::time::timeout(ONCE_DEADLINE, nodeproof_kube::connect(&config.report))
+                    .await
+                    .ok()?
+                    .ok()
+            })
+        });
+        Session {
+            runtime,
+            connection,
+        }
+    }
+
+    /// The pods bound to this node judged once, or why there is none:
+    /// without credentials (an offline node, nothing asked for them) and
+    /// when the credentials or the API server fail (asked for, so the
+    /// command fails).
+    pub fn judge_pods(&self, opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
+        let judged =
+            match (&self.runtime, &self.connection) {
+                (Some(rt), Some(c)) => match &c.client {
+                    Some(client) => rt.block_on(node::judge_within_deadline(
+                        node::judge_connected(client.clone(), c.node.clone(), opts),
+                    )),
+                    None => Err(PodsRunError::NoCredentials {
+                        credentials: c.credentials.clone(),
+                    }),
+                },
+                _ => node::once(opts),
+            };
+        judged.map_err(|e| said(&e, opts))
+    }
+
+    /// This node's DRA view once.
+    pub fn dra(&self, opts: &PodsOptions) -> NodeDra {
+        match (&self.runtime, &self.connection) {
+            (Some(rt), Some(c)) => match &c.client {
+                Some(client) => rt.block_on(node::within_deadline(node::dra_connected(
+                    client.clone(),
+                    &c.node,
+                ))),
+                None => NodeDra::Unread,
+            },
+            _ => node::dra_once(opts),
+        }
+    }
+
+    /// Writes the round as the agent would (`check --report`), with this
+    /// session's connection.
+    pub fn report(
+        self,
+        conditions: &[Condition],
+        events: &[PodEvent],
+        config: &Config,
+        deadline: std::time::Duration,
+    ) -> Result<OnceSummary, OnceError> {
+        match (self.runtime, self.connection) {
+            (Some(rt), Some(c)) => rt.block_on(nodeproof_kube::report_connected(
+                c, conditions, events, deadline,
+            )),
+            _ => nodeproof_kube::report_once(conditions, events, &config.report, deadline),
+        }
+    }
+}
 
 /// One round of every check ([`node_round`]): the node's findings and
 /// conditions, the Events the agent writes on pods for them, and what was
@@ -34,13 +123,14 @@ pub struct NodeRound {
 /// and, when credentials are found, the pods bound to this node. The
 /// conditions are folded by [`node_conditions`], as the daemon folds its
 /// subsystems' latest rounds.
-pub fn node_round(seccomp_root: &Path, config: &Config) -> NodeRound {
+pub fn node_round(seccomp_root: &Path, config: &Config, session: &Session) -> NodeRound {
     let (lint, runtime) = profiles::lint_setup(&config.seccomp);
     let mut files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
     files.findings.push(runtime);
-    let pods = judge_pods(&pods_options(config, seccomp_root));
+    let opts = pods_options(config, seccomp_root);
+    let pods = session.judge_pods(&opts);
     let tracing = checks::tracing::probe();
-    let gpu = gpu::round(&gpu_cycle(config));
+    let gpu = gpu::round(&gpu_cycle(config, || session.dra(&opts)));
     let mut rounds = vec![
         (Subsystem::Profiles, files),
         (Subsystem::Tracing, tracing),
@@ -82,19 +172,18 @@ pub fn pods_options(config: &Config, seccomp_root: &Path) -> PodsOptions {
 /// What `check` says of the pods when they are not judged.
 pub const PODS_SUBJECT: &str = "pods";
 
-/// One judgement of the pods bound to this node, or why there is none:
-/// without credentials (an offline node, nothing asked for them) and when
-/// the credentials or the API server fail (asked for, so the command fails).
-pub fn judge_pods(opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
-    crate::pods::node::once(opts).map_err(|e| {
-        let not_judged = not_judged(&e, opts);
-        if not_judged.fails {
-            tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), error = %nodeproof_findings::errors::error_chain(&e), "pods could not be judged");
-        } else {
-            tracing::info!(nodeproof_check = Subsystem::Pods.as_str(), "{e}; pods are not judged");
-        }
-        not_judged
-    })
+/// Why the pods were not judged, logged once here where it is handled.
+fn said(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
+    let not_judged = not_judged(e, opts);
+    if not_judged.fails {
+        tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), error = %nodeproof_findings::errors::error_chain(e), "pods could not be judged");
+    } else {
+        tracing::info!(
+            nodeproof_check = Subsystem::Pods.as_str(),
+            "{e}; pods are not judged"
+        );
+    }
+    not_judged
 }
 
 /// Why the pods were not judged, in one line with the remedy.
@@ -187,15 +276,22 @@ fn api_text(e: &kube::Error) -> String {
 }
 /// One cycle with a fresh probe and policy state (a one-shot command), the
 /// kubelet's pod-resources when its socket is there, and on a node with
-/// NVIDIA devices the DRA view when credentials are found.
-pub fn gpu_cycle(config: &Config) -> GpuReport {
+/// NVIDIA devices the DRA view `dra` reads (asked only then).
+pub fn gpu_cycle(config: &Config, dra: impl FnOnce() -> NodeDra) -> GpuReport {
     let gpu = &config.gpu;
     let mut report = nodeproof_gpu::cycle(gpu, &mut gpu::probe(gpu), &mut PolicyState::default());
     if report.no_gpu() {
         return report;
     }
     let kubelet = gpu::pod_resources(gpu).and_then(|mut s| gpu::read_kubelet(&mut s));
-    let dra = crate::pods::node::dra_once(&pods_options(config, &config.seccomp.root));
-    gpu::compare(&mut report, &kubelet, None, &dra);
+    gpu::compare(&mut report, &kubelet, None, &dra());
     report
+}
+
+/// [`gpu_cycle`] for a command that reads nothing else from the API
+/// server (`gpu`, `preflight`): the DRA view with a connection of its own.
+pub fn gpu_cycle_alone(config: &Config) -> GpuReport {
+    gpu_cycle(config, || {
+        node::dra_once(&pods_options(config, &config.seccomp.root))
+    })
 }

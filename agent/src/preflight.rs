@@ -675,7 +675,7 @@ mod tests {
         std::fs::create_dir_all(host.join("bus/pci/devices")).unwrap();
         config.gpu.sysfs_root = host.clone();
         config.gpu.nvml_library = host.join("libnvidia-ml.so.1").display().to_string();
-        let gpu = crate::oneshot::gpu_cycle(&config);
+        let gpu = crate::oneshot::gpu_cycle_alone(&config);
         let got: Vec<(Check, Status, String)> = run(&root, &LintOptions::default(), gpu, &layout)
             .into_iter()
             .map(|f| {
@@ -718,7 +718,7 @@ mod tests {
             "[Service]\nExecStart=/k\n",
         )
         .unwrap();
-        let gpu = crate::oneshot::gpu_cycle(&config);
+        let gpu = crate::oneshot::gpu_cycle_alone(&config);
         let messages: Vec<String> = run(&root, &LintOptions::default(), gpu, &layout)
             .into_iter()
             .filter(|f| f.check != Check::GpuDriver)

@@ -79,6 +79,7 @@ fn check_prints_and_writes_what_the_agent_writes() {
     let (server, config) = node_state(dir.path());
     let config_path = dir.path().join("check.toml");
     std::fs::write(&config_path, &config).unwrap();
+    let started = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
         .args(["check", "-o", "json", "--report", "--config"])
         .arg(&config_path)
@@ -87,6 +88,13 @@ fn check_prints_and_writes_what_the_agent_writes() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // One connection: the pods' list, the Node's read and the report's
+    // writes share the session's client (each connected on its own before).
+    assert_eq!(
+        server.connections_since(started).len(),
+        1,
+        "TCP connections of one check --report\n{stderr}"
+    );
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     let printed = quadruples(printed["conditions"].as_array().unwrap());
     let written = node_conditions(&server);

@@ -57,7 +57,9 @@ pub(crate) fn check(
     if report.node_name.is_some() {
         config.report.node_name = report.node_name.clone();
     }
-    let round = nodeproof::oneshot::node_round(root, &config);
+    // One runtime and one connection: the pods, DRA and the report share it.
+    let session = nodeproof::oneshot::Session::open(&config);
+    let round = nodeproof::oneshot::node_round(root, &config, &session);
     // The lookup `connect` makes for the pods and the report (the same inputs,
     // the same answer): said on stderr, and in `-o json` as `credentials`.
     let credentials = nodeproof_kube::connect::lookup(&config.report);
@@ -70,7 +72,7 @@ pub(crate) fn check(
         output,
     )?;
     if report.report {
-        report_conditions(&round.conditions, &round.events, &config)?;
+        report_conditions(session, &round.conditions, &round.events, &config)?;
     }
     Ok(check_exit(&round.conditions, &round.not_judged))
 }
@@ -95,9 +97,15 @@ pub(crate) fn preflight(root: &Path, config: &Config, output: Format) -> Result<
 
 /// After the checks ran (they never wait on the API server): write their
 /// conditions and the pods' Events.
-fn report_conditions(conditions: &[Condition], events: &[PodEvent], config: &Config) -> Result<()> {
+fn report_conditions(
+    session: nodeproof::oneshot::Session,
+    conditions: &[Condition],
+    events: &[PodEvent],
+    config: &Config,
+) -> Result<()> {
     let deadline = Duration::from_secs(30);
-    let done = nodeproof_kube::report_once(conditions, events, &config.report, deadline)
+    let done = session
+        .report(conditions, events, config, deadline)
         .context("could not report to the API server")?;
     eprintln!(
         "reported node {} with {}: {} status writes, {} event writes",

@@ -11,7 +11,7 @@ use super::{exit, Format};
 
 /// One GPU probe cycle with the configured NVML library and policy.
 pub(crate) fn gpu_cycle(config: &Config) -> nodeproof_gpu::GpuReport {
-    nodeproof::oneshot::gpu_cycle(config)
+    nodeproof::oneshot::gpu_cycle_alone(config)
 }
 
 pub(crate) fn gpu(config: &Config, output: Format) -> Result<ExitCode> {

@@ -232,7 +232,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, PodsRunError> {
 /// How long a one-shot judgement may take: `check` and `pods --once` must
 /// end on a node whose API server does not answer (kube-rs's own timeouts
 /// are per request, and a list is several).
-const ONCE_DEADLINE: Duration = Duration::from_secs(20);
+pub const ONCE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// This node's DRA view once (`nodeproof gpu`, `nodeproof check`):
 /// `Unread` without credentials or a node name (nothing to read it with).
@@ -242,80 +242,109 @@ pub fn dra_once(opts: &PodsOptions) -> NodeDra {
         Ok(rt) => rt,
         Err(e) => return NodeDra::Failed(text(&e)),
     };
-    let read = rt.block_on(async {
-        tokio::time::timeout(ONCE_DEADLINE, async {
-            let (client, node) = match connect(opts).await {
-                Ok(c) => c,
-                Err(PodsRunError::NoCredentials { .. } | PodsRunError::NoNodeName) => {
-                    return NodeDra::Unread
-                }
-                Err(e) => return NodeDra::Failed(text(&e)),
-            };
-            let pods = match list_all(
-                &Api::<Pod>::all(client.clone()),
-                ListParams::default().fields(&format!("spec.nodeName={node}")),
-            )
-            .await
-            {
-                Ok(p) => p,
-                Err(e) => return NodeDra::Failed(text(&e)),
-            };
-            let mut index = crate::pods::denials::PodIndex::default();
-            pods.iter().for_each(|p| index.upsert(p));
-            let mut reader = nodeproof_kube::dra::DraReader::new(client, &node);
-            NodeDra::of(reader.read(&index.claims()).await.map_err(|e| text(&e)))
-        })
+    rt.block_on(within_deadline(async {
+        let (client, node) = match connect(opts).await {
+            Ok(c) => c,
+            Err(PodsRunError::NoCredentials { .. } | PodsRunError::NoNodeName) => {
+                return NodeDra::Unread
+            }
+            Err(e) => return NodeDra::Failed(text(&e)),
+        };
+        dra_connected(client, &node).await
+    }))
+}
+
+/// The DRA read of [`dra_once`] as one future, or why it did not finish.
+pub async fn within_deadline(read: impl std::future::Future<Output = NodeDra>) -> NodeDra {
+    tokio::time::timeout(ONCE_DEADLINE, read)
         .await
-    });
-    read.unwrap_or_else(|_| {
-        NodeDra::Failed(format!(
-            "reading DRA did not finish within {} s",
-            ONCE_DEADLINE.as_secs()
-        ))
-    })
+        .unwrap_or_else(|_| {
+            NodeDra::Failed(format!(
+                "reading DRA did not finish within {} s",
+                ONCE_DEADLINE.as_secs()
+            ))
+        })
+}
+
+/// This node's DRA view with a client connected already (no deadline of
+/// its own: [`within_deadline`]).
+pub async fn dra_connected(client: kube::Client, node: &str) -> NodeDra {
+    let text = |e: &dyn std::error::Error| nodeproof_findings::errors::error_chain(e);
+    {
+        let pods = match list_all(
+            &Api::<Pod>::all(client.clone()),
+            ListParams::default().fields(&format!("spec.nodeName={node}")),
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(e) => return NodeDra::Failed(text(&e)),
+        };
+        let mut index = crate::pods::denials::PodIndex::default();
+        pods.iter().for_each(|p| index.upsert(p));
+        let mut reader = nodeproof_kube::dra::DraReader::new(client, node);
+        NodeDra::of(reader.read(&index.claims()).await.map_err(|e| text(&e)))
+    }
 }
 
 /// Lists this node's pods and the RuntimeClasses once and judges them.
 pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
     // The timer is made inside the runtime: it needs the runtime's clock.
-    let judged = runtime()?.block_on(async {
-        tokio::time::timeout(ONCE_DEADLINE, async {
-            let (client, node) = connect(opts).await?;
-            let ctx = node_context(&client, &node, opts).await?;
-            let read = |what| {
-                let node = node.clone();
-                move |source| PodsRunError::Read {
-                    what,
-                    node,
-                    source: Box::new(source),
-                }
-            };
-            let pods = list_all(
-                &Api::<Pod>::all(client.clone()),
-                ListParams::default().fields(&format!("spec.nodeName={node}")),
-            )
-            .await
-            .map_err(read("pods"))?;
-            let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
-                .await
-                .map_err(read("RuntimeClasses"))?;
-            let mut state = PodsState::new(ctx);
-            state.apply(Change::Pods(pods));
-            state.apply(Change::Classes(classes));
-            let eval = state.evaluate();
-            Ok(PodsOnce {
-                node,
-                pods: state.index.len(),
-                findings: eval.new,
-                condition: eval.condition,
-                contracts: eval.contracts,
-            })
-        })
+    runtime()?.block_on(judge_within_deadline(async {
+        let (client, node) = connect(opts).await?;
+        judge_connected(client, node, opts).await
+    }))
+}
+
+/// A one-shot judgement as one future, ended at [`ONCE_DEADLINE`].
+pub async fn judge_within_deadline(
+    judge: impl std::future::Future<Output = Result<PodsOnce, PodsRunError>>,
+) -> Result<PodsOnce, PodsRunError> {
+    tokio::time::timeout(ONCE_DEADLINE, judge)
         .await
-    });
-    judged.map_err(|_| PodsRunError::Timeout {
-        after: ONCE_DEADLINE,
-    })?
+        .map_err(|_| PodsRunError::Timeout {
+            after: ONCE_DEADLINE,
+        })?
+}
+
+/// [`once`] with a client connected already (no deadline of its own:
+/// [`judge_within_deadline`]).
+pub async fn judge_connected(
+    client: kube::Client,
+    node: String,
+    opts: &PodsOptions,
+) -> Result<PodsOnce, PodsRunError> {
+    {
+        let ctx = node_context(&client, &node, opts).await?;
+        let read = |what| {
+            let node = node.clone();
+            move |source| PodsRunError::Read {
+                what,
+                node,
+                source: Box::new(source),
+            }
+        };
+        let pods = list_all(
+            &Api::<Pod>::all(client.clone()),
+            ListParams::default().fields(&format!("spec.nodeName={node}")),
+        )
+        .await
+        .map_err(read("pods"))?;
+        let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
+            .await
+            .map_err(read("RuntimeClasses"))?;
+        let mut state = PodsState::new(ctx);
+        state.apply(Change::Pods(pods));
+        state.apply(Change::Classes(classes));
+        let eval = state.evaluate();
+        Ok(PodsOnce {
+            node: node.clone(),
+            pods: state.index.len(),
+            findings: eval.new,
+            condition: eval.condition,
+            contracts: eval.contracts,
+        })
+    }
 }
 
 /// Watches and reports until `stop` is set (checked every 200 ms), with the

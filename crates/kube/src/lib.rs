@@ -95,33 +95,44 @@ pub fn report_once(
         .map_err(OnceError::Runtime)?;
     runtime.block_on(async {
         let c = connect(config).await?;
-        let span = tracing::info_span!("report", node = %c.node, credentials = %c.credentials);
-        let _guard = span.enter();
-        let wrap = |source| OnceError::Report {
-            node: c.node.clone(),
-            credentials: c.credentials.clone(),
-            source: Box::new(source),
-        };
-        let stats = match c.client {
-            Some(client) => {
-                let mut reporter = KubeReporter::new(client, &c.node);
-                if let Some(t) = c.taint_client {
-                    reporter = reporter.with_taint_client(t);
-                }
-                run_once_with(reporter, conditions, events, c.marks, deadline).await
+        report_connected(c, conditions, events, deadline).await
+    })
+}
+
+/// [`report_once`] on a connection made already (a one-shot command that
+/// read the pods with it), in the caller's runtime.
+pub async fn report_connected(
+    c: Connection,
+    conditions: &[Condition],
+    events: &[PodEvent],
+    deadline: Duration,
+) -> Result<OnceSummary, OnceError> {
+    let span = tracing::info_span!("report", node = %c.node, credentials = %c.credentials);
+    let _guard = span.enter();
+    let wrap = |source| OnceError::Report {
+        node: c.node.clone(),
+        credentials: c.credentials.clone(),
+        source: Box::new(source),
+    };
+    let stats = match c.client {
+        Some(client) => {
+            let mut reporter = KubeReporter::new(client, &c.node);
+            if let Some(t) = c.taint_client {
+                reporter = reporter.with_taint_client(t);
             }
-            None => {
-                tracing::warn!("no credentials found; logging what would be written");
-                let log = LogReporter::new(&c.node);
-                run_once_with(log, conditions, events, c.marks, deadline).await
-            }
+            run_once_with(reporter, conditions, events, c.marks, deadline).await
         }
-        .map_err(wrap)?;
-        Ok(OnceSummary {
-            node: c.node,
-            credentials: c.credentials,
-            stats,
-        })
+        None => {
+            tracing::warn!("no credentials found; logging what would be written");
+            let log = LogReporter::new(&c.node);
+            run_once_with(log, conditions, events, c.marks, deadline).await
+        }
+    }
+    .map_err(wrap)?;
+    Ok(OnceSummary {
+        node: c.node,
+        credentials: c.credentials,
+        stats,
     })
 }
 
