@@ -25,7 +25,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "kubernetes-client",
-        "kubectl kustomize renders deploy/'s base and overlays (agent/tests/deploy_daemonset.rs); any kubectl on PATH will do",
+        "kubectl kustomize renders deploy/'s base and overlays (agent/tests/cli_and_docs/deploy_daemonset.rs); any kubectl on PATH will do",
     ),
     (
         "ca-certificates",
@@ -73,19 +73,19 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "zsh",
-        "zsh -n on the zsh completion (agent/tests/cli_docs.rs)",
+        "zsh -n on the zsh completion (agent/tests/cli_and_docs/cli_docs.rs)",
     ),
     (
         "fish",
-        "fish -n on the fish completion (agent/tests/cli_docs.rs)",
+        "fish -n on the fish completion (agent/tests/cli_and_docs/cli_docs.rs)",
     ),
     (
         "groff-base",
-        "groff: renders the man pages with every warning on (agent/tests/cli_docs.rs)",
+        "groff: renders the man pages with every warning on (agent/tests/cli_and_docs/cli_docs.rs)",
     ),
     (
         "man-db",
-        "man -l on nodeproof(8) (agent/tests/cli_docs.rs)",
+        "man -l on nodeproof(8) (agent/tests/cli_and_docs/cli_docs.rs)",
     ),
     (
         "dpkg-dev",

@@ -6,7 +6,7 @@
 //! code drift; the fix is to re-run the generator:
 //!
 //! ```sh
-//! NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference
+//! NODEPROOF_BLESS=1 cargo test -p nodeproof --test cli_and_docs operations_reference
 //! ```
 //!
 //! Enums that have no `ALL` list are listed here behind an exhaustive
@@ -32,7 +32,7 @@ use nodeproof_gpu::reason::{GpuReason, ReasonOf};
 use nodeproof_gpu::{DeviceHealth, GpuHealth, GpuMetrics};
 use nodeproof_trace::{FailureReason, Strategy};
 
-const BEGIN: &str = "<!-- BEGIN GENERATED REFERENCE: NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference -->";
+const BEGIN: &str = "<!-- BEGIN GENERATED REFERENCE: NODEPROOF_BLESS=1 cargo test -p nodeproof --test cli_and_docs operations_reference -->";
 const END: &str = "<!-- END GENERATED REFERENCE -->";
 
 fn doc() -> PathBuf {
@@ -461,7 +461,7 @@ fn the_reference_in_operations_md_is_the_codes() {
     assert!(
         text[start..end] == generated,
         "docs/operations.md's reference differs from the code: re-run \
-         NODEPROOF_BLESS=1 cargo test -p nodeproof --test operations_reference\n\
+         NODEPROOF_BLESS=1 cargo test -p nodeproof --test cli_and_docs operations_reference\n\
          --- generated:\n{generated}"
     );
 }
