@@ -10,6 +10,7 @@
 //! with it, instead of connecting once for each.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
 use nodeproof_gpu::{GpuReport, PolicyState};
@@ -18,6 +19,7 @@ use nodeproof_kube::events::PodEvent;
 use nodeproof_kube::{Connection, OnceError, OnceSummary};
 
 use crate::checks::gpu::NodeDra;
+use crate::checks::lint_cache::LintCache;
 use crate::checks::{self, gpu, profiles, Subsystem};
 use crate::config::Config;
 use crate::pods::node::{self, PodsOnce, PodsOptions, PodsRunError, ONCE_DEADLINE};
@@ -57,18 +59,22 @@ impl Session {
     /// without credentials (an offline node, nothing asked for them) and
     /// when the credentials or the API server fail (asked for, so the
     /// command fails).
-    pub fn judge_pods(&self, opts: &PodsOptions) -> Result<PodsOnce, NotJudged> {
+    pub fn judge_pods(
+        &self,
+        opts: &PodsOptions,
+        lints: Arc<LintCache>,
+    ) -> Result<PodsOnce, NotJudged> {
         let judged =
             match (&self.runtime, &self.connection) {
                 (Some(rt), Some(c)) => match &c.client {
                     Some(client) => rt.block_on(node::judge_within_deadline(
-                        node::judge_connected(client.clone(), c.node.clone(), opts),
+                        node::judge_connected(client.clone(), c.node.clone(), opts, lints),
                     )),
                     None => Err(PodsRunError::NoCredentials {
                         credentials: c.credentials.clone(),
                     }),
                 },
-                _ => node::once(opts),
+                _ => node::once(opts, lints),
             };
         judged.map_err(|e| said(&e, opts))
     }
@@ -125,10 +131,15 @@ pub struct NodeRound {
 /// subsystems' latest rounds.
 pub fn node_round(seccomp_root: &Path, config: &Config, session: &Session) -> NodeRound {
     let (lint, runtime) = profiles::lint_setup(&config.seccomp);
-    let mut files = profiles::round(seccomp_root, &profiles::lint_root(seccomp_root, &lint));
+    // One lint per file: the pods' judge finds the root's reports here.
+    let lints = Arc::new(LintCache::default());
+    let mut files = profiles::round(
+        seccomp_root,
+        &profiles::lint_root_cached(seccomp_root, &lint, &lints),
+    );
     files.findings.push(runtime);
     let opts = pods_options(config, seccomp_root);
-    let pods = session.judge_pods(&opts);
+    let pods = session.judge_pods(&opts, lints);
     let tracing = checks::tracing::probe();
     let gpu = gpu::round(&gpu_cycle(config, || session.dra(&opts)));
     let mut rounds = vec![

@@ -134,17 +134,20 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
         ..LoopConfig::default()
     };
     let mut lp = ReportLoop::new(reporter, config, 7);
-    let mut state = PodsState::new(NodeContext {
-        seccomp_root: root.clone(),
-        labels: [("gpu".to_string(), "true".to_string())].into(),
-        taints: Vec::new(),
-        handlers: Some(["runc".to_string(), "nvidia".to_string()].into()),
-        lint: LintOptions {
-            check_listener: false,
-            ..LintOptions::default()
+    let mut state = PodsState::new(
+        NodeContext {
+            seccomp_root: root.clone(),
+            labels: [("gpu".to_string(), "true".to_string())].into(),
+            taints: Vec::new(),
+            handlers: Some(["runc".to_string(), "nvidia".to_string()].into()),
+            lint: LintOptions {
+                check_listener: false,
+                ..LintOptions::default()
+            },
+            gpu: Default::default(),
         },
-        gpu: Default::default(),
-    });
+        Default::default(),
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let opts = WatchOptions {
         recheck: Duration::from_millis(200),
@@ -635,17 +638,20 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
     let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
     let kube = client::connect(&source).await.unwrap().unwrap();
     // As the agent starts: the Node's labels and taints read once (none yet).
-    let mut state = PodsState::new(NodeContext {
-        seccomp_root: root,
-        labels: Default::default(),
-        taints: Vec::new(),
-        handlers: Some(["runc".to_string()].into()),
-        lint: LintOptions {
-            check_listener: false,
-            ..LintOptions::default()
+    let mut state = PodsState::new(
+        NodeContext {
+            seccomp_root: root,
+            labels: Default::default(),
+            taints: Vec::new(),
+            handlers: Some(["runc".to_string()].into()),
+            lint: LintOptions {
+                check_listener: false,
+                ..LintOptions::default()
+            },
+            gpu: Default::default(),
         },
-        gpu: Default::default(),
-    });
+        Default::default(),
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // No recheck within the test: every round comes from a change.
     let opts = WatchOptions {
@@ -814,17 +820,20 @@ impl Watching {
         let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
         let kube = client::connect(&source).await.unwrap().unwrap();
-        let mut state = PodsState::new(NodeContext {
-            seccomp_root: root,
-            labels: Default::default(),
-            taints: Vec::new(),
-            handlers: Some(["runc".to_string()].into()),
-            lint: LintOptions {
-                check_listener: false,
-                ..LintOptions::default()
+        let mut state = PodsState::new(
+            NodeContext {
+                seccomp_root: root,
+                labels: Default::default(),
+                taints: Vec::new(),
+                handlers: Some(["runc".to_string()].into()),
+                lint: LintOptions {
+                    check_listener: false,
+                    ..LintOptions::default()
+                },
+                gpu: Default::default(),
             },
-            gpu: Default::default(),
-        });
+            Default::default(),
+        );
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let (round_tx, rounds) = tokio::sync::mpsc::channel(64);
         // No recheck within a test: every round comes from a change.

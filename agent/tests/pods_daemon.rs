@@ -31,6 +31,16 @@ fn within(what: &str, limit: Duration, agent: &Agent, f: impl Fn() -> bool) -> D
     start.elapsed()
 }
 
+/// A metric without labels, as `/metrics` says it now.
+fn counter(agent: &Agent, name: &str) -> f64 {
+    let (_, metrics) = agent.get("/metrics");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+}
+
 fn pod_events(server: &TestApiServer, reason: &str) -> Vec<Value> {
     server
         .events()
@@ -119,12 +129,35 @@ fn the_agent_folds_pod_references_into_one_condition() {
         agent.get("/healthz/pods").1
     );
 
-    // The file appears: the profile lint wakes the pods watcher.
-    std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    // The file appears (renamed in, as one edit): the profile lint wakes
+    // the pods watcher, whose judge finds the lint's report of the file.
+    let lints_before = counter(&agent, "nodeproof_profile_lints_total");
+    let patches_before = server.count_ok("PATCH", "/nodes/n1/status");
+    let rounds_before = counter(&agent, "nodeproof_profile_revalidations_total");
+    let staged = dir.path().join("vllm-strict.json");
+    std::fs::write(&staged, good_profile()).unwrap();
+    std::fs::rename(&staged, root.join("profiles/vllm-strict.json")).unwrap();
     let t = within("True again", DEADLINE, &agent, || {
         cond().is_some_and(|c| c["status"] == "True")
+            && counter(&agent, "nodeproof_profile_revalidations_total") > rounds_before
     });
     eprintln!("FIGURE agent: profile file created → True: {t:?}");
+    // One edit, one lint: the profiles check and the pods' judge share it
+    // (both judge the file in the node's default mode), and a later round
+    // of either answers from the cache.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        counter(&agent, "nodeproof_profile_lints_total") - lints_before,
+        1.0,
+        "{}",
+        agent.get("/metrics").1
+    );
+    assert_eq!(
+        server.count_ok("PATCH", "/nodes/n1/status") - patches_before,
+        1,
+        "{}",
+        agent.log_text()
+    );
 
     // The node's own files are still judged: a broken one turns it False too.
     break_profile(&root);
@@ -147,6 +180,62 @@ fn the_agent_folds_pod_references_into_one_condition() {
         .iter()
         .filter(|l| l.path == "/api/v1/pods")
         .all(|l| l.status == 200 && l.query.contains("fieldSelector=spec.nodeName")));
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+/// One profile edit walks each module once (docs/architecture.md): the
+/// profiles check lints the file, the pods' judge finds that report (no
+/// second lint), and the pods' judgement travels in the files' round, so
+/// the reporter sees one round and writes one status PATCH, although both
+/// halves change the condition (the file, then the pod that uses it).
+#[test]
+fn one_profile_edit_is_one_lint_one_round_and_one_patch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let root = dir.path().join("seccomp");
+    let staged = dir.path().join("vllm-strict.json");
+    std::fs::write(root.join("profiles/vllm-strict.json"), good_profile()).unwrap();
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    server.put("pods", vllm_pod("uid-vllm-0", &"ab".repeat(32)));
+    let cond = || server.condition("n1", "SeccompProfilesReady");
+    within(
+        "True with the pod judged",
+        Duration::from_secs(10),
+        &agent,
+        || {
+            cond().is_some_and(|c| c["status"] == "True")
+                && agent.get("/healthz/pods").1.contains("pods 1 watched")
+        },
+    );
+    // Settled: the start's rounds are written.
+    std::thread::sleep(Duration::from_millis(1500));
+    let lints_before = counter(&agent, "nodeproof_profile_lints_total");
+    let patches_before = server.count_ok("PATCH", "/nodes/n1/status");
+
+    std::fs::write(&staged, "{\"defaultAction\": \"SCMP_ACT_NOPE\"}").unwrap();
+    std::fs::rename(&staged, root.join("profiles/vllm-strict.json")).unwrap();
+    let t = within("False, naming the pod", DEADLINE, &agent, || {
+        cond().is_some_and(|c| {
+            c["status"] == "False" && c["message"].as_str().unwrap().contains("ml/vllm-0")
+        })
+    });
+    eprintln!("FIGURE agent: referenced profile broken → False naming the pod: {t:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        counter(&agent, "nodeproof_profile_lints_total") - lints_before,
+        1.0,
+        "{}",
+        agent.get("/metrics").1
+    );
+    let patches: Vec<_> = server
+        .log()
+        .into_iter()
+        .filter(|l| l.method == "PATCH" && l.path.ends_with("/nodes/n1/status") && l.status < 300)
+        .skip(patches_before)
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:#?}\n{}", agent.log_text());
+    assert_eq!(pod_events(&server, "SeccompProfileInvalid").len(), 1);
     assert!(agent.stop(), "{}", agent.log_text());
 }
 

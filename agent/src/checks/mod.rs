@@ -8,6 +8,7 @@
 //! the daemon's is `crate::daemon`.
 
 pub mod gpu;
+pub mod lint_cache;
 pub mod oci_runtime;
 pub mod profiles;
 pub mod tracing;

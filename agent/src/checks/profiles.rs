@@ -2,6 +2,7 @@
 //! the reports into findings and the `SeccompProfilesReady` condition.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -15,11 +16,16 @@ use nodeproof_seccomp::lint::{lint_source, LintOptions, Outcome, ProfileReport, 
 use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntime, OciRuntimeKind, RuncVersion};
 use nodeproof_seccomp::scan::{self, ProfileFile};
 
+use super::lint_cache::LintCache;
 use super::oci_runtime::{self, CrunRelease, OciRuntimeSetting};
 use super::Round;
 
 /// Lint files in parallel (one thread per core); reports keep the input order.
 pub fn lint_files(files: Vec<ProfileFile>, opts: &LintOptions) -> Vec<ProfileReport> {
+    lint_each(&files.iter().collect::<Vec<_>>(), opts)
+}
+
+fn lint_each(files: &[&ProfileFile], opts: &LintOptions) -> Vec<ProfileReport> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(files.len().max(1));
@@ -67,6 +73,41 @@ pub fn lint_root(root: &Path, opts: &LintOptions) -> Vec<ProfileReport> {
         return Vec::new();
     }
     lint_files(scan::collect(&[PathBuf::from(root)]), opts)
+}
+
+/// [`lint_root`], one lint per edit: a file whose contents were linted in
+/// this mode already is answered from `cache`; the others are linted (in
+/// parallel) and kept there, and files gone from the root leave it.
+pub fn lint_root_cached(root: &Path, opts: &LintOptions, cache: &LintCache) -> Vec<ProfileReport> {
+    let files = if root.exists() {
+        scan::collect(&[PathBuf::from(root)])
+    } else {
+        Vec::new()
+    };
+    cache.retain(&files.iter().map(|f| f.path.clone()).collect());
+    let mut reports: Vec<Option<ProfileReport>> = files
+        .iter()
+        .map(|f| match &f.contents {
+            Ok(bytes) => cache.cached(&f.path, &f.display_path(), bytes, opts),
+            Err(_) => None,
+        })
+        .collect();
+    let (missed, misses): (Vec<usize>, Vec<&ProfileFile>) = files
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| reports[*i].is_none())
+        .unzip();
+    let linted = lint_each(&misses, opts);
+    let mut made = 0;
+    for ((i, file), report) in missed.into_iter().zip(misses).zip(linted) {
+        if let Ok(bytes) = &file.contents {
+            cache.insert(&file.path, bytes, opts, Arc::new(report.clone()));
+            made += 1;
+        }
+        reports[i] = Some(report);
+    }
+    cache.count_lints(made);
+    reports.into_iter().flatten().collect()
 }
 
 /// Whether a report passes: outcome ok (or the file is no profile, a

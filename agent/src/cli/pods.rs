@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use nodeproof::checks::lint_cache::LintCache;
 use nodeproof::checks::{profiles, Subsystem};
 use nodeproof::config::Config;
 use nodeproof_findings::ConditionStatus;
@@ -36,9 +37,11 @@ pub(crate) fn pods(
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    let r = pods::once(&opts)?;
+    // One lint per file: the root's lint below finds the pods' reports.
+    let lints = std::sync::Arc::new(LintCache::default());
+    let r = pods::once(&opts, lints.clone())?;
     // What the agent reports for this node: the files' part folded in, as `run` folds it.
-    let files = profiles::round(root, &profiles::lint_root(root, &opts.lint));
+    let files = profiles::round(root, &profiles::lint_root_cached(root, &opts.lint, &lints));
     let node_condition = nodeproof::checks::node_conditions([
         (Subsystem::Profiles, &files.conditions[..]),
         (Subsystem::Pods, std::slice::from_ref(&r.condition)),

@@ -108,8 +108,14 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
     counter(
         enc,
         "nodeproof_profile_revalidations",
-        "Lints of the seccomp root (start, changes, resyncs).",
+        "Passes over the seccomp root (start, changes, resyncs); files linted already are answered from the lint cache.",
         m.profile_revalidations,
+    )?;
+    counter(
+        enc,
+        "nodeproof_profile_lints",
+        "Profile files linted by the profiles check and the pods' judge together; a file whose contents were linted in the same mode already is not linted again.",
+        m.profile_lints,
     )?;
     gauges(
         enc,
@@ -560,6 +566,7 @@ mod tests {
             m.profile_verdicts.insert("ok", 3);
             m.profile_verdicts.insert("rejected", 1);
             m.profile_revalidations = 5;
+            m.profile_lints = 6;
             m.ebpf_strategy = Some(Strategy::TpBtf);
             m.ebpf_dropped = 11;
             m.pod_denials = Some(vec![PodDenialTotal {
@@ -639,6 +646,7 @@ mod tests {
                 ("nodeproof_gpu_xid_errors", "counter"),
                 ("nodeproof_heartbeat_timestamp_seconds", "gauge"),
                 ("nodeproof_pod_seccomp_denials", "counter"),
+                ("nodeproof_profile_lints", "counter"),
                 ("nodeproof_profile_revalidations", "counter"),
                 ("nodeproof_profile_verdicts", "gauge"),
                 ("nodeproof_reporter_dropped", "counter"),
@@ -715,6 +723,7 @@ mod tests {
             1.0
         );
         assert_eq!(value(&f, "nodeproof_profile_revalidations", &[]), 5.0);
+        assert_eq!(value(&f, "nodeproof_profile_lints", &[]), 6.0);
         assert_eq!(
             value(
                 &f,

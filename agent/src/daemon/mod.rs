@@ -2,6 +2,7 @@
 //! (profiles, tracing, GPU, reporter, HTTP) on a single-threaded runtime;
 //! blocking work (lint, eBPF polling, NVML) on threads of its own.
 //!
+//! - `bus`: every flow between the tasks, one field each (`Bus`);
 //! - `notify`: the systemd edge (`sd_notify`), behind the `Notifier` trait;
 //! - `state`: what each subsystem last found, read by the main loop and HTTP;
 //! - `http`: `/healthz`, `/healthz/<check>`, `/readyz`, `/metrics`;
@@ -17,6 +18,7 @@
 //! `/healthz/<check>` instead: restarting everything for one slow GPU probe
 //! would lose the other subsystems' state.
 
+pub mod bus;
 pub mod http;
 pub mod logs;
 pub mod metrics;
@@ -33,12 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::{watch as channel, Notify};
 
 use crate::config::{Config, ConfigError};
+use bus::Bus;
 use nodeproof_kube::driver::RoundNews;
 use notify::{Notifier, NotifyError, NotifyState};
-use state::Shared;
 
 pub use nodeproof_findings::errors::error_chain;
 
@@ -95,11 +96,10 @@ pub fn run(opts: &Options, notifier: Box<dyn Notifier>) -> Result<(), DaemonErro
     runtime.block_on(serve(opts.clone(), config, notifier))
 }
 
-/// Subsystems started, and the handles needed to stop them.
+/// Subsystems started, and the bus that tells them to stop.
 struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    stop_tx: channel::Sender<bool>,
-    stop_flag: Arc<AtomicBool>,
+    bus: Bus,
 }
 
 fn signal_stream(
@@ -121,14 +121,15 @@ async fn serve(
     notifier: Box<dyn Notifier>,
 ) -> Result<(), DaemonError> {
     let started = Instant::now();
-    let shared = Arc::new(Shared::default());
+    let (bus, nodes_rx) = Bus::new(Arc::new(config.clone()), opts.seccomp_root.clone());
+    let shared = bus.shared.clone();
     let mut hup = signal_stream(SignalKind::hangup(), "SIGHUP")?;
     let mut term = signal_stream(SignalKind::terminate(), "SIGTERM")?;
     let mut int = signal_stream(SignalKind::interrupt(), "SIGINT")?;
     let listener = http::bind(config.daemon.listen)
         .await
         .map_err(DaemonError::Http)?;
-    let (http_stop, http_stop_rx) = channel::channel(false);
+    let (http_stop, http_stop_rx) = tokio::sync::watch::channel(false);
     let http_task = tokio::spawn(http::serve(
         listener,
         shared.clone(),
@@ -137,40 +138,11 @@ async fn serve(
     ));
     tracing::info!(listen = %config.daemon.listen, "health endpoints up");
 
-    let (config_tx, config_rx) = channel::channel(Arc::new(config.clone()));
-    let (stop_tx, stop_rx) = channel::channel(false);
-    let stop_flag = Arc::new(AtomicBool::new(false));
-    let _stop_on_exit = StopOnExit(stop_flag.clone());
-    let round = Arc::new(Notify::new());
-    let (pod_rows, rows_rx) = channel::channel(Vec::new());
-    // Faults are news, not a latest value: each batch reaches the pods
-    // watcher once (a watcher that lags 64 batches behind loses the oldest).
-    let (gpu_faults, _) = tokio::sync::broadcast::channel(64);
-    let (node_gpus, node_gpus_rx) = channel::channel(None);
-    let node_gpus = Arc::new(node_gpus);
-    let (dra, dra_rx) = channel::channel(crate::checks::gpu::NodeDra::Unread);
-    let (dra_wanted, dra_wanted_rx) = channel::channel(false);
-    let dra_wanted = Arc::new(dra_wanted);
-    let (tracer_settled, mut tracer_settled_rx) = channel::channel(false);
-    let ctx = subsystems::Context {
-        shared: shared.clone(),
-        config: config_rx,
-        seccomp_root: opts.seccomp_root.clone(),
-        stop: stop_rx,
-        stop_flag: stop_flag.clone(),
-        round: round.clone(),
-        profiles_linted: Arc::new(Notify::new()),
-        tracer_settled: Arc::new(tracer_settled),
-        pod_rows: Arc::new(pod_rows),
-        gpu_faults: gpu_faults.clone(),
-        node_gpus: node_gpus_rx,
-        dra: dra_rx,
-        dra_wanted,
-    };
+    let _stop_on_exit = StopOnExit(bus.stop_flag.clone());
+    let mut tracer_settled = bus.tracer_settled.follow();
     let mut running = Running {
-        tasks: subsystems::spawn_checks(&ctx),
-        stop_tx,
-        stop_flag,
+        tasks: subsystems::spawn_checks(&bus),
+        bus: bus.clone(),
     };
     // The API client (TLS, the first lists) starts once the tracer's load
     // has parsed and freed the kernel's BTF, not beside it: the two at once
@@ -178,27 +150,15 @@ async fn serve(
     // 0.1-0.5 s; a tracer that never settles holds nothing up past 10 s.
     let _ = tokio::time::timeout(
         TRACER_SETTLE_WAIT,
-        tracer_settled_rx.wait_for(|settled| *settled),
+        tracer_settled.wait_for(|settled| *settled),
     )
     .await;
     let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<RoundNews>(ROUNDS_IN_FLIGHT);
-    let (nodes, nodes_rx) = tokio::sync::mpsc::channel(4);
     let reporter =
-        subsystems::start_reporter(&config, config_tx.subscribe(), &shared, rounds_rx, nodes_rx)
+        subsystems::start_reporter(&config, bus.config.follow(), &shared, rounds_rx, nodes_rx)
             .await;
     if reporter.is_some() {
-        let feeds = pods::Feeds {
-            rows: rows_rx,
-            gpu_faults: gpu_faults.clone(),
-            node_gpus: node_gpus.clone(),
-            dra: Arc::new(dra),
-            dra_wanted: dra_wanted_rx,
-            profiles_linted: ctx.profiles_linted.clone(),
-            nodes,
-        };
-        running
-            .tasks
-            .extend(pods::start(&config, &ctx, feeds).await);
+        running.tasks.extend(pods::start(&config, &bus).await);
     }
 
     let watchdog = notify::watchdog_from_env();
@@ -209,9 +169,9 @@ async fn serve(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
-            _ = round.notified() => {}
+            _ = bus.round_done.notified() => {}
             _ = hup.recv() => {
-                reload(&opts, &config_tx, &shared, &*notifier, ready);
+                reload(&opts, &bus, &*notifier, ready);
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
@@ -315,8 +275,8 @@ impl Drop for StopOnExit {
 /// Tells the subsystems to stop and waits for them (the tracer detaches its
 /// eBPF programs on the way out), at most a few seconds.
 async fn stop(running: &mut Running) {
-    running.stop_flag.store(true, Ordering::Relaxed);
-    let _ = running.stop_tx.send(true);
+    running.bus.stop_flag.store(true, Ordering::Relaxed);
+    running.bus.stop.publisher().send_replace(true);
     let all = futures_join(std::mem::take(&mut running.tasks));
     if tokio::time::timeout(Duration::from_secs(5), all)
         .await
@@ -335,13 +295,7 @@ async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) {
 /// SIGHUP: re-read the config; a bad one is logged and the old one kept.
 /// Subsystems pick the new one up on their next round and keep their state
 /// (GPU policy windows, profile verdicts, the eBPF programs).
-fn reload(
-    opts: &Options,
-    config_tx: &channel::Sender<Arc<Config>>,
-    shared: &Shared,
-    notifier: &dyn Notifier,
-    ready: bool,
-) {
+fn reload(opts: &Options, bus: &Bus, notifier: &dyn Notifier, ready: bool) {
     // Before the first READY=1 a reload must not announce readiness.
     if ready {
         // sd_notify(3): MONOTONIC_USEC= goes with RELOADING=1, so systemd can
@@ -354,11 +308,11 @@ fn reload(
     }
     match Config::load(opts.config_path.as_deref()) {
         Ok(config) => {
-            if config.daemon.listen != config_tx.borrow().daemon.listen {
+            if config.daemon.listen != bus.config.latest().daemon.listen {
                 tracing::warn!(listen = %config.daemon.listen, "daemon.listen changes only on restart");
             }
-            config_tx.send_replace(Arc::new(config));
-            shared.metrics(|m| m.reloads += 1);
+            bus.config.publisher().send_replace(Arc::new(config));
+            bus.shared.metrics(|m| m.reloads += 1);
             tracing::info!("configuration reloaded");
         }
         Err(e) => {

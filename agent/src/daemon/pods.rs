@@ -8,21 +8,20 @@
 
 use crate::checks::Subsystem;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch as channel, Notify};
+use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
+use super::bus::Bus;
 use super::state::{CheckState, Shared};
-use super::subsystems::{supervise, Context};
+use super::subsystems::supervise;
 use crate::config::Config;
 use crate::pods::denials::DenialAggregator;
 use crate::pods::gpu_faults::GpuFaultAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, PodsState, Round, WatchOptions};
 use nodeproof_kube::driver::PodsNews;
-use nodeproof_trace::SummaryRow;
 
 /// How often the pods are judged without an API change or a profile lint.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -32,25 +31,6 @@ const DENIAL_INTERVAL: Duration = Duration::from_secs(60);
 const GPU_FAULT_INTERVAL: Duration = Duration::from_secs(60);
 /// Retry delay when the Node cannot be read at start.
 const NODE_RETRY: Duration = Duration::from_secs(5);
-
-/// What the pods watcher is fed by the other subsystems.
-#[derive(Clone)]
-pub struct Feeds {
-    /// The tracer's cumulative rows (latest wins: each carries all counts so far).
-    pub rows: channel::Receiver<Vec<SummaryRow>>,
-    /// This Node's allocatable NVIDIA resources, to the GPU probe.
-    pub node_gpus: Arc<channel::Sender<crate::checks::gpu::NodeGpus>>,
-    /// This node's DRA view, to the GPU probe.
-    pub dra: Arc<channel::Sender<crate::checks::gpu::NodeDra>>,
-    /// Whether the GPU probe wants the DRA view (a node with NVIDIA devices).
-    pub dra_wanted: channel::Receiver<bool>,
-    /// GPU faults attributed to containers, from the GPU probe.
-    pub gpu_faults: tokio::sync::broadcast::Sender<Vec<nodeproof_gpu::faults::PodFault>>,
-    /// Notified after each lint of the seccomp root: files may have changed.
-    pub profiles_linted: Arc<Notify>,
-    /// This Node as watched, to the reporter.
-    pub nodes: mpsc::Sender<nodeproof_kube::client::NodeState>,
-}
 
 /// The watcher's settings from the config (`--seccomp-root` wins over
 /// `seccomp.root`, as for the profile lint).
@@ -82,8 +62,8 @@ async fn connect(opts: PodsOptions) -> Result<Watched, PodsRunError> {
 
 /// Starts the watcher when credentials are found; `None` when the agent
 /// runs without them.
-pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinHandle<()>> {
-    let first = match connect(options(config, ctx.seccomp_root.clone())).await {
+pub async fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
+    let first = match connect(options(config, bus.seccomp_root.clone())).await {
         Ok(w) => w,
         // The reporter said why nothing is reported; here only what that means for pods.
         Err(e @ (PodsRunError::NoNodeName | PodsRunError::NoCredentials { .. })) => {
@@ -95,7 +75,7 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
             return None;
         }
     };
-    ctx.shared.set_check(
+    bus.shared.set_check(
         Subsystem::Pods,
         CheckState {
             conditions: Vec::new(),
@@ -105,27 +85,27 @@ pub async fn start(config: &Config, ctx: &Context, feeds: Feeds) -> Option<JoinH
         },
     );
     tracing::info!(nodeproof_check = Subsystem::Pods.as_str(), k8s_node = %first.node, "watching the pods bound to this node");
-    let c = ctx.clone();
+    let b = bus.clone();
     Some(tokio::spawn(supervise(
         Subsystem::Pods,
-        ctx.shared.clone(),
-        ctx.stop_flag.clone(),
-        move || tokio::spawn(watch_pods(c.clone(), first.clone(), feeds.clone())),
+        bus.shared.clone(),
+        bus.stop_flag.clone(),
+        move || tokio::spawn(watch_pods(b.clone(), first.clone())),
     )))
 }
 
 /// The watcher, started again whenever a reload changes its settings. The
 /// pods' state (findings already reported) and the denial aggregator
 /// (denials already reported) are kept across restarts.
-async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
+async fn watch_pods(bus: Bus, first: Watched) {
     let (rows_tx, rows_rx) = mpsc::channel(1);
     let mut feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
     feed.gpu = Some(GpuFaultFeed::new(
-        feeds.gpu_faults.subscribe(),
+        bus.gpu_faults.subscribe(),
         GpuFaultAggregator::new(GPU_FAULT_INTERVAL),
     ));
     let (round_tx, mut round_rx) = mpsc::channel(4);
-    let mut rows = feeds.rows.clone();
+    let mut rows = bus.pod_rows.follow();
     // Forwarding ends only with the watch: without a tracer, or once the
     // watch dropped its feed, it just waits.
     let forward = async move {
@@ -139,25 +119,29 @@ async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
     };
     let publish = async {
         while let Some(round) = round_rx.recv().await {
-            publish(&ctx.shared, round);
+            publish(&bus.shared, round);
+            bus.shared
+                .metrics(|m| m.profile_lints = crate::checks::lint_cache::lints_made());
+            bus.pods_follow_lints
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             // The main loop hands the merged condition, with this round's
             // contract verdicts and Events after it, to the reporter now,
             // not at its next tick.
-            ctx.round.notify_one();
+            bus.round_done.notify_one();
         }
     };
     let watching = async {
         // Owned here: publishing ends when the watcher does.
         let round_tx = round_tx;
-        let mut config = ctx.config.clone();
+        let mut config = bus.config.follow();
         // A reload after a panic restart still counts: compare with the settings in use.
         config.mark_changed();
         let mut current = first;
         let mut state: Option<PodsState> = None;
         loop {
             tokio::select! {
-                _ = watch_with(&ctx, &current, &mut state, &mut feed, &feeds, round_tx.clone()) => return,
-                next = reloaded(&mut config, &ctx, &current) => current = next,
+                _ = watch_with(&bus, &current, &mut state, &mut feed, round_tx.clone()) => return,
+                next = reloaded(&mut config, &bus, &current) => current = next,
             }
         }
     };
@@ -171,7 +155,7 @@ async fn watch_pods(ctx: Context, first: Watched, feeds: Feeds) {
 /// them. Settings that cannot be used are logged and the running watcher kept.
 async fn reloaded(
     config: &mut channel::Receiver<std::sync::Arc<Config>>,
-    ctx: &Context,
+    bus: &Bus,
     current: &Watched,
 ) -> Watched {
     loop {
@@ -179,7 +163,7 @@ async fn reloaded(
             // No more reloads (the agent is stopping).
             return std::future::pending().await;
         }
-        let opts = options(&config.borrow_and_update(), ctx.seccomp_root.clone());
+        let opts = options(&config.borrow_and_update(), bus.seccomp_root.clone());
         if opts == current.opts {
             continue;
         }
@@ -202,14 +186,13 @@ async fn reloaded(
 
 /// One watcher with `w`'s settings, until the agent stops.
 async fn watch_with(
-    ctx: &Context,
+    bus: &Bus,
     w: &Watched,
     state: &mut Option<PodsState>,
     feed: &mut DenialFeed,
-    feeds: &Feeds,
     rounds: mpsc::Sender<Round>,
 ) {
-    let mut stop = ctx.stop.clone();
+    let mut stop = bus.stop.follow();
     let node_ctx = loop {
         match pods_node::node_context(&w.client, &w.node, &w.opts).await {
             Ok(c) => break c,
@@ -227,24 +210,24 @@ async fn watch_with(
             s.restart(node_ctx);
             s
         }
-        None => state.insert(PodsState::new(node_ctx)),
+        None => state.insert(PodsState::new(node_ctx, bus.lints.clone())),
     };
     let (claims_tx, claims_rx) = channel::channel(Vec::new());
     let wopts = WatchOptions {
         recheck: RECHECK,
-        wake: Some(feeds.profiles_linted.clone()),
-        node_seen: Some(feeds.nodes.clone()),
-        node_gpus: Some(feeds.node_gpus.clone()),
+        wake: Some(bus.profiles_linted.clone()),
+        node_seen: Some(bus.nodes.clone()),
+        node_gpus: Some(bus.node_gpus.publisher().clone()),
         pod_claims: Some(claims_tx),
         answered: w.answered.clone(),
     };
-    let interval = Duration::from_secs(ctx.config.borrow().daemon.gpu_interval_s);
+    let interval = Duration::from_secs(bus.config.latest().daemon.gpu_interval_s);
     // The DRA reader lives as long as this watcher, with its client and node.
     let dra = crate::pods::dra::follow(
         nodeproof_kube::dra::DraReader::new(w.client.clone(), &w.node),
         claims_rx,
-        feeds.dra_wanted.clone(),
-        feeds.dra.clone(),
+        bus.dra_wanted.follow(),
+        bus.dra.publisher().clone(),
         interval,
     );
     tokio::select! {
@@ -252,7 +235,7 @@ async fn watch_with(
             w.client.clone(),
             state,
             &wopts,
-            ctx.stop.clone(),
+            bus.stop.follow(),
             &w.node,
             Some(feed),
             rounds,

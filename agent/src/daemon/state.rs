@@ -61,6 +61,9 @@ pub struct Metrics {
     pub task_restarts: BTreeMap<Subsystem, u64>,
     pub reloads: u64,
     pub profile_revalidations: u64,
+    /// Files linted by this process, the profiles check and the pods'
+    /// judge together (answers from a lint cache not counted).
+    pub profile_lints: u64,
 }
 
 /// Check rounds kept for the reporter between two main-loop rounds; more
@@ -77,6 +80,8 @@ struct Inner {
     /// counts check results, so a result equal to the previous one still
     /// counts.
     pending_rounds: VecDeque<RoundNews>,
+    /// Which check queued the newest pending round (`None` once taken).
+    newest_from: Option<Subsystem>,
     /// When each check first published: the start-up breakdown.
     first_rounds: BTreeMap<Subsystem, Instant>,
     metrics: Metrics,
@@ -218,14 +223,28 @@ impl Shared {
         } else {
             Vec::new()
         };
-        let round = RoundNews { conditions, news };
-        i.pending_rounds.push_back(round);
+        let mut round = RoundNews { conditions, news };
+        // The pods judged again after a lint of the files (or with it) are
+        // the second half of the files' round, not a new result of their
+        // own: one message, so one profile edit is one round to the
+        // reporter (its hysteresis counts it once, its PATCH is one).
+        let follows_files = name == Subsystem::Pods && i.newest_from == Some(Subsystem::Profiles);
+        if let Some(files) = i.pending_rounds.back_mut().filter(|_| follows_files) {
+            files.conditions.retain(|c| !kinds.contains(&c.kind));
+            files.conditions.append(&mut round.conditions);
+            files.news.append(&mut round.news);
+        } else {
+            i.pending_rounds.push_back(round);
+        }
+        i.newest_from = Some(name);
         bound(&mut i.pending_rounds);
     }
 
     /// The check rounds completed since the last call, oldest first.
     pub fn take_rounds(&self) -> Vec<RoundNews> {
-        self.lock().pending_rounds.drain(..).collect()
+        let mut i = self.lock();
+        i.newest_from = None;
+        i.pending_rounds.drain(..).collect()
     }
 
     /// Rounds the main loop could not hand over (the reporter's channel was
@@ -574,7 +593,8 @@ mod tests {
             .all(|r| r.conditions == vec![cond("GPUHealthy", "False")]));
         assert!(s.take_rounds().is_empty());
 
-        // A pods round re-observes the merged SeccompProfilesReady, only it.
+        // A pods round re-observes the merged SeccompProfilesReady, only it
+        // (after another check's round: one after the files' travels in it).
         s.set_check(
             Subsystem::Profiles,
             CheckState {
@@ -582,6 +602,8 @@ mod tests {
                 ..gpu("True")
             },
         );
+        s.set_check(Subsystem::Gpu, gpu("True"));
+        assert_eq!(s.take_rounds().len(), 2);
         s.set_check(
             Subsystem::Pods,
             CheckState {
@@ -593,10 +615,10 @@ mod tests {
             },
         );
         let rounds = s.take_rounds();
-        assert_eq!(rounds.len(), 2, "{rounds:?}");
-        assert_eq!(rounds[1].conditions.len(), 1);
-        assert_eq!(rounds[1].conditions[0].status, ConditionStatus::False);
-        assert_eq!(rounds[1].conditions[0].reason, "ProfileMissing");
+        assert_eq!(rounds.len(), 1, "{rounds:?}");
+        assert_eq!(rounds[0].conditions.len(), 1);
+        assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
+        assert_eq!(rounds[0].conditions[0].reason, "ProfileMissing");
 
         // A stuck main loop costs the oldest rounds, not unbounded memory.
         for _ in 0..MAX_PENDING_ROUNDS + 10 {
@@ -644,6 +666,59 @@ mod tests {
             ConditionType::SeccompProfilesReady
         );
         assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn the_pods_judged_after_a_lint_travel_in_the_files_round() {
+        use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
+        let s = Shared::default();
+        let state = |conditions| CheckState {
+            conditions,
+            summary: String::new(),
+            progress: Some(Instant::now()),
+            period: Duration::from_secs(1),
+        };
+        let event = || {
+            PodsNews::Event(PodEvent {
+                pod: ObjectRef {
+                    kind: "Pod",
+                    namespace: "ml".into(),
+                    name: "vllm-0".into(),
+                    uid: Some("u".into()),
+                },
+                event_type: EventType::Warning,
+                reason: "SeccompProfileInvalid",
+                message: "m".into(),
+            })
+        };
+        let pods = || {
+            state(vec![Condition {
+                reason: "PodProfileInvalid".into(),
+                ..cond("SeccompProfilesReady", "False")
+            }])
+        };
+        // A lint, then the pods it woke: one round, the pods' fold and Event in it.
+        s.set_check(
+            Subsystem::Profiles,
+            state(vec![cond("SeccompProfilesReady", "True")]),
+        );
+        s.set_check_with_news(Subsystem::Pods, pods(), vec![event()]);
+        let rounds = s.take_rounds();
+        assert_eq!(rounds.len(), 1, "{rounds:?}");
+        assert_eq!(rounds[0].conditions.len(), 1);
+        assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
+        assert_eq!(rounds[0].news, vec![event()]);
+
+        // Pods judged on their own (a pod changed) are a round of their own,
+        // and so is a pods round after another check's.
+        s.set_check_with_news(Subsystem::Pods, pods(), vec![event()]);
+        s.set_check(
+            Subsystem::Profiles,
+            state(vec![cond("SeccompProfilesReady", "True")]),
+        );
+        s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
+        s.set_check_with_news(Subsystem::Pods, pods(), Vec::new());
+        assert_eq!(s.take_rounds().len(), 4);
     }
 
     #[test]

@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{mpsc, watch as channel, Notify};
+use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
+use super::bus::Bus;
 use super::state::{CheckState, Shared};
-use crate::checks::{self, profiles, Subsystem};
+use crate::checks::{self, lint_cache, profiles, Subsystem};
 use crate::config::Config;
 use nodeproof_findings::{Condition, Status};
 use nodeproof_gpu as gpu;
@@ -29,60 +30,29 @@ use nodeproof_podresources::KubeletPodResources;
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
-/// What every subsystem gets.
-#[derive(Clone)]
-pub struct Context {
-    pub shared: Arc<Shared>,
-    pub config: channel::Receiver<Arc<Config>>,
-    pub seccomp_root: Option<PathBuf>,
-    /// For async tasks.
-    pub stop: channel::Receiver<bool>,
-    /// For blocking threads (checked between polls).
-    pub stop_flag: Arc<AtomicBool>,
-    /// Wakes the main loop when a round completes (READY without waiting for a tick).
-    pub round: Arc<Notify>,
-    /// Wakes the pods watcher after each lint of the seccomp root.
-    pub profiles_linted: Arc<Notify>,
-    /// True once the tracer's first load has ended, loaded or not: the
-    /// reporter and the pods watch start after it (see `serve`).
-    pub tracer_settled: Arc<channel::Sender<bool>>,
-    /// The tracer's latest cumulative rows, for the pods watcher.
-    pub pod_rows: Arc<channel::Sender<Vec<trace::SummaryRow>>>,
-    /// GPU faults attributed to the containers holding the device, for the
-    /// pods watcher (which drops terminated pods and writes the Events).
-    pub gpu_faults: tokio::sync::broadcast::Sender<Vec<gpu::faults::PodFault>>,
-    /// This Node's allocatable NVIDIA resources as the pods watcher last saw
-    /// them (`None`: not watched), compared by count when pod-resources is absent.
-    pub node_gpus: channel::Receiver<checks::gpu::NodeGpus>,
-    /// This node's DRA view as the pods watcher last read it.
-    pub dra: channel::Receiver<checks::gpu::NodeDra>,
-    /// Set by the GPU probe on a node with NVIDIA devices: only then is DRA read.
-    pub dra_wanted: Arc<channel::Sender<bool>>,
-}
-
-pub fn spawn_checks(ctx: &Context) -> Vec<JoinHandle<()>> {
-    let c = ctx.clone();
+pub fn spawn_checks(bus: &Bus) -> Vec<JoinHandle<()>> {
+    let c = bus.clone();
     let profiles = tokio::spawn(supervise(
         Subsystem::Profiles,
-        ctx.shared.clone(),
-        ctx.stop_flag.clone(),
+        bus.shared.clone(),
+        bus.stop_flag.clone(),
         move || tokio::spawn(profiles(c.clone())),
     ));
-    let c = ctx.clone();
+    let c = bus.clone();
     let tracing_task = tokio::spawn(supervise(
         Subsystem::Tracing,
-        ctx.shared.clone(),
-        ctx.stop_flag.clone(),
+        bus.shared.clone(),
+        bus.stop_flag.clone(),
         move || {
             let c = c.clone();
             tokio::task::spawn_blocking(move || tracer(&c))
         },
     ));
-    let c = ctx.clone();
+    let c = bus.clone();
     let gpu_task = tokio::spawn(supervise(
         Subsystem::Gpu,
-        ctx.shared.clone(),
-        ctx.stop_flag.clone(),
+        bus.shared.clone(),
+        bus.stop_flag.clone(),
         move || {
             let c = c.clone();
             tokio::task::spawn_blocking(move || gpu_probe(&c))
@@ -125,13 +95,15 @@ pub async fn supervise<F, Fut>(
 
 /// Lint the seccomp root at start, within a second of a change (inotify),
 /// on reload and every `profile-resync-s`.
-async fn profiles(mut ctx: Context) {
+async fn profiles(bus: Bus) {
+    let mut config_rx = bus.config.follow();
+    let mut stop = bus.stop.follow();
     let (wake_tx, mut wake_rx) = mpsc::channel(4);
     let mut watched: Option<(PathBuf, super::watch::Watcher)> = None;
     let mut verdicts: HashMap<String, &'static str> = HashMap::new();
     loop {
-        let config = ctx.config.borrow_and_update().clone();
-        let root = ctx
+        let config = config_rx.borrow_and_update().clone();
+        let root = bus
             .seccomp_root
             .clone()
             .unwrap_or_else(|| config.seccomp.root.clone());
@@ -148,23 +120,31 @@ async fn profiles(mut ctx: Context) {
         }
         let opts = profiles::lint_options(&config.seccomp);
         let lint_root = root.clone();
-        let reports =
-            match tokio::task::spawn_blocking(move || profiles::lint_root(&lint_root, &opts)).await
-            {
-                Ok(r) => r,
-                // The supervisor counts it and starts the task again.
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => return,
-            };
-        publish_profiles(&ctx.shared, &root, &reports, &mut verdicts, &config);
-        ctx.round.notify_one();
-        ctx.profiles_linted.notify_one();
+        let lints = bus.lints.clone();
+        // Files linted already in this mode with these contents are not
+        // linted again; the pods' judge finds what is linted here.
+        let lint = move || profiles::lint_root_cached(&lint_root, &opts, &lints);
+        let reports = match tokio::task::spawn_blocking(lint).await {
+            Ok(r) => r,
+            // The supervisor counts it and starts the task again.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => return,
+        };
+        publish_profiles(&bus.shared, &root, &reports, &mut verdicts, &config);
+        bus.shared
+            .metrics(|m| m.profile_lints = lint_cache::lints_made());
+        bus.profiles_linted.notify_one();
+        // With the pods watched, their judgement's round wakes the main loop
+        // for both (see `Bus::pods_follow_lints`); at worst its tick does.
+        if !bus.pods_follow_lints.load(Ordering::Relaxed) {
+            bus.round_done.notify_one();
+        }
         let resync = Duration::from_secs(config.daemon.profile_resync_s);
         tokio::select! {
             _ = wake_rx.recv() => tracing::debug!("seccomp root changed"),
-            _ = ctx.config.changed() => {}
+            _ = config_rx.changed() => {}
             _ = tokio::time::sleep(resync) => {}
-            _ = ctx.stop.changed() => return,
+            _ = stop.changed() => return,
         }
     }
 }
@@ -227,7 +207,7 @@ const TRACE_POLL: Duration = Duration::from_millis(200);
 
 /// Loads the eBPF programs once and streams denials into the journal until
 /// stopped; dropping the tracer detaches them.
-fn tracer(ctx: &Context) {
+fn tracer(bus: &Bus) {
     let started = trace::Tracer::start(&trace::TracerConfig::default());
     let readiness = trace::Readiness::of(started.as_ref());
     // Loading parses the kernel's BTF (tens of MiB at the peak, freed by
@@ -235,9 +215,9 @@ fn tracer(ctx: &Context) {
     // give it back, which would double the agent's steady RSS.
     // SAFETY: malloc_trim only releases free heap pages.
     unsafe { libc::malloc_trim(0) };
-    ctx.tracer_settled.send_replace(true);
+    bus.tracer_settled.publisher().send_replace(true);
     let publish = |summary: String| {
-        ctx.shared.set_check(
+        bus.shared.set_check(
             Subsystem::Tracing,
             CheckState {
                 conditions: checks::tracing::round(&readiness).conditions,
@@ -252,9 +232,9 @@ fn tracer(ctx: &Context) {
         Err(e) => {
             tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), reason = readiness.reason, error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
             publish(format!("tracing off ({})", readiness.reason));
-            ctx.round.notify_one();
+            bus.round_done.notify_one();
             // Alive, just without eBPF: keep the check's progress fresh.
-            while !ctx.stop_flag.load(Ordering::Relaxed) {
+            while !bus.stop_flag.load(Ordering::Relaxed) {
                 std::thread::sleep(TRACE_POLL);
                 publish(format!("tracing off ({})", readiness.reason));
             }
@@ -263,9 +243,9 @@ fn tracer(ctx: &Context) {
     };
     let strategy = tracer.strategy();
     tracing::info!(nodeproof_check = Subsystem::Tracing.as_str(), strategy = %strategy, "seccomp tracing attached");
-    ctx.shared.metrics(|m| m.ebpf_strategy = Some(strategy));
+    bus.shared.metrics(|m| m.ebpf_strategy = Some(strategy));
     publish(format!("tracing {strategy}"));
-    ctx.round.notify_one();
+    bus.round_done.notify_one();
     let mut pump = trace::Pump::new(
         tracer,
         trace::CgroupResolver::host(),
@@ -280,7 +260,7 @@ fn tracer(ctx: &Context) {
         tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), "not in the host PID namespace: counts of exited processes stay in the kernel's map, which fills after 16384 process/syscall keys");
     }
     let mut last_counts = Instant::now();
-    while !ctx.stop_flag.load(Ordering::Relaxed) {
+    while !bus.stop_flag.load(Ordering::Relaxed) {
         let polled = pump.poll(TRACE_POLL, &trace::NoPodLookup, &mut |s| {
             let (d, a) = (s.denial, s.attribution);
             tracing::warn!(
@@ -301,7 +281,7 @@ fn tracer(ctx: &Context) {
         }
         if last_counts.elapsed() >= TRACE_COUNTS_EVERY {
             last_counts = Instant::now();
-            read_counts(&mut pump, ctx);
+            read_counts(&mut pump, bus);
         }
         publish(format!("tracing {strategy}"));
     }
@@ -320,7 +300,7 @@ fn pod_label(a: &trace::Attribution) -> String {
     }
 }
 
-fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
+fn read_counts(pump: &mut trace::Pump<trace::Tracer>, bus: &Bus) {
     // Pod names are resolved by the pods watcher, against the pods it watches.
     let (rows, stats) = match pump.rows(&trace::NoPodLookup) {
         Ok(r) => r,
@@ -329,7 +309,7 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
             return;
         }
     };
-    ctx.pod_rows.send_replace(rows.clone());
+    bus.pod_rows.publisher().send_replace(rows.clone());
     let mut denials = std::collections::BTreeMap::new();
     for r in rows {
         let pod = match (&r.pod, &r.pod_uid) {
@@ -339,7 +319,7 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ctx: &Context) {
         };
         *denials.entry((r.syscall, pod)).or_insert(0) += r.count;
     }
-    ctx.shared.metrics(|m| {
+    bus.shared.metrics(|m| {
         m.denials = denials;
         m.ebpf_dropped = stats.dropped();
     });
@@ -377,7 +357,7 @@ impl ProbeKey {
 /// reloads, the NVML probe and the pod-resources client are rebuilt only
 /// when their settings change. Each cycle compares what the kubelet offers
 /// with NVML and hands faults on allocated devices to the pods watcher.
-fn gpu_probe(ctx: &Context) {
+fn gpu_probe(bus: &Bus) {
     let mut state = gpu::PolicyState::default();
     let mut tracker = gpu::faults::FaultTracker::default();
     let mut probe: Option<(ProbeKey, gpu::nvml::NvmlProbe)> = None;
@@ -385,14 +365,14 @@ fn gpu_probe(ctx: &Context) {
     // The last pod-resources failure said, so an absent socket is logged once.
     let mut kubelet_said: Option<String> = None;
     let node = nodeproof_kube::credentials::node_name_here(
-        ctx.config.borrow().report.node_name.as_deref(),
+        bus.config.latest().report.node_name.as_deref(),
     )
     .unwrap_or_default();
     let mut failed: HashMap<String, String> = HashMap::new();
     // The unhealthy set the reporter has (sent again when it changes).
     let mut devices_sent: Option<nodeproof_kube::device_health::UnhealthyDevices> = None;
-    while !ctx.stop_flag.load(Ordering::Relaxed) {
-        let config = ctx.config.borrow().clone();
+    while !bus.stop_flag.load(Ordering::Relaxed) {
+        let config = bus.config.latest().clone();
         let key = ProbeKey::of(&config.gpu);
         if probe.as_ref().map(|(k, _)| k) != Some(&key) {
             probe = Some((key, checks::gpu::probe(&config.gpu)));
@@ -417,7 +397,7 @@ fn gpu_probe(ctx: &Context) {
         // This cycle's usage alone: a cycle that read nothing clears the last one's.
         let mut usage = Vec::new();
         // DRA is read for the GPU probe only on a node with NVIDIA devices.
-        ctx.dra_wanted.send_if_modified(|w| {
+        bus.dra_wanted.publisher().send_if_modified(|w| {
             let changed = *w == report.no_gpu();
             *w = !report.no_gpu();
             changed
@@ -450,8 +430,8 @@ fn gpu_probe(ctx: &Context) {
                 }
                 kubelet_said = said;
             }
-            let node_allocatable = ctx.node_gpus.borrow().clone();
-            let dra = ctx.dra.borrow().clone();
+            let node_allocatable = bus.node_gpus.latest().clone();
+            let dra = bus.dra.latest().clone();
             checks::gpu::compare(&mut report, &read, node_allocatable, &dra);
             let view = dra.view();
             // One attribution for faults and usage: pod-resources and DRA.
@@ -459,12 +439,12 @@ fn gpu_probe(ctx: &Context) {
             usage = checks::gpu::usage(
                 report.snapshot.as_ref(),
                 &allocations,
-                ctx.shared.metrics(|m| m.running_pods.clone()).as_ref(),
+                bus.shared.metrics(|m| m.running_pods.clone()).as_ref(),
             );
             if !faults.is_empty() {
                 let on_pods = gpu::faults::attribute(&faults, &allocations, |_, _| true);
                 // No receiver: no pods watcher (no API credentials); nothing to write to.
-                if !on_pods.is_empty() && ctx.gpu_faults.send(on_pods).is_err() {
+                if !on_pods.is_empty() && bus.gpu_faults.send(on_pods).is_err() {
                     tracing::debug!(
                         nodeproof_check = Subsystem::Gpu.as_str(),
                         "GPU faults on pods not reported: pods are not watched"
@@ -499,12 +479,12 @@ fn gpu_probe(ctx: &Context) {
         }
         let mut metrics = report.metrics(&state);
         metrics.node.clone_from(&node);
-        ctx.shared.metrics(|m| {
+        bus.shared.metrics(|m| {
             m.gpu = Some(metrics);
             m.gpu_usage = usage;
         });
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
-        ctx.shared.set_check_with_news(
+        bus.shared.set_check_with_news(
             Subsystem::Gpu,
             CheckState {
                 conditions: checks::gpu::round(&report).conditions,
@@ -514,9 +494,9 @@ fn gpu_probe(ctx: &Context) {
             },
             news,
         );
-        ctx.round.notify_one();
+        bus.round_done.notify_one();
         let until = Instant::now() + interval;
-        while Instant::now() < until && !ctx.stop_flag.load(Ordering::Relaxed) {
+        while Instant::now() < until && !bus.stop_flag.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
         }
     }

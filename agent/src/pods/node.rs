@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -17,6 +18,7 @@ use super::verdict::{self, NodeContext, PodFinding};
 use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
 
 use crate::checks::gpu::NodeDra;
+use crate::checks::lint_cache::LintCache;
 use nodeproof_findings::Condition;
 use nodeproof_kube::client::{Answered, KubeReporter};
 use nodeproof_kube::conditions::Policy;
@@ -288,11 +290,13 @@ pub async fn dra_connected(client: kube::Client, node: &str) -> NodeDra {
 }
 
 /// Lists this node's pods and the RuntimeClasses once and judges them.
-pub fn once(opts: &PodsOptions) -> Result<PodsOnce, PodsRunError> {
+/// `lints`: where the profiles' lint reports are kept (a caller that
+/// linted the root already passes its own, so no file is linted twice).
+pub fn once(opts: &PodsOptions, lints: Arc<LintCache>) -> Result<PodsOnce, PodsRunError> {
     // The timer is made inside the runtime: it needs the runtime's clock.
     runtime()?.block_on(judge_within_deadline(async {
         let (client, node) = connect(opts).await?;
-        judge_connected(client, node, opts).await
+        judge_connected(client, node, opts, lints).await
     }))
 }
 
@@ -313,6 +317,7 @@ pub async fn judge_connected(
     client: kube::Client,
     node: String,
     opts: &PodsOptions,
+    lints: Arc<LintCache>,
 ) -> Result<PodsOnce, PodsRunError> {
     {
         let ctx = node_context(&client, &node, opts).await?;
@@ -333,7 +338,7 @@ pub async fn judge_connected(
         let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
             .await
             .map_err(read("RuntimeClasses"))?;
-        let mut state = PodsState::new(ctx);
+        let mut state = PodsState::new(ctx, lints);
         state.apply(Change::Pods(pods));
         state.apply(Change::Classes(classes));
         let eval = state.evaluate();
@@ -372,7 +377,8 @@ pub fn daemon(
             },
             std::process::id().into(),
         );
-        let mut state = PodsState::new(ctx);
+        // Only the pods are judged here: no lint of the root to share.
+        let mut state = PodsState::new(ctx, Arc::default());
         let (rows_tx, rows_rx) = tokio::sync::mpsc::channel(4);
         std::thread::spawn(move || trace_rows(rows_tx, stop));
         let feed = DenialFeed::new(rows_rx, DenialAggregator::new(Duration::from_secs(60)));

@@ -2,17 +2,20 @@
 //! the kubelet seccomp root, it lints to `ok` for the container's effective
 //! noNewPrivileges, and the pod's RuntimeClass runs here. Reads only profile
 //! files (through `nodeproof_seccomp::scan`, so FIFOs, loops and escaping links are
-//! refused as they are for `profile lint`); lint results are cached by
-//! (path, noNewPrivileges, contents), so a thousand pods sharing one profile
-//! lint it once per mode.
+//! refused as they are for `profile lint`); lint results are kept by
+//! (path, lint options, contents) in a `LintCache`, so a thousand pods
+//! sharing one profile lint it once per mode, and not at all in the mode
+//! the profiles check already linted it in.
 
 use nodeproof_bpfgen::Native;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
+use crate::checks::lint_cache::LintCache;
 use crate::checks::profiles::passes;
 use nodeproof_findings::{count, Condition, ConditionStatus, ConditionType};
 use nodeproof_kube::contract::{self, Contract, ContractError};
@@ -20,7 +23,7 @@ use nodeproof_kube::marks::Taint;
 use nodeproof_kube::refs::{PodRefs, Profile};
 use nodeproof_kube::taints::{self, Toleration};
 use nodeproof_seccomp::capability::CapabilitySet;
-use nodeproof_seccomp::lint::{lint_source, LintOptions, ProfileReport};
+use nodeproof_seccomp::lint::{lint_source, LintOptions};
 use nodeproof_seccomp::scan;
 
 /// Why a pod's reference is unusable on this node (the condition's reason).
@@ -190,14 +193,12 @@ pub fn labels_and_taints(node: &Node) -> (BTreeMap<String, String>, Vec<Taint>) 
     (node.metadata.labels.clone().unwrap_or_default(), taints)
 }
 
-/// What one lint is for: the file, the noNewPrivileges mode, and the
-/// container's bounding set when it is not the runtime's default.
-type LintKey = (PathBuf, bool, Option<CapabilitySet>);
-
-/// Judges pods, caching lint reports.
+/// Judges pods. Lint reports come from a [`LintCache`], the daemon's one
+/// shared with the profiles check, so a file the check linted after an
+/// edit is not linted again for the pods that use it in the same mode.
 #[derive(Default)]
 pub struct Judge {
-    cache: HashMap<LintKey, (Vec<u8>, ProfileReport)>,
+    lints: Arc<LintCache>,
 }
 
 /// What a profile file is worth on this node, in one noNewPrivileges mode.
@@ -210,6 +211,10 @@ pub(crate) enum FileVerdict {
 }
 
 impl Judge {
+    pub fn new(lints: Arc<LintCache>) -> Self {
+        Judge { lints }
+    }
+
     /// Every unusable reference of `pod`, in container order (RuntimeClass first).
     pub fn judge_pod(
         &mut self,
@@ -312,18 +317,15 @@ impl Judge {
                 return FileVerdict::Bad(format!("{}[{}]: {}", d.severity, d.code, d.message))
             }
         };
-        let key = (path.clone(), nnp, bounding);
-        let fresh = self.cache.get(&key).is_some_and(|(b, _)| *b == bytes);
-        if !fresh {
-            let opts = LintOptions {
-                no_new_privileges: nnp,
-                bounding_set: bounding.or(node.lint.bounding_set),
-                ..node.lint.clone()
-            };
-            let report = lint_source(&path.to_string_lossy(), &bytes, &opts, &Native);
-            self.cache.insert(key.clone(), (bytes, report));
-        }
-        let report = &self.cache[&key].1;
+        let opts = LintOptions {
+            no_new_privileges: nnp,
+            bounding_set: bounding.or(node.lint.bounding_set),
+            ..node.lint.clone()
+        };
+        let display = path.to_string_lossy();
+        let report = &self.lints.report(&path, &display, &bytes, &opts, || {
+            lint_source(&display, &bytes, &opts, &Native)
+        });
         if passes(report, false) {
             FileVerdict::Ok
         } else {

@@ -32,6 +32,7 @@ use super::gpu_faults::{
     GpuFaultAggregator, GpuFaultTotal, PodGpuFaultEvent, EVENT_REASON as GPU_FAULT_REASON,
 };
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
+use crate::checks::lint_cache::LintCache;
 use crate::checks::Subsystem;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::faults::PodFault;
@@ -125,11 +126,13 @@ pub struct PodsState {
 pub const CLASS_GRACE: Duration = Duration::from_secs(2);
 
 impl PodsState {
-    pub fn new(node: NodeContext) -> Self {
+    /// `lints`: where the files' lint reports are kept (the daemon's is
+    /// shared with the profiles check).
+    pub fn new(node: NodeContext, lints: Arc<LintCache>) -> Self {
         PodsState {
             index: PodIndex::default(),
             classes: HashMap::new(),
-            judge: Judge::default(),
+            judge: Judge::new(lints),
             reported: HashSet::new(),
             pods_listed: false,
             classes_listed: false,
@@ -176,10 +179,10 @@ impl PodsState {
     /// Starts over with another node context (a reload changed the node,
     /// root or lint options): everything is listed again before the next
     /// judgement, and findings already reported stay reported, so a
-    /// finding that still holds is not news again.
+    /// finding that still holds is not news again. The lint reports stay:
+    /// they are kept by lint options, so new options lint afresh.
     pub fn restart(&mut self, node: NodeContext) {
         self.node = node;
-        self.judge = Judge::default();
         self.pods_listed = false;
         self.classes_listed = false;
         self.class_missing_since.clear();
@@ -965,6 +968,11 @@ mod tests {
         }
     }
 
+    /// A watcher's state with lint reports of its own.
+    fn fresh_state(node: NodeContext) -> PodsState {
+        PodsState::new(node, Default::default())
+    }
+
     fn class(name: &str) -> RuntimeClass {
         serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "handler": "runc"}))
             .unwrap()
@@ -1221,7 +1229,7 @@ mod tests {
     #[test]
     fn nothing_is_judged_before_both_lists_and_findings_are_news_once() {
         let dir = tempfile::tempdir().unwrap();
-        let mut st = PodsState::new(NodeContext {
+        let mut st = fresh_state(NodeContext {
             seccomp_root: dir.path().to_path_buf(),
             labels: Default::default(),
             taints: Vec::new(),
@@ -1299,7 +1307,7 @@ mod tests {
             .unwrap()
         };
         let pods = || vec![pod("gone", "nope.json"), pod("moved", "there.json")];
-        let mut st = PodsState::new(context(a.path()));
+        let mut st = PodsState::new(context(a.path()), Default::default());
         st.apply(Change::Pods(pods()));
         st.apply(Change::Classes(Vec::new()));
         let e = st.evaluate();
@@ -1329,7 +1337,7 @@ mod tests {
     #[test]
     fn a_gpu_condition_status_asks_for_a_judgement_its_heartbeat_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let mut st = PodsState::new(NodeContext {
+        let mut st = fresh_state(NodeContext {
             seccomp_root: dir.path().to_path_buf(),
             labels: Default::default(),
             taints: Vec::new(),
@@ -1362,7 +1370,7 @@ mod tests {
     #[test]
     fn only_labels_and_taints_of_the_node_ask_for_a_judgement() {
         let dir = tempfile::tempdir().unwrap();
-        let mut st = PodsState::new(NodeContext {
+        let mut st = fresh_state(NodeContext {
             seccomp_root: dir.path().to_path_buf(),
             labels: [("gpu".to_string(), "true".to_string())].into(),
             taints: Vec::new(),
