@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
 use nodeproof_gpu::{GpuReport, PolicyState};
 use nodeproof_kube::connect::ConnectError;
-use nodeproof_kube::events::PodEvent;
 use nodeproof_kube::{Connection, OnceError, OnceSummary};
+use nodeproof_report::events::PodEvent;
 
 use crate::checks::gpu::NodeDra;
 use crate::checks::{self, gpu, profiles, Subsystem};
@@ -190,7 +190,7 @@ fn said(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
 pub fn not_judged(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
     let (cause, message) = match e {
         PodsRunError::NoCredentials { .. } => {
-            let lookup = nodeproof_kube::credentials::lookup_here(
+            let lookup = nodeproof_report::credentials::lookup_here(
                 opts.kubeconfig.as_deref(),
                 opts.host_root.as_deref(),
             );

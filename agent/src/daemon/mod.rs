@@ -36,7 +36,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch as channel, Notify};
 
 use crate::config::{Config, ConfigError};
-use nodeproof_kube::driver::RoundNews;
+use nodeproof_report::driver::RoundNews;
 use notify::{Notifier, NotifyError, NotifyState};
 use state::Shared;
 

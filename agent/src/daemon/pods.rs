@@ -21,7 +21,7 @@ use crate::pods::denials::DenialAggregator;
 use crate::pods::gpu_faults::GpuFaultAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, PodsState, Round, WatchOptions};
-use nodeproof_kube::driver::PodsNews;
+use nodeproof_report::driver::PodsNews;
 use nodeproof_trace::SummaryRow;
 
 /// How often the pods are judged without an API change or a profile lint.
@@ -49,7 +49,7 @@ pub struct Feeds {
     /// Notified after each lint of the seccomp root: files may have changed.
     pub profiles_linted: Arc<Notify>,
     /// This Node as watched, to the reporter.
-    pub nodes: mpsc::Sender<nodeproof_kube::client::NodeState>,
+    pub nodes: mpsc::Sender<nodeproof_report::reporter::NodeState>,
 }
 
 /// The watcher's settings from the config (`--seccomp-root` wins over
