@@ -12,7 +12,7 @@ use std::time::Instant;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use nodeproof::pods::contract::judge_all;
 use nodeproof::pods::verdict::{Judge, NodeContext, RuntimeClassInfo};
-use nodeproof_kube::contract::ContractState;
+use nodeproof_report::contract::ContractState;
 use nodeproof_seccomp::lint::LintOptions;
 
 fn main() {

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
 use nodeproof_gpu::{GpuReport, PolicyState};
 use nodeproof_kube::connect::ConnectError;
-use nodeproof_kube::events::PodEvent;
 use nodeproof_kube::{Connection, OnceError, OnceSummary};
+use nodeproof_report::events::PodEvent;
 
 use crate::checks::gpu::NodeDra;
 use crate::checks::lint_cache::LintCache;
@@ -201,7 +201,7 @@ fn said(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
 pub fn not_judged(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
     let (cause, message) = match e {
         PodsRunError::NoCredentials { .. } => {
-            let lookup = nodeproof_kube::credentials::lookup_here(
+            let lookup = nodeproof_report::credentials::lookup_here(
                 opts.kubeconfig.as_deref(),
                 opts.host_root.as_deref(),
             );

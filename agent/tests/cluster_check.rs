@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-use nodeproof_kube::conditions::rfc3339;
+use nodeproof_report::conditions::rfc3339;
 use support::apiserver::{Identity, Logged, TestApiServer};
 use support::rbac::{bound_rules, coverage, request_info, RequestInfo};
 

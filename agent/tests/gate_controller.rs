@@ -1427,12 +1427,12 @@ fn the_seccomp_gate_and_runtime_class_contracts_land_on_the_contracted_node() {
 #[test]
 fn the_agents_gpu_taint_keeps_ungated_pods_off_a_broken_node() {
     // Device-plugin clusters without the gate: the agent's opt-in taint
-    // (crates/kube/src/marks.rs, written through the taint credential) is
+    // (crates/report/src/marks.rs, written through the taint credential) is
     // what the scheduler sees. The adversarial scheduler would pick the
     // broken node first; the taint keeps it off.
     use nodeproof_findings::{ConditionStatus, ConditionType};
-    use nodeproof_kube::conditions::NodeCondition;
-    use nodeproof_kube::marks::{taints, MarkPolicy};
+    use nodeproof_report::conditions::NodeCondition;
+    use nodeproof_report::marks::{taints, MarkPolicy};
     let server = server();
     server.start_scheduler(Duration::from_secs(180));
     add_node(

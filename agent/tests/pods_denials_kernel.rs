@@ -16,9 +16,10 @@ use serde_json::json;
 use nodeproof::advise;
 use nodeproof::pods::denials::{DenialAggregator, PodIndex};
 use nodeproof::pods::watch::record_denials;
-use nodeproof_kube::conditions::{Hysteresis, Policy};
-use nodeproof_kube::driver::{LoopConfig, ReportLoop};
-use nodeproof_kube::{client, credentials};
+use nodeproof_kube::client;
+use nodeproof_report::conditions::{Hysteresis, Policy};
+use nodeproof_report::credentials;
+use nodeproof_report::driver::{LoopConfig, ReportLoop};
 use nodeproof_seccomp::lint::{LintOptions, Outcome};
 use nodeproof_trace::{
     self as trace, CgroupResolver, OutputFormat, TraceOptions, Tracer, TracerConfig,

@@ -23,8 +23,8 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::json;
 
 use nodeproof_kube::client::KubeReporter;
-use nodeproof_kube::conditions::{Hysteresis, Policy};
-use nodeproof_kube::driver::{LoopConfig, ReportLoop};
+use nodeproof_report::conditions::{Hysteresis, Policy};
+use nodeproof_report::driver::{LoopConfig, ReportLoop};
 use support::agent::Agent;
 use support::apiserver::{Identity, Logged, TestApiServer};
 use support::rbac::{bound_rules, coverage, request_info, rule_allows, RequestInfo};
@@ -195,7 +195,7 @@ fn repeated_event_requests() -> Vec<Logged> {
     let server = sa_server();
     server.add_node("n1", json!([]));
     let kubeconfig = server.kubeconfig(dir.path(), "sa-agent");
-    let source = nodeproof_kube::credentials::Source::Kubeconfig(kubeconfig);
+    let source = nodeproof_report::credentials::Source::Kubeconfig(kubeconfig);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

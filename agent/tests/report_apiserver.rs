@@ -14,12 +14,14 @@ use serde_json::json;
 use tempfile::TempDir;
 
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
-use nodeproof_kube::client::{KubeReporter, ReportError};
-use nodeproof_kube::conditions::{rfc3339, Hysteresis, Policy};
-use nodeproof_kube::driver::{self, LoopConfig, ReportLoop};
-use nodeproof_kube::events::{EventType, ObjectRef};
-use nodeproof_kube::marks::MarkPolicy;
-use nodeproof_kube::{credentials, run_once};
+use nodeproof_kube::client::KubeReporter;
+use nodeproof_report::conditions::{rfc3339, Hysteresis, Policy};
+use nodeproof_report::credentials;
+use nodeproof_report::driver::{self, LoopConfig, ReportLoop};
+use nodeproof_report::events::{EventType, ObjectRef};
+use nodeproof_report::marks::MarkPolicy;
+use nodeproof_report::once::run_once;
+use nodeproof_report::reporter::ReportError;
 use support::apiserver::{Fault, Identity, TestApiServer};
 
 fn t0() -> SystemTime {
@@ -217,8 +219,8 @@ async fn flapping_input_is_absorbed_by_hysteresis() {
 /// not flap, and a class gone from the verdicts losing its label.
 #[tokio::test]
 async fn contract_labels_follow_hysteresis_and_survive_a_restart() {
-    use nodeproof_kube::contract::ContractState;
-    use nodeproof_kube::contract_labels::ContractVerdict;
+    use nodeproof_report::contract::ContractState;
+    use nodeproof_report::contract_labels::ContractVerdict;
     let verdict = |class: &str, ready: bool| ContractVerdict {
         class: class.into(),
         state: if ready {
@@ -810,7 +812,7 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
 /// when the set changes, and the annotation goes when none is unhealthy.
 #[tokio::test]
 async fn unhealthy_gpus_are_published_in_the_nodes_annotation_only_when_they_change() {
-    use nodeproof_kube::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
+    use nodeproof_report::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
     let c = cluster();
     let mut lp = c.report_loop(Policy::default()).await;
     lp.observe(t0(), &healthy());

@@ -80,7 +80,7 @@ fn the_node_authorizer_refuses_another_nodes_get_with_kubernetes_message() {
     let dir = tempfile::tempdir().unwrap();
     let server = two_nodes();
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
-    let source = nodeproof_kube::credentials::Source::Kubeconfig(kubeconfig);
+    let source = nodeproof_report::credentials::Source::Kubeconfig(kubeconfig);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

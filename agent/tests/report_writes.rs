@@ -15,11 +15,12 @@ use serde_json::json;
 use tempfile::TempDir;
 
 use nodeproof_findings::{Condition, ConditionType};
-use nodeproof_kube::client::{KubeReporter, Refusal};
-use nodeproof_kube::conditions::{Hysteresis, Policy};
-use nodeproof_kube::credentials;
-use nodeproof_kube::driver::{Dropped, LoopConfig, NodeDrift, ReportLoop, WriteKind};
-use nodeproof_kube::events::{EventType, ObjectRef};
+use nodeproof_kube::client::KubeReporter;
+use nodeproof_report::conditions::{Hysteresis, Policy};
+use nodeproof_report::credentials;
+use nodeproof_report::driver::{Dropped, LoopConfig, NodeDrift, ReportLoop, WriteKind};
+use nodeproof_report::events::{EventType, ObjectRef};
+use nodeproof_report::reporter::Refusal;
 use support::agent::{reporting_config, seccomp_root, Agent};
 use support::apiserver::{Fault, Identity, NamespacePhase, TestApiServer};
 
@@ -273,7 +274,7 @@ async fn an_expired_client_certificate_is_refused_401() {
     assert!(
         matches!(
             e,
-            nodeproof_kube::client::ReportError::Api { code: 401, .. }
+            nodeproof_report::reporter::ReportError::Api { code: 401, .. }
         ),
         "{e:?}"
     );
@@ -532,7 +533,7 @@ fn c_posts(server: &TestApiServer, ns: &str) -> usize {
         .count()
 }
 
-fn seen(server: &TestApiServer) -> nodeproof_kube::client::NodeState {
+fn seen(server: &TestApiServer) -> nodeproof_report::reporter::NodeState {
     nodeproof_kube::client::node_state(&serde_json::from_value(server.node("n1")).unwrap())
 }
 
@@ -561,7 +562,7 @@ async fn the_loop_rewrites_a_node_registered_again_or_stripped_and_nothing_else(
     // The finding's transition time is kept: it describes the node, not the object.
     assert_eq!(
         cond["lastTransitionTime"],
-        nodeproof_kube::conditions::rfc3339(t0())
+        nodeproof_report::conditions::rfc3339(t0())
     );
 
     let later = now + secs(10);
@@ -620,7 +621,7 @@ async fn a_401_rebuilds_the_client_from_the_files() {
     assert!(
         matches!(
             e,
-            nodeproof_kube::client::ReportError::Api { code: 401, .. }
+            nodeproof_report::reporter::ReportError::Api { code: 401, .. }
         ),
         "{e:?}"
     );

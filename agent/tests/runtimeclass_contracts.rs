@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use nodeproof_kube::contract::label_key;
+use nodeproof_report::contract::label_key;
 use support::agent::{reporting_config, seccomp_root, Agent};
 use support::apiserver::{Identity, TestApiServer};
 
@@ -423,7 +423,8 @@ fn runtimeclass_labels_can_be_turned_off() {
 /// kubelet's own labels inside them.
 #[tokio::test]
 async fn the_node_identity_may_set_contract_labels_and_no_restricted_ones() {
-    use nodeproof_kube::{client, credentials};
+    use nodeproof_kube::client;
+    use nodeproof_report::credentials;
     let dir = tempfile::tempdir().unwrap();
     let server = TestApiServer::start();
     server.add_token("node-n1", Identity::Node("n1".into()));

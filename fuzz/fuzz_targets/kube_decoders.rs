@@ -1,6 +1,6 @@
 //! Arbitrary bytes as the API server's JSON where the reading is ours: a Pod
 //! (k8s-openapi's types decode it) → its containers' seccomp references
-//! (`nodeproof_kube::refs::pod_refs`: annotations, fields, precedence, the
+//! (`nodeproof_report::refs::pod_refs`: annotations, fields, precedence, the
 //! kubelet's noNewPrivileges rule) → where a `Localhost` one is looked for on
 //! the node (`profile_path`); a RuntimeClass's contract annotations; a Node's
 //! labels, taints and GPU conditions; the kubelet unit text's `--kubeconfig`.
@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use libfuzzer_sys::fuzz_target;
 use nodeproof::pods::verdict::{gpu_conditions, labels_and_taints, profile_path};
-use nodeproof_kube::contract::{contract_of, ContractState};
-use nodeproof_kube::credentials::kubeconfig_flag;
-use nodeproof_kube::refs::{from_annotation, pod_refs, Profile};
+use nodeproof_report::contract::{contract_of, ContractState};
+use nodeproof_report::credentials::kubeconfig_flag;
+use nodeproof_report::refs::{from_annotation, pod_refs, Profile};
 
 fn check_pod(pod: &Pod) {
     let refs = pod_refs(pod);

@@ -230,6 +230,7 @@ mod tests {
             "agent",
             "crates/seccomp",
             "crates/bpfgen",
+            "crates/report",
             "crates/kube",
             "fuzz",
         ] {

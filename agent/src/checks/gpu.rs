@@ -11,11 +11,11 @@ use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::usage::UsageRow;
 use nodeproof_gpu::{GpuConfig, GpuReport};
-use nodeproof_kube::device_health::UnhealthyDevices;
 use nodeproof_kube::dra::DraView;
 use nodeproof_podresources::{
     ClaimDevice, KubeletPodResources, PodResourcesError, PodResourcesSource,
 };
+use nodeproof_report::device_health::UnhealthyDevices;
 
 use super::Round;
 use super::Subsystem;

@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use nodeproof::checks::profiles;
 use nodeproof::config::Config;
 use nodeproof_findings::{Condition, Finding, NotJudged, Status};
-use nodeproof_kube::credentials::Lookup;
-use nodeproof_kube::events::PodEvent;
+use nodeproof_report::credentials::Lookup;
+use nodeproof_report::events::PodEvent;
 
 use super::gpu::gpu_cycle;
 use super::{exit, Format};

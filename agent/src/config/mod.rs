@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use nodeproof_cluster::gate::config::GateConfig;
 use nodeproof_gpu::GpuConfig;
-use nodeproof_kube::config::ReportConfig;
+use nodeproof_report::config::ReportConfig;
 
 pub use crate::checks::profiles::SeccompConfig;
 mod daemon;
@@ -203,7 +203,7 @@ impl Config {
 mod tests {
     use super::*;
     use nodeproof_findings::ConditionType;
-    use nodeproof_kube::conditions::Hysteresis;
+    use nodeproof_report::conditions::Hysteresis;
     use std::time::Duration;
 
     #[test]

@@ -17,7 +17,7 @@ use crate::checks::gpu::{NodeDra, NodeGpus};
 use crate::checks::lint_cache::LintCache;
 use crate::config::Config;
 use nodeproof_gpu::faults::PodFault;
-use nodeproof_kube::client::NodeState;
+use nodeproof_report::reporter::NodeState;
 use nodeproof_trace::SummaryRow;
 
 /// A flow where only the latest value matters (a `watch` channel): its one

@@ -612,8 +612,8 @@ mod tests {
             m.reporter_errors = 2;
             m.reporter_dropped.insert(
                 (
-                    nodeproof_kube::driver::WriteKind::Event,
-                    nodeproof_kube::client::Refusal::NamespaceTerminating,
+                    nodeproof_report::driver::WriteKind::Event,
+                    nodeproof_report::reporter::Refusal::NamespaceTerminating,
                 ),
                 4,
             );

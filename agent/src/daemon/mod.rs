@@ -38,7 +38,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config::{Config, ConfigError};
 use bus::Bus;
-use nodeproof_kube::driver::RoundNews;
+use nodeproof_report::driver::RoundNews;
 use notify::{Notifier, NotifyError, NotifyState};
 
 pub use nodeproof_findings::errors::error_chain;

@@ -21,7 +21,7 @@ use crate::pods::denials::DenialAggregator;
 use crate::pods::gpu_faults::GpuFaultAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, PodsState, Round, WatchOptions};
-use nodeproof_kube::driver::PodsNews;
+use nodeproof_report::driver::PodsNews;
 
 /// How often the pods are judged without an API change or a profile lint.
 const RECHECK: Duration = Duration::from_secs(10);

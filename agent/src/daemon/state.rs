@@ -9,7 +9,7 @@ use crate::checks::Subsystem;
 use crate::pods::denials::PodDenialTotal;
 use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_gpu::GpuMetrics;
-use nodeproof_kube::driver::{PodsNews, RoundNews};
+use nodeproof_report::driver::{PodsNews, RoundNews};
 
 #[derive(Debug, Clone)]
 pub struct CheckState {
@@ -53,8 +53,8 @@ pub struct Metrics {
     /// Writes the API server refused for good, dropped by the reporter.
     pub reporter_dropped: BTreeMap<
         (
-            nodeproof_kube::driver::WriteKind,
-            nodeproof_kube::client::Refusal,
+            nodeproof_report::driver::WriteKind,
+            nodeproof_report::reporter::Refusal,
         ),
         u64,
     >,
@@ -670,7 +670,7 @@ mod tests {
 
     #[test]
     fn the_pods_judged_after_a_lint_travel_in_the_files_round() {
-        use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
+        use nodeproof_report::events::{EventType, ObjectRef, PodEvent};
         let s = Shared::default();
         let state = |conditions| CheckState {
             conditions,
@@ -723,7 +723,7 @@ mod tests {
 
     #[test]
     fn news_travels_after_its_rounds_conditions_and_is_never_dropped() {
-        use nodeproof_kube::device_health::UnhealthyDevices;
+        use nodeproof_report::device_health::UnhealthyDevices;
         let s = Shared::default();
         let state = |conditions| CheckState {
             conditions,
@@ -774,9 +774,9 @@ mod tests {
 
     #[test]
     fn a_stuck_reporters_news_is_bounded_keeping_the_latest_state() {
-        use nodeproof_kube::contract::ContractState;
-        use nodeproof_kube::contract_labels::ContractVerdict;
-        use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
+        use nodeproof_report::contract::ContractState;
+        use nodeproof_report::contract_labels::ContractVerdict;
+        use nodeproof_report::events::{EventType, ObjectRef, PodEvent};
         let event = |i: usize| {
             PodsNews::Event(PodEvent {
                 pod: ObjectRef {

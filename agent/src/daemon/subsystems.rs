@@ -22,11 +22,11 @@ use crate::config::Config;
 use nodeproof_findings::{Condition, Status};
 use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
-use nodeproof_kube::conditions::Policy;
-use nodeproof_kube::config::ReportConfig;
-use nodeproof_kube::driver::{self, LoopConfig, PodsNews, ReportLoop, RoundNews};
 use nodeproof_kube::ConnectError;
 use nodeproof_podresources::KubeletPodResources;
+use nodeproof_report::conditions::Policy;
+use nodeproof_report::config::ReportConfig;
+use nodeproof_report::driver::{self, LoopConfig, PodsNews, ReportLoop, RoundNews};
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
@@ -364,13 +364,13 @@ fn gpu_probe(bus: &Bus) {
     let mut kubelet: Option<((PathBuf, u64), KubeletPodResources)> = None;
     // The last pod-resources failure said, so an absent socket is logged once.
     let mut kubelet_said: Option<String> = None;
-    let node = nodeproof_kube::credentials::node_name_here(
+    let node = nodeproof_report::credentials::node_name_here(
         bus.config.latest().report.node_name.as_deref(),
     )
     .unwrap_or_default();
     let mut failed: HashMap<String, String> = HashMap::new();
     // The unhealthy set the reporter has (sent again when it changes).
-    let mut devices_sent: Option<nodeproof_kube::device_health::UnhealthyDevices> = None;
+    let mut devices_sent: Option<nodeproof_report::device_health::UnhealthyDevices> = None;
     while !bus.stop_flag.load(Ordering::Relaxed) {
         let config = bus.config.latest().clone();
         let key = ProbeKey::of(&config.gpu);
@@ -525,7 +525,7 @@ pub async fn start_reporter(
     reloads: channel::Receiver<Arc<Config>>,
     shared: &Arc<Shared>,
     rounds: mpsc::Receiver<RoundNews>,
-    nodes: mpsc::Receiver<nodeproof_kube::client::NodeState>,
+    nodes: mpsc::Receiver<nodeproof_report::reporter::NodeState>,
 ) -> Option<Reporter> {
     let c = match nodeproof_kube::connect(&config.report).await {
         Ok(c) => c,

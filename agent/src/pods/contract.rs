@@ -1,4 +1,4 @@
-//! Judges the RuntimeClass contracts (`nodeproof_kube::contract`) on this
+//! Judges the RuntimeClass contracts (`nodeproof_report::contract`) on this
 //! node: every listed profile present under the seccomp root and `ok` in
 //! both noNewPrivileges modes (a pod of the class may run either), the
 //! class's handler configured in the container runtime, its own
@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use super::verdict::{self, FileVerdict, Judge, NodeContext, RuntimeClassInfo};
 use nodeproof_findings::{ConditionStatus, ConditionType};
-use nodeproof_kube::contract::{Contract, ContractState, Requirement};
-use nodeproof_kube::contract_labels::ContractVerdict;
+use nodeproof_report::contract::{Contract, ContractState, Requirement};
+use nodeproof_report::contract_labels::ContractVerdict;
 
 /// How many problems a cause names before it only counts the rest.
 const NAMED: usize = 3;
@@ -162,8 +162,8 @@ fn problems(
 mod tests {
     use super::*;
     use k8s_openapi::api::node::v1::RuntimeClass;
-    use nodeproof_kube::contract::{label_key, ANNOTATION_PROFILES, ANNOTATION_REQUIRES};
-    use nodeproof_kube::marks::Taint;
+    use nodeproof_report::contract::{label_key, ANNOTATION_PROFILES, ANNOTATION_REQUIRES};
+    use nodeproof_report::marks::Taint;
     use nodeproof_seccomp::lint::LintOptions;
     use serde_json::json;
     use std::collections::BTreeMap;

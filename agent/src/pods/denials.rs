@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 use nodeproof_kube::dra::{pod_claims, PodClaims};
-use nodeproof_kube::events::ObjectRef;
-use nodeproof_kube::refs::{pod_refs, PodRefs};
+use nodeproof_report::events::ObjectRef;
+use nodeproof_report::refs::{pod_refs, PodRefs};
 use nodeproof_trace::names::errno_name;
 use nodeproof_trace::{Action, PodLookup, PodRef, SummaryRow};
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use nodeproof_gpu::faults::{FaultKind, PodFault};
-use nodeproof_kube::events::ObjectRef;
+use nodeproof_report::events::ObjectRef;
 
 use super::denials::PodIndex;
 

@@ -21,14 +21,14 @@ use crate::checks::gpu::NodeDra;
 use crate::checks::lint_cache::LintCache;
 use nodeproof_findings::Condition;
 use nodeproof_kube::client::{Answered, KubeReporter};
-use nodeproof_kube::conditions::Policy;
-use nodeproof_kube::config::ReportConfig;
-use nodeproof_kube::contract_labels::ContractVerdict;
-use nodeproof_kube::driver::{LoopConfig, ReportLoop};
 use nodeproof_kube::identity;
 use nodeproof_kube::list::list_all;
-use nodeproof_kube::marks::MarkPolicy;
 use nodeproof_kube::ConnectError;
+use nodeproof_report::conditions::Policy;
+use nodeproof_report::config::ReportConfig;
+use nodeproof_report::contract_labels::ContractVerdict;
+use nodeproof_report::driver::{LoopConfig, ReportLoop};
+use nodeproof_report::marks::MarkPolicy;
 use nodeproof_seccomp::lint::LintOptions;
 use nodeproof_trace::{
     CgroupResolver, Filter, NoPodLookup, Pump, SummaryRow, Tracer, TracerConfig,

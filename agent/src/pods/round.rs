@@ -3,8 +3,8 @@
 //! the annotated RuntimeClasses judged on this node.
 
 use nodeproof_findings::{Check, Finding, Status};
-use nodeproof_kube::contract::ContractState;
-use nodeproof_kube::contract_labels::{self, ContractVerdict};
+use nodeproof_report::contract::ContractState;
+use nodeproof_report::contract_labels::{self, ContractVerdict};
 
 use super::node::PodsOnce;
 use super::verdict::PodFinding;

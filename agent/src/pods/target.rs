@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::denials::container_ids;
 use super::verdict::profile_path;
-use nodeproof_kube::refs::{pod_refs, ContainerRef, PodRefs, Profile};
+use nodeproof_report::refs::{pod_refs, ContainerRef, PodRefs, Profile};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {

@@ -18,10 +18,10 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use crate::checks::lint_cache::LintCache;
 use crate::checks::profiles::passes;
 use nodeproof_findings::{count, Condition, ConditionStatus, ConditionType};
-use nodeproof_kube::contract::{self, Contract, ContractError};
-use nodeproof_kube::marks::Taint;
-use nodeproof_kube::refs::{PodRefs, Profile};
-use nodeproof_kube::taints::{self, Toleration};
+use nodeproof_report::contract::{self, Contract, ContractError};
+use nodeproof_report::marks::Taint;
+use nodeproof_report::refs::{PodRefs, Profile};
+use nodeproof_report::taints::{self, Toleration};
 use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::lint::{lint_source, LintOptions};
 use nodeproof_seccomp::scan;
@@ -95,7 +95,7 @@ pub struct RuntimeClassInfo {
     /// `scheduling.tolerations`; `None` without `scheduling`, which the
     /// class documents as "supported by all nodes" (taints then not judged).
     pub tolerations: Option<Vec<Toleration>>,
-    /// Its contract annotations (`nodeproof_kube::contract`), when it has them.
+    /// Its contract annotations (`nodeproof_report::contract`), when it has them.
     pub contract: Option<Result<Contract, ContractError>>,
 }
 
@@ -456,7 +456,7 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodeproof_kube::refs::pod_refs;
+    use nodeproof_report::refs::pod_refs;
     use serde_json::json;
 
     fn pod(v: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {

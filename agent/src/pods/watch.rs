@@ -36,11 +36,12 @@ use crate::checks::lint_cache::LintCache;
 use crate::checks::Subsystem;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::faults::PodFault;
-use nodeproof_kube::client::{Answered, Reporter};
-use nodeproof_kube::contract::ContractState;
-use nodeproof_kube::contract_labels::ContractVerdict;
-use nodeproof_kube::driver::ReportLoop;
-use nodeproof_kube::events::{EventType, ObjectRef, PodEvent};
+use nodeproof_kube::client::Answered;
+use nodeproof_report::contract::ContractState;
+use nodeproof_report::contract_labels::ContractVerdict;
+use nodeproof_report::driver::ReportLoop;
+use nodeproof_report::events::{EventType, ObjectRef, PodEvent};
+use nodeproof_report::reporter::Reporter;
 use nodeproof_trace::SummaryRow;
 
 #[derive(Debug, thiserror::Error)]
@@ -463,7 +464,7 @@ pub struct WatchOptions {
     pub wake: Option<Arc<Notify>>,
     /// This Node as each watch event shows it, for the reporter (a Node
     /// registered again or stripped of nodeproof's conditions is rewritten).
-    pub node_seen: Option<tokio::sync::mpsc::Sender<nodeproof_kube::client::NodeState>>,
+    pub node_seen: Option<tokio::sync::mpsc::Sender<nodeproof_report::reporter::NodeState>>,
     /// This Node's allocatable NVIDIA resources as each watch event shows
     /// them, for the GPU probe's comparison.
     pub node_gpus: Option<Arc<tokio::sync::watch::Sender<crate::checks::gpu::NodeGpus>>>,

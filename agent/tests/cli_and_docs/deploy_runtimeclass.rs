@@ -11,8 +11,8 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use nodeproof::pods::contract::judge_class;
 use nodeproof::pods::verdict::{Judge, NodeContext, RuntimeClassInfo};
 use nodeproof_findings::{ConditionStatus, ConditionType};
-use nodeproof_kube::contract::{contract_of, ContractState, Requirement};
-use nodeproof_kube::marks::Taint;
+use nodeproof_report::contract::{contract_of, ContractState, Requirement};
+use nodeproof_report::marks::Taint;
 use nodeproof_seccomp::lint::LintOptions;
 
 const EXAMPLE: &str = concat!(

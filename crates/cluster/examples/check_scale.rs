@@ -14,7 +14,7 @@ use nodeproof_cluster::check::metrics_api::{
     choose, MetricsApiRead, MetricsList, MetricsSample, MetricsVersion,
 };
 use nodeproof_cluster::check::{self, Snapshot};
-use nodeproof_kube::conditions::rfc3339;
+use nodeproof_report::conditions::rfc3339;
 use serde_json::json;
 
 fn main() {

@@ -7,8 +7,9 @@
 
 use std::path::Path;
 
-use nodeproof_kube::client::{self, ReportError};
-use nodeproof_kube::credentials::Source;
+use nodeproof_kube::client;
+use nodeproof_report::credentials::Source;
+use nodeproof_report::reporter::ReportError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterConnectError {

@@ -36,7 +36,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use nodeproof_kube::contract::{self, Contract, ContractError, ContractState};
+use nodeproof_report::contract::{self, Contract, ContractError, ContractState};
 
 /// What a policy's binding does with a pod that breaks a contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use nodeproof_cluster::policy::{self, Mode};
-use nodeproof_kube::contract::Contract;
+use nodeproof_report::contract::Contract;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -1,5 +1,9 @@
-//! The edge to the API server: the `Reporter` trait, its kube-rs
-//! implementation and the log implementation used without credentials.
+//! The kube-rs edge of reporting: `KubeReporter` (the core's `Reporter`
+//! on a kube client, kube-rs errors mapped to `ReportError`), the clients
+//! every part of nodeproof talks through (credential files followed,
+//! successes heard), and kube-rs errors as sentences. The trait, and the
+//! log implementation used without credentials, are
+//! `nodeproof_report::reporter` and `nodeproof_report::log`.
 //!
 //! Request shapes are chosen for a node identity under the Node authorizer:
 //! it may GET its Node, PATCH (not GET) `nodes/<name>/status`, and create and
@@ -14,266 +18,11 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
-
-use super::conditions::{NodeCondition, StatusUpdate};
-use super::credentials::Source;
-use super::events::EventWrite;
-use super::marks::{self, Taint};
-
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = "nodeproof";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    #[error(
-        "node {node:?} does not exist in the cluster (set --node-name or NODE_NAME to the Node's name)"
-    )]
-    NodeNotFound { node: String },
-    #[error("{op} for node {node} forbidden: {message}")]
-    Forbidden {
-        op: &'static str,
-        node: String,
-        message: String,
-    },
-    /// A 403 on the Node's GET from a node identity of another Node: since
-    /// Kubernetes 1.32 the Node authorizer answers 403, not 404, to a node
-    /// reading another Node (see `unreadable_node`).
-    #[error("this credential is node {identity}; the Node {node} cannot be read with it (set --node-name, report.node-name or NODE_NAME to {identity}, or use that node's credentials)")]
-    NotOwnNode { identity: String, node: String },
-    #[error("{op} for node {node} conflicted")]
-    Conflict { op: &'static str, node: String },
-    /// Not a failure: the client-side token bucket (`limited::Limited`)
-    /// is empty, no request was made; the loop waits `wait`.
-    #[error("request for node {node} held back by the client-side rate limit for {wait:?}")]
-    ClientLimited { node: String, wait: Duration },
-    #[error("{op} for node {node} throttled (HTTP 429)")]
-    Throttled {
-        op: &'static str,
-        node: String,
-        retry_after: Option<Duration>,
-    },
-    #[error("{op} for node {node}: event {name} no longer exists")]
-    EventGone {
-        op: &'static str,
-        node: String,
-        name: String,
-    },
-    #[error("{op} for node {node} failed: HTTP {code}: {message}")]
-    Api {
-        op: &'static str,
-        node: String,
-        code: u16,
-        message: String,
-    },
-    #[error("{op} for node {node} failed")]
-    Transport {
-        op: &'static str,
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{op} for node {node} timed out after {after:?}")]
-    Timeout {
-        op: &'static str,
-        node: String,
-        after: Duration,
-    },
-    #[error("taints for node {node} need their own credential (NodeRestriction refuses them to the node identity; see deploy/rbac-taints.yaml)")]
-    NoTaintCredential { node: String },
-    #[error("cannot load credentials from {source_desc}")]
-    Credentials {
-        source_desc: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    #[error("{op} for node {node} refused ({refusal}): {message}")]
-    Refused {
-        op: &'static str,
-        node: String,
-        refusal: Refusal,
-        message: String,
-    },
-    #[error("{op} for node {node}: invalid {what}")]
-    Encode {
-        op: &'static str,
-        node: String,
-        what: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-impl ReportError {
-    /// Errors retrying cannot fix: stop and say so.
-    pub fn is_fatal(&self) -> bool {
-        matches!(
-            self,
-            ReportError::NodeNotFound { .. }
-                | ReportError::NotOwnNode { .. }
-                | ReportError::Forbidden { .. }
-                | ReportError::Credentials { .. }
-                | ReportError::NoTaintCredential { .. }
-                | ReportError::Encode { .. }
-                | ReportError::Refused { .. }
-        )
-    }
-
-    /// Why the API server refused this write for good, if it did.
-    pub fn refusal(&self) -> Option<Refusal> {
-        match self {
-            ReportError::Refused { refusal, .. } => Some(*refusal),
-            _ => None,
-        }
-    }
-
-    /// What the API server asked us to wait (429 `Retry-After`).
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            ReportError::Throttled { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-
-    fn from_kube(op: &'static str, node: &str, e: kube::Error) -> Self {
-        let node = node.to_string();
-        match e {
-            kube::Error::Api(s) => {
-                if let Some(refusal) = Refusal::of(&s) {
-                    return ReportError::Refused {
-                        op,
-                        node,
-                        refusal,
-                        message: s.message,
-                    };
-                }
-                match s.code {
-                    403 => ReportError::Forbidden {
-                        op,
-                        node,
-                        message: s.message,
-                    },
-                    409 => ReportError::Conflict { op, node },
-                    429 => ReportError::Throttled {
-                        op,
-                        node,
-                        // The API server's own 429s carry it in the Status
-                        // details; its throttling filters' plain-text ones only
-                        // in the header, which `RetryAfterLayer` copies there.
-                        retry_after: s
-                            .details
-                            .as_ref()
-                            .map(|d| d.retry_after_seconds)
-                            .filter(|s| *s > 0)
-                            .map(|s| Duration::from_secs(s.into())),
-                    },
-                    code => ReportError::Api {
-                        op,
-                        node,
-                        code,
-                        message: s.message,
-                    },
-                }
-            }
-            source => ReportError::Transport { op, node, source },
-        }
-    }
-}
-
-/// Why a write was refused in a way that sending it again cannot change.
-/// client-go's event recorder (tools/record `recordToSink`) gives up on
-/// every Status error and retries only transport failures; the reporter
-/// keeps retrying 5xx and 429 (transient by definition) and drops these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Refusal {
-    /// 403 from the NamespaceLifecycle admission plugin, which marks it with
-    /// the cause `NamespaceTerminating`: no new objects in a namespace being
-    /// deleted.
-    NamespaceTerminating,
-    /// 404 naming the namespace (`details.kind: namespaces`): it is gone.
-    NamespaceGone,
-    /// 404 for the object itself where it cannot be created again.
-    ObjectGone,
-    /// 422 Invalid: the same body is refused again.
-    Invalid,
-    /// Any other 403 of an Event write: an authorizer or admission plugin
-    /// said no to this object, and will again.
-    Forbidden,
-}
-
-impl Refusal {
-    /// The `reason` label of `nodeproof_reporter_dropped_total`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::NamespaceTerminating => "namespace_terminating",
-            Refusal::NamespaceGone => "namespace_gone",
-            Refusal::ObjectGone => "object_gone",
-            Refusal::Invalid => "invalid",
-            Refusal::Forbidden => "forbidden",
-        }
-    }
-
-    /// The refusals read from the Status itself (reason, cause, details);
-    /// other 403s and 404s depend on what was written and are classified
-    /// by the write (`KubeReporter::write_event`).
-    fn of(s: &kube::core::Status) -> Option<Refusal> {
-        // metav1.StatusReasonInvalid, and v1.NamespaceTerminatingCause as
-        // NamespaceLifecycle adds it (plugin/namespace/lifecycle).
-        const INVALID: &str = "Invalid";
-        const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
-        let details = s.details.as_ref();
-        match s.code {
-            422 if s.reason == INVALID => Some(Refusal::Invalid),
-            403 if details
-                .is_some_and(|d| d.causes.iter().any(|c| c.reason == NAMESPACE_TERMINATING)) =>
-            {
-                Some(Refusal::NamespaceTerminating)
-            }
-            // NamespaceLifecycle answers errors.NewNotFound(namespaces, ns).
-            404 if details.is_some_and(|d| d.kind == "namespaces") => Some(Refusal::NamespaceGone),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a GET of the Node tells the reporter.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeState {
-    pub uid: Option<String>,
-    /// nodeproof's own condition types only.
-    pub conditions: Vec<NodeCondition>,
-    /// nodeproof's own labels only (`marks::owns_label`: `nodeproof.dev/`
-    /// and the RuntimeClass contract labels).
-    pub labels: BTreeMap<String, String>,
-    /// nodeproof's own taints only.
-    pub taints: Vec<Taint>,
-    /// The `gpu.nodeproof.dev/unhealthy-devices` annotation, as it is.
-    pub unhealthy_devices: Option<String>,
-}
-
-/// The API server, or a stand-in for it.
-// Used with concrete types on a current-thread runtime, so the futures need no `Send` bound.
-#[allow(async_fn_in_trait)]
-pub trait Reporter {
-    fn node(&self) -> &str;
-    /// GET the Node: it exists, its UID, its current own conditions.
-    async fn read_node(&self) -> Result<NodeState, ReportError>;
-    /// PATCH `nodes/<name>/status` with `update`.
-    async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError>;
-    /// Create or patch one core/v1 Event.
-    async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError>;
-    /// Strategic-merge PATCH of the Node's metadata: its labels
-    /// (`marks::label_patch`) or the unhealthy-devices annotation
-    /// (`device_health::UnhealthyDevices::node_patch`).
-    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError>;
-    /// Make nodeproof's taints on the Node exactly `ours`, keeping others'.
-    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError>;
-}
+use nodeproof_report::conditions::{NodeCondition, StatusUpdate};
+use nodeproof_report::credentials::Source;
+use nodeproof_report::events::EventWrite;
+use nodeproof_report::marks::{self, Taint};
+use nodeproof_report::reporter::{NodeState, Refusal, ReportError, Reporter, FIELD_MANAGER};
 
 /// The kube-rs reporter.
 pub struct KubeReporter {
@@ -312,7 +61,7 @@ impl KubeReporter {
         fut: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ReportError> {
         match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => r.map_err(|e| ReportError::from_kube(op, &self.node, e)),
+            Ok(r) => r.map_err(|e| report_error(op, &self.node, e)),
             Err(_) => Err(ReportError::Timeout {
                 op,
                 node: self.node.clone(),
@@ -479,6 +228,80 @@ impl Reporter for KubeReporter {
     }
 }
 
+/// A kube-rs error of the request `op` for `node` as the reporter's error:
+/// what the Status says (refused for good, forbidden, conflict, throttled
+/// with its Retry-After, another code), or a transport failure with the
+/// kube-rs error as its source.
+fn report_error(op: &'static str, node: &str, e: kube::Error) -> ReportError {
+    let node = node.to_string();
+    match e {
+        kube::Error::Api(s) => {
+            if let Some(refusal) = refusal_of(&s) {
+                return ReportError::Refused {
+                    op,
+                    node,
+                    refusal,
+                    message: s.message,
+                };
+            }
+            match s.code {
+                403 => ReportError::Forbidden {
+                    op,
+                    node,
+                    message: s.message,
+                },
+                409 => ReportError::Conflict { op, node },
+                429 => ReportError::Throttled {
+                    op,
+                    node,
+                    // The API server's own 429s carry it in the Status
+                    // details; its throttling filters' plain-text ones only
+                    // in the header, which `RetryAfterLayer` copies there.
+                    retry_after: s
+                        .details
+                        .as_ref()
+                        .map(|d| d.retry_after_seconds)
+                        .filter(|s| *s > 0)
+                        .map(|s| Duration::from_secs(s.into())),
+                },
+                code => ReportError::Api {
+                    op,
+                    node,
+                    code,
+                    message: s.message,
+                },
+            }
+        }
+        source => ReportError::Transport {
+            op,
+            node,
+            source: Box::new(source),
+        },
+    }
+}
+
+/// The refusals read from the Status itself (reason, cause, details);
+/// other 403s and 404s depend on what was written and are classified
+/// by the write (`KubeReporter::write_event`).
+fn refusal_of(s: &kube::core::Status) -> Option<Refusal> {
+    // metav1.StatusReasonInvalid, and v1.NamespaceTerminatingCause as
+    // NamespaceLifecycle adds it (plugin/namespace/lifecycle).
+    const INVALID: &str = "Invalid";
+    const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+    let details = s.details.as_ref();
+    match s.code {
+        422 if s.reason == INVALID => Some(Refusal::Invalid),
+        403 if details
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == NAMESPACE_TERMINATING)) =>
+        {
+            Some(Refusal::NamespaceTerminating)
+        }
+        // NamespaceLifecycle answers errors.NewNotFound(namespaces, ns).
+        404 if details.is_some_and(|d| d.kind == "namespaces") => Some(Refusal::NamespaceGone),
+        _ => None,
+    }
+}
+
 /// The Node's UID and nodeproof's own conditions on it.
 pub fn node_state(node: &Node) -> NodeState {
     let conditions = node
@@ -533,7 +356,7 @@ pub fn node_state(node: &Node) -> NodeState {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(super::device_health::UNHEALTHY_DEVICES))
+            .and_then(|a| a.get(nodeproof_report::device_health::UNHEALTHY_DEVICES))
             .cloned(),
     }
 }
@@ -917,7 +740,7 @@ pub fn credential_files(source: &Source) -> Vec<PathBuf> {
     match source {
         Source::None => Vec::new(),
         Source::InCluster => {
-            let token = PathBuf::from(super::credentials::SERVICE_ACCOUNT_TOKEN);
+            let token = PathBuf::from(nodeproof_report::credentials::SERVICE_ACCOUNT_TOKEN);
             let ca = token.with_file_name("ca.crt");
             vec![token, ca]
         }
@@ -1025,78 +848,6 @@ async fn build_client(source: &Source) -> Result<Option<(kube::Client, String)>,
     )))
 }
 
-/// The reporter without credentials: logs (to stderr and the journal)
-/// exactly the requests it would have made, so the checks still run and
-/// their result is still visible.
-pub struct LogReporter {
-    node: String,
-    lines: Mutex<Vec<String>>,
-}
-
-impl LogReporter {
-    pub fn new(node: &str) -> Self {
-        LogReporter {
-            node: node.to_string(),
-            lines: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Everything logged so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().map(|l| l.clone()).unwrap_or_default()
-    }
-
-    fn log(&self, method: &str, path: &str, body: &serde_json::Value) {
-        let line = format!("would {method} {path}?fieldManager={FIELD_MANAGER} {body}");
-        tracing::info!(node = %self.node, method, path, %body, "no credentials: not written");
-        eprintln!("nodeproof: {line}");
-        if let Ok(mut lines) = self.lines.lock() {
-            lines.push(line);
-        }
-    }
-}
-
-impl Reporter for LogReporter {
-    fn node(&self) -> &str {
-        &self.node
-    }
-
-    async fn read_node(&self) -> Result<NodeState, ReportError> {
-        // Nothing to read: every condition is reported as first seen.
-        Ok(NodeState::default())
-    }
-
-    async fn patch_status(&self, update: &StatusUpdate) -> Result<(), ReportError> {
-        let path = format!("/api/v1/nodes/{}/status", self.node);
-        self.log("PATCH", &path, &update.patch_body());
-        Ok(())
-    }
-
-    async fn write_event(&self, write: &EventWrite) -> Result<(), ReportError> {
-        let ns = write.key().object.event_namespace();
-        let (method, path) = match write {
-            EventWrite::Create { .. } => ("POST", format!("/api/v1/namespaces/{ns}/events")),
-            EventWrite::Update { name, .. } => {
-                ("PATCH", format!("/api/v1/namespaces/{ns}/events/{name}"))
-            }
-        };
-        self.log(method, &path, &write.body(&self.node));
-        Ok(())
-    }
-
-    async fn patch_labels(&self, body: &serde_json::Value) -> Result<(), ReportError> {
-        self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), body);
-        Ok(())
-    }
-
-    async fn set_taints(&self, ours: &[Taint]) -> Result<(), ReportError> {
-        let list: Vec<_> = ours.iter().map(Taint::to_json).collect();
-        let body = serde_json::json!({ "nodeproofTaints": list });
-        self.log("PATCH", &format!("/api/v1/nodes/{}", self.node), &body);
-        Ok(())
-    }
-}
-
 /// What a 403 on the Node's GET means. Since Kubernetes 1.32 the Node
 /// authorizer answers 403 (`node 'X' cannot read 'Y', only its own Node
 /// object`), no longer 404, when a node identity reads another Node: ask
@@ -1119,7 +870,7 @@ mod tests {
 
     #[test]
     fn refusals_are_read_from_the_status_as_kube_apiserver_sends_it() {
-        let of = |v: serde_json::Value| Refusal::of(&serde_json::from_value(v).unwrap());
+        let of = |v: serde_json::Value| refusal_of(&serde_json::from_value(v).unwrap());
         assert_eq!(
             of(serde_json::json!({"code": 422, "reason": "Invalid", "message": "x"})),
             Some(Refusal::Invalid)

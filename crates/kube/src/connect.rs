@@ -6,11 +6,13 @@
 
 use std::path::Path;
 
-use crate::client::{self, ReportError};
-use crate::config::ReportConfig;
-use crate::credentials::{self, Host, Lookup, NameFrom, Source};
+use nodeproof_report::config::ReportConfig;
+use nodeproof_report::credentials::{self, Host, Lookup, NameFrom, Source};
+use nodeproof_report::marks::MarkPolicy;
+use nodeproof_report::reporter::ReportError;
+
+use crate::client;
 use crate::identity;
-use crate::marks::MarkPolicy;
 
 /// What [`connect`] found.
 pub struct Connection {

@@ -1,61 +1,40 @@
-//! Reporting to the API server: node conditions, events, through outages
-//! and under the Node authorizer. See docs/reporting.md.
+//! nodeproof and the API server through kube-rs: the edge under the
+//! reporting core (`nodeproof-report`: what to write and when, the
+//! `Reporter` trait, the driver loop, credentials lookup, `[report]`).
+//! See docs/reporting.md.
 //!
-//! - `conditions`: pure desired-state computation (hysteresis, continuity,
-//!   heartbeat, stale cleanup);
-//! - `events`: pure dedup and rate-limit recorder;
-//! - `marks`: pure opt-in labels and taints from the conditions;
-//! - `contract`: RuntimeClass contracts (annotations, the Node label), pure;
-//! - `contract_labels`: this node's contract labels from the agent's
-//!   verdicts (hysteresis, continuity, stale cleanup), pure;
-//! - `credentials`: the lookup order of credentials and node name;
+//! - `client`: `KubeReporter` (the core's `Reporter` on kube-rs, kube-rs
+//!   errors mapped to the core's `ReportError`), clients that follow their
+//!   credential files, kube-rs errors in words;
+//! - `connect`: node name, credentials and clients from the `[report]`
+//!   section;
+//! - `identity`: which Node a credential is (client certificate,
+//!   SelfSubjectReview);
 //! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
-//! - `device_health`: the Node annotation naming the GPUs the agent judges
-//!   unhealthy (read by the cluster side's DRA device taints), pure;
-//! - `identity`: which Node a credential is (client certificate, SelfSubjectReview);
-//! - `client`: the `Reporter` edge (kube-rs, or a log without credentials);
-//! - `driver`: the loop that brings the API server to the desired state;
-//! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
-//!   first-write spread, backoff jitter);
-//! - `limited`: that token bucket in front of a `Reporter`;
 //! - `list`: paged lists (500 a page, as client-go's pagers);
-//! - `connect`: node name, credentials and clients from the `[report]` section;
 //! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
-//! - `config`: that section; `refs`/`taints`: pods' seccomp references and
-//!   Kubernetes' toleration matching, pure.
+//! - here: `report_once` / `report_connected`, the one-shot report of
+//!   `check --report` (connect, then the core's `once::run_once_with`).
 
 pub mod client;
-pub mod conditions;
-pub mod config;
 pub mod connect;
-pub mod contract;
-pub mod contract_labels;
-pub mod credentials;
-pub mod device_health;
 pub mod dra;
-pub mod driver;
-pub mod events;
 pub mod identity;
-pub mod limited;
 pub mod list;
-pub mod marks;
-pub mod ratelimit;
-pub mod refs;
 pub mod retry_after;
-pub mod taints;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use client::{KubeReporter, LogReporter, ReportError, Reporter};
-use conditions::{Hysteresis, Policy};
-use driver::{LoopConfig, ReportLoop, Stats};
-use events::PodEvent;
-use marks::MarkPolicy;
+use client::KubeReporter;
+use nodeproof_findings::Condition;
+use nodeproof_report::config::ReportConfig;
+use nodeproof_report::driver::Stats;
+use nodeproof_report::events::PodEvent;
+use nodeproof_report::log::LogReporter;
+use nodeproof_report::once::run_once_with;
+use nodeproof_report::reporter::ReportError;
 
 pub use connect::{connect, ConnectError, Connection};
-
-use crate::config::ReportConfig;
-use nodeproof_findings::Condition;
 
 /// How a one-shot report went.
 #[derive(Debug, Clone)]
@@ -134,67 +113,4 @@ pub async fn report_connected(
         credentials: c.credentials,
         stats,
     })
-}
-
-/// The one-shot loop on the real clock. A single run has no history, so
-/// hysteresis is off: the results are the state.
-pub async fn run_once<R: Reporter>(
-    reporter: R,
-    conditions: &[Condition],
-    marks: MarkPolicy,
-    deadline: Duration,
-) -> Result<Stats, ReportError> {
-    run_once_with(reporter, conditions, &[], marks, deadline).await
-}
-
-/// [`run_once`] with Events on pods, written as the agent writes them
-/// (deduplicated and rate limited by the same recorder).
-pub async fn run_once_with<R: Reporter>(
-    reporter: R,
-    conditions: &[Condition],
-    events: &[PodEvent],
-    marks: MarkPolicy,
-    deadline: Duration,
-) -> Result<Stats, ReportError> {
-    let config = LoopConfig {
-        policy: Policy {
-            hysteresis: Hysteresis::IMMEDIATE,
-            ..Policy::default()
-        },
-        marks,
-        ..LoopConfig::default()
-    };
-    let seed = u64::from(std::process::id()) ^ now_nanos();
-    let mut lp = ReportLoop::new(reporter, config, seed);
-    let start = tokio::time::Instant::now();
-    let now = SystemTime::now();
-    lp.observe(now, conditions);
-    for e in events {
-        lp.pod_event(now, e.pod.clone(), e.event_type, e.reason, &e.message);
-    }
-    loop {
-        let now = SystemTime::now();
-        match lp.flush(now).await {
-            Ok(()) if lp.settled(now) => return Ok(lp.stats()),
-            Ok(()) => {}
-            Err(e) if e.is_fatal() || start.elapsed() >= deadline => return Err(e),
-            Err(e) => tracing::warn!(error = %e, "report failed; retrying"),
-        }
-        if start.elapsed() >= deadline {
-            return Ok(lp.stats());
-        }
-        let wait = lp
-            .next_wake(now)
-            .and_then(|t| t.duration_since(now).ok())
-            .unwrap_or_default();
-        let left = deadline.saturating_sub(start.elapsed());
-        tokio::time::sleep(wait.min(left)).await;
-    }
-}
-
-fn now_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }

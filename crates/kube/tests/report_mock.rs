@@ -8,9 +8,10 @@ use kube::client::Body;
 use serde_json::{json, Value};
 
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
-use nodeproof_kube::client::{KubeReporter, ReportError, Reporter};
-use nodeproof_kube::conditions::{Policy, Tracker};
-use nodeproof_kube::events::{EventType, ObjectRef, Recorder, RecorderConfig};
+use nodeproof_kube::client::KubeReporter;
+use nodeproof_report::conditions::{Policy, Tracker};
+use nodeproof_report::events::{EventType, ObjectRef, Recorder, RecorderConfig};
+use nodeproof_report::reporter::{ReportError, Reporter};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 

@@ -323,7 +323,7 @@ impl Baseline {
         }
         Baseline {
             format: FORMAT,
-            taken_at: nodeproof_kube::conditions::rfc3339(now),
+            taken_at: nodeproof_report::conditions::rfc3339(now),
             nodes: snap
                 .nodes
                 .iter()

@@ -424,7 +424,8 @@ mod tests {
     fn registered_available_serving_and_fresh_are_separate_findings_with_latency() {
         use MetricsVersion::*;
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let stamp = |ago: u64| nodeproof_kube::conditions::rfc3339(now - Duration::from_secs(ago));
+        let stamp =
+            |ago: u64| nodeproof_report::conditions::rfc3339(now - Duration::from_secs(ago));
         let nodes: Vec<Node> = ["n1", "n2"]
             .map(|n| {
                 serde_json::from_value(json!({"metadata": {"name": n},

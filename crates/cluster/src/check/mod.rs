@@ -35,7 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
-use nodeproof_kube::contract::{self, Contract, ContractState};
+use nodeproof_report::contract::{self, Contract, ContractState};
 
 use crate::gate::config::{pod_condition_type, readiness_label, Gate, GateConfig, Policy};
 use crate::gate::judge::ready_for;
@@ -93,7 +93,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             gated_longer_than: Duration::from_secs(600),
-            heartbeat_max_age: 3 * nodeproof_kube::conditions::Policy::default().heartbeat,
+            heartbeat_max_age: 3 * nodeproof_report::conditions::Policy::default().heartbeat,
             metrics_max_age: Duration::from_secs(120),
             metrics_latency_max: Duration::from_secs(1),
             gates: GateConfig::default().policy(),
@@ -948,7 +948,7 @@ mod tests {
     const NOW: u64 = 1_800_000_000;
 
     fn at(secs_ago: u64) -> String {
-        nodeproof_kube::conditions::rfc3339(
+        nodeproof_report::conditions::rfc3339(
             SystemTime::UNIX_EPOCH + Duration::from_secs(NOW - secs_ago),
         )
     }

@@ -33,8 +33,8 @@ use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
-use nodeproof_kube::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
 use nodeproof_kube::dra::VERSIONS;
+use nodeproof_report::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
 
 use super::metrics::{DeviceTaintMetrics, Request};
 use super::{plan, wanted, DeviceTaintError, RuleFacts, SliceFacts, GROUP, RULE_VERSION};

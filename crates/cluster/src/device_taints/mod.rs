@@ -3,7 +3,7 @@
 //! on recovery (docs/gate-controller.md, "Unhealthy DRA devices").
 //!
 //! The agent publishes the UUIDs of its unhealthy GPUs on its own Node
-//! (`nodeproof_kube::device_health`, annotation
+//! (`nodeproof_report::device_health`, annotation
 //! `gpu.nodeproof.dev/unhealthy-devices`); the node's ResourceSlices name
 //! each device by driver, pool and device and publish its `uuid` attribute
 //! (`nodeproof_kube::dra::slice_devices`): the UUID joins the two. A MIG
@@ -40,8 +40,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use nodeproof_kube::device_health::UnhealthyDevices;
 use nodeproof_kube::dra::{slice_devices, DraError, SliceDevice};
+use nodeproof_report::device_health::UnhealthyDevices;
 
 /// The API group; DeviceTaintRule is served in [`RULE_VERSION`] only here.
 pub const GROUP: &str = "resource.k8s.io";

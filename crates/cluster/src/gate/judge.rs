@@ -20,9 +20,9 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::NodeSelector;
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
-use nodeproof_kube::contract::ContractState;
-use nodeproof_kube::marks::Taint;
-use nodeproof_kube::taints::{tolerates, untolerated, Toleration};
+use nodeproof_report::contract::ContractState;
+use nodeproof_report::marks::Taint;
+use nodeproof_report::taints::{tolerates, untolerated, Toleration};
 
 use super::affinity;
 use super::config::{Gate, Policy, READY};
@@ -320,7 +320,7 @@ fn unmatched_text(u: &Unmatched, n: usize) -> String {
         Unmatched::Untolerated(t) => format!(
             "{} a taint the pod does not tolerate ({})",
             plural(n, "has", "have"),
-            nodeproof_kube::taints::display(t)
+            nodeproof_report::taints::display(t)
         ),
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Node;
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
-use nodeproof_kube::marks::Taint;
+use nodeproof_report::marks::Taint;
 
 use super::resources::{extended_of, Milli};
 

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{NodeSelector, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-use nodeproof_kube::contract;
-use nodeproof_kube::taints::Toleration;
+use nodeproof_report::contract;
+use nodeproof_report::taints::Toleration;
 
 use super::config::Policy;
 use super::resources::{pod_extended_requests, Milli};

@@ -6,11 +6,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use crate::client::{NodeState, ReportError, Reporter};
 use crate::conditions::StatusUpdate;
 use crate::events::EventWrite;
 use crate::marks::Taint;
 use crate::ratelimit::TokenBucket;
+use crate::reporter::{NodeState, ReportError, Reporter};
 
 /// How long to wait, when `e` is the bucket's "not yet" (not a failure).
 pub fn deferred(e: &ReportError) -> Option<Duration> {

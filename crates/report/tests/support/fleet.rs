@@ -17,13 +17,13 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
-use nodeproof_kube::client::{NodeState, ReportError, Reporter};
-use nodeproof_kube::conditions::{Policy, StatusUpdate};
-use nodeproof_kube::config::ReportConfig;
-use nodeproof_kube::driver::{LoopConfig, ReportLoop};
-use nodeproof_kube::events::EventWrite;
-use nodeproof_kube::marks::Taint;
-use nodeproof_kube::ratelimit::{self, LoadPolicy};
+use nodeproof_report::conditions::{Policy, StatusUpdate};
+use nodeproof_report::config::ReportConfig;
+use nodeproof_report::driver::{LoopConfig, ReportLoop};
+use nodeproof_report::events::EventWrite;
+use nodeproof_report::marks::Taint;
+use nodeproof_report::ratelimit::{self, LoadPolicy};
+use nodeproof_report::reporter::{NodeState, ReportError, Reporter};
 
 pub const BUCKET: Duration = Duration::from_millis(100);
 const PER_SECOND: usize = 10;

@@ -12,8 +12,8 @@ use serde_json::{json, Map, Value};
 
 use nodeproof_findings::{ConditionStatus, ConditionType};
 
-use super::conditions::NodeCondition;
-use super::contract;
+use crate::conditions::NodeCondition;
+use crate::contract;
 
 /// Every label and taint key nodeproof owns starts with this.
 pub const PREFIX: &str = "nodeproof.dev/";

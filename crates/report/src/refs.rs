@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::{Pod, SeccompProfile, SecurityContext};
 
-use super::taints::Toleration;
+use crate::taints::Toleration;
 
 pub const POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
 pub const CONTAINER_ANNOTATION_PREFIX: &str = "container.seccomp.security.alpha.kubernetes.io/";

@@ -7,9 +7,9 @@ mod support;
 use std::rc::Rc;
 use std::time::Duration;
 
-use nodeproof_kube::driver::{LoopConfig, ReportLoop};
-use nodeproof_kube::events::{EventType, ObjectRef};
-use nodeproof_kube::ratelimit::LoadPolicy;
+use nodeproof_report::driver::{LoopConfig, ReportLoop};
+use nodeproof_report::events::{EventType, ObjectRef};
+use nodeproof_report::ratelimit::LoadPolicy;
 use support::fleet::{self, at, FakeNode, Kind, Scenario, Server};
 
 fn m(minutes: u64) -> Duration {

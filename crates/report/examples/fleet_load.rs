@@ -4,7 +4,7 @@
 //! server") has the command and the figures.
 //!
 //! ```text
-//! cargo run --release -p nodeproof-kube --example fleet_load [-- NODES]
+//! cargo run --release -p nodeproof-report --example fleet_load [-- NODES]
 //! ```
 
 #[path = "../tests/support/fleet.rs"]
@@ -13,7 +13,7 @@ mod fleet;
 use std::time::{Duration, Instant};
 
 use fleet::{at, Kind, Scenario, Server};
-use nodeproof_kube::ratelimit::LoadPolicy;
+use nodeproof_report::ratelimit::LoadPolicy;
 
 /// An assumed mean latency of one write, to turn a request rate into
 /// requests in flight (Little's law: in flight = rate × latency).

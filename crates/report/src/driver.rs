@@ -16,14 +16,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::client::{NodeState, Refusal, ReportError, Reporter};
-use super::conditions::{Policy, Tracker, Transition};
-use super::contract_labels::{ContractLabels, ContractVerdict, LabelTransition};
-use super::device_health::UnhealthyDevices;
-use super::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
-use super::limited::{self, Limited};
-use super::marks::{self, MarkPolicy, Taint};
-use super::ratelimit::{self, LoadPolicy, Pacing, WallWait};
+use crate::conditions::{Policy, Tracker, Transition};
+use crate::contract_labels::{ContractLabels, ContractVerdict, LabelTransition};
+use crate::device_health::UnhealthyDevices;
+use crate::events::{EventType, ObjectRef, PodEvent, Recorder, RecorderConfig};
+use crate::limited::{self, Limited};
+use crate::marks::{self, MarkPolicy, Taint};
+use crate::ratelimit::{self, LoadPolicy, Pacing, WallWait};
+use crate::reporter::{NodeState, Refusal, ReportError, Reporter};
 use nodeproof_findings::{Condition, ConditionStatus};
 
 #[derive(Debug, Clone)]
@@ -511,7 +511,7 @@ impl<R: Reporter> ReportLoop<R> {
         result
     }
 
-    async fn read_node(&mut self) -> Result<super::client::NodeState, ReportError> {
+    async fn read_node(&mut self) -> Result<crate::reporter::NodeState, ReportError> {
         let state = self.reporter.read_node().await?;
         self.stats.node_reads += 1;
         self.node_uid = state.uid.clone();

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-use super::conditions::rfc3339;
+use crate::conditions::rfc3339;
 
 /// What the event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
