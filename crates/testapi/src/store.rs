@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::kinds::{kind_of, Object};
 use crate::status::{status, Answer};
@@ -207,9 +207,4 @@ pub fn selects(selector: Option<&str>, obj: &Object) -> bool {
         return obj.metadata().name.as_deref() == Some(name);
     }
     true
-}
-
-/// Events of a namespace and name, as JSON.
-pub fn events_json(store: &Store) -> Vec<Value> {
-    store.events.values().map(crate::kinds::encode).collect()
 }
