@@ -19,29 +19,18 @@
 //!   whose `preconditions.uid` is not the object's 409 Conflict, a missing one
 //!   404 NotFound. A node may not write them (no Node-authorizer rule for it).
 
-use super::*;
+use axum::http::Method;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
 
-impl TestApiServer {
-    /// Serve DeviceTaintRules in these `resource.k8s.io` versions (e.g. `&["v1beta2"]`).
-    pub fn serve_device_taint_rules(&self, versions: &[&'static str]) {
-        self.state.lock().unwrap().device_taint_versions = versions.to_vec();
-    }
-
-    /// The DeviceTaintRules stored, by name.
-    pub fn device_taint_rules(&self) -> Vec<Value> {
-        self.state
-            .lock()
-            .unwrap()
-            .objects
-            .iter()
-            .filter(|((r, _), _)| *r == "devicetaintrules")
-            .map(|(_, o)| o.clone())
-            .collect()
-    }
-}
+use super::DraState;
+use crate::auth::Identity;
+use crate::kinds::{decode_refused, DeviceTaintRule, Object};
+use crate::status::{invalid, no_such_resource, status, Answer};
+use crate::store::Store;
 
 /// `devicetaintrules` under `apis/resource.k8s.io/<version>`, if that is the path.
-pub(crate) fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
+pub fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
     match parts {
         ["apis", "resource.k8s.io", version, rest @ ..]
             if rest.first() == Some(&"devicetaintrules") =>
@@ -54,20 +43,14 @@ pub(crate) fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'
 
 /// The 404 of a version that does not serve DeviceTaintRules (list, watch
 /// or any other request on that path).
-pub(crate) fn device_taints_not_served(s: &State, path: &str) -> Option<(u16, Value)> {
+pub fn not_served(dra: &DraState, path: &str) -> Option<Answer> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (version, _) = device_taint_path(&parts)?;
-    (!s.device_taint_versions.contains(&version)).then(|| {
-        status(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        )
-    })
+    (!dra.device_taint_versions.contains(&version)).then(no_such_resource)
 }
 
 /// apimachinery's IsDNS1123Label.
-pub(crate) fn is_dns_label(s: &str) -> bool {
+pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.chars()
@@ -77,7 +60,7 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
 }
 
 /// apimachinery's IsDNS1123Subdomain.
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|l| {
@@ -90,7 +73,7 @@ pub(crate) fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// apimachinery's IsValidLabelValue (empty allowed).
-pub(crate) fn is_label_value(s: &str) -> bool {
+pub fn is_label_value(s: &str) -> bool {
     let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     s.is_empty()
         || (s.len() <= 63
@@ -100,7 +83,7 @@ pub(crate) fn is_label_value(s: &str) -> bool {
 }
 
 /// apimachinery's IsQualifiedName (a label name): `[prefix/]name`.
-pub(crate) fn is_label_name(s: &str) -> bool {
+pub fn is_label_name(s: &str) -> bool {
     let (prefix, name) = match s.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -108,7 +91,7 @@ pub(crate) fn is_label_name(s: &str) -> bool {
     prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
 }
 
-pub(crate) fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
+pub fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
     let mut errs = Vec::new();
     let name = rule["metadata"]["name"].as_str().unwrap_or("");
     if name.is_empty() {
@@ -158,20 +141,17 @@ pub(crate) fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
     errs
 }
 
-pub(crate) fn device_taint_route(
-    s: &mut State,
+pub fn route(
+    dra: &DraState,
+    store: &mut Store,
     who: &Identity,
     method: &Method,
     parts: &[&str],
     body: &Value,
-) -> Option<(u16, Value)> {
+) -> Option<Answer> {
     let (version, rest) = device_taint_path(parts)?;
-    if !s.device_taint_versions.contains(&version) {
-        return Some(status(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        ));
+    if !dra.device_taint_versions.contains(&version) {
+        return Some(no_such_resource());
     }
     if let (Identity::Node(me), false) = (who, method == Method::GET) {
         return Some(status(
@@ -180,93 +160,85 @@ pub(crate) fn device_taint_route(
             &format!("devicetaintrules.resource.k8s.io is forbidden: User \"system:node:{me}\" cannot {} resource \"devicetaintrules\" in API group \"resource.k8s.io\" at the cluster scope", method.as_str().to_lowercase()),
         ));
     }
-    let api_version = format!("resource.k8s.io/{version}");
     match (method.as_str(), rest) {
         // Lists and watches: the generic paths.
         ("GET", ["devicetaintrules"]) => None,
-        ("GET", ["devicetaintrules", name]) => Some(
-            match s.objects.get(&("devicetaintrules", name.to_string())) {
-                Some(o) => (200, o.clone()),
-                None => status(
-                    404,
-                    "NotFound",
-                    &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
-                ),
-            },
-        ),
-        ("POST", ["devicetaintrules"]) => {
-            let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-            let errs = validate_device_taint_rule(body);
-            if !errs.is_empty() {
-                return Some(invalid(
-                    "DeviceTaintRule.resource.k8s.io",
-                    &name,
-                    &format!("[{}]", errs.join(", ")),
-                ));
-            }
-            if s.objects.contains_key(&("devicetaintrules", name.clone())) {
-                return Some(status(
-                    409,
-                    "AlreadyExists",
-                    &format!("devicetaintrules.resource.k8s.io \"{name}\" already exists"),
-                ));
-            }
-            let rv = s.next_rv();
-            let mut rule = body.clone();
-            rule["apiVersion"] = json!(api_version);
-            rule["kind"] = json!("DeviceTaintRule");
-            rule["metadata"]["uid"] = json!(format!("uid-dtr-{rv}"));
-            rule["metadata"]["resourceVersion"] = json!(rv);
-            rule["metadata"]["generation"] = json!(1);
-            rule["metadata"]["creationTimestamp"] =
-                json!(k8s_openapi::jiff::Timestamp::now().to_string());
-            if rule["spec"]["taint"]["timeAdded"].is_null() {
-                rule["spec"]["taint"]["timeAdded"] =
-                    json!(k8s_openapi::jiff::Timestamp::now().to_string());
-            }
-            if let Some(m) = rule.as_object_mut() {
-                m.remove("status");
-            }
-            let before = s.objects.insert(("devicetaintrules", name), rule.clone());
-            let at = s.rv;
-            s.changes
-                .push((at, "devicetaintrules", before, Some(rule.clone())));
-            Some((201, rule))
-        }
-        ("DELETE", ["devicetaintrules", name]) => {
-            let key = ("devicetaintrules", name.to_string());
-            let Some(current) = s.objects.get(&key).cloned() else {
-                return Some(status(
-                    404,
-                    "NotFound",
-                    &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
-                ));
-            };
-            if let Some(uid) = body["preconditions"]["uid"].as_str() {
-                if current["metadata"]["uid"].as_str() != Some(uid) {
-                    return Some(status(
-                        409,
-                        "Conflict",
-                        &format!(
-                            "Operation cannot be fulfilled on devicetaintrules.resource.k8s.io \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            current["metadata"]["uid"].as_str().unwrap_or("")
-                        ),
-                    ));
-                }
-            }
-            let rv = s.next_rv();
-            s.objects.remove(&key);
-            let mut gone = current;
-            gone["metadata"]["resourceVersion"] = json!(rv);
-            let at = s.rv;
-            s.changes
-                .push((at, "devicetaintrules", Some(gone.clone()), None));
-            Some((200, gone))
-        }
+        ("GET", ["devicetaintrules", name]) => Some(match store.get("devicetaintrules", name) {
+            Some(o) => (200, o.to_json()),
+            None => status(
+                404,
+                "NotFound",
+                &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
+            ),
+        }),
+        ("POST", ["devicetaintrules"]) => Some(create(store, version, body)),
+        ("DELETE", ["devicetaintrules", name]) => Some(delete(store, name, body)),
         _ => Some(status(
             405,
             "MethodNotAllowed",
             "not served for devicetaintrules here",
         )),
     }
+}
+
+/// Create: validated, decoded (400 when it does not decode), then as
+/// PrepareForCreate leaves it: uid, generation 1, no status, the taint's
+/// `timeAdded` set when absent.
+fn create(store: &mut Store, version: &str, body: &Value) -> Answer {
+    let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let errs = validate_device_taint_rule(body);
+    if !errs.is_empty() {
+        return invalid(
+            "DeviceTaintRule.resource.k8s.io",
+            &name,
+            &format!("[{}]", errs.join(", ")),
+        );
+    }
+    if store.get("devicetaintrules", &name).is_some() {
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("devicetaintrules.resource.k8s.io \"{name}\" already exists"),
+        );
+    }
+    let mut rule: DeviceTaintRule = match serde_json::from_value(body.clone()) {
+        Ok(r) => r,
+        Err(e) => return decode_refused(&e.to_string()),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    rule.api_version = format!("resource.k8s.io/{version}");
+    rule.kind = "DeviceTaintRule".into();
+    rule.metadata.uid = Some(format!("uid-dtr-{}", store.rv + 1));
+    rule.metadata.generation = Some(1);
+    rule.metadata.creation_timestamp = Some(now.clone());
+    rule.spec.taint.time_added.get_or_insert(now);
+    let stored = store.write("devicetaintrules", Object::DeviceTaintRule(Box::new(rule)));
+    (201, stored.to_json())
+}
+
+/// Delete, with `preconditions.uid` (409 when it is not the object's).
+fn delete(store: &mut Store, name: &str, body: &Value) -> Answer {
+    let Some(current) = store.get("devicetaintrules", name) else {
+        return status(
+            404,
+            "NotFound",
+            &format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
+        );
+    };
+    let uid = current.metadata().uid.clone().unwrap_or_default();
+    if let Some(want) = body["preconditions"]["uid"].as_str() {
+        if uid != want {
+            return status(
+                409,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on devicetaintrules.resource.k8s.io \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+                ),
+            );
+        }
+    }
+    let gone = store
+        .remove("devicetaintrules", name)
+        .expect("the rule is there");
+    (200, gone.to_json())
 }
