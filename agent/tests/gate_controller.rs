@@ -974,7 +974,7 @@ fn the_seccomp_gate_waits_for_the_runtime_class_contract_label() {
 
 // ---------------------------------------------------------------------------
 // Placement: released onto the right node, under the test server's
-// adversarial scheduler (support/placement.rs), which binds a schedulable
+// adversarial scheduler (nodeproof-testapi's `scheduler` module), which binds a schedulable
 // pod to the *least* ready node that fits it. Only a pod narrowed to the
 // nodes ready for its gate lands on one.
 // ---------------------------------------------------------------------------
