@@ -115,7 +115,7 @@ fn main() {
         pod_resources_socket: socket,
         ..config
     };
-    let mut kubelet = gpu_check::pod_resources(&config).expect("client");
+    let mut kubelet = nodeproof::observe::gpu::pod_resources(&config).expect("client");
     let mut tracker = FaultTracker::default();
     let mut cycle_times = Vec::new();
     let mut kubelet_times = Vec::new();
@@ -124,7 +124,7 @@ fn main() {
         let mut r = gpu::cycle_at(&config, &mut probe, &mut state, i);
         let faults = tracker.observe(r.snapshot.as_ref().expect("snapshot"));
         let k = Instant::now();
-        let read = gpu_check::read_kubelet(&mut kubelet);
+        let read = nodeproof::observe::gpu::read_kubelet(&mut kubelet);
         kubelet_times.push(k.elapsed());
         gpu_check::compare(&mut r, &read, None, &gpu_check::NodeDra::Unread);
         let allocations = &read.as_ref().expect("pod-resources").allocations;
@@ -157,7 +157,7 @@ fn main() {
     full.cuda.enabled = true;
     full.cuda.library = lib.to_string_lossy().into_owned();
     full.cuda.interval_s = 0;
-    let mut probe = gpu_check::probe(&full);
+    let mut probe = nodeproof::observe::gpu::probe(&full);
     let mut state = PolicyState::default();
     let dra = gpu_check::NodeDra::Read(DraView {
         version: "v1".into(),
@@ -194,7 +194,7 @@ fn main() {
             let t = Instant::now();
             let mut r = gpu::cycle_at(&full, &mut probe, &mut state, i);
             let faults = tracker.observe(r.snapshot.as_ref().expect("snapshot"));
-            let read = gpu_check::read_kubelet(&mut kubelet);
+            let read = nodeproof::observe::gpu::read_kubelet(&mut kubelet);
             gpu_check::compare(&mut r, &read, None, &dra);
             let allocations = gpu_check::allocations(read.as_ref().ok(), view);
             assert_eq!(allocations.len(), 16);
@@ -226,7 +226,7 @@ fn main() {
         config.cuda.enabled = cuda;
         config.cuda.library = lib.to_string_lossy().into_owned();
         config.cuda.interval_s = 0;
-        let mut probe = nodeproof::checks::gpu::probe(&config);
+        let mut probe = nodeproof::observe::gpu::probe(&config);
         let mut state = PolicyState::default();
         let mut cuda_ms = Vec::new();
         let times: Vec<Duration> = (0..n)

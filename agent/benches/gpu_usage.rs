@@ -153,7 +153,7 @@ fn main() {
         },
     )
     .expect("fake kubelet");
-    let mut kubelet = gpu_check::pod_resources(&GpuConfig {
+    let mut kubelet = nodeproof::observe::gpu::pod_resources(&GpuConfig {
         pod_resources_socket: socket.clone(),
         ..GpuConfig::default()
     })
@@ -174,14 +174,14 @@ fn main() {
         t += 1;
         let r = gpu::cycle_at(&config, &mut baseline_probe, &mut state, t);
         let _ = r.metrics(&state);
-        let _ = gpu_check::read_kubelet(&mut kubelet).expect("pod-resources");
+        let _ = nodeproof::observe::gpu::read_kubelet(&mut kubelet).expect("pod-resources");
     });
     let mut rows: Vec<UsageRow> = Vec::new();
     let full = measure("daemon cycle with usage", n, || {
         t += 1;
         let r = gpu::cycle_at(&config, &mut usage_probe, &mut state, t);
         let _ = r.metrics(&state);
-        let read = gpu_check::read_kubelet(&mut kubelet).expect("pod-resources");
+        let read = nodeproof::observe::gpu::read_kubelet(&mut kubelet).expect("pod-resources");
         let allocations = gpu_check::allocations(Some(&read), None);
         rows = gpu_check::usage(r.snapshot.as_ref(), &allocations, None);
     });
@@ -195,7 +195,7 @@ fn main() {
         let r = gpu::cycle_at(&config, &mut usage_probe, &mut state, t);
         let _ = r.metrics(&state);
     });
-    let read = gpu_check::read_kubelet(&mut kubelet).expect("pod-resources");
+    let read = nodeproof::observe::gpu::read_kubelet(&mut kubelet).expect("pod-resources");
     let snapshot = gpu::cycle_at(&config, &mut usage_probe, &mut state, t + 1).snapshot;
     let join = measure("  allocations + usage rows", n, || {
         let allocations = gpu_check::allocations(Some(&read), None);

@@ -1,5 +1,6 @@
 //! nodeproof, the agent: configuration composed from each crate's section,
-//! the checks assembled once (`checks`), the daemon, the pods check and the
+//! the checks assembled once (`checks`, pure) and what they observe
+//! (`observe`: the reads, probes and lints), the daemon, the pods check and the
 //! tools that combine several crates (`advise`, `sandbox`, `preflight`).
 //! The binary (`main.rs`) only parses arguments and picks implementations.
 
@@ -8,6 +9,7 @@ pub mod checks;
 pub mod config;
 pub mod daemon;
 pub mod memory;
+pub mod observe;
 pub mod oneshot;
 pub mod pods;
 pub mod preflight;

@@ -22,6 +22,7 @@ use crate::checks::gpu::NodeDra;
 use crate::checks::lint_cache::LintCache;
 use crate::checks::{self, gpu, profiles, Subsystem};
 use crate::config::Config;
+use crate::observe;
 use crate::pods::node::{self, PodsOnce, PodsOptions, PodsRunError, ONCE_DEADLINE};
 
 /// One runtime and one connection for a one-shot command.
@@ -130,17 +131,17 @@ pub struct NodeRound {
 /// conditions are folded by [`node_conditions`], as the daemon folds its
 /// subsystems' latest rounds.
 pub fn node_round(seccomp_root: &Path, config: &Config, session: &Session) -> NodeRound {
-    let (lint, runtime) = profiles::lint_setup(&config.seccomp);
+    let (lint, runtime) = observe::profiles::lint_setup(&config.seccomp);
     // One lint per file: the pods' judge finds the root's reports here.
     let lints = Arc::new(LintCache::default());
     let mut files = profiles::round(
         seccomp_root,
-        &profiles::lint_root_cached(seccomp_root, &lint, &lints),
+        &observe::profiles::lint_root_cached(seccomp_root, &lint, &lints),
     );
     files.findings.push(runtime);
     let opts = pods_options(config, seccomp_root);
     let pods = session.judge_pods(&opts, lints);
-    let tracing = checks::tracing::probe();
+    let tracing = observe::tracing::probe();
     let gpu = gpu::round(&gpu_cycle(config, || session.dra(&opts)));
     let mut rounds = vec![
         (Subsystem::Profiles, files),
@@ -175,7 +176,7 @@ pub fn pods_options(config: &Config, seccomp_root: &Path) -> PodsOptions {
         node_name: config.report.node_name.clone(),
         host_root: config.report.host_root.clone(),
         seccomp_root: seccomp_root.to_path_buf(),
-        lint: profiles::lint_options(&config.seccomp),
+        lint: observe::profiles::lint_options(&config.seccomp),
         etc: PathBuf::from("/etc"),
     }
 }
@@ -290,11 +291,16 @@ fn api_text(e: &kube::Error) -> String {
 /// NVIDIA devices the DRA view `dra` reads (asked only then).
 pub fn gpu_cycle(config: &Config, dra: impl FnOnce() -> NodeDra) -> GpuReport {
     let gpu = &config.gpu;
-    let mut report = nodeproof_gpu::cycle(gpu, &mut gpu::probe(gpu), &mut PolicyState::default());
+    let mut report = nodeproof_gpu::cycle(
+        gpu,
+        &mut observe::gpu::probe(gpu),
+        &mut PolicyState::default(),
+    );
     if report.no_gpu() {
         return report;
     }
-    let kubelet = gpu::pod_resources(gpu).and_then(|mut s| gpu::read_kubelet(&mut s));
+    let kubelet =
+        observe::gpu::pod_resources(gpu).and_then(|mut s| observe::gpu::read_kubelet(&mut s));
     gpu::compare(&mut report, &kubelet, None, &dra());
     report
 }

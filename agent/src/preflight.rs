@@ -400,7 +400,7 @@ pub fn run(
     gpu: nodeproof_gpu::GpuReport,
     layout: &Layout,
 ) -> Vec<Finding> {
-    let reports = profiles::lint_root(seccomp_root, lint);
+    let reports = crate::observe::profiles::lint_root(seccomp_root, lint);
     let mut findings = profiles::findings(&reports);
     if !reports.iter().any(|r| r.is_profile()) {
         let why = format!("no profiles under {}", seccomp_root.display());

@@ -1,7 +1,7 @@
 //! Beyond NVML, through the real dlopen/dlsym/FFI path against the fakes:
 //! the CUDA probe (fake libcuda from tests/fake-cuda/fake_cuda.c), GPU
 //! fabric and NVLink state (fake NVML), and release between cycles. The
-//! probe is built by the agent's own `checks::gpu::probe` from a `[gpu]`
+//! probe is built by the agent's own `observe::gpu::probe` from a `[gpu]`
 //! config, as the daemon builds it.
 
 mod fake_nvml_support;
@@ -9,7 +9,7 @@ mod fake_nvml_support;
 use std::time::{Duration, Instant};
 
 use fake_nvml_support::Scenario;
-use nodeproof::checks::gpu::probe;
+use nodeproof::observe::gpu::probe;
 use nodeproof_findings::{ConditionStatus, Status};
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::policy::Severity;

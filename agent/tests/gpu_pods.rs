@@ -74,7 +74,7 @@ impl Node {
         };
         let kubelet = kubelet.map(|k| FakeKubelet::start(&socket, k).unwrap());
         Node {
-            probe: gpu_check::probe(&config),
+            probe: nodeproof::observe::gpu::probe(&config),
             scenario,
             kubelet,
             config,
@@ -89,8 +89,8 @@ impl Node {
     fn cycle(&mut self, now: u64) -> (GpuReport, Vec<nodeproof_gpu::faults::PodFault>) {
         let mut report = gpu::cycle_at(&self.config, &mut self.probe, &mut self.state, now);
         let faults = self.tracker.observe(report.snapshot.as_ref().unwrap());
-        let read = gpu_check::pod_resources(&self.config)
-            .and_then(|mut c| gpu_check::read_kubelet(&mut c));
+        let read = nodeproof::observe::gpu::pod_resources(&self.config)
+            .and_then(|mut c| nodeproof::observe::gpu::read_kubelet(&mut c));
         gpu_check::compare(&mut report, &read, None, &self.dra);
         let view = self.dra.view();
         let allocations = gpu_check::allocations(read.as_ref().ok(), view);

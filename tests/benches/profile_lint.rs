@@ -11,7 +11,7 @@ use nodeproof_bpfgen::Native;
 use nodeproof_seccomp::compiler::Compiler;
 use std::time::{Duration, Instant};
 
-use nodeproof::checks::profiles;
+use nodeproof::observe::profiles;
 use nodeproof_bpfgen::libseccomp;
 use nodeproof_e2e::splice::{self, SpliceOracle, Verdict};
 use nodeproof_seccomp::filter::Arch;

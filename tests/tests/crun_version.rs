@@ -2,10 +2,10 @@
 //! crun release is read from the binary's `--version`, here the real
 //! binaries the oracles run (bookworm's crun 1.8, trixie's crun 1.21).
 
-use nodeproof::checks::oci_runtime::{
-    crun_version, CrunRelease, OciRuntimeSetting, VERSION_TIMEOUT,
-};
+use nodeproof::checks::oci_runtime::{CrunRelease, OciRuntimeSetting, VERSION_TIMEOUT};
 use nodeproof::checks::profiles;
+use nodeproof::observe::oci_runtime::crun_version;
+use nodeproof::observe::profiles::on_node;
 use nodeproof_e2e::runtimes::{default_cache_dir, RuntimeBuild};
 use nodeproof_seccomp::lint::Runtime;
 use nodeproof_seccomp::oci_runtime::{CrunVersion, OciRuntime};
@@ -45,7 +45,7 @@ fn auto_predicts_the_crun_on_the_node() {
         return;
     }
     let on_path = crun_version("crun", VERSION_TIMEOUT).expect("crun --version");
-    let auto = profiles::on_node(OciRuntimeSetting::Auto, Runtime::Crio);
+    let auto = on_node(OciRuntimeSetting::Auto, Runtime::Crio);
     assert_eq!(auto.runtime, OciRuntime::Crun(on_path.modelled()));
     // bookworm's 1.8.1 is a modelled series: said as such, not as a warning.
     assert_eq!(
@@ -56,7 +56,7 @@ fn auto_predicts_the_crun_on_the_node() {
     );
     // Naming crun in the config predicts the default modelled release, without running it.
     assert_eq!(
-        profiles::on_node(OciRuntimeSetting::Crun, Runtime::Crio).runtime,
+        on_node(OciRuntimeSetting::Crun, Runtime::Crio).runtime,
         OciRuntime::Crun(CrunVersion::V1_21)
     );
 }

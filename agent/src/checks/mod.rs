@@ -3,9 +3,10 @@
 //! judgement) to one [`Round`] of findings and conditions, and
 //! [`node_conditions`] folds the latest rounds into the Node's conditions.
 //! `check`, `preflight`, `pods` and the daemon (`run`) all call these, so
-//! what `nodeproof check` prints is what the agent writes. Nothing here
-//! reads the API server: the one-shot commands' drive is `crate::oneshot`,
-//! the daemon's is `crate::daemon`.
+//! what `nodeproof check` prints is what the agent writes. Nothing here does
+//! I/O: what the checks judge is observed by `crate::observe` (files, lints,
+//! probes) and by `crate::pods` (the API server), and driven by
+//! `crate::oneshot` and `crate::daemon`.
 
 pub mod gpu;
 pub mod lint_cache;

@@ -1,7 +1,7 @@
 //! The tracer as node health: whether the eBPF programs load here, and
 //! with which strategy (`SeccompTracingReady`).
 
-use nodeproof_trace::{Readiness, Tracer, TracerConfig};
+use nodeproof_trace::Readiness;
 
 use super::Round;
 
@@ -11,13 +11,4 @@ pub fn round(readiness: &Readiness) -> Round {
         findings: vec![readiness.finding()],
         conditions: vec![readiness.condition()],
     }
-}
-
-/// Load the programs, judge them and detach: what a one-shot `check` does
-/// in place of the daemon's long-running tracer.
-pub fn probe() -> Round {
-    let started = Tracer::start(&TracerConfig::default());
-    let readiness = Readiness::of(started.as_ref());
-    drop(started);
-    round(&readiness)
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use nodeproof::checks::profiles;
 use nodeproof::config::Config;
 use nodeproof_findings::{Condition, Finding, NotJudged, Status};
 use nodeproof_report::credentials::Lookup;
@@ -88,7 +87,7 @@ fn check_exit(conditions: &[Condition], not_judged: &[NotJudged]) -> ExitCode {
 }
 
 pub(crate) fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
-    let opts = profiles::lint_options(&config.seccomp);
+    let opts = nodeproof::observe::profiles::lint_options(&config.seccomp);
     let layout = nodeproof::preflight::Layout::default();
     let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
     print_check(&findings, &[], &[], None, output)?;

@@ -22,7 +22,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use nodeproof::checks::profiles;
 use nodeproof::config::Config;
 use nodeproof_seccomp::filter::Arch;
 use nodeproof_seccomp::lint::{LintOptions, Runtime};
@@ -442,9 +441,9 @@ pub(crate) fn seccomp_root(flag: Option<&Path>, config: &Config) -> PathBuf {
     flag.map_or_else(|| config.seccomp.root.clone(), Path::to_path_buf)
 }
 
-/// The node's lint settings (`checks::profiles::lint_options`), with the flags on top.
+/// The node's lint settings (`observe::profiles::lint_options`), with the flags on top.
 pub(crate) fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
-    let mut opts = profiles::lint_options(&config.seccomp);
+    let mut opts = nodeproof::observe::profiles::lint_options(&config.seccomp);
     match mode.runtime {
         Some(RuntimeArg::Containerd) => opts.runtime = Runtime::Containerd,
         Some(RuntimeArg::Crio) => opts.runtime = Runtime::Crio,
@@ -458,7 +457,8 @@ pub(crate) fn lint_options(mode: &ModeArgs, config: &Config) -> LintOptions {
     }
     if mode.runtime.is_some() && mode.oci_runtime.is_none() {
         // A runtime named on the command line brings its own default OCI runtime.
-        opts.oci_runtime = profiles::on_node(config.seccomp.oci_runtime, opts.runtime).runtime;
+        opts.oci_runtime =
+            nodeproof::observe::profiles::on_node(config.seccomp.oci_runtime, opts.runtime).runtime;
     }
     let kind = match mode.oci_runtime {
         Some(OciRuntimeArg::Runc) => OciRuntimeKind::Runc,

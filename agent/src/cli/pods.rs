@@ -41,7 +41,10 @@ pub(crate) fn pods(
     let lints = std::sync::Arc::new(LintCache::default());
     let r = pods::once(&opts, lints.clone())?;
     // What the agent reports for this node: the files' part folded in, as `run` folds it.
-    let files = profiles::round(root, &profiles::lint_root_cached(root, &opts.lint, &lints));
+    let files = profiles::round(
+        root,
+        &nodeproof::observe::profiles::lint_root_cached(root, &opts.lint, &lints),
+    );
     let node_condition = nodeproof::checks::node_conditions([
         (Subsystem::Profiles, &files.conditions[..]),
         (Subsystem::Pods, std::slice::from_ref(&r.condition)),

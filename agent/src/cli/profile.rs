@@ -100,7 +100,7 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
                 .iter()
                 .find(|f| f.path == Path::new(scan::STDIN_NAME))
                 .and_then(|f| f.contents.as_ref().ok().cloned());
-            let mut reports = profiles::lint_files(files, &opts);
+            let mut reports = nodeproof::observe::profiles::lint_files(files, &opts);
             let allowed: Vec<usize> = reports.iter_mut().map(|r| leave_out(r, &allow)).collect();
             print_reports(&reports, &allowed, &opts, stdin.as_deref(), out.output)?;
             Ok(exit(reports.iter().all(|r| profiles::passes(r, strict))))

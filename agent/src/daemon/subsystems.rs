@@ -19,6 +19,7 @@ use super::bus::Bus;
 use super::state::{CheckState, Shared};
 use crate::checks::{self, lint_cache, profiles, Subsystem};
 use crate::config::Config;
+use crate::observe;
 use nodeproof_findings::{Condition, Status};
 use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
@@ -118,12 +119,12 @@ async fn profiles(bus: Bus) {
                 ),
             }
         }
-        let opts = profiles::lint_options(&config.seccomp);
+        let opts = observe::profiles::lint_options(&config.seccomp);
         let lint_root = root.clone();
         let lints = bus.lints.clone();
         // Files linted already in this mode with these contents are not
         // linted again; the pods' judge finds what is linted here.
-        let lint = move || profiles::lint_root_cached(&lint_root, &opts, &lints);
+        let lint = move || observe::profiles::lint_root_cached(&lint_root, &opts, &lints);
         let reports = match tokio::task::spawn_blocking(lint).await {
             Ok(r) => r,
             // The supervisor counts it and starts the task again.
@@ -375,7 +376,7 @@ fn gpu_probe(bus: &Bus) {
         let config = bus.config.latest().clone();
         let key = ProbeKey::of(&config.gpu);
         if probe.as_ref().map(|(k, _)| k) != Some(&key) {
-            probe = Some((key, checks::gpu::probe(&config.gpu)));
+            probe = Some((key, observe::gpu::probe(&config.gpu)));
         }
         let Some((_, p)) = probe.as_mut() else { return };
         let mut report = gpu::cycle(&config.gpu, p, &mut state);
@@ -411,9 +412,9 @@ fn gpu_probe(bus: &Bus) {
                 kubelet = None;
             }
             let read = match &mut kubelet {
-                Some((_, c)) => checks::gpu::read_kubelet(c),
-                None => checks::gpu::pod_resources(&config.gpu).and_then(|mut c| {
-                    let read = checks::gpu::read_kubelet(&mut c);
+                Some((_, c)) => observe::gpu::read_kubelet(c),
+                None => observe::gpu::pod_resources(&config.gpu).and_then(|mut c| {
+                    let read = observe::gpu::read_kubelet(&mut c);
                     kubelet = Some((key, c));
                     read
                 }),
