@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelectorTerm, Pod, 
 use k8s_openapi::api::node::v1::RuntimeClass;
 use serde_json::{json, Value};
 
+use crate::state::TestApiServer;
 use crate::status::{invalid, status, Answer};
 
 // ---------------------------------------------------------------------------
@@ -99,6 +100,23 @@ pub enum NamespacePhase {
     Terminating,
     /// Deleted: 404 for the namespace.
     Gone,
+}
+
+/// The namespaces' phases (the admission part of the state); a namespace
+/// never set is Active.
+#[derive(Default)]
+pub struct Namespaces(pub BTreeMap<String, NamespacePhase>);
+
+impl TestApiServer {
+    /// Sets a namespace's phase (NamespaceLifecycle); `Gone` also removes its Events.
+    pub fn set_namespace(&self, ns: &str, phase: NamespacePhase) {
+        self.with(|s| {
+            s.part::<Namespaces>().0.insert(ns.into(), phase);
+            if phase == NamespacePhase::Gone {
+                s.store.events.retain(|(n, _), _| n != ns);
+            }
+        });
+    }
 }
 
 /// NamespaceLifecycle on the create of an Event `name` in `ns`: refused in

@@ -11,6 +11,7 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 use tokio_rustls::rustls;
 
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +78,8 @@ impl PeerCert {
     }
 }
 
-/// Who the credentials are: bearer tokens, and the CA client certificates
-/// are verified against.
+/// Who the credentials are (the authenticators' part of the state): bearer
+/// tokens, and the CA client certificates are verified against.
 #[derive(Default)]
 pub struct Authn {
     pub tokens: BTreeMap<String, Identity>,
@@ -199,4 +200,15 @@ pub fn self_subject_review(who: &Identity) -> Answer {
            "metadata": {"creationTimestamp": null},
            "status": {"userInfo": {"username": user_name(who), "groups": groups}}});
     (201, review)
+}
+
+impl TestApiServer {
+    pub fn add_token(&self, token: &str, who: Identity) {
+        self.with(|s| s.part::<Authn>().tokens.insert(token.into(), who));
+    }
+
+    /// A token no longer authenticates anyone (a rotated-out ServiceAccount token).
+    pub fn revoke_token(&self, token: &str) {
+        self.with(|s| s.part::<Authn>().tokens.remove(token));
+    }
 }

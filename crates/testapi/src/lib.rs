@@ -22,7 +22,10 @@
 //! - [`dra`]: `resource.k8s.io` (ResourceSlices, claims, DeviceTaintRules);
 //! - [`scheduler`]: an adversarial scheduler for the placement tests;
 //! - [`persist`]: objects and the request log across process restarts;
-//! - `state`, `router`, `server`: the state, the routing, [`TestApiServer`].
+//! - `state`: the store and each concern's part of the state, kept by type,
+//!   and [`TestApiServer`], the handle tests hold; each concern above adds
+//!   its own `impl TestApiServer` block next to its requests;
+//! - `router`, `server`: the routing, and starting the server.
 //!
 //! Not a Kubernetes: only the handful of paths the agent uses.
 //!
@@ -55,7 +58,7 @@ pub use admission::NamespacePhase;
 pub use auth::{user_name, Identity, PeerCert};
 pub use faults::Fault;
 pub use persist::{stored_node, stored_requests, Logged, REQUESTS_FILE};
-pub use server::TestApiServer;
+pub use state::TestApiServer;
 pub use tls::ServingCert;
 
 #[cfg(test)]

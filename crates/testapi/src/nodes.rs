@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 use crate::admission;
 use crate::auth::{self, Identity};
 use crate::faults::{self, Fault};
-use crate::kinds::{decode_own, patch_refused, Object};
+use crate::kinds::{decode_own, encode, patch_refused, Object};
 use crate::merge::{merge_json, merge_status};
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 use crate::store::Store;
 
@@ -79,7 +80,7 @@ pub fn patch(
     if faults::take_conflict(fault) {
         return status(409, "Conflict", "the object has been modified");
     }
-    let mut node = crate::kinds::encode(&before);
+    let mut node = encode(&before);
     match subresource {
         Some("status") => merge_status(&mut node, body),
         None => {
@@ -128,4 +129,62 @@ pub fn remove_condition(store: &mut Store, name: &str, kind: &str) {
         list.retain(|c| c.type_ != kind);
     }
     store.write("nodes", Object::Node(Box::new(node)));
+}
+
+impl TestApiServer {
+    /// Register a Node, with the kubelet's own conditions on it.
+    pub fn add_node(&self, name: &str, conditions: Value) {
+        let node = registered(name, &format!("uid-{name}"), conditions);
+        self.with(|s| put(&mut s.store, node));
+    }
+
+    /// Someone else's taint (or label, or status) on a Node; its new resourceVersion.
+    pub fn merge_node(&self, name: &str, patch: Value) -> u64 {
+        self.with(|s| {
+            merge(&mut s.store, name, &patch);
+            s.store.rv
+        })
+    }
+
+    pub fn node(&self, name: &str) -> Value {
+        self.with(|s| get_json(&s.store, name))
+            .unwrap_or_else(|| panic!("no Node {name}"))
+    }
+
+    /// The Node's condition of `kind`, if any.
+    pub fn condition(&self, node: &str, kind: &str) -> Option<Value> {
+        self.with(|s| {
+            let n = s.store.node(node)?;
+            let c = n
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == kind)?;
+            Some(encode(c))
+        })
+    }
+
+    /// Whether a Node of that name is stored.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.with(|s| s.store.node(name).is_some())
+    }
+
+    pub fn delete_node(&self, name: &str) {
+        self.with(|s| s.store.remove("nodes", name));
+    }
+
+    /// Registers `name` again under `uid`, with the kubelet's Ready only
+    /// (the kubelet re-registers a deleted Node with a new UID).
+    pub fn register_node_again(&self, name: &str, uid: &str) {
+        let conditions = json!([{"type": "Ready", "status": "True", "reason": "KubeletReady"}]);
+        let node = registered(name, uid, conditions);
+        self.with(|s| put(&mut s.store, node));
+    }
+
+    /// Another client (kubectl edit, a controller) removes a condition.
+    pub fn remove_condition(&self, name: &str, kind: &str) {
+        self.with(|s| remove_condition(&mut s.store, name, kind));
+    }
 }

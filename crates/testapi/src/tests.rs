@@ -5,8 +5,9 @@
 use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{json, Value};
 
-use crate::auth::{Identity, PeerCert};
+use crate::auth::{Authn, Identity, PeerCert};
 use crate::kinds::Object;
+use crate::pods::PodState;
 use crate::state::State;
 use crate::status::Answer;
 use crate::{merge, nodes, pods, router, watch};
@@ -18,10 +19,11 @@ const JSON_PATCH: &str = "application/json-patch+json";
 /// ServiceAccount's (`sa`).
 fn state() -> State {
     let mut s = State::default();
-    s.authn
+    let authn = s.part::<Authn>();
+    authn
         .tokens
         .insert("n1".into(), Identity::Node("n1".into()));
-    s.authn
+    authn
         .tokens
         .insert("sa".into(), Identity::GateControllerServiceAccount);
     for n in ["n1", "n2"] {
@@ -446,7 +448,7 @@ fn gated_pods_may_only_narrow_their_placement() {
         patch(json!([{"op": "add", "path": "/spec/nodeSelector/c", "value": "3"}])),
         422
     );
-    assert!(s.pods.schedulable_at.contains_key("ml/g"));
+    assert!(s.part::<PodState>().schedulable_at.contains_key("ml/g"));
 }
 
 /// A patch whose result does not decode as the kind is 422 Invalid on the

@@ -26,8 +26,26 @@ use serde_json::Value;
 use super::DraState;
 use crate::auth::Identity;
 use crate::kinds::{decode_refused, DeviceTaintRule, Object};
+use crate::state::TestApiServer;
 use crate::status::{invalid, no_such_resource, status, Answer};
 use crate::store::Store;
+
+impl TestApiServer {
+    /// Serve DeviceTaintRules in these `resource.k8s.io` versions (e.g. `&["v1beta2"]`).
+    pub fn serve_device_taint_rules(&self, versions: &[&'static str]) {
+        self.with(|s| s.part::<DraState>().device_taint_versions = versions.to_vec());
+    }
+
+    /// The DeviceTaintRules stored, by name.
+    pub fn device_taint_rules(&self) -> Vec<Value> {
+        self.with(|s| {
+            s.store
+                .all("devicetaintrules")
+                .map(|(_, o)| o.to_json())
+                .collect()
+        })
+    }
+}
 
 /// `devicetaintrules` under `apis/resource.k8s.io/<version>`, if that is the path.
 pub fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
