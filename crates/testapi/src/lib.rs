@@ -14,6 +14,7 @@
 //! - [`store`]: resourceVersions, the change history, snapshots, `limit` /
 //!   `continue` pages of one snapshot, 410 Gone after compaction;
 //! - [`watch`]: watches from a resourceVersion, BOOKMARKs, 410 Gone;
+//! - [`validation`]: apimachinery's name and label rules;
 //! - [`merge`]: strategic merge of conditions by type (`$patch: delete`),
 //!   JSON merge patch, RFC 6902 JSON patch;
 //! - [`faults`]: down, 500, 429 with Retry-After, slow, connections cut;
@@ -52,6 +53,7 @@ mod state;
 pub mod status;
 pub mod store;
 pub mod tls;
+pub mod validation;
 pub mod watch;
 
 pub use admission::NamespacePhase;

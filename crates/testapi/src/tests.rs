@@ -6,6 +6,7 @@ use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{json, Value};
 
 use crate::auth::{Authn, Identity, PeerCert};
+use crate::dra::DraState;
 use crate::kinds::Object;
 use crate::pods::PodState;
 use crate::state::State;
@@ -510,4 +511,57 @@ fn objects_round_trip_through_their_types() {
                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})
     );
     assert!(n["metadata"].get("managedFields").is_none());
+}
+
+/// DeviceTaintRules are decoded first (a field of the wrong type is 400,
+/// whatever else is wrong: k8s.io/apiserver/pkg/endpoints/handlers/create.go),
+/// then the typed rule validated (pkg/apis/resource/validation/validation.go
+/// `ValidateDeviceTaintRule`: a missing effect decodes as "" and is
+/// "Required", 422), then stored unless the name exists (409).
+#[test]
+fn device_taint_rules_are_decoded_then_validated() {
+    let mut s = state();
+    s.part::<DraState>().device_taint_versions = vec!["v1beta2"];
+    let path = "/apis/resource.k8s.io/v1beta2/devicetaintrules";
+    let rule = |name: &str, taint: Value| {
+        json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+               "metadata": {"name": name},
+               "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "device": "gpu-0"}, "taint": taint}})
+    };
+    let (code, out) = call(
+        &mut s,
+        "sa",
+        "POST",
+        path,
+        "",
+        rule("Bad", json!({"key": 5})),
+    );
+    assert_eq!(code, 400, "{out}");
+    let (code, out) = call(
+        &mut s,
+        "sa",
+        "POST",
+        path,
+        "",
+        rule("Bad", json!({"key": "k"})),
+    );
+    assert_eq!(code, 422, "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(
+        message.contains("metadata.name: Invalid value: \"Bad\""),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.taint.effect: Required value"),
+        "{message}"
+    );
+    let ok = rule(
+        "gpu-0",
+        json!({"key": "nodeproof.dev/unhealthy", "effect": "NoSchedule"}),
+    );
+    let (code, out) = call(&mut s, "sa", "POST", path, "", ok.clone());
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(out["metadata"]["generation"], 1);
+    assert!(out["spec"]["taint"]["timeAdded"].is_string(), "{out}");
+    assert_eq!(call(&mut s, "sa", "POST", path, "", ok).0, 409);
 }
