@@ -49,26 +49,40 @@ pub fn get(store: &Store, who: &Identity, name: &str, status_subresource: bool) 
     }
 }
 
-/// `PATCH /api/v1/nodes/<name>[/status]`: strategic merge only. A stale
+/// `PATCH /api/v1/nodes/<name>[/status]`: strategic merge or JSON merge
+/// patch (a node patches its status either way:
+/// shared/notes/kube-apiserver-1.36.md). A stale
 /// `metadata.resourceVersion` in the patch is a 409 (the registry's
 /// optimistic concurrency, staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go
 /// `Update`); a node may not change its taints or a label NodeRestriction
-/// forbids; the result must decode as a Node (422).
+/// forbids; the result must decode as a Node (422). A patch of the object
+/// leaves the status as it was, one of `nodes/status` the rest
+/// (pkg/registry/core/node/strategy.go: `nodeStrategy.PrepareForUpdate`
+/// keeps the old status, `nodeStatusStrategy.PrepareForUpdate` the old
+/// spec).
 pub fn patch(
     store: &mut Store,
     fault: &mut Option<Fault>,
     who: &Identity,
     name: &str,
     subresource: Option<&str>,
-    strategic: bool,
+    content_type: &str,
     body: &Value,
 ) -> Answer {
     if let Some(refused) = auth::node_may_modify_node(who, name) {
         return refused;
     }
-    if !strategic {
-        return status(415, "UnsupportedMediaType", "strategic merge only here");
-    }
+    let strategic = match content_type {
+        "application/strategic-merge-patch+json" => true,
+        "application/merge-patch+json" => false,
+        _ => {
+            return status(
+                415,
+                "UnsupportedMediaType",
+                "strategic merge or merge patch only here",
+            )
+        }
+    };
     let Some(before) = store.node(name).cloned() else {
         return status(404, "NotFound", &format!("nodes \"{name}\" not found"));
     };
@@ -81,22 +95,35 @@ pub fn patch(
         return status(409, "Conflict", "the object has been modified");
     }
     let mut node = encode(&before);
-    match subresource {
-        Some("status") => merge_status(&mut node, body),
-        None => {
-            let is_node = who.node().is_some();
-            if is_node && body["spec"].get("taints").is_some() {
-                return status(403, "Forbidden", "node is not allowed to modify taints");
+    match (subresource, strategic) {
+        (Some("status"), true) => merge_status(&mut node, body),
+        (Some("status"), false) => {
+            if let Some(status_patch) = body.get("status") {
+                merge_json(&mut node["status"], status_patch);
             }
-            merge_json(&mut node, body);
         }
-        Some(_) => return status(404, "NotFound", "no such subresource"),
+        (None, _) => merge_json(&mut node, body),
+        (Some(_), _) => return status(404, "NotFound", "no such subresource"),
     }
-    let after: Node = match serde_json::from_value(node) {
+    let mut after: Node = match serde_json::from_value(node) {
         Ok(n) => n,
         Err(e) => return patch_refused(body, &e.to_string()),
     };
+    if subresource.is_none() {
+        after.status = before.status.clone();
+    }
     if subresource.is_none() && who.node().is_some() {
+        // NodeRestriction compares the taints before and after
+        // (`apiequality.Semantic.DeepEqual`): a patch that restates them passes.
+        let taints = |n: &Node| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default()
+        };
+        if taints(&before) != taints(&after) {
+            return status(403, "Forbidden", "node is not allowed to modify taints");
+        }
         if let Some(refused) = admission::node_labels(
             before.metadata.labels.as_ref(),
             after.metadata.labels.as_ref(),

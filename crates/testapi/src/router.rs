@@ -213,7 +213,15 @@ pub fn route(
                 _ => return status(404, "NotFound", "no such subresource"),
             };
             let (store, faults) = s.store_and::<FaultState>();
-            nodes::patch(store, &mut faults.fault, &who, name, sub, strategic, body)
+            nodes::patch(
+                store,
+                &mut faults.fault,
+                &who,
+                name,
+                sub,
+                content_type,
+                body,
+            )
         }
         ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
             let phase = s.part::<Namespaces>().0.get(*ns).copied();
