@@ -180,6 +180,29 @@ pub fn node_may_modify_node(who: &Identity, name: &str) -> Option<Answer> {
     })
 }
 
+/// Who may create a Node: a node identity (the Node authorizer allows
+/// `create` on nodes and leaves to NodeRestriction which one:
+/// plugin/pkg/auth/authorizer/node/node_authorizer.go, `authorizeNode`);
+/// none of the ServiceAccounts here (no role in deploy/ grants `create` on
+/// nodes), refused as RBAC refuses (403 with the authorizer's message,
+/// k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go
+/// `forbiddenMessage`; a create has no name yet).
+pub fn may_create_node(who: &Identity) -> Option<Answer> {
+    if who.node().is_some() {
+        return None;
+    }
+    let (code, mut v) = status(
+        403,
+        "Forbidden",
+        &format!(
+            "nodes is forbidden: User \"{}\" cannot create resource \"nodes\" in API group \"\" at the cluster scope",
+            user_name(who)
+        ),
+    );
+    v["details"] = json!({"kind": "nodes"});
+    Some((code, v))
+}
+
 /// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`, allowed to
 /// every authenticated user by the default `system:basic-user` role.
 pub fn self_subject_review(who: &Identity) -> Answer {

@@ -7,8 +7,9 @@
 //! - [`auth`]: bearer tokens and client certificates, the Node authorizer's
 //!   rules (own node only, no GET of nodes/status, pods bound to it, claims
 //!   its pods reference);
-//! - [`admission`]: NodeRestriction's label rule, NamespaceLifecycle, the
-//!   RuntimeClass plugin, KEP-3838's rules for a gated pod's placement;
+//! - [`admission`]: NodeRestriction's rules, TaintNodesByCondition,
+//!   NamespaceLifecycle, the RuntimeClass plugin, KEP-3838's rules for a
+//!   gated pod's placement;
 //! - [`kinds`]: the typed objects, decoded on write (400/422 when they do
 //!   not decode) and encoded at the edge;
 //! - [`store`]: resourceVersions, the change history, snapshots, `limit` /
@@ -18,7 +19,9 @@
 //! - [`merge`]: strategic merge of conditions by type (`$patch: delete`),
 //!   JSON merge patch, RFC 6902 JSON patch;
 //! - [`faults`]: down, 500, 429 with Retry-After, slow, connections cut;
-//! - [`nodes`], [`pods`], [`events`], [`leases`]: each resource's requests;
+//! - [`nodes`], [`pods`], [`events`], [`leases`]: each resource's requests
+//!   (a Node's create included, and what the node lifecycle controller
+//!   does once it is Ready);
 //! - [`cluster_check`]: APIServices, the Metrics API, Events cluster-wide;
 //! - [`dra`]: `resource.k8s.io` (ResourceSlices, claims, DeviceTaintRules);
 //! - [`scheduler`]: an adversarial scheduler for the placement tests;

@@ -204,6 +204,7 @@ pub fn route(
         ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
             pods::get(&s.store, &who, ns, name)
         }
+        ("POST", ["api", "v1", "nodes"]) => nodes::create(&mut s.store, &who, body),
         ("GET", ["api", "v1", "nodes", name]) => nodes::get(&s.store, &who, name, false),
         ("GET", ["api", "v1", "nodes", name, "status"]) => nodes::get(&s.store, &who, name, true),
         ("PATCH", ["api", "v1", "nodes", name, rest @ ..]) => {

@@ -1,6 +1,6 @@
 //! apimachinery's name and label validation
 //! (staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go), as
-//! the registries' validation uses it (DeviceTaintRules).
+//! the registries' validation uses it: Node names, DeviceTaintRules.
 
 /// apimachinery's IsDNS1123Label.
 pub fn is_dns_label(s: &str) -> bool {
