@@ -1,14 +1,18 @@
 //! Admission and the update validation that admission-like rules here
-//! stand for: NodeRestriction's label rule, NamespaceLifecycle, the
+//! stand for: NodeRestriction's rules on a node's Node (labels, its own
+//! Node only on create), TaintNodesByCondition, NamespaceLifecycle, the
 //! RuntimeClass plugin's scheduling merge, and KEP-3838's rules for a
 //! gated pod's placement (pod update validation).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelectorTerm, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Node, NodeAffinity, NodeSelectorTerm, Pod, PodSpec, Taint,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use serde_json::{json, Value};
 
+use crate::state::TestApiServer;
 use crate::status::{invalid, status, Answer};
 
 // ---------------------------------------------------------------------------
@@ -86,6 +90,87 @@ pub fn node_labels(
     })
 }
 
+/// `admission.NewForbidden` on a Node: 403, `nodes "<name>" is forbidden: <why>`.
+fn node_forbidden(name: &str, why: &str) -> Answer {
+    let (code, mut v) = status(
+        403,
+        "Forbidden",
+        &format!("nodes \"{name}\" is forbidden: {why}"),
+    );
+    v["details"] = json!({"name": name, "kind": "nodes"});
+    (code, v)
+}
+
+/// NodeRestriction on a node identity's create of a Node (`admitNode`, the
+/// create branch; on create the name is the object's): only its own Node
+/// (`node "n1" is not allowed to modify node "n2"`), without
+/// `spec.configSource`, and without a label it may not set
+/// ([`forbidden_node_label`], as on update).
+pub fn node_create(me: &str, node: &Node) -> Option<Answer> {
+    let name = node.metadata.name.as_deref().unwrap_or("");
+    if name != me {
+        return Some(node_forbidden(
+            name,
+            &format!("node \"{me}\" is not allowed to modify node \"{name}\""),
+        ));
+    }
+    if node
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.config_source.is_some())
+    {
+        // Upstream's own words.
+        return Some(node_forbidden(
+            name,
+            &format!("node \"{me}\" is not allowed to create pods with a non-nil configSource"),
+        ));
+    }
+    let forbidden: Vec<String> = modified_labels(None, node.metadata.labels.as_ref())
+        .into_iter()
+        .filter(|k| forbidden_node_label(k))
+        .collect();
+    (!forbidden.is_empty()).then(|| {
+        node_forbidden(
+            name,
+            &format!(
+                "node \"{me}\" is not allowed to set the following labels: {}",
+                forbidden.join(", ")
+            ),
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------
+// TaintNodesByCondition (plugin/pkg/admission/nodetaint/admission.go)
+// ---------------------------------------------------------------------------
+
+/// The taint every Node is created with.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// TaintNodesByCondition's `Admit` on a Node create (the plugin handles
+/// only `admission.Create` of `nodes`, no subresource): adds
+/// `node.kubernetes.io/not-ready:NoSchedule` unless a taint with that key
+/// and effect is there (`Taint.MatchTaint` compares key and effect only),
+/// whoever creates the Node. The node lifecycle controller lifts it once
+/// the node is Ready (`nodes::mark_ready`).
+pub fn taint_at_creation(node: &mut Node) {
+    let taints = node
+        .spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new);
+    if !taints
+        .iter()
+        .any(|t| t.key == NOT_READY_TAINT && t.effect == "NoSchedule")
+    {
+        taints.push(Taint {
+            key: NOT_READY_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    }
+}
+
 // ---------------------------------------------------------------------------
 // NamespaceLifecycle (plugin/pkg/admission/namespace/lifecycle/admission.go)
 // ---------------------------------------------------------------------------
@@ -99,6 +184,23 @@ pub enum NamespacePhase {
     Terminating,
     /// Deleted: 404 for the namespace.
     Gone,
+}
+
+/// The namespaces' phases (the admission part of the state); a namespace
+/// never set is Active.
+#[derive(Default)]
+pub struct Namespaces(pub BTreeMap<String, NamespacePhase>);
+
+impl TestApiServer {
+    /// Sets a namespace's phase (NamespaceLifecycle); `Gone` also removes its Events.
+    pub fn set_namespace(&self, ns: &str, phase: NamespacePhase) {
+        self.with(|s| {
+            s.part::<Namespaces>().0.insert(ns.into(), phase);
+            if phase == NamespacePhase::Gone {
+                s.store.events.retain(|(n, _), _| n != ns);
+            }
+        });
+    }
 }
 
 /// NamespaceLifecycle on the create of an Event `name` in `ns`: refused in

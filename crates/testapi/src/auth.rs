@@ -11,6 +11,7 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 use tokio_rustls::rustls;
 
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +78,8 @@ impl PeerCert {
     }
 }
 
-/// Who the credentials are: bearer tokens, and the CA client certificates
-/// are verified against.
+/// Who the credentials are (the authenticators' part of the state): bearer
+/// tokens, and the CA client certificates are verified against.
 #[derive(Default)]
 pub struct Authn {
     pub tokens: BTreeMap<String, Identity>,
@@ -179,6 +180,29 @@ pub fn node_may_modify_node(who: &Identity, name: &str) -> Option<Answer> {
     })
 }
 
+/// Who may create a Node: a node identity (the Node authorizer allows
+/// `create` on nodes and leaves to NodeRestriction which one:
+/// plugin/pkg/auth/authorizer/node/node_authorizer.go, `authorizeNode`);
+/// none of the ServiceAccounts here (no role in deploy/ grants `create` on
+/// nodes), refused as RBAC refuses (403 with the authorizer's message,
+/// k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go
+/// `forbiddenMessage`; a create has no name yet).
+pub fn may_create_node(who: &Identity) -> Option<Answer> {
+    if who.node().is_some() {
+        return None;
+    }
+    let (code, mut v) = status(
+        403,
+        "Forbidden",
+        &format!(
+            "nodes is forbidden: User \"{}\" cannot create resource \"nodes\" in API group \"\" at the cluster scope",
+            user_name(who)
+        ),
+    );
+    v["details"] = json!({"kind": "nodes"});
+    Some((code, v))
+}
+
 /// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`, allowed to
 /// every authenticated user by the default `system:basic-user` role.
 pub fn self_subject_review(who: &Identity) -> Answer {
@@ -199,4 +223,15 @@ pub fn self_subject_review(who: &Identity) -> Answer {
            "metadata": {"creationTimestamp": null},
            "status": {"userInfo": {"username": user_name(who), "groups": groups}}});
     (201, review)
+}
+
+impl TestApiServer {
+    pub fn add_token(&self, token: &str, who: Identity) {
+        self.with(|s| s.part::<Authn>().tokens.insert(token.into(), who));
+    }
+
+    /// A token no longer authenticates anyone (a rotated-out ServiceAccount token).
+    pub fn revoke_token(&self, token: &str) {
+        self.with(|s| s.part::<Authn>().tokens.remove(token));
+    }
 }

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::kinds::{decode_own, encode};
 use crate::query::query_param;
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 use crate::store::Store;
 
@@ -246,4 +247,78 @@ fn list_events(store: &Store, uri: &Uri) -> Answer {
         200,
         json!({"apiVersion": "v1", "kind": "EventList", "metadata": metadata, "items": items}),
     )
+}
+
+impl TestApiServer {
+    /// Registers (or replaces) the Metrics API's `v1beta1` APIService, as
+    /// metrics-server does; see [`Self::set_metrics_api_version`].
+    pub fn set_metrics_api_service(&self, available: bool, reason: &str, message: &str) {
+        self.set_metrics_api_version("v1beta1", available, reason, message);
+    }
+
+    /// Registers (or replaces) the APIService `<version>.metrics.k8s.io`
+    /// with its `Available` condition, as kube-aggregator's availability
+    /// controller sets it (`Passed`, or e.g. `FailedDiscoveryCheck` /
+    /// `MissingEndpoints`).
+    pub fn set_metrics_api_version(
+        &self,
+        version: &str,
+        available: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        self.with(|s| {
+            s.part::<ClusterState>()
+                .set_metrics_api_version(version, available, reason, message)
+        });
+    }
+
+    /// Unregisters the Metrics API, every version (metrics-server uninstalled).
+    pub fn remove_metrics_api_service(&self) {
+        self.with(|s| {
+            s.part::<ClusterState>()
+                .api_services
+                .retain(|name, _| !name.ends_with(".metrics.k8s.io"))
+        });
+    }
+
+    /// Unregisters one version's APIService.
+    pub fn remove_metrics_api_version(&self, version: &str) {
+        self.with(|s| {
+            s.part::<ClusterState>()
+                .api_services
+                .remove(&format!("{version}.metrics.k8s.io"))
+        });
+    }
+
+    /// Every Metrics API request answers after `delay` (an overloaded
+    /// metrics-server).
+    pub fn set_metrics_delay(&self, delay: Duration) {
+        self.with(|s| s.part::<ClusterState>().metrics_delay = Some(delay));
+    }
+
+    /// metrics-server's NodeMetrics of `node`, scraped at `timestamp` (RFC 3339).
+    pub fn set_node_metrics(&self, node: &str, timestamp: &str) {
+        self.with(|s| s.part::<ClusterState>().set_node_metrics(node, timestamp));
+    }
+
+    pub fn remove_node_metrics(&self, node: &str) {
+        self.with(|s| s.part::<ClusterState>().node_metrics.remove(node));
+    }
+
+    /// metrics-server's PodMetrics of `namespace/pod`, scraped at `timestamp`.
+    pub fn set_pod_metrics(&self, namespace: &str, pod: &str, timestamp: &str) {
+        self.with(|s| {
+            s.part::<ClusterState>()
+                .set_pod_metrics(namespace, pod, timestamp)
+        });
+    }
+
+    pub fn remove_pod_metrics(&self, namespace: &str, pod: &str) {
+        self.with(|s| {
+            s.part::<ClusterState>()
+                .pod_metrics
+                .remove(&format!("{namespace}/{pod}"))
+        });
+    }
 }

@@ -9,6 +9,7 @@ use crate::admission::{self, NamespacePhase};
 use crate::auth::Identity;
 use crate::kinds::{decode_refused, encode, patch_refused};
 use crate::merge::merge_json;
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 use crate::store::Store;
 
@@ -82,4 +83,16 @@ pub fn add(store: &mut Store, event: Value) {
         .unwrap_or_else(|| "default".into());
     let name = ev.metadata.name.clone().unwrap_or_default();
     store.events.insert((ns, name), ev);
+}
+
+impl TestApiServer {
+    pub fn events(&self) -> Vec<Value> {
+        self.with(|s| s.store.events.values().map(encode).collect())
+    }
+
+    /// An Event as another component (the gate controller, the scheduler)
+    /// recorded it, listed by `GET /api/v1/events`.
+    pub fn add_event(&self, event: Value) {
+        self.with(|s| add(&mut s.store, event));
+    }
 }

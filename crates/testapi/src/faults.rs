@@ -1,12 +1,14 @@
-//! Fault injection: the API server down, failing, throttling or slow, and
-//! the filters' answers (staging/src/k8s.io/apiserver/pkg/server/filters).
+//! Fault injection: the API server down, failing, throttling or slow, its
+//! connections cut, and the filters' answers
+//! (staging/src/k8s.io/apiserver/pkg/server/filters).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,14 @@ pub enum Fault {
     },
     /// Event writes fail with 500 (see [`write_fault`]).
     EventsError500,
+}
+
+/// The faults' part of the state.
+#[derive(Default)]
+pub struct FaultState {
+    pub fault: Option<Fault>,
+    /// When each TCP connection was accepted, those refused while down included.
+    pub accepted: Vec<Instant>,
 }
 
 /// The Status a fault answers every request with, and its Retry-After.
@@ -86,4 +96,33 @@ pub fn take_conflict(fault: &mut Option<Fault>) -> bool {
         return true;
     }
     false
+}
+
+impl TestApiServer {
+    pub fn set_fault(&self, fault: Fault) {
+        self.with(|s| s.part::<FaultState>().fault = Some(fault));
+    }
+
+    pub fn clear_fault(&self) {
+        self.with(|s| s.part::<FaultState>().fault = None);
+    }
+
+    /// Closes every open connection at once (in-flight watches included), as a
+    /// restarting API server or a dropped network path does. New connections
+    /// are served as before unless [`Fault::Down`] is set.
+    pub fn cut_connections(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// TCP connections accepted (refused ones included) since `from`.
+    pub fn connections_since(&self, from: Instant) -> Vec<Duration> {
+        self.with(|s| {
+            s.part::<FaultState>()
+                .accepted
+                .iter()
+                .filter(|t| **t >= from)
+                .map(|t| t.duration_since(from))
+                .collect()
+        })
+    }
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::{json, Value};
 
 use crate::kinds::{decode_refused, encode, patch_refused};
+use crate::state::TestApiServer;
 use crate::status::{status, Answer};
 use crate::store::Store;
 
@@ -187,5 +188,16 @@ pub fn request(
             (if current.is_some() { 200 } else { 201 }, out)
         }
         _ => status(405, "MethodNotAllowed", "not served for leases here"),
+    }
+}
+
+impl TestApiServer {
+    pub fn lease(&self, ns: &str, name: &str) -> Option<Value> {
+        self.with(|s| {
+            s.part::<LeaseState>()
+                .leases
+                .get(&format!("{ns}/{name}"))
+                .map(encode)
+        })
     }
 }

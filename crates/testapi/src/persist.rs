@@ -3,13 +3,14 @@
 //! agent/tests/soak.rs): Nodes and Events kept in a directory as etcd keeps
 //! them, and the request log appended there.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use serde_json::{json, Value};
 
 use crate::kinds::{decode_own, encode, Object};
+use crate::state::{State, TestApiServer};
 use crate::store::{Change, Store};
 
 /// One answered request.
@@ -23,6 +24,33 @@ pub struct Logged {
     pub status: u16,
     /// When it was answered (wall clock, to line up with the agent's journal).
     pub at: std::time::SystemTime,
+}
+
+/// The request log's part of the state, and where a standalone server
+/// keeps its objects and requests across a restart of the process, as etcd
+/// keeps them.
+#[derive(Default)]
+pub struct Recording {
+    pub log: Vec<Logged>,
+    pub storage: Option<PathBuf>,
+    /// The resourceVersion last written to `storage`.
+    pub stored_rv: u64,
+}
+
+/// Logs an answered request; with storage, appends it to the request log
+/// on disk and writes the objects whenever they changed, before the answer
+/// leaves (etcd has the write before the client hears of it).
+pub fn record(s: &mut State, logged: Logged) {
+    let (store, rec) = s.store_and::<Recording>();
+    if let Some(dir) = rec.storage.clone() {
+        persist_request(&dir, &logged);
+        // Event PATCHes (a repeat's count) change no resourceVersion here.
+        if store.rv != rec.stored_rv || logged.method != "GET" {
+            persist_objects(&dir, store);
+            rec.stored_rv = store.rv;
+        }
+    }
+    rec.log.push(logged);
 }
 
 /// The objects kept across restarts: `etcd.json`.
@@ -123,4 +151,36 @@ pub fn stored_node(dir: &Path, name: &str) -> Option<Value> {
     let text = std::fs::read_to_string(dir.join(OBJECTS_FILE)).ok()?;
     let doc: Value = serde_json::from_str(&text).ok()?;
     doc["nodes"].get(name).cloned()
+}
+
+impl TestApiServer {
+    pub fn log(&self) -> Vec<Logged> {
+        self.with(|s| s.part::<Recording>().log.clone())
+    }
+
+    pub fn clear_log(&self) {
+        self.with(|s| s.part::<Recording>().log.clear());
+    }
+
+    /// Successful requests matching `method` and a path suffix.
+    pub fn count_ok(&self, method: &str, path_suffix: &str) -> usize {
+        self.with(|s| {
+            s.part::<Recording>()
+                .log
+                .iter()
+                .filter(|l| l.method == method && l.path.ends_with(path_suffix) && l.status < 300)
+                .count()
+        })
+    }
+
+    /// Writes the objects to storage now (those changed outside a request).
+    pub fn flush(&self) {
+        self.with(|s| {
+            let (store, rec) = s.store_and::<Recording>();
+            if let Some(dir) = rec.storage.clone() {
+                persist_objects(&dir, store);
+                rec.stored_rv = store.rv;
+            }
+        });
+    }
 }

@@ -12,6 +12,7 @@ use crate::admission;
 use crate::auth::{self, Identity};
 use crate::kinds::{decode_own, encode, patch_refused, Object};
 use crate::merge::{json_patch, merge_by_type};
+use crate::state::TestApiServer;
 use crate::status::{invalid, status, Answer};
 use crate::store::Store;
 
@@ -207,4 +208,22 @@ pub fn create(store: &mut Store, pod: Value) {
         }]);
     }
     store.write("pods", Object::Pod(Box::new(pod)));
+}
+
+impl TestApiServer {
+    /// The pod `ns/name` as stored.
+    pub fn pod(&self, key: &str) -> Option<Value> {
+        self.with(|s| s.store.pod(key).map(encode))
+    }
+
+    /// When the pod's last scheduling gate was removed: from then on the
+    /// scheduler considers it (`None`: still gated, or never was).
+    pub fn schedulable_at(&self, key: &str) -> Option<Instant> {
+        self.with(|s| s.part::<PodState>().schedulable_at.get(key).copied())
+    }
+
+    /// Creates a pod as kube-apiserver's admission leaves it (see [`create`]).
+    pub fn create_pod(&self, pod: Value) {
+        self.with(|s| create(&mut s.store, pod));
+    }
 }

@@ -8,11 +8,15 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::auth::{self, PeerCert};
-use crate::dra::device_taint_rules;
-use crate::faults::{fault_status, write_fault, Fault};
+use crate::admission::Namespaces;
+use crate::auth::{self, Authn, PeerCert};
+use crate::cluster_check::ClusterState;
+use crate::dra::{device_taint_rules, DraState};
+use crate::faults::{fault_status, write_fault, Fault, FaultState};
 use crate::kinds::listed_resource;
-use crate::persist::Logged;
+use crate::leases::LeaseState;
+use crate::persist::{record, Logged};
+use crate::pods::PodState;
 use crate::query::query_param;
 use crate::state::State;
 use crate::status::{status, Answer};
@@ -38,11 +42,11 @@ pub async fn handle(
     axum::Extension(peer): axum::Extension<PeerCert>,
     body: Bytes,
 ) -> Response {
-    let fault = st.lock().unwrap().fault;
+    let fault = st.lock().unwrap().part::<FaultState>().fault;
     if let Some(Fault::Slow(d)) = fault {
         tokio::time::sleep(d).await;
     }
-    let metrics_delay = st.lock().unwrap().cluster.metrics_delay;
+    let metrics_delay = st.lock().unwrap().part::<ClusterState>().metrics_delay;
     if let (Some(d), true) = (
         metrics_delay,
         uri.path().starts_with("/apis/metrics.k8s.io/"),
@@ -61,27 +65,34 @@ pub async fn handle(
         query_param(&uri, "watch").as_deref(),
         &faulted,
     ) {
-        let who = st.lock().unwrap().authn.authenticate(&headers, &peer);
+        let who = st
+            .lock()
+            .unwrap()
+            .part::<Authn>()
+            .authenticate(&headers, &peer);
         let Some(who) = who else {
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         };
-        let not_served = device_taint_rules::not_served(&st.lock().unwrap().dra, uri.path());
+        let not_served =
+            device_taint_rules::not_served(st.lock().unwrap().part::<DraState>(), uri.path());
         let resp = match not_served {
             Some((code, v)) => (StatusCode::from_u16(code).unwrap(), v.to_string()).into_response(),
             None => watch::watch(&st, State::store_of, &uri, &who, resource),
         };
         // Logged when the stream starts: a watch from version V means every event up to V arrived.
         let code = resp.status().as_u16();
-        st.lock()
-            .unwrap()
-            .record(logged(&method, &uri, &content_type, Value::Null, code));
+        record(
+            &mut st.lock().unwrap(),
+            logged(&method, &uri, &content_type, Value::Null, code),
+        );
         return resp;
     }
     if let Some(resp) = write_fault(fault, &method, &uri) {
         let code = resp.status().as_u16();
-        st.lock()
-            .unwrap()
-            .record(logged(&method, &uri, &content_type, body_json, code));
+        record(
+            &mut st.lock().unwrap(),
+            logged(&method, &uri, &content_type, body_json, code),
+        );
         return resp;
     }
     let mut retry_after = None;
@@ -100,9 +111,10 @@ pub async fn handle(
             &body_json,
         ),
     };
-    st.lock()
-        .unwrap()
-        .record(logged(&method, &uri, &content_type, body_json, code));
+    record(
+        &mut st.lock().unwrap(),
+        logged(&method, &uri, &content_type, body_json, code),
+    );
     let mut resp = (
         StatusCode::from_u16(code).unwrap(),
         [("content-type", "application/json")],
@@ -126,7 +138,7 @@ pub fn route(
     content_type: &str,
     body: &Value,
 ) -> Answer {
-    let Some(who) = s.authn.authenticate(headers, peer) else {
+    let Some(who) = s.part::<Authn>().authenticate(headers, peer) else {
         return status(401, "Unauthorized", "Unauthorized");
     };
     let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
@@ -140,15 +152,8 @@ pub fn route(
         // agent's watches ask it while they wait for the API server to come back.
         ("GET", ["readyz"]) => return (200, json!("ok")),
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name]) => {
-            return pods::patch(
-                &mut s.store,
-                &mut s.pods,
-                &who,
-                ns,
-                name,
-                content_type,
-                body,
-            )
+            let (store, pod_state) = s.store_and::<PodState>();
+            return pods::patch(store, pod_state, &who, ns, name, content_type, body);
         }
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
             return pods::patch_status(&mut s.store, &who, ns, name, content_type, body)
@@ -156,9 +161,10 @@ pub fn route(
         (_, ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) => {
             let manager = query_param(uri, "fieldManager");
             let force = query_param(uri, "force").as_deref() == Some("true");
+            let (store, lease_state) = s.store_and::<LeaseState>();
             return leases::request(
-                &mut s.store,
-                &mut s.leases,
+                store,
+                lease_state,
                 m,
                 ns,
                 rest,
@@ -170,15 +176,15 @@ pub fn route(
         }
         _ => {}
     }
-    if let Some(answer) = cluster_check::route(&s.cluster, &s.store, method, uri, &parts) {
+    let (store, cluster) = s.store_and::<ClusterState>();
+    if let Some(answer) = cluster_check::route(cluster, store, method, uri, &parts) {
         return answer;
     }
-    if let Some(answer) =
-        device_taint_rules::route(&s.dra, &mut s.store, &who, method, &parts, body)
-    {
+    let (store, dra_state) = s.store_and::<DraState>();
+    if let Some(answer) = device_taint_rules::route(dra_state, store, &who, method, &parts, body) {
         return answer;
     }
-    if let Some(answer) = dra::route(&s.dra, &s.store, &who, method, &parts) {
+    if let Some(answer) = dra::route(dra_state, store, &who, method, &parts) {
         return answer;
     }
     if let (true, Some(resource)) = (method == Method::GET, listed_resource(uri.path())) {
@@ -198,6 +204,7 @@ pub fn route(
         ("GET", ["api", "v1", "namespaces", ns, "pods", name]) => {
             pods::get(&s.store, &who, ns, name)
         }
+        ("POST", ["api", "v1", "nodes"]) => nodes::create(&mut s.store, &who, body),
         ("GET", ["api", "v1", "nodes", name]) => nodes::get(&s.store, &who, name, false),
         ("GET", ["api", "v1", "nodes", name, "status"]) => nodes::get(&s.store, &who, name, true),
         ("PATCH", ["api", "v1", "nodes", name, rest @ ..]) => {
@@ -206,10 +213,19 @@ pub fn route(
                 [sub] => Some(*sub),
                 _ => return status(404, "NotFound", "no such subresource"),
             };
-            nodes::patch(&mut s.store, &mut s.fault, &who, name, sub, strategic, body)
+            let (store, faults) = s.store_and::<FaultState>();
+            nodes::patch(
+                store,
+                &mut faults.fault,
+                &who,
+                name,
+                sub,
+                content_type,
+                body,
+            )
         }
         ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
-            let phase = s.namespaces.get(*ns).copied();
+            let phase = s.part::<Namespaces>().0.get(*ns).copied();
             events::create(&mut s.store, phase, &who, ns, body)
         }
         ("PATCH", ["api", "v1", "namespaces", ns, "events", name]) => {

@@ -11,6 +11,7 @@
 //! only a pod narrowed to ready nodes lands on one.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
@@ -19,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 
 use crate::admission::{gate_names, required_terms};
 use crate::kinds::Object;
+use crate::state::TestApiServer;
 use crate::store::Store;
 
 /// nodeproof's condition types, the ones the adversarial scheduler ranks by.
@@ -288,5 +290,45 @@ pub fn schedule_pending(store: &mut Store, sched: &mut SchedulerState) {
         );
         store.write("pods", Object::Pod(Box::new(after)));
         sched.bound.insert(key, (node, Instant::now()));
+    }
+}
+
+impl TestApiServer {
+    /// Starts the adversarial scheduler (see [`crate::scheduler`]): every 5
+    /// ms it binds the schedulable pods; heartbeats older than `stale_after`
+    /// rank a node as stale. It stops with the server.
+    pub fn start_scheduler(&self, stale_after: Duration) {
+        self.with(|s| s.part::<SchedulerState>().stale_after = stale_after);
+        let weak = Arc::downgrade(&self.state);
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(5));
+            let Some(st) = weak.upgrade() else {
+                return;
+            };
+            let mut s = st.lock().unwrap();
+            let (store, sched) = s.store_and::<SchedulerState>();
+            schedule_pending(store, sched);
+        });
+    }
+
+    /// Holds (or lets go) every binding.
+    pub fn pause_scheduler(&self, paused: bool) {
+        self.with(|s| s.part::<SchedulerState>().paused = paused);
+    }
+
+    /// The node the scheduler bound `ns/name` to, and when.
+    pub fn bound(&self, key: &str) -> Option<(String, Instant)> {
+        self.with(|s| s.part::<SchedulerState>().bound.get(key).cloned())
+    }
+
+    /// Every binding so far: pod → node.
+    pub fn bindings(&self) -> BTreeMap<String, String> {
+        self.with(|s| {
+            s.part::<SchedulerState>()
+                .bound
+                .iter()
+                .map(|(k, (n, _))| (k.clone(), n.clone()))
+                .collect()
+        })
     }
 }

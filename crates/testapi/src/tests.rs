@@ -5,8 +5,10 @@
 use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{json, Value};
 
-use crate::auth::{Identity, PeerCert};
+use crate::auth::{Authn, Identity, PeerCert};
+use crate::dra::DraState;
 use crate::kinds::Object;
+use crate::pods::PodState;
 use crate::state::State;
 use crate::status::Answer;
 use crate::{merge, nodes, pods, router, watch};
@@ -18,10 +20,11 @@ const JSON_PATCH: &str = "application/json-patch+json";
 /// ServiceAccount's (`sa`).
 fn state() -> State {
     let mut s = State::default();
-    s.authn
+    let authn = s.part::<Authn>();
+    authn
         .tokens
         .insert("n1".into(), Identity::Node("n1".into()));
-    s.authn
+    authn
         .tokens
         .insert("sa".into(), Identity::GateControllerServiceAccount);
     for n in ["n1", "n2"] {
@@ -367,16 +370,23 @@ fn node_restriction_refuses_forbidden_labels() {
         );
         assert_eq!(code, want, "{label}");
     }
-    // A node may not touch its taints either.
-    let (code, _) = call(
-        &mut s,
-        "n1",
-        "PATCH",
-        "/api/v1/nodes/n1",
-        SMP,
-        json!({"spec": {"taints": []}}),
-    );
-    assert_eq!(code, 403);
+    // A node may not touch its taints either (an empty list where there
+    // were none is no change: apimachinery's forked `reflect.DeepEqual`,
+    // under `apiequality.Semantic`, takes nil and empty slices as equal).
+    for (taints, want) in [
+        (json!([]), 200),
+        (json!([{"key": "k", "effect": "NoSchedule"}]), 403),
+    ] {
+        let (code, _) = call(
+            &mut s,
+            "n1",
+            "PATCH",
+            "/api/v1/nodes/n1",
+            SMP,
+            json!({"spec": {"taints": taints}}),
+        );
+        assert_eq!(code, want);
+    }
 }
 
 /// KEP-3838 (mutable scheduling directives of gated pods): while gated,
@@ -446,7 +456,7 @@ fn gated_pods_may_only_narrow_their_placement() {
         patch(json!([{"op": "add", "path": "/spec/nodeSelector/c", "value": "3"}])),
         422
     );
-    assert!(s.pods.schedulable_at.contains_key("ml/g"));
+    assert!(s.part::<PodState>().schedulable_at.contains_key("ml/g"));
 }
 
 /// A patch whose result does not decode as the kind is 422 Invalid on the
@@ -508,4 +518,264 @@ fn objects_round_trip_through_their_types() {
                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})
     );
     assert!(n["metadata"].get("managedFields").is_none());
+}
+
+const MERGE: &str = "application/merge-patch+json";
+
+fn taints(s: &State, node: &str) -> Vec<(String, String)> {
+    let n = s.store.node(node).unwrap();
+    n.spec
+        .as_ref()
+        .and_then(|sp| sp.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.key, t.effect))
+        .collect()
+}
+
+fn new_node(name: &str, extra: Value) -> Value {
+    let mut n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}});
+    merge::merge_json(&mut n, &extra);
+    n
+}
+
+/// TaintNodesByCondition: every Node created through the API gets
+/// `node.kubernetes.io/not-ready:NoSchedule`, unless a taint with that key
+/// and effect is there (plugin/pkg/admission/nodetaint/admission.go,
+/// `Admit`/`addNotReadyTaint`, `Taint.MatchTaint`); the status the kubelet
+/// registers with is kept (pkg/registry/core/node/strategy.go
+/// `PrepareForCreate`). The node lifecycle controller lifts the taint once
+/// Ready=True, other taints left alone
+/// (pkg/controller/nodelifecycle/node_lifecycle_controller.go,
+/// `doNoScheduleTaintingPass`; measured on 1.36:
+/// shared/notes/kube-apiserver-1.36.md).
+#[test]
+fn a_created_node_carries_the_not_ready_taint_until_it_is_ready() {
+    let mut s = state();
+    s.part::<Authn>()
+        .tokens
+        .insert("n3".into(), Identity::Node("n3".into()));
+    let body = new_node(
+        "n3",
+        json!({"spec": {"taints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]}}),
+    );
+    let (code, out) = call(&mut s, "n3", "POST", "/api/v1/nodes", "", body);
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(out["status"]["conditions"][0]["reason"], "KubeletNotReady");
+    assert!(out["metadata"]["uid"].is_string() && out["metadata"]["creationTimestamp"].is_string());
+    let not_ready = (
+        "node.kubernetes.io/not-ready".to_string(),
+        "NoSchedule".to_string(),
+    );
+    let gpu = ("gpu".to_string(), "NoSchedule".to_string());
+    assert_eq!(taints(&s, "n3"), [gpu.clone(), not_ready.clone()]);
+    // Already there (a kubelet's --register-with-taints): not added twice.
+    let body = new_node(
+        "n4",
+        json!({"spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}}),
+    );
+    let (code, _) =
+        nodes::admit_and_store(&mut s.store, None, serde_json::from_value(body).unwrap());
+    assert_eq!(code, 201);
+    assert_eq!(taints(&s, "n4"), [not_ready]);
+    // The node turns Ready: the controller lifts only its taint.
+    let rv = s.store.rv;
+    nodes::mark_ready(&mut s.store, "n3");
+    assert_eq!(taints(&s, "n3"), [gpu]);
+    assert_eq!(
+        s.store.rv,
+        rv + 2,
+        "the kubelet's write, then the controller's"
+    );
+    let ready = &s
+        .store
+        .node("n3")
+        .unwrap()
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        (ready.type_.as_str(), ready.status.as_str()),
+        ("Ready", "True")
+    );
+}
+
+/// Who may create which Node: the Node authorizer allows a node `create`
+/// on nodes (plugin/pkg/auth/authorizer/node/node_authorizer.go,
+/// `authorizeNode`) and NodeRestriction lets it create only its own, with
+/// no label it may not set and no `configSource`
+/// (plugin/pkg/admission/noderestriction/admission.go, `admitNode`); no
+/// role here grants a ServiceAccount `create` on nodes (deploy/), so RBAC
+/// refuses it; a body of another kind is 400
+/// (k8s.io/apiserver/pkg/endpoints/handlers/create.go); a name that is not
+/// a DNS subdomain is 422 (pkg/apis/core/validation/validation.go
+/// `ValidateNode`); a name that exists is 409 AlreadyExists.
+#[test]
+fn node_restriction_limits_a_node_to_creating_its_own_node() {
+    let mut s = state();
+    let cases: [(&str, Value, u16, &str); 6] = [
+        ("n1", new_node("n9", json!({})), 403, "nodes \"n9\" is forbidden: node \"n1\" is not allowed to modify node \"n9\""),
+        ("n1", new_node("n1", json!({})), 409, "nodes \"n1\" already exists"),
+        (
+            "sa",
+            new_node("n9", json!({})),
+            403,
+            "nodes is forbidden: User \"system:serviceaccount:nodeproof:nodeproof-gate-controller\" cannot create resource \"nodes\"",
+        ),
+        ("sa", json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "n9"}}), 403, "cannot create resource"),
+        ("n1", json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "n1"}}), 400, "cannot be handled as a Node"),
+        ("n1", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": 1}}), 400, "cannot be handled as a Node"),
+    ];
+    for (token, body, want, message) in cases {
+        let (code, out) = call(&mut s, token, "POST", "/api/v1/nodes", "", body);
+        assert_eq!(code, want, "{out}");
+        assert!(out["message"].as_str().unwrap().contains(message), "{out}");
+    }
+    s.store.remove("nodes", "n1");
+    for (extra, message) in [
+        (
+            json!({"metadata": {"labels": {"node-restriction.kubernetes.io/gpu": "a100"}}}),
+            "node \"n1\" is not allowed to set the following labels: node-restriction.kubernetes.io/gpu",
+        ),
+        (
+            json!({"spec": {"configSource": {"configMap": {"name": "c", "namespace": "kube-system", "kubeletConfigKey": "k"}}}}),
+            "non-nil configSource",
+        ),
+    ] {
+        let (code, out) = call(&mut s, "n1", "POST", "/api/v1/nodes", "", new_node("n1", extra));
+        assert_eq!(code, 403, "{out}");
+        assert!(out["message"].as_str().unwrap().contains(message), "{out}");
+    }
+    let (code, out) = call(
+        &mut s,
+        "n1",
+        "POST",
+        "/api/v1/nodes",
+        "",
+        new_node(
+            "n1",
+            json!({"metadata": {"labels": {"kubernetes.io/hostname": "n1"}}}),
+        ),
+    );
+    assert_eq!(code, 201, "{out}");
+    let bad: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(new_node("Bad_Name", json!({}))).unwrap();
+    let (code, out) = nodes::admit_and_store(&mut s.store, None, bad);
+    assert_eq!(code, 422, "{out}");
+}
+
+/// A node patches its own status with a strategic merge or a JSON merge
+/// patch (measured on 1.36: shared/notes/kube-apiserver-1.36.md); a merge
+/// patch replaces `status.conditions` whole (RFC 7386: lists are values);
+/// a patch of the Node object leaves the status alone
+/// (pkg/registry/core/node/strategy.go, `nodeStrategy.PrepareForUpdate`),
+/// and NodeRestriction refuses a node's change of its taints, not a patch
+/// that restates them (`admitNode`: `apiequality.Semantic.DeepEqual`).
+#[test]
+fn a_node_merge_patches_its_status_and_not_its_taints() {
+    let mut s = state();
+    let body = json!({"status": {"conditions": [{"type": "GPUHealthy", "status": "True"}]}});
+    let (code, out) = call(
+        &mut s,
+        "n1",
+        "PATCH",
+        "/api/v1/nodes/n1/status",
+        MERGE,
+        body,
+    );
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(condition_types(&s, "n1"), ["GPUHealthy"]);
+    let body =
+        json!({"status": {"conditions": []}, "metadata": {"labels": {"nodeproof.dev/x": "y"}}});
+    let (code, out) = call(&mut s, "n1", "PATCH", "/api/v1/nodes/n1", MERGE, body);
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(condition_types(&s, "n1"), ["GPUHealthy"]);
+    nodes::merge(
+        &mut s.store,
+        "n1",
+        &json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+    );
+    let same = json!({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}});
+    assert_eq!(
+        call(&mut s, "n1", "PATCH", "/api/v1/nodes/n1", SMP, same).0,
+        200
+    );
+    let (code, out) = call(
+        &mut s,
+        "n1",
+        "PATCH",
+        "/api/v1/nodes/n1",
+        SMP,
+        json!({"spec": {"taints": []}}),
+    );
+    assert_eq!(code, 403, "{out}");
+    assert_eq!(
+        call(
+            &mut s,
+            "n1",
+            "PATCH",
+            "/api/v1/nodes/n1/status",
+            JSON_PATCH,
+            json!([])
+        )
+        .0,
+        415
+    );
+}
+
+/// DeviceTaintRules are decoded first (a field of the wrong type is 400,
+/// whatever else is wrong: k8s.io/apiserver/pkg/endpoints/handlers/create.go),
+/// then the typed rule validated (pkg/apis/resource/validation/validation.go
+/// `ValidateDeviceTaintRule`: a missing effect decodes as "" and is
+/// "Required", 422), then stored unless the name exists (409).
+#[test]
+fn device_taint_rules_are_decoded_then_validated() {
+    let mut s = state();
+    s.part::<DraState>().device_taint_versions = vec!["v1beta2"];
+    let path = "/apis/resource.k8s.io/v1beta2/devicetaintrules";
+    let rule = |name: &str, taint: Value| {
+        json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+               "metadata": {"name": name},
+               "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "device": "gpu-0"}, "taint": taint}})
+    };
+    let (code, out) = call(
+        &mut s,
+        "sa",
+        "POST",
+        path,
+        "",
+        rule("Bad", json!({"key": 5})),
+    );
+    assert_eq!(code, 400, "{out}");
+    let (code, out) = call(
+        &mut s,
+        "sa",
+        "POST",
+        path,
+        "",
+        rule("Bad", json!({"key": "k"})),
+    );
+    assert_eq!(code, 422, "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(
+        message.contains("metadata.name: Invalid value: \"Bad\""),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.taint.effect: Required value"),
+        "{message}"
+    );
+    let ok = rule(
+        "gpu-0",
+        json!({"key": "nodeproof.dev/unhealthy", "effect": "NoSchedule"}),
+    );
+    let (code, out) = call(&mut s, "sa", "POST", path, "", ok.clone());
+    assert_eq!(code, 201, "{out}");
+    assert_eq!(out["metadata"]["generation"], 1);
+    assert!(out["spec"]["taint"]["timeAdded"].is_string(), "{out}");
+    assert_eq!(call(&mut s, "sa", "POST", path, "", ok).0, 409);
 }

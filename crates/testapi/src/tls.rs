@@ -3,11 +3,13 @@
 //! (Go's `tls.RequestClientCert`, as kube-apiserver's): whether it
 //! authenticates anyone is decided per request (`auth`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_rustls::rustls;
+
+use crate::state::TestApiServer;
 
 /// A serving certificate and its key, PEM.
 #[derive(Clone)]
@@ -172,4 +174,114 @@ pub fn self_signed_client_cert(common_name: &str) -> (String, String) {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = params.self_signed(&key).unwrap();
     (cert.pem(), key.serialize_pem())
+}
+
+// Credentials and kubeconfigs, as tests hand them to the agent.
+
+impl TestApiServer {
+    /// The CA a client needs to trust this server (its self-signed certificate).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A client certificate and key (PEM) for `system:node:<node>` in group
+    /// `system:nodes`, as the kubelet's, valid from a minute ago for `valid_for`.
+    pub fn node_client_cert(&self, node: &str, valid_for: Duration) -> (String, String) {
+        node_client_cert(&self.client_ca, node, valid_for)
+    }
+
+    fn write_kubeconfig(&self, dir: &Path, file: &str, user: &str) -> PathBuf {
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, &self.ca_pem).unwrap();
+        let path = dir.join(file);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://{addr}\n    certificate-authority: {ca}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: u\ncurrent-context: test\nusers:\n- name: u\n  user:\n{user}",
+                addr = self.addr,
+                ca = ca.display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// A kubeconfig for `token` (the CA as a file, as kubeadm's are).
+    pub fn kubeconfig(&self, dir: &Path, token: &str) -> PathBuf {
+        self.write_kubeconfig(
+            dir,
+            &format!("{token}.kubeconfig"),
+            &format!("    token: {token}\n"),
+        )
+    }
+
+    /// [`TestApiServer::kubeconfig`] with a second context, `gone`, made the
+    /// current one, on a port nothing listens on: only `--context test`
+    /// reaches this server (`kubectl --context` semantics).
+    pub fn kubeconfig_two_contexts(&self, dir: &Path, token: &str) -> PathBuf {
+        let good = std::fs::read_to_string(self.kubeconfig(dir, token)).unwrap();
+        let two = good
+            .replace("current-context: test", "current-context: gone")
+            .replace(
+                "contexts:\n",
+                "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n",
+            )
+            .replace(
+                "clusters:\n",
+                "clusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n",
+            );
+        let path = dir.join(format!("{token}-two.kubeconfig"));
+        std::fs::write(&path, two).unwrap();
+        path
+    }
+
+    /// A kubeconfig whose user reads its bearer token from `token_file`.
+    pub fn token_file_kubeconfig(&self, dir: &Path, token_file: &Path) -> PathBuf {
+        self.write_kubeconfig(
+            dir,
+            "token-file.kubeconfig",
+            &format!("    tokenFile: {}\n", token_file.display()),
+        )
+    }
+
+    /// A kubeconfig authenticating with a client certificate and key file,
+    /// as kubeadm's kubelet.conf does.
+    pub fn cert_kubeconfig(&self, dir: &Path, cert: &Path, key: &Path) -> PathBuf {
+        self.write_kubeconfig(
+            dir,
+            "kubelet.conf",
+            &format!(
+                "    client-certificate: {}\n    client-key: {}\n",
+                cert.display(),
+                key.display()
+            ),
+        )
+    }
+
+    /// A kubeconfig for `token` that also carries a client certificate
+    /// (`client-certificate-data`, CN `common_name`, O `system:nodes`), as a
+    /// kubelet's does; the server authenticates by the token, the agent
+    /// reads the certificate to know which Node it is.
+    pub fn kubeconfig_with_client_cert(
+        &self,
+        dir: &Path,
+        token: &str,
+        common_name: &str,
+    ) -> PathBuf {
+        let (cert, key) = self_signed_client_cert(common_name);
+        use base64::Engine as _;
+        let b64 = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+        let plain = self.kubeconfig(dir, token);
+        let text = std::fs::read_to_string(&plain).unwrap().replace(
+            &format!("    token: {token}\n"),
+            &format!(
+                "    token: {token}\n    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(cert),
+                b64(key)
+            ),
+        );
+        let path = dir.join(format!("{token}-cert.kubeconfig"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
 }

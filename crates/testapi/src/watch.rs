@@ -15,6 +15,7 @@ use serde_json::json;
 use crate::auth::{forbidden_list, list_allowed, Identity};
 use crate::kinds::kind_of;
 use crate::query::query_param;
+use crate::state::TestApiServer;
 use crate::status::status;
 use crate::store::{selects, Store};
 
@@ -22,6 +23,25 @@ use crate::store::{selects, Store};
 /// its `timeoutSeconds`, and clients watch again from the last version seen).
 pub const WATCH_WINDOW: Duration = Duration::from_millis(500);
 const WATCH_TICK: Duration = Duration::from_millis(20);
+
+impl TestApiServer {
+    /// Forgets the history up to now, as etcd's compaction does: watches from
+    /// an older resourceVersion and continue tokens of older lists get 410 Gone.
+    pub fn compact(&self) {
+        self.with(|s| s.store.compacted = s.store.rv);
+    }
+
+    /// How many 410 Gone answers were given.
+    pub fn gone_answers(&self) -> usize {
+        self.with(|s| s.store.gone)
+    }
+
+    /// The next watch of `resource` gets a 410 Gone ERROR event (its
+    /// resourceVersion is too old), as an API server that compacted its history.
+    pub fn expire_next_watch(&self, resource: &'static str) {
+        self.with(|s| s.store.expire_watch = Some(resource));
+    }
+}
 
 /// The watch events of `resource` after version `since`, up to the current
 /// one, as this watch's field selector sees them: an object that starts

@@ -11,7 +11,8 @@
 //!   `metadata.generation` 1 and drops any status; the taint's `timeAdded` is
 //!   set on create when absent (KEP-5055: "Added automatically during create
 //!   or update if not set");
-//! - pkg/apis/resource/validation/validation.go, ValidateDeviceTaintRule: the
+//! - pkg/apis/resource/validation/validation.go, ValidateDeviceTaintRule, on
+//!   the decoded rule (a body that does not decode is 400 first): the
 //!   name a DNS subdomain (NameIsDNSSubdomain), the selector's device a DNS
 //!   label, the taint's key a label name (required), its value a label value,
 //!   its effect required and one of None, NoSchedule, NoExecute: 422 Invalid;
@@ -26,8 +27,27 @@ use serde_json::Value;
 use super::DraState;
 use crate::auth::Identity;
 use crate::kinds::{decode_refused, DeviceTaintRule, Object};
+use crate::state::TestApiServer;
 use crate::status::{invalid, no_such_resource, status, Answer};
 use crate::store::Store;
+use crate::validation::{is_dns_label, is_dns_subdomain, is_label_name, is_label_value};
+
+impl TestApiServer {
+    /// Serve DeviceTaintRules in these `resource.k8s.io` versions (e.g. `&["v1beta2"]`).
+    pub fn serve_device_taint_rules(&self, versions: &[&'static str]) {
+        self.with(|s| s.part::<DraState>().device_taint_versions = versions.to_vec());
+    }
+
+    /// The DeviceTaintRules stored, by name.
+    pub fn device_taint_rules(&self) -> Vec<Value> {
+        self.with(|s| {
+            s.store
+                .all("devicetaintrules")
+                .map(|(_, o)| o.to_json())
+                .collect()
+        })
+    }
+}
 
 /// `devicetaintrules` under `apis/resource.k8s.io/<version>`, if that is the path.
 pub fn device_taint_path<'a>(parts: &'a [&'a str]) -> Option<(&'a str, &'a [&'a str])> {
@@ -49,51 +69,15 @@ pub fn not_served(dra: &DraState, path: &str) -> Option<Answer> {
     (!dra.device_taint_versions.contains(&version)).then(no_such_resource)
 }
 
-/// apimachinery's IsDNS1123Label.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// apimachinery's IsDNS1123Subdomain.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        })
-}
-
-/// apimachinery's IsValidLabelValue (empty allowed).
-pub fn is_label_value(s: &str) -> bool {
-    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    s.is_empty()
-        || (s.len() <= 63
-            && s.chars().all(inner)
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
-}
-
-/// apimachinery's IsQualifiedName (a label name): `[prefix/]name`.
-pub fn is_label_name(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
-}
-
-pub fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
+/// ValidateDeviceTaintRule (pkg/apis/resource/validation/validation.go) on
+/// the decoded rule, as kube-apiserver validates the typed object after
+/// decoding it: the name a DNS subdomain, the selector's device a DNS
+/// label and driver a DNS subdomain of at most 63 characters, the taint's
+/// key a qualified name (required), its value a label value, its effect
+/// required and one of None, NoSchedule, NoExecute.
+pub fn validate_device_taint_rule(rule: &DeviceTaintRule) -> Vec<String> {
     let mut errs = Vec::new();
-    let name = rule["metadata"]["name"].as_str().unwrap_or("");
+    let name = rule.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
         errs.push("metadata.name: Required value: name or generateName is required".into());
     } else if !is_dns_subdomain(name) {
@@ -101,37 +85,37 @@ pub fn validate_device_taint_rule(rule: &Value) -> Vec<String> {
             "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
         ));
     }
-    let sel = &rule["spec"]["deviceSelector"];
-    if let Some(device) = sel["device"].as_str() {
+    let sel = rule.spec.device_selector.as_ref();
+    if let Some(device) = sel.and_then(|s| s.device.as_deref()) {
         if !is_dns_label(device) {
             errs.push(format!(
                 "spec.deviceSelector.device: Invalid value: \"{device}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"
             ));
         }
     }
-    if let Some(driver) = sel["driver"].as_str() {
+    if let Some(driver) = sel.and_then(|s| s.driver.as_deref()) {
         if driver.len() > 63 || !is_dns_subdomain(driver) {
             errs.push(format!(
                 "spec.deviceSelector.driver: Invalid value: \"{driver}\": must be a DNS subdomain of at most 63 characters"
             ));
         }
     }
-    let taint = &rule["spec"]["taint"];
-    match taint["key"].as_str().unwrap_or("") {
+    let taint = &rule.spec.taint;
+    match taint.key.as_str() {
         "" => errs.push("spec.taint.key: Required value: name part must be non-empty".into()),
         k if !is_label_name(k) => errs.push(format!(
             "spec.taint.key: Invalid value: \"{k}\": must be a qualified name"
         )),
         _ => {}
     }
-    if let Some(v) = taint["value"].as_str() {
+    if let Some(v) = taint.value.as_deref() {
         if !is_label_value(v) {
             errs.push(format!(
                 "spec.taint.value: Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
             ));
         }
     }
-    match taint["effect"].as_str().unwrap_or("") {
+    match taint.effect.as_str() {
         "" => errs.push("spec.taint.effect: Required value".into()),
         "None" | "NoSchedule" | "NoExecute" => {}
         e => errs.push(format!(
@@ -181,12 +165,17 @@ pub fn route(
     }
 }
 
-/// Create: validated, decoded (400 when it does not decode), then as
-/// PrepareForCreate leaves it: uid, generation 1, no status, the taint's
-/// `timeAdded` set when absent.
+/// Create, in kube-apiserver's order: decoded (400 when it does not
+/// decode), validated as the typed rule (422), then stored unless the name
+/// exists (409); as PrepareForCreate leaves it: uid, generation 1, no
+/// status, the taint's `timeAdded` set when absent.
 fn create(store: &mut Store, version: &str, body: &Value) -> Answer {
-    let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let errs = validate_device_taint_rule(body);
+    let mut rule: DeviceTaintRule = match serde_json::from_value(body.clone()) {
+        Ok(r) => r,
+        Err(e) => return decode_refused(&e.to_string()),
+    };
+    let name = rule.metadata.name.clone().unwrap_or_default();
+    let errs = validate_device_taint_rule(&rule);
     if !errs.is_empty() {
         return invalid(
             "DeviceTaintRule.resource.k8s.io",
@@ -201,10 +190,6 @@ fn create(store: &mut Store, version: &str, body: &Value) -> Answer {
             &format!("devicetaintrules.resource.k8s.io \"{name}\" already exists"),
         );
     }
-    let mut rule: DeviceTaintRule = match serde_json::from_value(body.clone()) {
-        Ok(r) => r,
-        Err(e) => return decode_refused(&e.to_string()),
-    };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     rule.api_version = format!("resource.k8s.io/{version}");
     rule.kind = "DeviceTaintRule".into();

@@ -15,6 +15,7 @@ pub mod device_taint_rules;
 use axum::http::Method;
 
 use crate::auth::Identity;
+use crate::state::TestApiServer;
 use crate::status::{no_such_resource, status, Answer};
 use crate::store::Store;
 
@@ -25,6 +26,13 @@ pub struct DraState {
     pub versions: Vec<&'static str>,
     /// DeviceTaintRules.
     pub device_taint_versions: Vec<&'static str>,
+}
+
+impl TestApiServer {
+    /// Serve these `resource.k8s.io` versions (objects are stored as put).
+    pub fn serve_dra(&self, versions: &[&'static str]) {
+        self.with(|s| s.part::<DraState>().versions = versions.to_vec());
+    }
 }
 
 fn claim_referenced_by_pod_of(store: &Store, node: &str, ns: &str, claim: &str) -> bool {
