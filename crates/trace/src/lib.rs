@@ -31,9 +31,15 @@ use std::fmt;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use strum::{EnumString, IntoStaticStr};
 
 /// How denials are detected; probed in [`Strategy::ALL`] order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, IntoStaticStr, EnumString)]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = TraceError,
+    parse_err_fn = unknown_strategy
+)]
 pub enum Strategy {
     /// `fexit/__secure_computing`: only confined tasks pay.
     #[serde(rename = "fexit")]
@@ -43,6 +49,7 @@ pub enum Strategy {
     TpBtf,
     /// Classic `raw_syscalls` tracepoints, tid-keyed hash.
     #[serde(rename = "tracepoint")]
+    #[strum(to_string = "tracepoint", serialize = "raw_tp")]
     Tracepoint,
 }
 
@@ -50,11 +57,7 @@ impl Strategy {
     pub const ALL: [Strategy; 3] = [Strategy::Fexit, Strategy::TpBtf, Strategy::Tracepoint];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Fexit => "fexit",
-            Self::TpBtf => "tp_btf",
-            Self::Tracepoint => "tracepoint",
-        }
+        self.into()
     }
 }
 
@@ -64,17 +67,10 @@ impl fmt::Display for Strategy {
     }
 }
 
-impl std::str::FromStr for Strategy {
-    type Err = TraceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "fexit" => Ok(Self::Fexit),
-            "tp_btf" => Ok(Self::TpBtf),
-            "tracepoint" | "raw_tp" => Ok(Self::Tracepoint),
-            other => Err(TraceError::UnknownStrategy {
-                name: other.to_string(),
-            }),
-        }
+/// `--strategy`'s error: the name no strategy has.
+fn unknown_strategy(name: &str) -> TraceError {
+    TraceError::UnknownStrategy {
+        name: name.to_string(),
     }
 }
 
