@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr};
 
 pub mod errors;
+pub mod reason;
+
+pub use reason::Reason;
 
 /// How bad a finding is for the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, IntoStaticStr)]
@@ -80,8 +83,8 @@ pub struct Finding {
     /// What was checked, e.g. a profile path.
     pub subject: String,
     pub status: Status,
-    /// CamelCase reason, e.g. `ProfileRejected`.
-    pub reason: String,
+    /// Why, in its check's vocabulary; serialized CamelCase, e.g. `ProfileRejected`.
+    pub reason: Reason,
     /// One line naming the cause.
     pub message: String,
 }

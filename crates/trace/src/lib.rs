@@ -25,6 +25,7 @@ pub use pump::{Pump, Sample};
 pub use retire::{in_host_pid_namespace, process_exited};
 pub use summary::{Filter, SummaryRow, TraceSummary};
 
+use nodeproof_findings::reason::TracingReason;
 use nodeproof_findings::{Check, ConditionStatus, ConditionType};
 use serde::Serialize;
 use std::fmt;
@@ -242,7 +243,7 @@ fn attempts_line(attempts: &[ProbeAttempt]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readiness {
     pub ready: bool,
-    pub reason: &'static str,
+    pub reason: TracingReason,
     pub message: String,
     /// Every refused attempt as the kernel answered it (empty when none was).
     pub detail: String,
@@ -297,7 +298,7 @@ impl Readiness {
         message.push('.');
         Self {
             ready: true,
-            reason: "StrategyLoaded",
+            reason: TracingReason::StrategyLoaded,
             message,
             detail: attempts_line(refused),
         }
@@ -343,7 +344,7 @@ impl Readiness {
         };
         Self {
             ready: false,
-            reason: reason.as_str(),
+            reason: reason.into(),
             message,
             detail: match e {
                 TraceError::NoStrategy { attempts, .. } => attempts_line(attempts),
@@ -362,7 +363,7 @@ impl Readiness {
             } else {
                 nodeproof_findings::Status::Failed
             },
-            reason: self.reason.to_string(),
+            reason: self.reason.into(),
             // The finding (`check`, `-o json`) carries what the condition leaves out.
             message: if self.detail.is_empty() {
                 self.message.clone()
@@ -377,7 +378,7 @@ impl Readiness {
         nodeproof_findings::Condition {
             kind: ConditionType::SeccompTracingReady,
             status: ConditionStatus::from_bool(self.ready),
-            reason: self.reason.to_string(),
+            reason: self.reason.as_str().into(),
             message: self.message.clone(),
         }
     }
