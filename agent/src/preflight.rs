@@ -15,7 +15,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::checks::profiles;
-use nodeproof_findings::{Check, Finding, Status};
+use nodeproof_findings::reason::{GpuReason, KubeletAccessReason, ProfileReason, StaticPodReason};
+use nodeproof_findings::{Check, Finding, Reason, Status};
 use nodeproof_seccomp::lint::{LintOptions, ProfileReport, Runtime};
 
 /// Where kubelet.service and its drop-ins may live, in systemd's order.
@@ -286,10 +287,10 @@ pub fn rootless_findings(id: &Identity, layout: &Layout, seccomp_root: &Path) ->
             let (status, reason, message) = match reachable(id, &path, want) {
                 Ok(()) => (
                     Status::Ok,
-                    "Accessible",
+                    KubeletAccessReason::Accessible,
                     format!("{} has {}", id.name, access_name(want)),
                 ),
-                Err(m) => (Status::Failed, "AccessDenied", m),
+                Err(m) => (Status::Failed, KubeletAccessReason::AccessDenied, m),
             };
             Finding {
                 check: Check::KubeletAccess,
@@ -342,12 +343,12 @@ pub fn referenced_findings(
             let (status, reason, message) = match report {
                 None if !path.exists() => (
                     Status::Failed,
-                    "ProfileMissing",
+                    StaticPodReason::ProfileMissing,
                     format!("{} names it, but it does not exist", manifest.display()),
                 ),
                 Some(r) if !profiles::passes(r, false) => (
                     Status::Failed,
-                    "ProfileFails",
+                    StaticPodReason::ProfileFails,
                     format!(
                         "{} names it; outcome {}",
                         manifest.display(),
@@ -356,7 +357,7 @@ pub fn referenced_findings(
                 ),
                 _ => (
                     Status::Ok,
-                    "ProfilePresent",
+                    StaticPodReason::ProfilePresent,
                     format!("{} names it; present and predicted ok", manifest.display()),
                 ),
             };
@@ -372,7 +373,7 @@ pub fn referenced_findings(
 }
 
 /// A check that did not apply on this host, and why.
-fn skipped(check: Check, subject: &Path, reason: &str, message: String) -> Finding {
+fn skipped(check: Check, subject: &Path, reason: impl Into<Reason>, message: String) -> Finding {
     Finding {
         check,
         subject: subject.display().to_string(),
@@ -407,7 +408,7 @@ pub fn run(
         findings.push(skipped(
             Check::SeccompProfile,
             seccomp_root,
-            "NoProfiles",
+            ProfileReason::NoProfiles,
             absent_or(seccomp_root, why),
         ));
     }
@@ -420,7 +421,7 @@ pub fn run(
         findings.push(skipped(
             Check::StaticPodProfile,
             &layout.manifests,
-            "NoStaticPodProfiles",
+            StaticPodReason::NoStaticPodProfiles,
             absent_or(&layout.manifests, why),
         ));
     }
@@ -433,7 +434,7 @@ pub fn run(
                 check: Check::GpuDriver,
                 subject: "NVML".into(),
                 status: Status::Skipped,
-                reason: "NoGPU".into(),
+                reason: GpuReason::NoGpu.into(),
                 message: String::new(),
             })
         });
@@ -460,7 +461,12 @@ pub fn run(
                 dirs.join(", ")
             )
         };
-        findings.push(skipped(Check::KubeletAccess, unit, "NotRootless", message));
+        findings.push(skipped(
+            Check::KubeletAccess,
+            unit,
+            KubeletAccessReason::NotRootless,
+            message,
+        ));
     }
     if let Some(user) = user {
         match identity(&user) {
@@ -469,7 +475,7 @@ pub fn run(
                 check: Check::KubeletAccess,
                 subject: user.clone(),
                 status: Status::Failed,
-                reason: "UnknownUser".into(),
+                reason: KubeletAccessReason::UnknownUser.into(),
                 message: format!("kubelet runs as User={user}, which does not exist"),
             }),
         }

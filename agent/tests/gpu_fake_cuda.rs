@@ -241,7 +241,7 @@ fn fabric_and_nvlink_findings_with_policy_severity() {
     assert!(g[0].nvlinks.is_empty() && g[4].fabric.is_none());
     let f: Vec<(Status, String)> = r.findings()[1..]
         .iter()
-        .map(|f| (f.status, f.reason.clone()))
+        .map(|f| (f.status, f.reason.to_string()))
         .collect();
     assert_eq!(
         f,

@@ -120,7 +120,7 @@ fn advertised(r: &GpuReport) -> (Status, String, String) {
         .into_iter()
         .find(|f| f.check == Check::GpuAdvertised)
         .expect("a gpu-advertised finding");
-    (f.status, f.reason, f.message)
+    (f.status, f.reason.to_string(), f.message)
 }
 
 #[test]

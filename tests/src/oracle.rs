@@ -6,9 +6,11 @@
 
 use std::fmt;
 use std::io;
+use strum::{EnumString, IntoStaticStr};
 
 /// What the runtime did with the profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Verdict {
     /// The container's command ran and exited 0.
     Accepted,
@@ -21,20 +23,11 @@ pub enum Verdict {
 impl Verdict {
     /// The spelling used in `runc-results.json`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Accepted => "accepted",
-            Verdict::Rejected => "rejected",
-            Verdict::StartFailed => "start-failed",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Verdict> {
-        match s {
-            "accepted" => Some(Verdict::Accepted),
-            "rejected" => Some(Verdict::Rejected),
-            "start-failed" => Some(Verdict::StartFailed),
-            _ => None,
-        }
+        s.parse().ok()
     }
 }
 

@@ -40,7 +40,7 @@ pub fn unhealthy_devices(report: &GpuReport) -> UnhealthyDevices {
         let (Some(uuid), Some(failed)) = (&g.uuid, g.checks.iter().find(|c| !c.ok)) else {
             continue;
         };
-        out.insert(uuid, &failed.reason.to_string());
+        out.insert(uuid, failed.reason.as_str());
     }
     out
 }

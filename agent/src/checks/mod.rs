@@ -15,6 +15,7 @@ pub mod profiles;
 pub mod tracing;
 
 use nodeproof_findings::{Condition, ConditionStatus, Finding};
+use strum::{EnumString, IntoStaticStr};
 
 /// One round of one check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,7 +27,8 @@ pub struct Round {
 
 /// The subsystems whose rounds make up the node's picture, by the name
 /// `/healthz/<check>`, `STATUS=` and `NODEPROOF_CHECK=` use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub enum Subsystem {
     Profiles,
     Pods,
@@ -46,17 +48,11 @@ impl Subsystem {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Subsystem::Profiles => "profiles",
-            Subsystem::Pods => "pods",
-            Subsystem::Tracing => "tracing",
-            Subsystem::Gpu => "gpu",
-            Subsystem::Reporter => "reporter",
-        }
+        self.into()
     }
 
     pub fn parse(name: &str) -> Option<Subsystem> {
-        Subsystem::ALL.into_iter().find(|s| s.as_str() == name)
+        name.parse().ok()
     }
 }
 

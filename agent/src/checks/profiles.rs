@@ -24,89 +24,20 @@ pub fn passes(r: &ProfileReport, strict: bool) -> bool {
 }
 
 /// Why `SeccompProfilesReady` (the files' part) or a profile's finding is
-/// what it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    NoProfiles,
-    ProfilesValid,
-    ProfileRejected,
-    ProfileStartFails,
-    ProfileUnreadable,
-    ProfileInvalid,
-    ProfileOk,
-    /// A file under the root that is no profile (a finding's, never the condition's).
-    NotAProfile,
-}
-
-impl Reason {
-    const ALL: [Reason; 8] = [
-        Reason::NoProfiles,
-        Reason::ProfilesValid,
-        Reason::ProfileRejected,
-        Reason::ProfileStartFails,
-        Reason::ProfileUnreadable,
-        Reason::ProfileInvalid,
-        Reason::ProfileOk,
-        Reason::NotAProfile,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::NoProfiles => "NoProfiles",
-            Reason::ProfilesValid => "ProfilesValid",
-            Reason::ProfileRejected => "ProfileRejected",
-            Reason::ProfileStartFails => "ProfileStartFails",
-            Reason::ProfileUnreadable => "ProfileUnreadable",
-            Reason::ProfileInvalid => "ProfileInvalid",
-            Reason::ProfileOk => "ProfileOk",
-            Reason::NotAProfile => "NotAProfile",
-        }
-    }
-
-    /// The reason a condition of this check carries, if it is one of this check's.
-    pub fn of(c: &Condition) -> Option<Reason> {
-        Reason::ALL.into_iter().find(|r| r.as_str() == c.reason)
-    }
-
-    fn of_report(r: &ProfileReport) -> Reason {
-        match r.outcome {
-            Outcome::Rejected => Reason::ProfileRejected,
-            Outcome::StartFailed => Reason::ProfileStartFails,
-            Outcome::Unknown => Reason::ProfileUnreadable,
-            Outcome::NotAProfile => Reason::NotAProfile,
-            Outcome::Ok if r.count(Severity::Error) > 0 => Reason::ProfileInvalid,
-            Outcome::Ok => Reason::ProfileOk,
-        }
-    }
-}
-
-fn reason(r: &ProfileReport) -> &'static str {
-    Reason::of_report(r).as_str()
-}
-
+/// what it is (the vocabulary's, `nodeproof_findings::reason`).
+pub use nodeproof_findings::reason::ProfileReason as Reason;
 /// Why the `oci-runtime` finding says what it says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuntimeReason {
-    /// Named by `seccomp.oci-runtime` in the config.
-    Configured,
-    /// Read from the CRI runtime's configuration (and, for crun, its
-    /// `--version`): a release nodeproof models.
-    Detected,
-    /// crun's `--version` names a release nodeproof does not model; the
-    /// nearest modelled one is predicted.
-    ReleaseNotModelled,
-    /// crun's release could not be read; crun 1.21 is predicted.
-    ReleaseUnknown,
-}
+pub use nodeproof_findings::reason::RuntimeReason;
 
-impl RuntimeReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuntimeReason::Configured => "RuntimeConfigured",
-            RuntimeReason::Detected => "RuntimeDetected",
-            RuntimeReason::ReleaseNotModelled => "RuntimeReleaseNotModelled",
-            RuntimeReason::ReleaseUnknown => "RuntimeReleaseUnknown",
-        }
+/// A profile report's reason.
+fn reason(r: &ProfileReport) -> Reason {
+    match r.outcome {
+        Outcome::Rejected => Reason::ProfileRejected,
+        Outcome::StartFailed => Reason::ProfileStartFails,
+        Outcome::Unknown => Reason::ProfileUnreadable,
+        Outcome::NotAProfile => Reason::NotAProfile,
+        Outcome::Ok if r.count(Severity::Error) > 0 => Reason::ProfileInvalid,
+        Outcome::Ok => Reason::ProfileOk,
     }
 }
 
@@ -133,7 +64,7 @@ pub fn judge_runtime(
                 check: Check::OciRuntime,
                 subject: binary.to_string(),
                 status,
-                reason: reason.as_str().to_string(),
+                reason: reason.into(),
                 message,
             },
         };
@@ -265,7 +196,7 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
                 check: Check::SeccompProfile,
                 subject: r.path.clone(),
                 status,
-                reason: reason(r).to_string(),
+                reason: reason(r).into(),
                 message,
             }
         })

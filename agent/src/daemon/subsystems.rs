@@ -20,7 +20,7 @@ use super::state::{CheckState, Shared};
 use crate::checks::{self, lint_cache, profiles, Subsystem};
 use crate::config::Config;
 use crate::observe;
-use nodeproof_findings::{Condition, Status};
+use nodeproof_findings::{Condition, Reason, Status};
 use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::ConnectError;
@@ -231,7 +231,7 @@ fn tracer(bus: &Bus) {
     let tracer = match started {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), reason = readiness.reason, error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
+            tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), reason = readiness.reason.as_str(), error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
             publish(format!("tracing off ({})", readiness.reason));
             bus.round_done.notify_one();
             // Alive, just without eBPF: keep the check's progress fresh.
@@ -369,7 +369,7 @@ fn gpu_probe(bus: &Bus) {
         bus.config.latest().report.node_name.as_deref(),
     )
     .unwrap_or_default();
-    let mut failed: HashMap<String, String> = HashMap::new();
+    let mut failed: HashMap<String, Reason> = HashMap::new();
     // The unhealthy set the reporter has (sent again when it changes).
     let mut devices_sent: Option<nodeproof_report::device_health::UnhealthyDevices> = None;
     while !bus.stop_flag.load(Ordering::Relaxed) {
@@ -454,10 +454,10 @@ fn gpu_probe(bus: &Bus) {
             }
         }
         for f in report.findings() {
-            let was = failed.get(&f.subject).cloned();
-            if f.status != Status::Ok && was.as_deref() != Some(f.reason.as_str()) {
+            let was = failed.get(&f.subject).copied();
+            if f.status != Status::Ok && was != Some(f.reason) {
                 tracing::warn!(nodeproof_check = Subsystem::Gpu.as_str(), gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);
-                failed.insert(f.subject.clone(), f.reason.clone());
+                failed.insert(f.subject.clone(), f.reason);
             } else if f.status == Status::Ok && was.is_some() {
                 tracing::info!(nodeproof_check = Subsystem::Gpu.as_str(), gpu_uuid = %f.subject, "GPU check passes again");
                 failed.remove(&f.subject);

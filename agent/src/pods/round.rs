@@ -2,9 +2,10 @@
 //! judged here, as findings and their part of `SeccompProfilesReady`, and
 //! the annotated RuntimeClasses judged on this node.
 
+use nodeproof_findings::reason::ContractReason;
 use nodeproof_findings::{Check, Finding, Status};
 use nodeproof_report::contract::ContractState;
-use nodeproof_report::contract_labels::{self, ContractVerdict};
+use nodeproof_report::contract_labels::ContractVerdict;
 
 use super::node::PodsOnce;
 use super::verdict::PodFinding;
@@ -21,7 +22,7 @@ pub fn finding(f: &PodFinding) -> Finding {
         check: Check::PodProfile,
         subject: format!("{}/{}{container}", f.namespace, f.pod),
         status: Status::Failed,
-        reason: f.reason.as_str().into(),
+        reason: f.reason.into(),
         message: format!("{}: {}", f.subject, f.message),
     }
 }
@@ -41,8 +42,8 @@ pub fn contract_finding(v: &ContractVerdict) -> Finding {
         subject: v.class.clone(),
         status,
         reason: match v.state {
-            ContractState::Ready => contract_labels::EVENT_READY,
-            ContractState::NotReady => contract_labels::EVENT_NOT_READY,
+            ContractState::Ready => ContractReason::Ready,
+            ContractState::NotReady => ContractReason::NotReady,
         }
         .into(),
         message,

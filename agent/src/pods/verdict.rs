@@ -26,36 +26,9 @@ use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::lint::{lint_source, LintOptions};
 use nodeproof_seccomp::scan;
 
-/// Why a pod's reference is unusable on this node (the condition's reason).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Reason {
-    ProfileMissing,
-    ProfileInvalid,
-    RuntimeClassMismatch,
-    /// The pod's RuntimeClass carries a contract this node does not meet.
-    RuntimeClassNotReady,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::ProfileMissing => "ProfileMissing",
-            Reason::ProfileInvalid => "ProfileInvalid",
-            Reason::RuntimeClassMismatch => "RuntimeClassMismatch",
-            Reason::RuntimeClassNotReady => "RuntimeClassNotReady",
-        }
-    }
-
-    /// The pod Event's reason.
-    pub fn event_reason(self) -> &'static str {
-        match self {
-            Reason::ProfileMissing => "SeccompProfileMissing",
-            Reason::ProfileInvalid => "SeccompProfileInvalid",
-            Reason::RuntimeClassMismatch => "RuntimeClassMismatch",
-            Reason::RuntimeClassNotReady => "RuntimeClassNotReady",
-        }
-    }
-}
+/// Why a pod's reference is unusable on this node (the condition's reason;
+/// the vocabulary's, `nodeproof_findings::reason`).
+pub use nodeproof_findings::reason::PodReason as Reason;
 
 /// One unusable reference of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

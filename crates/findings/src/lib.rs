@@ -6,15 +6,22 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 pub mod errors;
+pub mod reason;
+
+pub use reason::Reason;
 
 /// How bad a finding is for the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Status {
     Ok,
     Warning,
+    /// Loud in the STATUS column; `failed` in JSON.
+    #[strum(serialize = "FAILED")]
     Failed,
     /// The check did not apply here (preflight: no GPU, no rootless
     /// kubelet); the finding's message says why.
@@ -24,18 +31,14 @@ pub enum Status {
 impl Status {
     /// The STATUS column of `check` and `preflight`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Warning => "warning",
-            Status::Failed => "FAILED",
-            Status::Skipped => "skipped",
-        }
+        self.into()
     }
 }
 
 /// Which check produced a finding (the CHECK column of `nodeproof check`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Check {
     /// One profile under the kubelet seccomp root.
     SeccompProfile,
@@ -55,6 +58,7 @@ pub enum Check {
     PodProfile,
     /// An annotated RuntimeClass's contract on this node.
     #[serde(rename = "runtimeclass-contract")]
+    #[strum(serialize = "runtimeclass-contract")]
     RuntimeClassContract,
     /// The OCI runtime (and its release) whose behaviour profiles are judged by.
     OciRuntime,
@@ -62,18 +66,7 @@ pub enum Check {
 
 impl Check {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Check::SeccompProfile => "seccomp-profile",
-            Check::SeccompTracing => "seccomp-tracing",
-            Check::GpuDriver => "gpu-driver",
-            Check::GpuHealth => "gpu-health",
-            Check::GpuAdvertised => "gpu-advertised",
-            Check::KubeletAccess => "kubelet-access",
-            Check::StaticPodProfile => "static-pod-profile",
-            Check::PodProfile => "pod-profile",
-            Check::RuntimeClassContract => "runtimeclass-contract",
-            Check::OciRuntime => "oci-runtime",
-        }
+        self.into()
     }
 }
 
@@ -90,8 +83,8 @@ pub struct Finding {
     /// What was checked, e.g. a profile path.
     pub subject: String,
     pub status: Status,
-    /// CamelCase reason, e.g. `ProfileRejected`.
-    pub reason: String,
+    /// Why, in its check's vocabulary; serialized CamelCase, e.g. `ProfileRejected`.
+    pub reason: Reason,
     /// One line naming the cause.
     pub message: String,
 }
@@ -206,7 +199,20 @@ impl Condition {
 
 /// The node condition types nodeproof owns: the only ones it ever writes
 /// or removes on a Node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    IntoStaticStr,
+    EnumString,
+)]
 pub enum ConditionType {
     SeccompProfilesReady,
     SeccompTracingReady,
@@ -224,17 +230,12 @@ impl ConditionType {
 
     /// The type as the Node's `status.conditions[].type` spells it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConditionType::SeccompProfilesReady => "SeccompProfilesReady",
-            ConditionType::SeccompTracingReady => "SeccompTracingReady",
-            ConditionType::GPUDriverReady => "GPUDriverReady",
-            ConditionType::GPUHealthy => "GPUHealthy",
-        }
+        self.into()
     }
 
     /// The owned type spelled `name`, if any.
     pub fn parse(name: &str) -> Option<ConditionType> {
-        ConditionType::ALL.into_iter().find(|t| t.as_str() == name)
+        name.parse().ok()
     }
 }
 
@@ -246,7 +247,19 @@ impl fmt::Display for ConditionType {
 
 /// A condition's status, as the API spells it (`core/v1 ConditionStatus`).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    IntoStaticStr,
+    EnumString,
 )]
 pub enum ConditionStatus {
     True,
@@ -257,21 +270,13 @@ pub enum ConditionStatus {
 
 impl ConditionStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConditionStatus::True => "True",
-            ConditionStatus::False => "False",
-            ConditionStatus::Unknown => "Unknown",
-        }
+        self.into()
     }
 
     /// The status an API object carries; anything but the three the API
     /// defines reads as Unknown, which is what it tells a reader.
     pub fn parse(s: &str) -> ConditionStatus {
-        match s {
-            "True" => ConditionStatus::True,
-            "False" => ConditionStatus::False,
-            _ => ConditionStatus::Unknown,
-        }
+        s.parse().unwrap_or(ConditionStatus::Unknown)
     }
 
     /// `True` when `good`, else `False`.
@@ -334,6 +339,8 @@ mod tests {
             assert!(NotJudged::new(Check::PodProfile, "pods", cause, "m").fails);
         }
         assert_eq!(serde_json::to_value(Status::Skipped).unwrap(), "skipped");
+        assert_eq!(serde_json::to_value(Status::Failed).unwrap(), "failed");
+        assert_eq!(Status::Failed.as_str(), "FAILED");
     }
 
     #[test]

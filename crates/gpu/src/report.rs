@@ -116,7 +116,7 @@ impl GpuReport {
             check: Check::GpuDriver,
             subject: "NVML".into(),
             status: status(&e.driver_ready),
-            reason: e.driver_ready.reason.to_string(),
+            reason: e.driver_ready.reason.into(),
             message: e.driver_ready.message.clone(),
         }];
         for g in &e.gpus {
@@ -137,7 +137,7 @@ impl GpuReport {
                 reason: failed
                     .first()
                     .map_or(GpuReason::Healthy, |c| c.reason)
-                    .to_string(),
+                    .into(),
                 message: if failed.is_empty() {
                     "all checks pass".into()
                 } else {
@@ -342,7 +342,7 @@ fn kubelet_finding(c: &Comparison) -> Finding {
         check: Check::GpuAdvertised,
         subject: "kubelet".into(),
         status,
-        reason: reason.to_string(),
+        reason: reason.into(),
         message,
     }
 }

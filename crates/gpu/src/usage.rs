@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::faults::Allocation;
 use super::probe::{DriverState, MemoryUsage, Snapshot};
+use strum::IntoStaticStr;
 
 /// Who holds a device; all empty when no running pod's container does (a
 /// DRA claim no container names has an empty `container` only).
@@ -29,8 +30,9 @@ pub struct Holder {
 }
 
 /// The two ECC counts on `/metrics` (`error` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum EccError {
     /// Single-bit, corrected by ECC.
     Corrected,
@@ -42,10 +44,7 @@ impl EccError {
     pub const ALL: [EccError; 2] = [EccError::Corrected, EccError::Uncorrected];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            EccError::Corrected => "corrected",
-            EccError::Uncorrected => "uncorrected",
-        }
+        self.into()
     }
 }
 

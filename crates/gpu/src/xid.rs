@@ -7,10 +7,14 @@
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
 
 /// How the policy treats an XID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, IntoStaticStr,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum XidClass {
     /// The GPU needs a reset or replacement: fails it at once.
     Fatal,
@@ -22,11 +26,7 @@ pub enum XidClass {
 
 impl XidClass {
     pub fn as_str(self) -> &'static str {
-        match self {
-            XidClass::Fatal => "fatal",
-            XidClass::Ignored => "ignored",
-            XidClass::Other => "other",
-        }
+        self.into()
     }
 }
 

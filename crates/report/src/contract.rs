@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use strum::{EnumString, IntoStaticStr};
 
 /// The Localhost profiles a class's pods use, comma-separated, as pods write
 /// them in `localhostProfile` (relative to the kubelet's seccomp root).
@@ -36,7 +37,8 @@ const LABEL_NAME_MAX: usize = 63;
 const HASH_HEX: usize = 10;
 
 /// A need beyond the profiles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Requirement {
     /// `GPUDriverReady` and `GPUHealthy` True on the node.
     Gpu,
@@ -44,9 +46,7 @@ pub enum Requirement {
 
 impl Requirement {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Requirement::Gpu => "gpu",
-        }
+        self.into()
     }
 
     pub const ALL: [Requirement; 1] = [Requirement::Gpu];
@@ -160,7 +160,8 @@ fn unknown_annotation(
 }
 
 /// The label value of a contract's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "kebab-case")]
 pub enum ContractState {
     Ready,
     NotReady,
@@ -168,18 +169,11 @@ pub enum ContractState {
 
 impl ContractState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ContractState::Ready => "ready",
-            ContractState::NotReady => "not-ready",
-        }
+        self.into()
     }
 
     pub fn parse(value: &str) -> Option<ContractState> {
-        match value {
-            "ready" => Some(ContractState::Ready),
-            "not-ready" => Some(ContractState::NotReady),
-            _ => None,
-        }
+        value.parse().ok()
     }
 }
 

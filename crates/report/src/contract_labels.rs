@@ -22,6 +22,7 @@ use std::time::SystemTime;
 use crate::conditions::Hysteresis;
 use crate::contract::{self, ContractState};
 use crate::events::EventType;
+use nodeproof_findings::reason::ContractReason;
 
 /// The agent's judgement of one annotated RuntimeClass on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,9 +52,9 @@ pub struct LabelTransition {
 
 /// The Node Event's reason for a class that turned (or stays, with a new
 /// cause) not ready here.
-pub const EVENT_NOT_READY: &str = "RuntimeClassNotReady";
+pub const EVENT_NOT_READY: &str = ContractReason::NotReady.into_str();
 /// The Node Event's reason for a class ready again.
-pub const EVENT_READY: &str = "RuntimeClassReady";
+pub const EVENT_READY: &str = ContractReason::Ready.into_str();
 
 impl LabelTransition {
     /// The Node Event: a class first seen ready is not news.

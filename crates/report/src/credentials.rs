@@ -19,6 +19,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
+use strum::IntoStaticStr;
 
 /// kubeadm's kubelet kubeconfig: with it nodeproof acts as
 /// `system:node:<name>` under the Node authorizer and NodeRestriction.
@@ -28,16 +29,20 @@ pub const KUBELET_KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
 pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 /// Where a distribution keeps the kubelet's kubeconfig when no flag says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
 pub enum WellKnown {
     /// kubeadm writes `/etc/kubernetes/kubelet.conf` after TLS bootstrap.
+    #[strum(serialize = "kubeadm")]
     Kubeadm,
     /// GKE and the EKS-optimized AMIs: `/var/lib/kubelet/kubeconfig`.
+    #[strum(serialize = "GKE/EKS")]
     VarLibKubelet,
     /// k3s agents: `/var/lib/rancher/k3s/agent/kubelet.kubeconfig`.
+    #[strum(serialize = "k3s")]
     K3s,
     /// RKE2 agents: `/var/lib/rancher/rke2/agent/kubelet.kubeconfig`.
+    #[strum(serialize = "RKE2")]
     Rke2,
 }
 
@@ -60,12 +65,7 @@ impl WellKnown {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            WellKnown::Kubeadm => "kubeadm",
-            WellKnown::VarLibKubelet => "GKE/EKS",
-            WellKnown::K3s => "k3s",
-            WellKnown::Rke2 => "RKE2",
-        }
+        self.into()
     }
 }
 
@@ -477,26 +477,25 @@ pub fn choose_here(explicit: Option<&Path>) -> Source {
 }
 
 /// Where the Node's name came from, for the message when the credential disagrees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, IntoStaticStr)]
 pub enum NameFrom {
     /// `--node-name` or `report.node-name`.
+    #[strum(serialize = "--node-name/report.node-name")]
     Configured,
     /// `NODE_NAME` (a DaemonSet's downward API).
+    #[strum(serialize = "NODE_NAME")]
     Env,
     /// The client certificate's `system:node:<name>`.
+    #[strum(serialize = "the credential")]
     Credential,
     /// `/proc/sys/kernel/hostname`, lowercased.
+    #[strum(serialize = "the hostname")]
     Hostname,
 }
 
 impl NameFrom {
     pub fn as_str(self) -> &'static str {
-        match self {
-            NameFrom::Configured => "--node-name/report.node-name",
-            NameFrom::Env => "NODE_NAME",
-            NameFrom::Credential => "the credential",
-            NameFrom::Hostname => "the hostname",
-        }
+        self.into()
     }
 }
 

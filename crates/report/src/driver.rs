@@ -25,6 +25,7 @@ use crate::marks::{self, MarkPolicy, Taint};
 use crate::ratelimit::{self, LoadPolicy, Pacing, WallWait};
 use crate::reporter::{NodeState, Refusal, ReportError, Reporter};
 use nodeproof_findings::{Condition, ConditionStatus};
+use strum::IntoStaticStr;
 
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
@@ -167,7 +168,8 @@ impl std::fmt::Display for NodeDrift {
 }
 
 /// What was written: the `kind` label of `nodeproof_reporter_dropped_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum WriteKind {
     /// A core/v1 Event. The Node's own writes (status, labels, taints) are
     /// never dropped: a refusal of those is a fatal error, logged and retried.
@@ -176,9 +178,7 @@ pub enum WriteKind {
 
 impl WriteKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            WriteKind::Event => "event",
-        }
+        self.into()
     }
 }
 

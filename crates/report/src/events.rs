@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use crate::conditions::rfc3339;
+use strum::IntoStaticStr;
 
 /// What the event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -55,7 +56,7 @@ pub struct PodEvent {
     pub message: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr)]
 pub enum EventType {
     Normal,
     Warning,
@@ -63,10 +64,7 @@ pub enum EventType {
 
 impl EventType {
     pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
+        self.into()
     }
 }
 

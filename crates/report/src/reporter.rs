@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::conditions::{NodeCondition, StatusUpdate};
 use crate::events::EventWrite;
 use crate::marks::Taint;
+use strum::IntoStaticStr;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "nodeproof";
@@ -136,7 +137,8 @@ impl ReportError {
 /// client-go's event recorder (tools/record `recordToSink`) gives up on
 /// every Status error and retries only transport failures; the reporter
 /// keeps retrying 5xx and 429 (transient by definition) and drops these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Refusal {
     /// 403 from the NamespaceLifecycle admission plugin, which marks it with
     /// the cause `NamespaceTerminating`: no new objects in a namespace being
@@ -156,13 +158,7 @@ pub enum Refusal {
 impl Refusal {
     /// The `reason` label of `nodeproof_reporter_dropped_total`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::NamespaceTerminating => "namespace_terminating",
-            Refusal::NamespaceGone => "namespace_gone",
-            Refusal::ObjectGone => "object_gone",
-            Refusal::Invalid => "invalid",
-            Refusal::Forbidden => "forbidden",
-        }
+        self.into()
     }
 }
 

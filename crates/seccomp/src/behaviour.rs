@@ -10,6 +10,7 @@ use std::fmt;
 
 use crate::filter::{Arch, Libseccomp};
 use crate::runc_init::InitSyscall;
+use strum::IntoStaticStr;
 
 /// A runtime release whose behaviour is modelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,8 +20,9 @@ pub enum OciRuntime {
 }
 
 /// The runtime's name alone, as `--oci-runtime` takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum OciRuntimeKind {
     Runc,
     Crun,
@@ -51,10 +53,7 @@ impl Default for OciRuntime {
 
 impl OciRuntimeKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            OciRuntimeKind::Runc => "runc",
-            OciRuntimeKind::Crun => "crun",
-        }
+        self.into()
     }
 }
 
@@ -199,9 +198,11 @@ const LIBSECCOMP_2_5_ARCHES: [&str; 23] = [
 ];
 
 /// The runc releases whose behaviour this module models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr)]
 pub enum RuncVersion {
+    #[strum(serialize = "1.1.5")]
     V1_1_5,
+    #[strum(serialize = "1.1.15")]
     V1_1_15,
 }
 
@@ -212,10 +213,7 @@ impl RuncVersion {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            RuncVersion::V1_1_5 => "1.1.5",
-            RuncVersion::V1_1_15 => "1.1.15",
-        }
+        self.into()
     }
 
     /// The architectures in this runc's own `archs` map
@@ -260,20 +258,19 @@ pub enum Stage {
 }
 
 /// The crun releases this module models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr)]
 pub enum CrunVersion {
     /// bookworm's crun 1.8.1.
+    #[strum(serialize = "1.8")]
     V1_8,
     /// trixie's crun 1.21.
+    #[strum(serialize = "1.21")]
     V1_21,
 }
 
 impl CrunVersion {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CrunVersion::V1_8 => "1.8",
-            CrunVersion::V1_21 => "1.21",
-        }
+        self.into()
     }
 }
 

@@ -29,18 +29,18 @@ macro_rules! codes {
     ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
         /// Stable diagnostic codes. The string form is part of the JSON output
         /// and of CI pipelines' allow-lists: never rename one.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        /// Each name is spelled out beside its variant, not derived from it
+        /// (`serialize_all`), so that renaming a variant renames no code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
         pub enum Code {
-            $($(#[$doc])* $variant,)*
+            $($(#[$doc])* #[strum(serialize = $name)] $variant,)*
         }
 
         impl Code {
             pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
 
             pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Code::$variant => $name,)*
-                }
+                self.into()
             }
         }
     };

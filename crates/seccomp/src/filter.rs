@@ -4,6 +4,7 @@
 //! (`runc`), compilation (`compile`) and prediction (`predict`).
 
 use std::fmt;
+use strum::IntoStaticStr;
 
 /// A seccomp action after the runtime's translation (runc's `getAction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -291,12 +292,14 @@ pub struct FilterSpec {
 }
 
 /// The libseccomp releases the modelled runtimes are linked with, oldest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, IntoStaticStr)]
 pub enum Libseccomp {
     /// bookworm's 2.5.4 (runc 1.1.5, crun 1.8), the library nodeproof links.
     #[default]
+    #[strum(serialize = "2.5.4")]
     V2_5_4,
     /// trixie's 2.6.0 (runc 1.1.15, crun 1.21).
+    #[strum(serialize = "2.6.0")]
     V2_6_0,
 }
 

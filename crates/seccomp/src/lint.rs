@@ -24,6 +24,7 @@ use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
 use crate::spo;
 use crate::syscalls::{resolve_syscall_in, Libseccomp};
 use crate::template::{self, TemplateContext};
+use strum::IntoStaticStr;
 
 /// The container runtime whose decoder reads the profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,7 +65,8 @@ pub enum Dialect {
 }
 
 /// What the runtime reaches with the profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
     #[serde(rename = "ok")]
     Ok,
@@ -85,13 +87,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Rejected => "rejected",
-            Outcome::StartFailed => "start-failed",
-            Outcome::Unknown => "unknown",
-            Outcome::NotAProfile => "not-a-profile",
-        }
+        self.into()
     }
 }
 

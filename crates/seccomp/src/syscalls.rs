@@ -42,10 +42,7 @@ impl Libseccomp {
     pub const ALL: [Libseccomp; 2] = [Libseccomp::V2_5_4, Libseccomp::V2_6_0];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Libseccomp::V2_5_4 => "2.5.4",
-            Libseccomp::V2_6_0 => "2.6.0",
-        }
+        self.into()
     }
 
     /// The names whose numbers this release's table gives differently from

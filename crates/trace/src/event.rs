@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use std::fmt;
+use strum::IntoStaticStr;
 
 /// Audit arch values (`include/uapi/linux/audit.h`) the programs report.
 pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
@@ -24,9 +25,20 @@ pub(crate) mod stat {
 
 /// How seccomp refused the syscall.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    serde::Deserialize,
+    IntoStaticStr,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Action {
     /// SCMP_ACT_ERRNO (also TRACE without a tracer, which returns ENOSYS).
     Errno,
@@ -51,12 +63,7 @@ impl Action {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Errno => "errno",
-            Self::Kill => "kill",
-            Self::Trap => "trap",
-            Self::NotifyError => "notify-error",
-        }
+        self.into()
     }
 }
 

@@ -25,15 +25,22 @@ pub use pump::{Pump, Sample};
 pub use retire::{in_host_pid_namespace, process_exited};
 pub use summary::{Filter, SummaryRow, TraceSummary};
 
+use nodeproof_findings::reason::TracingReason;
 use nodeproof_findings::{Check, ConditionStatus, ConditionType};
 use serde::Serialize;
 use std::fmt;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use strum::{EnumString, IntoStaticStr};
 
 /// How denials are detected; probed in [`Strategy::ALL`] order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, IntoStaticStr, EnumString)]
+#[strum(
+    serialize_all = "snake_case",
+    parse_err_ty = TraceError,
+    parse_err_fn = unknown_strategy
+)]
 pub enum Strategy {
     /// `fexit/__secure_computing`: only confined tasks pay.
     #[serde(rename = "fexit")]
@@ -43,6 +50,7 @@ pub enum Strategy {
     TpBtf,
     /// Classic `raw_syscalls` tracepoints, tid-keyed hash.
     #[serde(rename = "tracepoint")]
+    #[strum(to_string = "tracepoint", serialize = "raw_tp")]
     Tracepoint,
 }
 
@@ -50,11 +58,7 @@ impl Strategy {
     pub const ALL: [Strategy; 3] = [Strategy::Fexit, Strategy::TpBtf, Strategy::Tracepoint];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Fexit => "fexit",
-            Self::TpBtf => "tp_btf",
-            Self::Tracepoint => "tracepoint",
-        }
+        self.into()
     }
 }
 
@@ -64,17 +68,10 @@ impl fmt::Display for Strategy {
     }
 }
 
-impl std::str::FromStr for Strategy {
-    type Err = TraceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "fexit" => Ok(Self::Fexit),
-            "tp_btf" => Ok(Self::TpBtf),
-            "tracepoint" | "raw_tp" => Ok(Self::Tracepoint),
-            other => Err(TraceError::UnknownStrategy {
-                name: other.to_string(),
-            }),
-        }
+/// `--strategy`'s error: the name no strategy has.
+fn unknown_strategy(name: &str) -> TraceError {
+    TraceError::UnknownStrategy {
+        name: name.to_string(),
     }
 }
 
@@ -246,7 +243,7 @@ fn attempts_line(attempts: &[ProbeAttempt]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readiness {
     pub ready: bool,
-    pub reason: &'static str,
+    pub reason: TracingReason,
     pub message: String,
     /// Every refused attempt as the kernel answered it (empty when none was).
     pub detail: String,
@@ -301,7 +298,7 @@ impl Readiness {
         message.push('.');
         Self {
             ready: true,
-            reason: "StrategyLoaded",
+            reason: TracingReason::StrategyLoaded,
             message,
             detail: attempts_line(refused),
         }
@@ -347,7 +344,7 @@ impl Readiness {
         };
         Self {
             ready: false,
-            reason: reason.as_str(),
+            reason: reason.into(),
             message,
             detail: match e {
                 TraceError::NoStrategy { attempts, .. } => attempts_line(attempts),
@@ -366,7 +363,7 @@ impl Readiness {
             } else {
                 nodeproof_findings::Status::Failed
             },
-            reason: self.reason.to_string(),
+            reason: self.reason.into(),
             // The finding (`check`, `-o json`) carries what the condition leaves out.
             message: if self.detail.is_empty() {
                 self.message.clone()
@@ -381,7 +378,7 @@ impl Readiness {
         nodeproof_findings::Condition {
             kind: ConditionType::SeccompTracingReady,
             status: ConditionStatus::from_bool(self.ready),
-            reason: self.reason.to_string(),
+            reason: self.reason.as_str().into(),
             message: self.message.clone(),
         }
     }

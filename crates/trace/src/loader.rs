@@ -20,71 +20,22 @@ const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// tracefs mount points; classic tracepoint ids are read from `events/<cat>/<name>/id` there.
 const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
-/// Why a strategy did not load; the node condition's reason when none does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureReason {
-    /// EPERM/EACCES: missing capabilities, lockdown, or a policy refusing the program type.
-    BpfPermissionDenied,
-    /// The kernel lacks the attach point, BTF, or a helper.
-    KernelUnsupported,
-    /// The embedded programs are stubs (built without clang).
-    ProgramsNotBuilt,
-    /// Anything else (verifier rejection, out of memory).
-    LoadFailed,
-}
+/// Why a strategy did not load (the vocabulary's, `nodeproof_findings::reason`,
+/// so the `seccomp-tracing` finding's reason can name it).
+pub use nodeproof_findings::reason::FailureReason;
 
-impl FailureReason {
-    /// Every reason, for tests over all of them.
-    pub const ALL: [FailureReason; 4] = [
-        Self::BpfPermissionDenied,
-        Self::KernelUnsupported,
-        Self::ProgramsNotBuilt,
-        Self::LoadFailed,
-    ];
-
-    /// Why a strategy was refused, in words for a condition's message,
-    /// after "fexit was" (the kernel's answer itself is the attempt's
-    /// `detail`). EPERM with the capabilities held is the kernel's lockdown
-    /// or an LSM refusing the program type; without them the message says
-    /// which are missing instead.
-    pub fn phrase(self) -> &'static str {
-        match self {
-            Self::BpfPermissionDenied => "denied by the kernel (lockdown or an LSM)",
-            Self::KernelUnsupported => "not supported by this kernel",
-            Self::ProgramsNotBuilt => "not built into this nodeproof",
-            Self::LoadFailed => "rejected by the kernel's verifier",
-        }
-    }
-
-    /// The `SeccompTracingReady=False` reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::BpfPermissionDenied => "BPFPermissionDenied",
-            Self::KernelUnsupported => "KernelUnsupported",
-            Self::ProgramsNotBuilt => "ProgramsNotBuilt",
-            Self::LoadFailed => "BPFLoadFailed",
-        }
-    }
-
-    /// Classifies the errno a load or attach failed with.
-    pub fn from_errno(errno: Option<i32>) -> Self {
-        match errno {
-            Some(libc::EPERM) | Some(libc::EACCES) => Self::BpfPermissionDenied,
-            // 524 is the kernel-internal ENOTSUPP that leaks out of BPF syscalls.
-            Some(libc::ENOENT)
-            | Some(libc::EINVAL)
-            | Some(libc::EOPNOTSUPP)
-            | Some(524)
-            | Some(libc::E2BIG)
-            | Some(libc::ENOSYS) => Self::KernelUnsupported,
-            _ => Self::LoadFailed,
-        }
-    }
-}
-
-impl fmt::Display for FailureReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// Classifies the errno a load or attach failed with.
+pub fn failure_of_errno(errno: Option<i32>) -> FailureReason {
+    match errno {
+        Some(libc::EPERM) | Some(libc::EACCES) => FailureReason::BpfPermissionDenied,
+        // 524 is the kernel-internal ENOTSUPP that leaks out of BPF syscalls.
+        Some(libc::ENOENT)
+        | Some(libc::EINVAL)
+        | Some(libc::EOPNOTSUPP)
+        | Some(524)
+        | Some(libc::E2BIG)
+        | Some(libc::ENOSYS) => FailureReason::KernelUnsupported,
+        _ => FailureReason::LoadFailed,
     }
 }
 
@@ -503,7 +454,7 @@ fn load_object<'a>(
 /// 5.11 lack (BPF_MAP_TYPE_TASK_STORAGE came with bpf-lsm task storage in
 /// 5.11; older kernels answer EINVAL for the unknown map type), is named.
 fn map_creation_error(e: &aya::EbpfError, strategy: Strategy) -> (FailureReason, String) {
-    let reason = FailureReason::from_errno(errno_in(e));
+    let reason = failure_of_errno(errno_in(e));
     match e {
         // EPERM/EACCES is this process's lack of CAP_BPF, whatever the map:
         // only an unknown map type (EINVAL, ...) says the kernel lacks it.
@@ -559,7 +510,7 @@ fn step_error(
     e: &(dyn std::error::Error + 'static),
 ) -> (FailureReason, String) {
     (
-        FailureReason::from_errno(errno_in(e)),
+        failure_of_errno(errno_in(e)),
         format!("{what} {name}: {}", error_chain(e)),
     )
 }
@@ -715,7 +666,7 @@ fn load_btf_free(cfg: &TracerConfig) -> Result<(Ebpf, Option<u32>), (FailureReas
         .load(bpf::SECCOMP_TRACE_CLASSIC)
         .map_err(|e| {
             (
-                FailureReason::from_errno(errno_in(&e)),
+                failure_of_errno(errno_in(&e)),
                 format!("creating maps: {}", error_chain(&e)),
             )
         })?;
@@ -793,7 +744,7 @@ fn probe_offsets() -> Result<ProbedOffsets, (FailureReason, String)> {
             .load(bpf::SECCOMP_TRACE_CLASSIC)
             .map_err(|e| {
                 (
-                    FailureReason::from_errno(errno_in(&e)),
+                    failure_of_errno(errno_in(&e)),
                     format!("creating maps: {}", error_chain(&e)),
                 )
             })?;
@@ -1190,18 +1141,18 @@ mod tests {
     #[test]
     fn reasons_from_errno() {
         assert_eq!(
-            FailureReason::from_errno(Some(libc::EPERM)),
+            failure_of_errno(Some(libc::EPERM)),
             FailureReason::BpfPermissionDenied
         );
         assert_eq!(
-            FailureReason::from_errno(Some(libc::ENOENT)),
+            failure_of_errno(Some(libc::ENOENT)),
             FailureReason::KernelUnsupported
         );
         assert_eq!(
-            FailureReason::from_errno(Some(524)),
+            failure_of_errno(Some(524)),
             FailureReason::KernelUnsupported
         );
-        assert_eq!(FailureReason::from_errno(None), FailureReason::LoadFailed);
+        assert_eq!(failure_of_errno(None), FailureReason::LoadFailed);
         assert_eq!(
             FailureReason::BpfPermissionDenied.as_str(),
             "BPFPermissionDenied"

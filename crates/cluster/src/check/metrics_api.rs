@@ -28,10 +28,14 @@ use serde::{Deserialize, Serialize};
 use nodeproof_findings::ConditionStatus;
 
 use super::{age, name_of, node_ready, time, Options, Problem};
+use strum::IntoStaticStr;
 
 /// A version of `metrics.k8s.io`, in the order they are preferred.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, IntoStaticStr,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum MetricsVersion {
     V1,
     V1beta1,
@@ -42,10 +46,7 @@ impl MetricsVersion {
     pub const PREFERENCE: [MetricsVersion; 2] = [MetricsVersion::V1, MetricsVersion::V1beta1];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            MetricsVersion::V1 => "v1",
-            MetricsVersion::V1beta1 => "v1beta1",
-        }
+        self.into()
     }
 
     /// The APIService that registers this version with the aggregator

@@ -39,6 +39,7 @@ use nodeproof_report::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
 use super::metrics::{DeviceTaintMetrics, Request};
 use super::{plan, wanted, DeviceTaintError, RuleFacts, SliceFacts, GROUP, RULE_VERSION};
 use crate::gate::leader::{elect, LeaderError, LeaseOptions};
+use strum::IntoStaticStr;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -245,20 +246,19 @@ struct Follower {
     failed: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, IntoStaticStr)]
 enum Kind {
+    #[strum(serialize = "nodes")]
     Node = 0,
+    #[strum(serialize = "resourceslices")]
     Slice = 1,
+    #[strum(serialize = "devicetaintrules")]
     Rule = 2,
 }
 
 impl Kind {
     fn as_str(self) -> &'static str {
-        match self {
-            Kind::Node => "nodes",
-            Kind::Slice => "resourceslices",
-            Kind::Rule => "devicetaintrules",
-        }
+        self.into()
     }
 }
 
