@@ -8,7 +8,7 @@
 //! CUDA, the DRA view), and the process's memory.
 //! `cargo bench -p nodeproof --bench gpu_probe`.
 
-#[path = "../tests/fake_nvml_support.rs"]
+#[path = "../tests/support/fake_nvml.rs"]
 mod fake_nvml_support;
 
 use std::time::{Duration, Instant};

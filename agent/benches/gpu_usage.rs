@@ -16,7 +16,7 @@
 //! the usage rows keep between cycles, and the process's RSS.
 //! `cargo bench -p nodeproof --bench gpu_usage`.
 
-#[path = "../tests/fake_nvml_support.rs"]
+#[path = "../tests/support/fake_nvml.rs"]
 mod fake_nvml_support;
 
 use std::alloc::{GlobalAlloc, Layout, System};

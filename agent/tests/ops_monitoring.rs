@@ -18,6 +18,7 @@
 //! keywords and the label lists of `by`/`without`/`on`/`ignoring`/`group_*`.
 //! A metric selected only as `{__name__="..."}` is not seen; none of ours is.
 
+#[path = "support/fake_nvml.rs"]
 mod fake_nvml_support;
 mod support;
 

@@ -11,6 +11,7 @@
 //! of the manifest must be used, so removing one fails, and so does adding
 //! one nodeproof does not need.
 
+#[path = "support/fake_nvml.rs"]
 mod fake_nvml_support;
 mod support;
 

@@ -25,6 +25,7 @@ use nodeproof_testkit::{require, Need};
 use serde_json::Value;
 
 use nodeproof_testapi as apiserver;
+#[path = "support/fake_nvml.rs"]
 mod fake_nvml_support;
 #[path = "support/nspawn.rs"]
 mod nspawn;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use nodeproof_testkit::{require, Need};
 
+#[path = "support/fake_nvml.rs"]
 mod fake_nvml_support;
 #[path = "support/nspawn.rs"]
 mod nspawn;

@@ -3,6 +3,11 @@
 //! (its own dlopen handle and state), its `scenario` file, and a fake sysfs
 //! with one NVIDIA 3D controller per GPU at bus 0x18 + i, as the fake NVML
 //! reports them.
+//!
+//! Declared once per test binary, at its root (`mod fake_nvml_support;`), and
+//! used from there: the libraries are built once per process, to a name of
+//! the process's own, and a second copy of this module in the same binary
+//! would build them again to the same path while a test loads it.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
