@@ -4,8 +4,7 @@
 //! probe is built by the agent's own `observe::gpu::probe` from a `[gpu]`
 //! config, as the daemon builds it.
 
-#[path = "support/fake_nvml.rs"]
-mod fake_nvml_support;
+use crate::fake_nvml_support;
 
 use std::time::{Duration, Instant};
 

@@ -2,8 +2,7 @@
 //! libnvidia-ml built from tests/fake-nvml/fake_nvml.c: every scenario the
 //! issue names, without a GPU.
 
-#[path = "support/fake_nvml.rs"]
-mod fake_nvml_support;
+use crate::fake_nvml_support;
 
 use nodeproof_findings::ConditionStatus;
 use std::time::{Duration, Instant};
