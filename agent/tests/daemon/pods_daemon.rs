@@ -4,7 +4,7 @@
 //! denials traced by the agent's own tracer thread, resolved to the pod and
 //! reported as one aggregated `SeccompDenied` Event.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,8 +4,7 @@
 //! CAP_PERFMON (or root); without them each test skips (fails under
 //! NODEPROOF_REQUIRE=1).
 
-#[path = "support/cgroup.rs"]
-mod cgroup;
+use crate::support::cgroup;
 use cgroup::CgroupDir;
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
 use nodeproof_testkit::{require, Need, TRACING};

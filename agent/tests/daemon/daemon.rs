@@ -9,8 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "support/agent.rs"]
-mod agent_support;
+use crate::support::agent as agent_support;
 use agent_support::{free_port, get};
 
 /// The status line and headers, and the body.
@@ -176,7 +175,7 @@ fn notifies_serves_revalidates_reloads_and_stops() {
     assert!(get(port, "/metrics")
         .1
         .contains("nodeproof_config_reloads_total 0"));
-    let _ = crate::config(dir.path(), port, 20);
+    let _ = self::config(dir.path(), port, 20);
     signal(&child, libc::SIGHUP);
     recv_until(&notify, "READY=1", Duration::from_secs(5));
     assert!(get(port, "/metrics")

@@ -1,11 +1,13 @@
 //! `daemon::notify` through `$NOTIFY_SOCKET`, which the sd-notify crate
-//! reads itself at each send: one test in a binary of its own, so that no
-//! other thread reads the environment while it is changed (as the crate's
-//! own tests do). It also pins where the crate differs from libsystemd, the
-//! reasons `daemon::notify` keeps code of its own.
+//! reads itself at each send: one test, run alone in a process of its own
+//! (this test binary again, see [`CHILD`]), so that no other thread reads
+//! the environment while it is changed (as the crate's own tests do). It
+//! also pins where the crate differs from libsystemd, the reasons
+//! `daemon::notify` keeps code of its own.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::process::Command;
 use std::time::Duration;
 
 use nodeproof::daemon::notify::{
@@ -19,8 +21,39 @@ fn recv(sock: &UnixDatagram) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// Set in the child that runs [`notify_socket_from_the_environment`]. The
+/// test changes the process's environment: among the other tests of the
+/// binary, their threads would read it as it changes (`setenv` under a
+/// `getenv` is undefined behaviour in glibc) and the agents they start
+/// would inherit it (`NOTIFY_SOCKET=relative/path` makes `nodeproof run`
+/// exit 1 at READY=1). So the test starts this binary again, running only
+/// itself, and passes when that child does.
+const CHILD: &str = "NODEPROOF_SD_NOTIFY_CHILD";
+
 #[test]
 fn notify_socket_from_the_environment() {
+    if std::env::var_os(CHILD).is_none() {
+        let name = "sd_notify::notify_socket_from_the_environment";
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        eprint!("{stderr}");
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child running {name}: {}\n{stdout}",
+            out.status
+        );
+        return;
+    }
     // A path socket the test binds: the crate delivers there.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");

@@ -6,7 +6,7 @@
 //! Needs CAP_BPF + CAP_PERFMON (or root) and a writable cgroup2 hierarchy;
 //! without them it says why it skips.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
