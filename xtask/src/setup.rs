@@ -97,7 +97,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "prometheus",
-        "promtool (Debian ships it only with the server, whose service the tests do not use): checks and unit-tests the alert rules, parses the dashboard's PromQL (agent/tests/ops_monitoring.rs)",
+        "promtool (Debian ships it only with the server, whose service the tests do not use): checks and unit-tests the alert rules, parses the dashboard's PromQL (agent/tests/apiserver/ops_monitoring.rs)",
     ),
 ];
 

@@ -22,12 +22,12 @@ pub enum Identity {
     TaintServiceAccount,
     /// The in-cluster agent's ServiceAccount (deploy/base/rbac-agent.yaml). Not
     /// under the Node authorizer; what RBAC allows it is checked against the
-    /// request log by `tests/rbac_agent.rs`.
+    /// request log by `tests/apiserver/rbac_agent.rs`.
     AgentServiceAccount,
     /// `nodeproof cluster check`'s reader (deploy/base/rbac-cluster-check.yaml).
     ClusterReader,
     /// The gate controller's ServiceAccount (deploy/base/gate-controller.yaml);
-    /// its RBAC is checked against the request log by `tests/gate_controller.rs`.
+    /// its RBAC is checked against the request log by `tests/apiserver/gate_controller.rs`.
     GateControllerServiceAccount,
 }
 

@@ -4,7 +4,7 @@
 //! ResourceSlice, its agent's `gpu.nodeproof.dev/unhealthy-devices`
 //! annotation naming one of them.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

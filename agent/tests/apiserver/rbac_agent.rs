@@ -11,9 +11,8 @@
 //! of the manifest must be used, so removing one fails, and so does adding
 //! one nodeproof does not need.
 
-#[path = "support/fake_nvml.rs"]
-mod fake_nvml_support;
-mod support;
+use crate::fake_nvml_support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -4,9 +4,8 @@
 //! against the fake kubelet, the agent's comparison, attribution and Event
 //! aggregation against pods as the watch delivers them.
 
-#[path = "support/fake_nvml.rs"]
-mod fake_nvml_support;
-mod support;
+use crate::fake_nvml_support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 

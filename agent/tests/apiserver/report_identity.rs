@@ -3,7 +3,7 @@
 //! kubelet's client certificate, a configured name that is another node's,
 //! and the 403 that Kubernetes 1.32+ answers to a node reading another Node.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

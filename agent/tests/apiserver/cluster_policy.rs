@@ -4,7 +4,7 @@
 //! unusable annotation said on stderr and left out, and nothing to enforce
 //! refused. (The CEL itself is evaluated in crates/cluster/tests/policy_cel.rs.)
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -6,7 +6,7 @@
 //! client certificate rotated in place (as the kubelet does) is picked up
 //! before the original expires, by the loop and by `nodeproof run`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};

@@ -3,7 +3,7 @@
 //! `SeccompProfilesReady` condition and Warning Events on the pods, on the
 //! real clock, each within the 5 s.
 
-mod support;
+use crate::support;
 
 use nodeproof_findings::ConditionStatus;
 use std::time::{Duration, Instant};

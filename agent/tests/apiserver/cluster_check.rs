@@ -8,7 +8,7 @@
 //! every request it (and `cluster policy`) made is allowed by
 //! deploy/base/rbac-cluster-check.yaml, every verb of which is used.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -18,9 +18,8 @@
 //! keywords and the label lists of `by`/`without`/`on`/`ignoring`/`group_*`.
 //! A metric selected only as `{__name__="..."}` is not seen; none of ours is.
 
-#[path = "support/fake_nvml.rs"]
-mod fake_nvml_support;
-mod support;
+use crate::fake_nvml_support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! loses its label; a restart does not flap a label nor repeat an Event; a
 //! pod bound here whose class is not ready is reported on the pod.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! the next check, so an hour (or a five-minute outage) takes well under a
 //! second of real time.
 
-mod support;
+use crate::support;
 
 use support::conditions::seccomp;
 

@@ -5,7 +5,7 @@
 //! included, folded into the one `SeccompProfilesReady` — and the same
 //! Events: on the Node for its conditions, on the pod for its reference.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

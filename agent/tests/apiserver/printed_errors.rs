@@ -4,7 +4,7 @@
 //! code: 401, … })`) and never one cause said three times (kube-rs' config
 //! errors repeat their sources in their own text).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -5,7 +5,7 @@
 //! deploy/base/gate-controller.yaml: its types, its config, and its RBAC
 //! against every request the controller made.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -434,7 +434,7 @@ fn event_scenario() -> Vec<Logged> {
     server.log()
 }
 
-/// The device taints' scenario (agent/tests/gate_device_taints.rs tells it
+/// The device taints' scenario (agent/tests/apiserver/gate_device_taints.rs tells it
 /// in full); its request log feeds the RBAC test: resourceslices and
 /// devicetaintrules listed and watched, one rule created, then deleted.
 fn device_taint_scenario() -> Vec<Logged> {
