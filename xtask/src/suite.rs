@@ -1,7 +1,7 @@
 //! The test suite's runner: every test binary of the workspace built once
 //! (`cargo test --no-run`), then run as a pool of processes, longest first.
 //!
-//! Why not `cargo test --workspace`: it runs the ~60 binaries one after
+//! Why not `cargo test --workspace`: it runs the ~45 binaries one after
 //! another, so the wall time is their sum, while most of them spend it
 //! waiting (a guest kernel booting, a daemon's interval, a runc container,
 //! the soak's faults), and it stops at the first binary that fails.
