@@ -1,6 +1,6 @@
 //! An arbitrary rule set through the native generator (`nodeproof-bpfgen`)
 //! and through real libseccomp 2.5.4: the same program instruction for
-//! instruction, or the same refusal (as `agent/tests/bpfgen_vs_libseccomp.rs`
+//! instruction, or the same refusal (as `crates/bpfgen/tests/against_libseccomp/bpfgen_vs_libseccomp.rs`
 //! compares them).
 
 #![no_main]

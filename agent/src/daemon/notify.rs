@@ -60,7 +60,7 @@ enum Target {
     /// it hands the variable to `UnixDatagram::connect`, a pathname address,
     /// so `@name` is looked up as a relative file and the send fails with
     /// ENOENT while a listener is bound to the abstract name
-    /// (`agent/tests/sd_notify.rs` measures it, and fails once the crate
+    /// (`agent/tests/daemon/sd_notify.rs` measures it, and fails once the crate
     /// learns abstract names, to drop this). libsystemd sends to both forms.
     Abstract {
         socket: UnixDatagram,
@@ -135,7 +135,7 @@ impl Notifier for SdNotify {
 /// Not `sd_notify::watchdog_enabled`: sd-notify 0.5.0 returns
 /// `Some(Duration::ZERO)` for `WATCHDOG_USEC=0` (the main loop would then
 /// spin at a zero period) and takes an unparsable `WATCHDOG_PID` as ours;
-/// libsystemd's `sd_watchdog_enabled` refuses both. `agent/tests/sd_notify.rs`
+/// libsystemd's `sd_watchdog_enabled` refuses both. `agent/tests/daemon/sd_notify.rs`
 /// pins the difference.
 pub fn watchdog_from_env() -> Option<Duration> {
     watchdog_from(
@@ -172,7 +172,7 @@ mod tests {
     }
 
     // Delivery to a path socket goes through `$NOTIFY_SOCKET`, which a
-    // threaded test binary must not change: agent/tests/sd_notify.rs.
+    // threaded test binary must not change: agent/tests/daemon/sd_notify.rs.
 
     #[test]
     fn abstract_names_start_with_at() {
