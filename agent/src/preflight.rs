@@ -14,7 +14,7 @@ use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::checks::profiles;
+use crate::checks::{self, profiles};
 use nodeproof_findings::reason::{GpuReason, KubeletAccessReason, ProfileReason, StaticPodReason};
 use nodeproof_findings::{Check, Finding, Reason, Status};
 use nodeproof_seccomp::lint::{LintOptions, ProfileReport, Runtime};
@@ -430,16 +430,19 @@ pub fn run(
         findings.push(Finding {
             status: Status::Skipped,
             message: "no NVIDIA PCI device on this node: no GPU driver to check".into(),
-            ..gpu.findings().into_iter().next().unwrap_or(Finding {
-                check: Check::GpuDriver,
-                subject: "NVML".into(),
-                status: Status::Skipped,
-                reason: GpuReason::NoGpu.into(),
-                message: String::new(),
-            })
+            ..checks::gpu::findings(&gpu)
+                .into_iter()
+                .next()
+                .unwrap_or(Finding {
+                    check: Check::GpuDriver,
+                    subject: "NVML".into(),
+                    status: Status::Skipped,
+                    reason: GpuReason::NoGpu.into(),
+                    message: String::new(),
+                })
         });
     } else {
-        findings.extend(gpu.findings());
+        findings.extend(checks::gpu::findings(&gpu));
     }
     let user = kubelet_user(&layout.unit_dirs);
     if user.is_none() {

@@ -3,9 +3,13 @@
 //! compared with what NVML calls healthy.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
-use nodeproof_gpu::advertised::{is_nvidia_resource, KubeletView};
+use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
+use nodeproof_gpu::advertised::{is_nvidia_resource, Comparison, KubeletView};
 use nodeproof_gpu::faults::Allocation;
+use nodeproof_gpu::policy::Verdict;
+use nodeproof_gpu::reason::GpuReason;
 use nodeproof_gpu::usage::UsageRow;
 use nodeproof_gpu::GpuReport;
 use nodeproof_kube::dra::DraView;
@@ -20,13 +24,121 @@ use super::Subsystem;
 /// CPU node must not look degraded.
 pub fn round(report: &GpuReport) -> Round {
     Round {
-        findings: report.findings(),
+        findings: findings(report),
         conditions: if report.no_gpu() {
             Vec::new()
         } else {
-            report.conditions()
+            conditions(report)
         },
     }
+}
+
+/// `GPUDriverReady` and `GPUHealthy`, as the policy judged them.
+pub fn conditions(report: &GpuReport) -> Vec<Condition> {
+    vec![
+        condition(
+            ConditionType::GPUDriverReady,
+            &report.evaluation.driver_ready,
+        ),
+        condition(ConditionType::GPUHealthy, &report.evaluation.gpu_healthy),
+    ]
+}
+
+fn condition(kind: ConditionType, v: &Verdict) -> Condition {
+    Condition {
+        kind,
+        status: v.status,
+        reason: v.reason.to_string(),
+        message: v.message.clone(),
+    }
+}
+
+/// One finding for the driver and one per GPU, then one for what the
+/// kubelet offers (when compared).
+pub fn findings(report: &GpuReport) -> Vec<Finding> {
+    let e = &report.evaluation;
+    let status = |v: &Verdict| match v.status {
+        ConditionStatus::True => Status::Ok,
+        _ if e.no_gpu => Status::Ok,
+        _ => Status::Failed,
+    };
+    let mut out = vec![Finding {
+        check: Check::GpuDriver,
+        subject: "NVML".into(),
+        status: status(&e.driver_ready),
+        reason: e.driver_ready.reason.into(),
+        message: e.driver_ready.message.clone(),
+    }];
+    for g in &e.gpus {
+        let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
+        // Warnings speak only while nothing fails.
+        let warned: Vec<_> = g.checks.iter().filter(|c| c.warning).collect();
+        let (failed, status) = match (failed.is_empty(), warned.is_empty()) {
+            (false, _) => (failed, Status::Failed),
+            (true, false) => (warned, Status::Warning),
+            (true, true) => (failed, Status::Ok),
+        };
+        out.push(Finding {
+            check: Check::GpuHealth,
+            subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
+                .trim_end()
+                .to_string(),
+            status,
+            reason: failed
+                .first()
+                .map_or(GpuReason::Healthy, |c| c.reason)
+                .into(),
+            message: if failed.is_empty() {
+                "all checks pass".into()
+            } else {
+                failed
+                    .iter()
+                    .map(|c| c.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+        });
+    }
+    if let Some(c) = &report.kubelet {
+        out.push(kubelet_finding(c));
+    }
+    out
+}
+
+/// The kubelet comparison as one finding: failed when an unhealthy device is
+/// offered, a warning when healthy devices are not offered.
+fn kubelet_finding(c: &Comparison) -> Finding {
+    let (status, reason, message) = if let Some(m) = c.unhealthy_message() {
+        (Status::Failed, GpuReason::AdvertisedUnhealthy, m)
+    } else if let Some(m) = c.not_offered_message() {
+        (Status::Warning, GpuReason::HealthyNotAdvertised, m)
+    } else if c.resources.is_empty() {
+        (Status::Ok, GpuReason::NotCompared, c.notes.join("; "))
+    } else {
+        let offered: u64 = c.resources.iter().map(|r| r.offered).sum();
+        (
+            Status::Ok,
+            GpuReason::AdvertisedHealthy,
+            format!("every one of the {offered} devices the kubelet offers is healthy"),
+        )
+    };
+    Finding {
+        check: Check::GpuAdvertised,
+        subject: "kubelet".into(),
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// What `nodeproof gpu` prints: the report's picture, then one line per
+/// condition (both, also on a node without GPUs).
+pub fn text(report: &GpuReport) -> String {
+    let mut t = report.text();
+    for c in conditions(report) {
+        let _ = writeln!(t, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message);
+    }
+    t
 }
 
 /// The GPUs this cycle judges unhealthy, by UUID, each with its first
@@ -206,9 +318,7 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodeproof_findings::ConditionStatus;
-    use nodeproof_gpu::policy::{CheckVerdict, Evaluation, GpuVerdict, Verdict};
-    use nodeproof_gpu::reason::GpuReason;
+    use nodeproof_gpu::policy::{CheckVerdict, Evaluation, GpuVerdict};
 
     #[test]
     fn the_unhealthy_devices_are_the_failed_gpus_by_uuid_with_their_first_failed_check() {
@@ -260,6 +370,40 @@ mod tests {
         );
         let d = unhealthy_devices(&report);
         assert_eq!(d.encode().as_deref(), Some("GPU-b=FatalXid"));
+    }
+
+    #[test]
+    fn the_text_is_the_reports_picture_then_one_line_per_condition() {
+        let verdict = |status, reason, message: &str| Verdict {
+            status,
+            reason,
+            message: message.into(),
+        };
+        let report = GpuReport::new(
+            Ok(Vec::new()),
+            None,
+            Evaluation {
+                driver_ready: verdict(ConditionStatus::True, GpuReason::DriverReady, "driver 550"),
+                gpu_healthy: verdict(
+                    ConditionStatus::False,
+                    GpuReason::FatalXid,
+                    "XID 79 on GPU 0",
+                ),
+                gpus: Vec::new(),
+                no_gpu: false,
+            },
+        );
+        assert_eq!(
+            text(&report),
+            "PCI: 0 NVIDIA display devices\n\n\
+             GPUDriverReady=True (DriverReady): driver 550\n\
+             GPUHealthy=False (FatalXid): XID 79 on GPU 0\n"
+        );
+        assert_eq!(
+            findings(&report)[0].message,
+            "driver 550",
+            "the driver's finding carries the verdict's message"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The tracer as node health: whether the eBPF programs load here, and
 //! with which strategy (`SeccompTracingReady`).
 
+use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
 use nodeproof_trace::Readiness;
 
 use super::Round;
@@ -8,7 +9,128 @@ use super::Round;
 /// The round for a tracer that started (or failed to).
 pub fn round(readiness: &Readiness) -> Round {
     Round {
-        findings: vec![readiness.finding()],
-        conditions: vec![readiness.condition()],
+        findings: vec![finding(readiness)],
+        conditions: vec![condition(readiness)],
+    }
+}
+
+/// The tracer as a finding of `nodeproof check`.
+pub fn finding(readiness: &Readiness) -> Finding {
+    Finding {
+        check: Check::SeccompTracing,
+        subject: "eBPF".into(),
+        status: if readiness.ready {
+            Status::Ok
+        } else {
+            Status::Failed
+        },
+        reason: readiness.reason.into(),
+        // The finding (`check`, `-o json`) carries what the condition leaves out.
+        message: if readiness.detail.is_empty() {
+            readiness.message.clone()
+        } else {
+            format!("{} Refused: {}", readiness.message, readiness.detail)
+        },
+    }
+}
+
+/// The `SeccompTracingReady` node condition.
+pub fn condition(readiness: &Readiness) -> Condition {
+    Condition {
+        kind: ConditionType::SeccompTracingReady,
+        status: ConditionStatus::from_bool(readiness.ready),
+        reason: readiness.reason.as_str().into(),
+        message: readiness.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeproof_trace::{FailureReason, ProbeAttempt, Strategy, TraceError};
+
+    /// What a locked-down kernel answers a fexit load: the verifier's whole log.
+    fn verifier_dump() -> String {
+        format!(
+            "loading np_fexit_seccomp: the BPF_PROG_LOAD syscall failed. Verifier output: {}",
+            "0: R1=ctx() R10=fp0 ; 0: (79) r6 = *(u64 *)(r1 +8) ".repeat(8)
+        )
+    }
+
+    fn attempt(strategy: Strategy, reason: FailureReason) -> ProbeAttempt {
+        ProbeAttempt {
+            strategy,
+            reason,
+            detail: verifier_dump(),
+        }
+    }
+
+    /// Every start attempt's readiness: each strategy loaded after none, one
+    /// and two refusals for every reason; every way of failing.
+    fn every_readiness() -> Vec<Readiness> {
+        use Strategy::*;
+        let mut all = Vec::new();
+        for strategy in [Fexit, TpBtf, Tracepoint] {
+            all.push(Readiness::loaded(strategy, &[]));
+            for r in FailureReason::ALL {
+                for s in FailureReason::ALL {
+                    all.push(Readiness::loaded(strategy, &[attempt(Fexit, r)]));
+                    all.push(Readiness::loaded(
+                        strategy,
+                        &[attempt(Fexit, r), attempt(TpBtf, s)],
+                    ));
+                }
+            }
+        }
+        for r in FailureReason::ALL {
+            for missing_caps in [vec![], vec!["CAP_BPF"], vec!["CAP_BPF", "CAP_PERFMON"]] {
+                all.push(Readiness::failed(&TraceError::NoStrategy {
+                    missing_caps,
+                    attempts: vec![attempt(Fexit, r), attempt(TpBtf, r), attempt(Tracepoint, r)],
+                }));
+            }
+        }
+        for e in [
+            TraceError::NotBuilt,
+            TraceError::UnknownStrategy {
+                name: "kprobe".into(),
+            },
+            TraceError::MissingMap { name: "COUNTS" },
+            TraceError::NoStrategy {
+                missing_caps: vec![],
+                attempts: vec![],
+            },
+        ] {
+            all.push(Readiness::failed(&e));
+        }
+        all
+    }
+
+    #[test]
+    fn every_tracing_condition_message_is_short_and_the_detail_kept() {
+        for r in every_readiness() {
+            let c = condition(&r);
+            assert!(
+                nodeproof_findings::fits_condition(&c.message),
+                "{} characters: {}",
+                c.message.chars().count(),
+                c.message
+            );
+            assert!(!c.message.contains("Verifier"), "{}", c.message);
+            // The kernel's answers are in the finding, for `check -o json`.
+            if !r.detail.is_empty() {
+                assert!(finding(&r).message.contains(&r.detail), "{r:?}");
+            }
+        }
+        // The node: fexit refused with EPERM as root, tp_btf loaded.
+        let r = Readiness::loaded(
+            Strategy::TpBtf,
+            &[attempt(Strategy::Fexit, FailureReason::BpfPermissionDenied)],
+        );
+        assert_eq!(
+            condition(&r).message,
+            "tracing seccomp denials with tp_btf; fexit was denied by the kernel (lockdown or an LSM)."
+        );
+        assert!(finding(&r).message.contains("Verifier output"));
     }
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use nodeproof::checks::gpu as gpu_check;
 use nodeproof::config::Config;
 
 use super::{exit, Format};
@@ -28,13 +29,13 @@ pub(crate) fn gpu(config: &Config, output: Format) -> Result<ExitCode> {
         Format::Json | Format::Yaml => {
             let value = serde_json::json!({
                 "status": status,
-                "conditions": report.conditions(),
-                "findings": report.findings(),
+                "conditions": gpu_check::conditions(&report),
+                "findings": gpu_check::findings(&report),
                 "report": report,
             });
             write!(out, "{}", super::document(output, &value, false)?)?;
         }
-        Format::Text => writeln!(out, "{}status: {status}", report.text())?,
+        Format::Text => writeln!(out, "{}status: {status}", gpu_check::text(&report))?,
     }
     Ok(exit(report.no_gpu() || report.healthy()))
 }

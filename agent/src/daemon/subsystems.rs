@@ -453,7 +453,7 @@ fn gpu_probe(bus: &Bus) {
                 }
             }
         }
-        for f in report.findings() {
+        for f in checks::gpu::findings(&report) {
             let was = failed.get(&f.subject).copied();
             if f.status != Status::Ok && was != Some(f.reason) {
                 tracing::warn!(nodeproof_check = Subsystem::Gpu.as_str(), gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);

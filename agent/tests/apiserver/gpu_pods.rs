@@ -115,8 +115,7 @@ fn watched(pods: &[(&str, &str, &str)]) -> PodIndex {
 }
 
 fn advertised(r: &GpuReport) -> (Status, String, String) {
-    let f = r
-        .findings()
+    let f = gpu_check::findings(r)
         .into_iter()
         .find(|f| f.check == Check::GpuAdvertised)
         .expect("a gpu-advertised finding");

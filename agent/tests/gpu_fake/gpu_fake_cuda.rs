@@ -9,6 +9,7 @@ use crate::fake_nvml_support;
 use std::time::{Duration, Instant};
 
 use fake_nvml_support::Scenario;
+use nodeproof::checks::gpu as gpu_check;
 use nodeproof::observe::gpu::probe;
 use nodeproof_findings::{ConditionStatus, Status};
 use nodeproof_gpu::nvml::NvmlProbe;
@@ -120,7 +121,7 @@ fn cuda_init_fails_while_nvml_is_fine() {
     );
     // Every NVML field is still read.
     assert_eq!(r.snapshot.as_ref().unwrap().gpus.len(), 8);
-    let f = r.findings();
+    let f = gpu_check::findings(&r);
     assert_eq!(f[1].status, Status::Failed);
     assert_eq!(f[1].reason, "CudaSystemNotReady");
     // The fabric manager starts: CUDA works, the failure clears after the hysteresis.
@@ -208,7 +209,7 @@ fn cuda_checks_run_at_their_interval_and_can_warn_only() {
     assert!(r.snapshot.as_ref().unwrap().cuda.as_ref().unwrap().fresh);
     // A warning: the GPU stays healthy, its finding says why.
     assert_eq!(healthy(&r), (ConditionStatus::True, "GPUsHealthy"));
-    let f = r.findings();
+    let f = gpu_check::findings(&r);
     assert_eq!(
         (f[2].status, f[2].reason.as_str()),
         (Status::Warning, "CudaFailed")
@@ -239,7 +240,7 @@ fn fabric_and_nvlink_findings_with_policy_severity() {
     assert_eq!(g[3].nvlinks.len(), 18);
     assert_eq!(g[4].nvlinks.iter().filter(|l| l.active).count(), 18);
     assert!(g[0].nvlinks.is_empty() && g[4].fabric.is_none());
-    let f: Vec<(Status, String)> = r.findings()[1..]
+    let f: Vec<(Status, String)> = gpu_check::findings(&r)[1..]
         .iter()
         .map(|f| (f.status, f.reason.to_string()))
         .collect();
@@ -253,10 +254,13 @@ fn fabric_and_nvlink_findings_with_policy_severity() {
             (Status::Ok, "Healthy".into()),
         ]
     );
-    assert_eq!(r.findings()[4].message, "NVLink 1 of 18 links inactive: 7");
+    assert_eq!(
+        gpu_check::findings(&r)[4].message,
+        "NVLink 1 of 18 links inactive: 7"
+    );
     // The policy decides: inactive links fail when configured so.
     let mut node = Node::new(&s, |c| c.fabric.nvlink_inactive = Severity::Fail);
-    let f = node.cycle(0).findings();
+    let f = gpu_check::findings(&node.cycle(0));
     assert_eq!(
         (f[4].status, f[4].reason.as_str()),
         (Status::Failed, "NvLinkInactive")

@@ -1,7 +1,8 @@
 //! GPU driver and device health: PCI discovery from sysfs, an NVML probe on
-//! a dedicated thread, a TOML policy with hysteresis, and the findings,
-//! conditions and metrics they produce, and the GPUs' usage by the pods
-//! holding them (`usage`).
+//! a dedicated thread, a TOML policy with hysteresis, and the typed report
+//! (verdicts, text, metric values) they produce, and the GPUs' usage by the
+//! pods holding them (`usage`). The agent's checks turn the report into
+//! findings and conditions.
 //!
 //! The probe is the only edge (it needs a driver); discovery takes a sysfs
 //! root and the policy is pure, so both are tested without a GPU. The NVML

@@ -1,5 +1,7 @@
-//! One cycle's GPU picture as findings, conditions, JSON and metric values:
-//! what `nodeproof gpu` prints is what `check` and the daemon report.
+//! One cycle's GPU picture as a typed report (verdicts, the kubelet
+//! comparison), JSON, text and metric values. The agent's checks turn it
+//! into findings and conditions, so what `nodeproof gpu` prints is what
+//! `check` and the daemon report.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -8,10 +10,9 @@ use serde::Serialize;
 
 use super::advertised::Comparison;
 use super::pci::{PciError, PciGpu};
-use super::policy::{Evaluation, PolicyState, Verdict, XidClass};
+use super::policy::{Evaluation, PolicyState, XidClass};
 use super::probe::{CudaState, Snapshot};
-use super::reason::GpuReason;
-use nodeproof_findings::{Check, Condition, ConditionStatus, ConditionType, Finding, Status};
+use nodeproof_findings::ConditionStatus;
 
 #[derive(Debug, Serialize)]
 pub struct GpuReport {
@@ -97,64 +98,6 @@ impl GpuReport {
             && self.evaluation.gpu_healthy.status == ConditionStatus::True
     }
 
-    pub fn conditions(&self) -> Vec<Condition> {
-        vec![
-            condition(ConditionType::GPUDriverReady, &self.evaluation.driver_ready),
-            condition(ConditionType::GPUHealthy, &self.evaluation.gpu_healthy),
-        ]
-    }
-
-    /// One finding for the driver and one per GPU.
-    pub fn findings(&self) -> Vec<Finding> {
-        let e = &self.evaluation;
-        let status = |v: &Verdict| match v.status {
-            ConditionStatus::True => Status::Ok,
-            _ if e.no_gpu => Status::Ok,
-            _ => Status::Failed,
-        };
-        let mut out = vec![Finding {
-            check: Check::GpuDriver,
-            subject: "NVML".into(),
-            status: status(&e.driver_ready),
-            reason: e.driver_ready.reason.into(),
-            message: e.driver_ready.message.clone(),
-        }];
-        for g in &e.gpus {
-            let failed: Vec<_> = g.checks.iter().filter(|c| !c.ok).collect();
-            // Warnings speak only while nothing fails.
-            let warned: Vec<_> = g.checks.iter().filter(|c| c.warning).collect();
-            let (failed, status) = match (failed.is_empty(), warned.is_empty()) {
-                (false, _) => (failed, Status::Failed),
-                (true, false) => (warned, Status::Warning),
-                (true, true) => (failed, Status::Ok),
-            };
-            out.push(Finding {
-                check: Check::GpuHealth,
-                subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
-                    .trim_end()
-                    .to_string(),
-                status,
-                reason: failed
-                    .first()
-                    .map_or(GpuReason::Healthy, |c| c.reason)
-                    .into(),
-                message: if failed.is_empty() {
-                    "all checks pass".into()
-                } else {
-                    failed
-                        .iter()
-                        .map(|c| c.message.as_str())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                },
-            });
-        }
-        if let Some(c) = &self.kubelet {
-            out.push(kubelet_finding(c));
-        }
-        out
-    }
-
     /// The values behind the GPU metrics (the daemon's `/metrics` encodes
     /// them): per-GPU health by check, XID counters by class, driver
     /// readiness. The articles' alert ("GPU health below 95% for 2 minutes")
@@ -186,7 +129,9 @@ impl GpuReport {
         }
     }
 
-    /// The human picture `nodeproof gpu` prints.
+    /// The human picture `nodeproof gpu` prints, up to the blank line
+    /// before the conditions: the agent's checks make the conditions and
+    /// append their lines (`nodeproof::checks::gpu::text`).
     pub fn text(&self) -> String {
         let mut t = String::new();
         if let Some(err) = &self.pci_error {
@@ -314,36 +259,7 @@ impl GpuReport {
             }
         }
         let _ = writeln!(t);
-        for c in self.conditions() {
-            let _ = writeln!(t, "{}={} ({}): {}", c.kind, c.status, c.reason, c.message);
-        }
         t
-    }
-}
-
-/// The kubelet comparison as one finding: failed when an unhealthy device is
-/// offered, a warning when healthy devices are not offered.
-fn kubelet_finding(c: &Comparison) -> Finding {
-    let (status, reason, message) = if let Some(m) = c.unhealthy_message() {
-        (Status::Failed, GpuReason::AdvertisedUnhealthy, m)
-    } else if let Some(m) = c.not_offered_message() {
-        (Status::Warning, GpuReason::HealthyNotAdvertised, m)
-    } else if c.resources.is_empty() {
-        (Status::Ok, GpuReason::NotCompared, c.notes.join("; "))
-    } else {
-        let offered: u64 = c.resources.iter().map(|r| r.offered).sum();
-        (
-            Status::Ok,
-            GpuReason::AdvertisedHealthy,
-            format!("every one of the {offered} devices the kubelet offers is healthy"),
-        )
-    };
-    Finding {
-        check: Check::GpuAdvertised,
-        subject: "kubelet".into(),
-        status,
-        reason: reason.into(),
-        message,
     }
 }
 
@@ -373,13 +289,4 @@ fn device_health(c: &Comparison) -> Vec<DeviceHealth> {
 
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "?".into(), |v| v.to_string())
-}
-
-fn condition(kind: ConditionType, v: &Verdict) -> Condition {
-    Condition {
-        kind,
-        status: v.status,
-        reason: v.reason.to_string(),
-        message: v.message.clone(),
-    }
 }

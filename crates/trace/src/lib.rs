@@ -26,7 +26,6 @@ pub use retire::{in_host_pid_namespace, process_exited};
 pub use summary::{Filter, SummaryRow, TraceSummary};
 
 use nodeproof_findings::reason::TracingReason;
-use nodeproof_findings::{Check, ConditionStatus, ConditionType};
 use serde::Serialize;
 use std::fmt;
 use std::io::Write;
@@ -350,36 +349,6 @@ impl Readiness {
                 TraceError::NoStrategy { attempts, .. } => attempts_line(attempts),
                 _ => String::new(),
             },
-        }
-    }
-
-    /// The tracer as a finding of `nodeproof check`.
-    pub fn finding(&self) -> nodeproof_findings::Finding {
-        nodeproof_findings::Finding {
-            check: Check::SeccompTracing,
-            subject: "eBPF".into(),
-            status: if self.ready {
-                nodeproof_findings::Status::Ok
-            } else {
-                nodeproof_findings::Status::Failed
-            },
-            reason: self.reason.into(),
-            // The finding (`check`, `-o json`) carries what the condition leaves out.
-            message: if self.detail.is_empty() {
-                self.message.clone()
-            } else {
-                format!("{} Refused: {}", self.message, self.detail)
-            },
-        }
-    }
-
-    /// The `SeccompTracingReady` node condition.
-    pub fn condition(&self) -> nodeproof_findings::Condition {
-        nodeproof_findings::Condition {
-            kind: ConditionType::SeccompTracingReady,
-            status: ConditionStatus::from_bool(self.ready),
-            reason: self.reason.as_str().into(),
-            message: self.message.clone(),
         }
     }
 }
@@ -743,91 +712,6 @@ mod tests {
         let (rows, _) = fake.rows(&NoPodLookup).unwrap();
         assert_eq!((total(&rows, 63), total(&rows, 99)), (14, 1), "{rows:#?}");
         assert_eq!(fake.retired_rows(), 2);
-    }
-
-    /// What a locked-down kernel answers a fexit load: the verifier's whole log.
-    fn verifier_dump() -> String {
-        format!(
-            "loading np_fexit_seccomp: the BPF_PROG_LOAD syscall failed. Verifier output: {}",
-            "0: R1=ctx() R10=fp0 ; 0: (79) r6 = *(u64 *)(r1 +8) ".repeat(8)
-        )
-    }
-
-    fn attempt(strategy: Strategy, reason: FailureReason) -> ProbeAttempt {
-        ProbeAttempt {
-            strategy,
-            reason,
-            detail: verifier_dump(),
-        }
-    }
-
-    /// Every start attempt's readiness: each strategy loaded after none, one
-    /// and two refusals for every reason; every way of failing.
-    fn every_readiness() -> Vec<Readiness> {
-        use Strategy::*;
-        let mut all = Vec::new();
-        for strategy in [Fexit, TpBtf, Tracepoint] {
-            all.push(Readiness::loaded(strategy, &[]));
-            for r in FailureReason::ALL {
-                for s in FailureReason::ALL {
-                    all.push(Readiness::loaded(strategy, &[attempt(Fexit, r)]));
-                    all.push(Readiness::loaded(
-                        strategy,
-                        &[attempt(Fexit, r), attempt(TpBtf, s)],
-                    ));
-                }
-            }
-        }
-        for r in FailureReason::ALL {
-            for missing_caps in [vec![], vec!["CAP_BPF"], vec!["CAP_BPF", "CAP_PERFMON"]] {
-                all.push(Readiness::failed(&TraceError::NoStrategy {
-                    missing_caps,
-                    attempts: vec![attempt(Fexit, r), attempt(TpBtf, r), attempt(Tracepoint, r)],
-                }));
-            }
-        }
-        for e in [
-            TraceError::NotBuilt,
-            TraceError::UnknownStrategy {
-                name: "kprobe".into(),
-            },
-            TraceError::MissingMap { name: "COUNTS" },
-            TraceError::NoStrategy {
-                missing_caps: vec![],
-                attempts: vec![],
-            },
-        ] {
-            all.push(Readiness::failed(&e));
-        }
-        all
-    }
-
-    #[test]
-    fn every_tracing_condition_message_is_short_and_the_detail_kept() {
-        for r in every_readiness() {
-            let c = r.condition();
-            assert!(
-                nodeproof_findings::fits_condition(&c.message),
-                "{} characters: {}",
-                c.message.chars().count(),
-                c.message
-            );
-            assert!(!c.message.contains("Verifier"), "{}", c.message);
-            // The kernel's answers are in the finding, for `check -o json`.
-            if !r.detail.is_empty() {
-                assert!(r.finding().message.contains(&r.detail), "{r:?}");
-            }
-        }
-        // The node: fexit refused with EPERM as root, tp_btf loaded.
-        let r = Readiness::loaded(
-            Strategy::TpBtf,
-            &[attempt(Strategy::Fexit, FailureReason::BpfPermissionDenied)],
-        );
-        assert_eq!(
-            r.condition().message,
-            "tracing seccomp denials with tp_btf; fexit was denied by the kernel (lockdown or an LSM)."
-        );
-        assert!(r.finding().message.contains("Verifier output"));
     }
 
     #[test]
