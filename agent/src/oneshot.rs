@@ -18,12 +18,12 @@ use nodeproof_kube::connect::ConnectError;
 use nodeproof_kube::{Connection, OnceError, OnceSummary};
 use nodeproof_report::events::PodEvent;
 
-use crate::checks::gpu::NodeDra;
 use crate::checks::lint_cache::LintCache;
 use crate::checks::{self, gpu, profiles, Subsystem};
 use crate::config::Config;
 use crate::observe;
 use crate::pods::node::{self, PodsOnce, PodsOptions, PodsRunError, ONCE_DEADLINE};
+use nodeproof_gpu::views::NodeDra;
 
 /// One runtime and one connection for a one-shot command.
 pub struct Session {
@@ -152,7 +152,7 @@ pub fn node_round(seccomp_root: &Path, config: &Config, session: &Session) -> No
     let mut not_judged = Vec::new();
     match pods {
         Ok(once) => {
-            events.extend(once.findings.iter().map(crate::pods::watch::finding_event));
+            events.extend(once.findings.iter().map(crate::pods::state::finding_event));
             rounds.push((Subsystem::Pods, crate::pods::round::round(&once)));
         }
         Err(n) => not_judged.push(n),

@@ -20,7 +20,8 @@ use crate::config::Config;
 use crate::pods::denials::DenialAggregator;
 use crate::pods::gpu_faults::GpuFaultAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
-use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, PodsState, Round, WatchOptions};
+use crate::pods::state::{PodsState, Round};
+use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, WatchOptions};
 use nodeproof_report::driver::PodsNews;
 
 /// How often the pods are judged without an API change or a profile lint.

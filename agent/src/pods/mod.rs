@@ -1,9 +1,11 @@
 //! Pods on this node and their seccomp references: which profiles and
 //! RuntimeClasses they use, whether those work here, and the tracer's
 //! denials attributed to them; and the RuntimeClass contracts judged on
-//! this node, whose labels steer the scheduler. The judgement and its
-//! round are pure (`verdict`, `contract`, `round`); `node` lists the pods
-//! once, `watch` keeps watching them for the daemon.
+//! this node, whose labels steer the scheduler. The judgement is apart
+//! from the API server: `state` takes the watches' changes in and judges
+//! them (`verdict`, `contract`; it reads the profile files pods reference),
+//! `round` turns the judgement into a `checks::Round`; `node` lists the pods
+//! once, `watch` keeps watching them for the daemon and feeds `state`.
 
 pub mod contract;
 pub mod denials;
@@ -12,6 +14,7 @@ pub mod gpu_faults;
 pub mod handlers;
 pub mod node;
 pub mod round;
+pub mod state;
 pub mod target;
 pub mod verdict;
 pub mod watch;

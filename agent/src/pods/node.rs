@@ -14,12 +14,13 @@ use kube::api::{Api, ListParams};
 
 use super::denials::DenialAggregator;
 use super::handlers;
+use super::state::{Change, PodsState};
 use super::verdict::{self, NodeContext, PodFinding};
-use super::watch::{self, Change, DenialFeed, PodsState, WatchOptions};
+use super::watch::{self, DenialFeed, WatchOptions};
 
-use crate::checks::gpu::NodeDra;
 use crate::checks::lint_cache::LintCache;
 use nodeproof_findings::Condition;
+use nodeproof_gpu::views::NodeDra;
 use nodeproof_kube::client::{Answered, KubeReporter};
 use nodeproof_kube::identity;
 use nodeproof_kube::list::list_all;

@@ -12,8 +12,9 @@ use kube::api::{ListParams, WatchParams};
 use serde_json::{json, Value};
 
 use nodeproof::pods::denials::DenialAggregator;
+use nodeproof::pods::state::{self, PodsState};
 use nodeproof::pods::verdict::NodeContext;
-use nodeproof::pods::watch::{self, DenialFeed, PodsState, WatchOptions};
+use nodeproof::pods::watch::{self, DenialFeed, WatchOptions};
 use nodeproof_kube::client;
 use nodeproof_report::conditions::{Hysteresis, Policy};
 use nodeproof_report::credentials;
@@ -665,8 +666,8 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
         state
     });
     async fn next(
-        rounds: &mut tokio::sync::mpsc::Receiver<watch::Round>,
-    ) -> (watch::Round, Duration) {
+        rounds: &mut tokio::sync::mpsc::Receiver<state::Round>,
+    ) -> (state::Round, Duration) {
         let start = Instant::now();
         let r = tokio::time::timeout(DEADLINE, rounds.recv())
             .await
@@ -806,7 +807,7 @@ fn watched_nodes_from(server: &TestApiServer) -> Vec<u64> {
 
 /// A watcher's rounds for node n1 against `server`, as the agent runs it.
 struct Watching {
-    rounds: tokio::sync::mpsc::Receiver<watch::Round>,
+    rounds: tokio::sync::mpsc::Receiver<state::Round>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<PodsState>,
     _dir: tempfile::TempDir,
@@ -860,8 +861,8 @@ impl Watching {
         &mut self,
         what: &str,
         limit: Duration,
-        f: impl Fn(&watch::Round) -> bool,
-    ) -> (watch::Round, Vec<watch::Round>, Duration) {
+        f: impl Fn(&state::Round) -> bool,
+    ) -> (state::Round, Vec<state::Round>, Duration) {
         let start = Instant::now();
         let mut before = Vec::new();
         loop {
