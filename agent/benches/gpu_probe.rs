@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use nodeproof::checks::gpu as gpu_check;
 use nodeproof_gpu::faults::{attribute, FaultTracker};
 use nodeproof_gpu::nvml::NvmlProbe;
+use nodeproof_gpu::views::{DraAllocation, DraView, SliceDevice};
 use nodeproof_gpu::{self as gpu, GpuConfig, GpuProbe, PolicyState};
-use nodeproof_kube::dra::{DraAllocation, DraView, SliceDevice};
 use nodeproof_podresources::fake::{FakeKubelet, KubeletState};
 use nodeproof_podresources::{ContainerAllocation, DeviceSet, PodAllocation};
 
@@ -126,7 +126,7 @@ fn main() {
         let k = Instant::now();
         let read = nodeproof::observe::gpu::read_kubelet(&mut kubelet);
         kubelet_times.push(k.elapsed());
-        gpu_check::compare(&mut r, &read, None, &gpu_check::NodeDra::Unread);
+        gpu_check::compare(&mut r, &read, None, &nodeproof_gpu::views::NodeDra::Unread);
         let allocations = &read.as_ref().expect("pod-resources").allocations;
         let _ = attribute(&faults, allocations, |_, _| true);
         assert!(r.healthy() && r.kubelet.as_ref().is_some_and(|c| !c.offers_unhealthy()));
@@ -159,7 +159,7 @@ fn main() {
     full.cuda.interval_s = 0;
     let mut probe = nodeproof::observe::gpu::probe(&full);
     let mut state = PolicyState::default();
-    let dra = gpu_check::NodeDra::Read(DraView {
+    let dra = nodeproof_gpu::views::NodeDra::Read(DraView {
         version: "v1".into(),
         devices: uuids
             .iter()

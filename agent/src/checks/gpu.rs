@@ -11,9 +11,9 @@ use nodeproof_gpu::faults::Allocation;
 use nodeproof_gpu::policy::Verdict;
 use nodeproof_gpu::reason::GpuReason;
 use nodeproof_gpu::usage::UsageRow;
+use nodeproof_gpu::views::{DraView, KubeletGpus, NodeDra};
 use nodeproof_gpu::GpuReport;
-use nodeproof_kube::dra::DraView;
-use nodeproof_podresources::{ClaimDevice, PodResourcesError};
+use nodeproof_podresources::PodResourcesError;
 use nodeproof_report::device_health::UnhealthyDevices;
 
 use super::Round;
@@ -157,53 +157,6 @@ pub fn unhealthy_devices(report: &GpuReport) -> UnhealthyDevices {
     out
 }
 
-/// What the kubelet says about NVIDIA devices in one read.
-#[derive(Debug, Default)]
-pub struct KubeletGpus {
-    /// Allocatable device ids by NVIDIA resource.
-    pub allocatable: BTreeMap<String, Vec<String>>,
-    /// Every NVIDIA device held by a container of a pod the kubelet lists
-    /// (terminated pods included: the caller filters).
-    pub allocations: Vec<Allocation>,
-    /// Devices of DRA claims in containers (kubelets with
-    /// KubeletPodResourcesDynamicResources): named by driver, pool and
-    /// device, mapped to UUIDs through the node's ResourceSlices.
-    pub claims: Vec<(Allocation, ClaimDevice)>,
-}
-
-/// This node's DRA view as the pods watcher (or a one-shot command) last
-/// read it.
-#[derive(Debug, Clone, Default)]
-pub enum NodeDra {
-    /// Not read yet, or nothing to read it with (no credentials, no node name).
-    #[default]
-    Unread,
-    /// `resource.k8s.io` is not served.
-    NotServed,
-    /// The read failed, and why (one line, with its causes).
-    Failed(String),
-    Read(DraView),
-}
-
-impl NodeDra {
-    /// The view, when one was read.
-    pub fn view(&self) -> Option<&DraView> {
-        match self {
-            NodeDra::Read(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// From a read: `Ok(None)` when the API is not served.
-    pub fn of(read: Result<Option<DraView>, String>) -> NodeDra {
-        match read {
-            Ok(Some(v)) => NodeDra::Read(v),
-            Ok(None) => NodeDra::NotServed,
-            Err(e) => NodeDra::Failed(e),
-        }
-    }
-}
-
 /// Every GPU or MIG device held by a container, by UUID: the device
 /// plugin's (pod-resources), and DRA claims' (pod-resources' dynamic
 /// resources where the kubelet has them, and the claims the API says are
@@ -268,9 +221,6 @@ fn dra_ids(view: &DraView) -> BTreeMap<String, Vec<String>> {
     }
     ids
 }
-
-/// A Node's allocatable NVIDIA resources by name (`None`: no Node seen).
-pub type NodeGpus = Option<BTreeMap<String, u64>>;
 
 /// `Node.status.allocatable` of NVIDIA resources: what the scheduler
 /// places pods against. Extended resources are whole numbers; a quantity

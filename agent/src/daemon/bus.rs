@@ -13,10 +13,10 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use super::state::Shared;
-use crate::checks::gpu::{NodeDra, NodeGpus};
 use crate::checks::lint_cache::LintCache;
 use crate::config::Config;
 use nodeproof_gpu::faults::PodFault;
+use nodeproof_gpu::views::{NodeDra, NodeGpus};
 use nodeproof_report::reporter::NodeState;
 use nodeproof_trace::SummaryRow;
 

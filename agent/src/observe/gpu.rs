@@ -11,7 +11,7 @@ use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::GpuConfig;
 use nodeproof_podresources::{KubeletPodResources, PodResourcesError, PodResourcesSource};
 
-use crate::checks::gpu::KubeletGpus;
+use nodeproof_gpu::views::{ClaimedDevice, KubeletGpus};
 
 /// The configured NVML probe, with the CUDA probe when `[gpu.cuda]` enables it.
 pub fn probe(config: &GpuConfig) -> NvmlProbe {
@@ -60,7 +60,14 @@ pub fn read_kubelet(source: &mut dyn PodResourcesSource) -> Result<KubeletGpus, 
                     container: c.name.clone(),
                     device: String::new(),
                 };
-                claims.push((at, d.clone()));
+                claims.push((
+                    at,
+                    ClaimedDevice {
+                        driver: d.driver.clone(),
+                        pool: d.pool.clone(),
+                        device: d.device.clone(),
+                    },
+                ));
             }
             for d in c.devices.iter().filter(|d| is_nvidia_resource(&d.resource)) {
                 allocations.extend(d.ids.iter().map(|id| Allocation {

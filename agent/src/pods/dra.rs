@@ -11,8 +11,8 @@ use std::time::Duration;
 use nodeproof_kube::dra::{DraReader, PodClaims};
 use tokio::sync::watch;
 
-use crate::checks::gpu::NodeDra;
 use crate::checks::Subsystem;
+use nodeproof_gpu::views::NodeDra;
 
 /// Reads at most this often when the pods' claims keep changing.
 const MIN_GAP: Duration = Duration::from_secs(1);

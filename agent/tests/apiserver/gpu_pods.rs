@@ -58,7 +58,7 @@ struct Node {
     state: PolicyState,
     tracker: FaultTracker,
     /// The DRA view the pods watcher would publish.
-    dra: gpu_check::NodeDra,
+    dra: nodeproof_gpu::views::NodeDra,
 }
 
 impl Node {
@@ -80,7 +80,7 @@ impl Node {
             config,
             state: PolicyState::default(),
             tracker: FaultTracker::default(),
-            dra: gpu_check::NodeDra::Unread,
+            dra: nodeproof_gpu::views::NodeDra::Unread,
         }
     }
 
@@ -657,7 +657,8 @@ fn dra_end_to_end(version: &'static str) {
 /// slices turn them into UUIDs, so the fault reaches the container.
 #[test]
 fn pod_resources_dynamic_resources_are_named_by_the_slices() {
-    use nodeproof_kube::dra::{slice_devices, DraView};
+    use nodeproof_gpu::views::DraView;
+    use nodeproof_kube::dra::slice_devices;
     use nodeproof_podresources::ClaimDevice;
     let claim = |device: &str| ClaimDevice {
         claim_namespace: "ml".into(),
@@ -682,7 +683,7 @@ fn pod_resources_dynamic_resources_are_named_by_the_slices() {
             ..KubeletState::default()
         }),
     );
-    node.dra = gpu_check::NodeDra::Read(DraView {
+    node.dra = nodeproof_gpu::views::NodeDra::Read(DraView {
         version: "v1".into(),
         devices: slice_devices(&gpu_slice("n1", 4, "v1")["spec"], "v1").unwrap(),
         ..DraView::default()
@@ -899,7 +900,7 @@ fn the_agent_labels_gpu_usage_with_the_running_pod_holding_each_device() {
 /// empty), through the real FFI and the same allocations the faults use.
 #[test]
 fn usage_of_dra_claimed_devices_carries_the_claiming_pod() {
-    use nodeproof_kube::dra::{DraAllocation, DraView, SliceDevice};
+    use nodeproof_gpu::views::{DraAllocation, DraView, SliceDevice};
     let s = Scenario::new("gpus 2\nmig 1 2\nutil 0 55 10\n", 2);
     let mut probe = gpu::nvml::NvmlProbe::new(s.library(), Duration::from_secs(5));
     let snapshot = gpu::GpuProbe::snapshot(&mut probe);

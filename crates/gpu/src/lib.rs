@@ -1,7 +1,8 @@
 //! GPU driver and device health: PCI discovery from sysfs, an NVML probe on
 //! a dedicated thread, a TOML policy with hysteresis, and the typed report
 //! (verdicts, text, metric values) they produce, and the GPUs' usage by the
-//! pods holding them (`usage`). The agent's checks turn the report into
+//! pods holding them (`usage`), and what the kubelet, the Node and DRA say
+//! of the node's GPUs (`views`). The agent's checks turn the report into
 //! findings and conditions.
 //!
 //! The probe is the only edge (it needs a driver); discovery takes a sysfs
@@ -19,6 +20,7 @@ pub mod probe;
 pub mod reason;
 pub mod report;
 pub mod usage;
+pub mod views;
 mod worker;
 pub mod xid;
 

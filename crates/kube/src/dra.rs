@@ -26,21 +26,11 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde::Deserialize;
 
+use nodeproof_gpu::views::{DraAllocation, DraView, SliceDevice};
+
 pub const GROUP: &str = "resource.k8s.io";
 /// Served versions in the order they are tried.
 pub const VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
-
-/// One device a ResourceSlice of this node publishes.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SliceDevice {
-    pub driver: String,
-    pub pool: String,
-    pub name: String,
-    /// The `uuid` attribute (`GPU-…` or `MIG-…` for NVIDIA's driver).
-    pub uuid: Option<String>,
-    /// The `parentUUID` attribute of a MIG device.
-    pub parent_uuid: Option<String>,
-}
 
 /// One device allocated to a claim.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,42 +77,6 @@ pub struct PodClaims {
     pub pod: String,
     pub uid: String,
     pub claims: Vec<PodClaim>,
-}
-
-/// One device of a claim in one container of a pod.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct DraAllocation {
-    pub namespace: String,
-    pub pod: String,
-    /// Empty when no container of the pod names the claim.
-    pub container: String,
-    pub claim: String,
-    pub driver: String,
-    pub pool: String,
-    pub device: String,
-    /// The device's UUID from the slices (`None`: no slice of this node publishes it).
-    pub uuid: Option<String>,
-}
-
-/// What one read found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DraView {
-    /// The `resource.k8s.io` version read.
-    pub version: String,
-    pub devices: Vec<SliceDevice>,
-    pub allocations: Vec<DraAllocation>,
-    /// Claims that could not be read, and why.
-    pub notes: Vec<String>,
-}
-
-impl DraView {
-    /// The UUID a slice of this node publishes for (driver, pool, device).
-    pub fn uuid_of(&self, driver: &str, pool: &str, device: &str) -> Option<&str> {
-        self.devices
-            .iter()
-            .find(|d| d.driver == driver && d.pool == pool && d.name == device)
-            .and_then(|d| d.uuid.as_deref())
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

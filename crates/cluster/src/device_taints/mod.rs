@@ -40,7 +40,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use nodeproof_kube::dra::{slice_devices, DraError, SliceDevice};
+use nodeproof_gpu::views::SliceDevice;
+use nodeproof_kube::dra::{slice_devices, DraError};
 use nodeproof_report::device_health::UnhealthyDevices;
 
 /// The API group; DeviceTaintRule is served in [`RULE_VERSION`] only here.
