@@ -60,7 +60,10 @@ fn main() {
         },
         gpu: Default::default(),
     };
-    let mut judge = Judge::default();
+    let mut judge = Judge::new(
+        Default::default(),
+        nodeproof::observe::profiles::read_reference,
+    );
     let start = Instant::now();
     let verdicts = judge_all(&mut judge, &infos, &node);
     let cold = start.elapsed();

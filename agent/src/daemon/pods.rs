@@ -17,10 +17,12 @@ use super::bus::Bus;
 use super::state::{CheckState, Shared};
 use super::subsystems::supervise;
 use crate::config::Config;
+use crate::observe;
 use crate::pods::denials::DenialAggregator;
 use crate::pods::gpu_faults::GpuFaultAggregator;
 use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::state::{PodsState, Round};
+use crate::pods::verdict::Judge;
 use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, WatchOptions};
 use nodeproof_report::driver::PodsNews;
 
@@ -211,7 +213,10 @@ async fn watch_with(
             s.restart(node_ctx);
             s
         }
-        None => state.insert(PodsState::new(node_ctx, bus.lints.clone())),
+        None => state.insert(PodsState::new(
+            node_ctx,
+            Judge::new(bus.lints.clone(), observe::profiles::read_reference),
+        )),
     };
     let (claims_tx, claims_rx) = channel::channel(Vec::new());
     let wopts = WatchOptions {

@@ -17,6 +17,32 @@ use crate::checks::lint_cache::LintCache;
 use crate::checks::oci_runtime::OciRuntimeSetting;
 use crate::checks::profiles::{self, RuntimeOnNode, SeccompConfig};
 
+/// What reading a profile a pod references found: the pods' judge's one
+/// input from the node's disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProfileRead {
+    /// No such file (a dangling symlink is a file that cannot be read).
+    Missing,
+    /// Not a file containerd would read, or not readable: the diagnostic,
+    /// on one line.
+    Unusable(String),
+    Contents(Vec<u8>),
+}
+
+/// A profile a pod references, read as `profile lint` reads the root's
+/// files (`scan`: FIFOs, symlink loops, links out of `root` and oversize
+/// files refused): the agent's `pods::verdict::ReadProfile`.
+pub fn read_reference(root: &Path, path: &Path) -> ProfileRead {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ProfileRead::Missing,
+        _ => {}
+    }
+    match scan::read_entry(path, Some(root)).contents {
+        Ok(bytes) => ProfileRead::Contents(bytes),
+        Err(d) => ProfileRead::Unusable(format!("{}[{}]: {}", d.severity, d.code, d.message)),
+    }
+}
+
 /// How profiles are judged on this node: the runtime (configured or
 /// detected) and the noNewPrivileges mode of the `[seccomp]` section. The
 /// one place the checks build [`LintOptions`]; the CLI's flags override it.

@@ -224,7 +224,12 @@ mod tests {
     }
 
     fn judged(c: &(String, RuntimeClassInfo), ctx: &NodeContext) -> ContractVerdict {
-        judge_class(&mut Judge::default(), &c.0, &c.1, ctx)
+        judge_class(
+            &mut Judge::new(Default::default(), crate::observe::profiles::read_reference),
+            &c.0,
+            &c.1,
+            ctx,
+        )
     }
 
     fn setup() -> (tempfile::TempDir, NodeContext) {
@@ -373,10 +378,14 @@ mod tests {
             class(json!({"metadata": {"name": "plain"}, "handler": "runc"})),
         ]
         .into();
-        let got: Vec<(String, ContractState)> = judge_all(&mut Judge::default(), &classes, &ctx)
-            .into_iter()
-            .map(|v| (v.class, v.state))
-            .collect();
+        let got: Vec<(String, ContractState)> = judge_all(
+            &mut Judge::new(Default::default(), crate::observe::profiles::read_reference),
+            &classes,
+            &ctx,
+        )
+        .into_iter()
+        .map(|v| (v.class, v.state))
+        .collect();
         assert_eq!(
             got,
             [

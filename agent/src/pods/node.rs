@@ -15,10 +15,11 @@ use kube::api::{Api, ListParams};
 use super::denials::DenialAggregator;
 use super::handlers;
 use super::state::{Change, PodsState};
-use super::verdict::{self, NodeContext, PodFinding};
+use super::verdict::{self, Judge, NodeContext, PodFinding};
 use super::watch::{self, DenialFeed, WatchOptions};
 
 use crate::checks::lint_cache::LintCache;
+use crate::observe;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::views::NodeDra;
 use nodeproof_kube::client::{Answered, KubeReporter};
@@ -339,7 +340,7 @@ pub async fn judge_connected(
         let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
             .await
             .map_err(read("RuntimeClasses"))?;
-        let mut state = PodsState::new(ctx, lints);
+        let mut state = PodsState::new(ctx, Judge::new(lints, observe::profiles::read_reference));
         state.apply(Change::Pods(pods));
         state.apply(Change::Classes(classes));
         let eval = state.evaluate();
@@ -379,7 +380,10 @@ pub fn daemon(
             std::process::id().into(),
         );
         // Only the pods are judged here: no lint of the root to share.
-        let mut state = PodsState::new(ctx, Arc::default());
+        let mut state = PodsState::new(
+            ctx,
+            Judge::new(Arc::default(), observe::profiles::read_reference),
+        );
         let (rows_tx, rows_rx) = tokio::sync::mpsc::channel(4);
         std::thread::spawn(move || trace_rows(rows_tx, stop));
         let feed = DenialFeed::new(rows_rx, DenialAggregator::new(Duration::from_secs(60)));

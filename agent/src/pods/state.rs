@@ -5,7 +5,6 @@
 //! `watch` feeds it, from kube-runtime's watchers, and `node` from one list.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -16,7 +15,6 @@ use super::contract;
 use super::denials::{PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};
 use super::gpu_faults::{GpuFaultTotal, PodGpuFaultEvent, EVENT_REASON as GPU_FAULT_REASON};
 use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
-use crate::checks::lint_cache::LintCache;
 use nodeproof_findings::Condition;
 use nodeproof_report::contract::ContractState;
 use nodeproof_report::contract_labels::ContractVerdict;
@@ -70,13 +68,13 @@ pub struct PodsState {
 pub const CLASS_GRACE: Duration = Duration::from_secs(2);
 
 impl PodsState {
-    /// `lints`: where the files' lint reports are kept (the daemon's is
-    /// shared with the profiles check).
-    pub fn new(node: NodeContext, lints: Arc<LintCache>) -> Self {
+    /// `judge`: how files are read and where their lint reports are kept
+    /// (the daemon's lints are shared with the profiles check).
+    pub fn new(node: NodeContext, judge: Judge) -> Self {
         PodsState {
             index: PodIndex::default(),
             classes: HashMap::new(),
-            judge: Judge::new(lints),
+            judge,
             reported: HashSet::new(),
             pods_listed: false,
             classes_listed: false,
@@ -313,9 +311,14 @@ mod tests {
     use nodeproof_findings::ConditionStatus;
     use nodeproof_seccomp::lint::LintOptions;
 
+    /// A judge that reads the test's files, with lint reports of its own.
+    fn test_judge() -> Judge {
+        Judge::new(Default::default(), crate::observe::profiles::read_reference)
+    }
+
     /// A watcher's state with lint reports of its own.
     fn fresh_state(node: NodeContext) -> PodsState {
-        PodsState::new(node, Default::default())
+        PodsState::new(node, test_judge())
     }
 
     #[test]
@@ -399,7 +402,7 @@ mod tests {
             .unwrap()
         };
         let pods = || vec![pod("gone", "nope.json"), pod("moved", "there.json")];
-        let mut st = PodsState::new(context(a.path()), Default::default());
+        let mut st = PodsState::new(context(a.path()), test_judge());
         st.apply(Change::Pods(pods()));
         st.apply(Change::Classes(Vec::new()));
         let e = st.evaluate();

@@ -1,7 +1,8 @@
 //! Judges a pod's seccomp references against this node: the file exists under
 //! the kubelet seccomp root, it lints to `ok` for the container's effective
-//! noNewPrivileges, and the pod's RuntimeClass runs here. Reads only profile
-//! files (through `nodeproof_seccomp::scan`, so FIFOs, loops and escaping links are
+//! noNewPrivileges, and the pod's RuntimeClass runs here. Pure: the files
+//! come from the judge's `ReadProfile` (the agent's reads them through
+//! `nodeproof_seccomp::scan`, so FIFOs, loops and escaping links are
 //! refused as they are for `profile lint`); lint results are kept by
 //! (path, lint options, contents) in a `LintCache`, so a thousand pods
 //! sharing one profile lint it once per mode, and not at all in the mode
@@ -17,6 +18,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 
 use crate::checks::lint_cache::LintCache;
 use crate::checks::profiles::passes;
+use crate::observe::profiles::ProfileRead;
 use nodeproof_findings::{count, Condition, ConditionStatus, ConditionType};
 use nodeproof_report::contract::{self, Contract, ContractError};
 use nodeproof_report::marks::Taint;
@@ -24,7 +26,6 @@ use nodeproof_report::refs::{PodRefs, Profile};
 use nodeproof_report::taints::{self, Toleration};
 use nodeproof_seccomp::capability::CapabilitySet;
 use nodeproof_seccomp::lint::{lint_source, LintOptions};
-use nodeproof_seccomp::scan;
 
 /// Why a pod's reference is unusable on this node (the condition's reason;
 /// the vocabulary's, `nodeproof_findings::reason`).
@@ -166,12 +167,18 @@ pub fn labels_and_taints(node: &Node) -> (BTreeMap<String, String>, Vec<Taint>) 
     (node.metadata.labels.clone().unwrap_or_default(), taints)
 }
 
-/// Judges pods. Lint reports come from a [`LintCache`], the daemon's one
-/// shared with the profiles check, so a file the check linted after an
-/// edit is not linted again for the pods that use it in the same mode.
-#[derive(Default)]
+/// How the judge reads a profile a pod references (`root`: the seccomp
+/// root, `path` under it). The agent's is
+/// `observe::profiles::read_reference`; tests give files of their own.
+pub type ReadProfile = fn(root: &Path, path: &Path) -> ProfileRead;
+
+/// Judges pods: pure, given what `read` finds. Lint reports come from a
+/// [`LintCache`], the daemon's one shared with the profiles check, so a
+/// file the check linted after an edit is not linted again for the pods
+/// that use it in the same mode.
 pub struct Judge {
     lints: Arc<LintCache>,
+    read: ReadProfile,
 }
 
 /// What a profile file is worth on this node, in one noNewPrivileges mode.
@@ -184,8 +191,8 @@ pub(crate) enum FileVerdict {
 }
 
 impl Judge {
-    pub fn new(lints: Arc<LintCache>) -> Self {
-        Judge { lints }
+    pub fn new(lints: Arc<LintCache>, read: ReadProfile) -> Self {
+        Judge { lints, read }
     }
 
     /// Every unusable reference of `pod`, in container order (RuntimeClass first).
@@ -280,15 +287,10 @@ impl Judge {
         let Some(path) = profile_path(&node.seccomp_root, rel) else {
             return FileVerdict::Bad(format!("{rel} leaves the seccomp root"));
         };
-        match std::fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileVerdict::Missing,
-            _ => {}
-        }
-        let bytes = match scan::read_entry(&path, Some(&node.seccomp_root)).contents {
-            Ok(b) => b,
-            Err(d) => {
-                return FileVerdict::Bad(format!("{}[{}]: {}", d.severity, d.code, d.message))
-            }
+        let bytes = match (self.read)(&node.seccomp_root, &path) {
+            ProfileRead::Missing => return FileVerdict::Missing,
+            ProfileRead::Unusable(why) => return FileVerdict::Bad(why),
+            ProfileRead::Contents(b) => b,
         };
         let opts = LintOptions {
             no_new_privileges: nnp,
@@ -480,6 +482,39 @@ mod tests {
         }
     }
 
+    /// No disk: the node's files as the test gives them.
+    fn files_in_memory(_root: &Path, path: &Path) -> ProfileRead {
+        match path.file_name().and_then(|n| n.to_str()) {
+            Some("good.json") => ProfileRead::Contents(good()),
+            Some("fifo.json") => ProfileRead::Unusable("error[unreadable]: a FIFO".into()),
+            _ => ProfileRead::Missing,
+        }
+    }
+
+    #[test]
+    fn the_judgement_is_pure_given_what_the_reader_finds() {
+        let mut judge = Judge::new(Default::default(), files_in_memory);
+        let ctx = node(Path::new("/nowhere"));
+        let judged = |judge: &mut Judge, file: &str| {
+            judge
+                .judge_pod(&vllm(localhost(file), None), &HashMap::new(), &ctx)
+                .into_iter()
+                .map(|f| (f.reason, f.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(judged(&mut judge, "good.json").is_empty());
+        let missing = judged(&mut judge, "gone.json");
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].0, Reason::ProfileMissing);
+        assert!(
+            missing[0].1.contains("not found under /nowhere"),
+            "{missing:?}"
+        );
+        let fifo = judged(&mut judge, "fifo.json");
+        assert_eq!(fifo[0].0, Reason::ProfileInvalid);
+        assert!(fifo[0].1.ends_with("error[unreadable]: a FIFO"), "{fifo:?}");
+    }
+
     fn vllm(profile_json: serde_json::Value, rc: Option<&str>) -> PodRefs {
         pod_refs(&pod(json!({
             "metadata": {"name": "vllm-0", "namespace": "ml", "uid": "u1"},
@@ -570,7 +605,7 @@ mod tests {
         })
         .collect();
         let ctx = node(root);
-        let mut judge = Judge::default();
+        let mut judge = Judge::new(Default::default(), crate::observe::profiles::read_reference);
         let cases: Vec<(PodRefs, Option<Reason>, &str)> = vec![
             (vllm(localhost("profiles/good.json"), None), None, ""),
             (vllm(json!({"type": "RuntimeDefault"}), None), None, ""),
@@ -671,16 +706,18 @@ mod tests {
             "status": {"phase": "Succeeded"}
         })));
         assert!(done.finished);
-        assert!(Judge::default()
-            .judge_pod(&done, &HashMap::new(), &ctx)
-            .is_empty());
+        assert!(
+            Judge::new(Default::default(), crate::observe::profiles::read_reference)
+                .judge_pod(&done, &HashMap::new(), &ctx)
+                .is_empty()
+        );
     }
 
     #[test]
     fn condition_names_pods_and_recovers_when_fixed() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = node(dir.path());
-        let mut judge = Judge::default();
+        let mut judge = Judge::new(Default::default(), crate::observe::profiles::read_reference);
         let refs = vllm(localhost("profiles/vllm-strict.json"), None);
         let f = judge.judge_pod(&refs, &HashMap::new(), &ctx);
         let c = condition(&f, 1);
@@ -727,7 +764,7 @@ mod tests {
         )
         .unwrap();
         let ctx = node(dir.path());
-        let mut judge = Judge::default();
+        let mut judge = Judge::new(Default::default(), crate::observe::profiles::read_reference);
         let a = judge.judge_pod(&vllm(localhost("tiny.json"), None), &HashMap::new(), &ctx);
         assert_eq!(a.len(), 1, "{a:?}");
         assert!(
@@ -759,7 +796,7 @@ mod tests {
                 "spec": {"containers": [{"name": "vllm", "securityContext": sc}]}
             })))
         };
-        let mut judge = Judge::default();
+        let mut judge = Judge::new(Default::default(), crate::observe::profiles::read_reference);
         let plain = judge.judge_pod(&with(json!({})), &HashMap::new(), &ctx);
         assert_eq!(plain.len(), 1, "{plain:?}");
         assert!(

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use kube::api::{ListParams, WatchParams};
 use serde_json::{json, Value};
 
+use nodeproof::observe::profiles::read_reference;
 use nodeproof::pods::denials::DenialAggregator;
 use nodeproof::pods::state::{self, PodsState};
+use nodeproof::pods::verdict::Judge;
 use nodeproof::pods::verdict::NodeContext;
 use nodeproof::pods::watch::{self, DenialFeed, WatchOptions};
 use nodeproof_kube::client;
@@ -148,7 +150,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
             },
             gpu: Default::default(),
         },
-        Default::default(),
+        Judge::new(Default::default(), read_reference),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let opts = WatchOptions {
@@ -652,7 +654,7 @@ async fn a_relabelled_or_tainted_node_is_judged_again() {
             },
             gpu: Default::default(),
         },
-        Default::default(),
+        Judge::new(Default::default(), read_reference),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // No recheck within the test: every round comes from a change.
@@ -834,7 +836,7 @@ impl Watching {
                 },
                 gpu: Default::default(),
             },
-            Default::default(),
+            Judge::new(Default::default(), read_reference),
         );
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let (round_tx, rounds) = tokio::sync::mpsc::channel(64);

@@ -86,7 +86,10 @@ fn the_example_is_ready_on_a_node_that_has_what_it_asks_and_not_elsewhere() {
         ]
         .into(),
     };
-    let mut judge = Judge::default();
+    let mut judge = Judge::new(
+        Default::default(),
+        nodeproof::observe::profiles::read_reference,
+    );
     let v = judge_class(&mut judge, "vllm", &info, &node);
     assert_eq!((v.state, v.cause.as_str()), (ContractState::Ready, ""));
     std::fs::remove_file(root.join("profiles/vllm-init.json")).unwrap();
