@@ -64,7 +64,7 @@ impl fmt::Display for OciRuntime {
 }
 
 /// What the runtime does with a decoded profile where runc and crun differ,
-/// as data: `runc::translate` and `lint` read it, so a runtime's difference
+/// as data: `translate::translate` and `lint` read it, so a runtime's difference
 /// is a field here, not a branch on the runtime's name.
 #[derive(Debug)]
 pub struct SeccompBehaviour {

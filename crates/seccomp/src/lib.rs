@@ -26,3 +26,4 @@ pub mod scan;
 pub mod spo;
 pub mod syscalls;
 pub mod template;
+pub mod translate;

@@ -19,11 +19,11 @@ use crate::json::{self, LineIndex, Node};
 use crate::model::{tpl_seccomp, tpl_syscall, Seccomp, OCI_SECCOMP, TPL_SECCOMP};
 use crate::oci_runtime::{EnosysStub, InitCaller, OciRuntime, OciRuntimeKind};
 use crate::patchbpf;
-use crate::runc::{self, Stage, Translation};
 use crate::runc_init::{self, Answer, ArgValue, InitSyscall, Kept, Phase};
 use crate::spo;
 use crate::syscalls::{resolve_syscall_in, Libseccomp};
 use crate::template::{self, TemplateContext};
+use crate::translate::{self, Stage, Translation};
 use strum::IntoStaticStr;
 
 /// The container runtime whose decoder reads the profile.
@@ -307,7 +307,7 @@ fn prepare(
     };
     let behaviour = opts.oci_runtime.behaviour();
     let resolves = |name: &str| resolve_syscall_in(behaviour.libseccomp, name, opts.arch).is_some();
-    let (translation, notes) = runc::translate(&profile, behaviour, &resolves);
+    let (translation, notes) = translate::translate(&profile, behaviour, &resolves);
     report.diagnostics.extend(notes);
     match translation {
         Translation::Disabled => {
