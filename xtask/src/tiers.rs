@@ -15,7 +15,10 @@ struct Tiers(Vec<(&'static str, std::time::Duration, bool)>);
 
 impl Tiers {
     fn time<T>(&mut self, name: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        eprintln!("xtask: tier {name}");
+        match free_gib() {
+            Some(free) => eprintln!("xtask: tier {name} ({free:.1} GiB free under target/)"),
+            None => eprintln!("xtask: tier {name}"),
+        }
         let started = std::time::Instant::now();
         let r = f();
         self.0.push((name, started.elapsed(), r.is_ok()));
@@ -39,6 +42,14 @@ impl Tiers {
 /// `cargo xtask test`: setup (the packages, the Debian package the nspawn
 /// test installs, tracefs), fmt and clippy, then [`test_suite`].
 pub fn test(no_fuzz: bool, libtest: &[String]) -> Result<()> {
+    if let Some(free) = free_gib().filter(|free| *free < COLD_BUILD_GIB) {
+        // Said first, so that a build that dies on ENOSPC minutes later has
+        // its cause on the first screen (a CI run failed that way at 209 s).
+        eprintln!(
+            "xtask: warning: {free:.1} GiB free under target/; a cold run needs about \
+             {COLD_BUILD_GIB} GiB (the builds, the kernels, the nspawn root); free some space"
+        );
+    }
     let mut tiers = Tiers::default();
     let before = tiers.time("setup", || {
         setup::setup()?;
@@ -65,6 +76,19 @@ pub fn test(no_fuzz: bool, libtest: &[String]) -> Result<()> {
         return Err(e);
     }
     test_suite(&mut tiers, no_fuzz, libtest)
+}
+
+/// What a cold `cargo xtask test` leaves under target/ at its largest, with
+/// some margin: XXX.
+const COLD_BUILD_GIB: f64 = 8.0;
+
+/// Free space of the file system that holds target/, in GiB; None when it
+/// cannot be read (then nothing is said).
+fn free_gib() -> Option<f64> {
+    let target = root().join("target");
+    let at = if target.exists() { target } else { root() };
+    let st = nix::sys::statvfs::statvfs(&at).ok()?;
+    Some(st.blocks_available() as f64 * st.fragment_size() as f64 / (1u64 << 30) as f64)
 }
 
 /// Binaries that ran longest on the CI machine, started first when
