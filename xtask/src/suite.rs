@@ -361,6 +361,31 @@ pub fn leftovers() -> (Vec<String>, Vec<String>) {
     (processes, cgroups)
 }
 
+/// Removes each cgroup in `cgroups` with what is under it, deepest first;
+/// rmdir(2) on a cgroup succeeds only when no process is in it, so nothing
+/// running is touched. Returns those still there. The CRI oracle lives in a
+/// static that no destructor ends, so its binary's last pod parent
+/// (`nodeproof-cri` in every v1 hierarchy) was left to the next run.
+pub fn remove_empty_cgroups(cgroups: &[String]) -> Vec<String> {
+    fn remove(dir: &std::path::Path) {
+        for c in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if c.file_type().is_ok_and(|t| t.is_dir()) {
+                remove(&c.path());
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    cgroups
+        .iter()
+        .filter(|c| {
+            let dir = std::path::Path::new(c.as_str());
+            remove(dir);
+            dir.exists()
+        })
+        .cloned()
+        .collect()
+}
+
 /// The sums of libtest's `test result:` lines.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Totals {
@@ -404,6 +429,24 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Directories stand in for cgroups: rmdir refuses a non-empty one as
+    /// it refuses a cgroup with a process in it.
+    #[test]
+    fn empty_cgroup_trees_are_removed_and_busy_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("nodeproof-cri");
+        std::fs::create_dir_all(empty.join("pod1/c1")).unwrap();
+        std::fs::create_dir_all(empty.join("pod2")).unwrap();
+        let busy = dir.path().join("nodeproof-busy");
+        std::fs::create_dir_all(busy.join("pod3")).unwrap();
+        std::fs::write(busy.join("pod3/cgroup.procs"), "42\n").unwrap();
+        let all = [empty.display().to_string(), busy.display().to_string()];
+        let kept = remove_empty_cgroups(&all);
+        assert!(!empty.exists());
+        assert_eq!(kept, [busy.display().to_string()]);
+        assert!(busy.join("pod3/cgroup.procs").exists());
+    }
 
     fn artifact(id: &str, name: &str, kind: &str, exe: Option<&str>, test: bool) -> String {
         serde_json::json!({"reason": "compiler-artifact", "package_id": id,
