@@ -361,6 +361,34 @@ pub fn leftovers() -> (Vec<String>, Vec<String>) {
     (processes, cgroups)
 }
 
+/// Mount points in `mountinfo` (a /proc/PID/mountinfo text) that the tests
+/// made: under `target` (the CRI oracle's state, the nspawn root, the
+/// kernels' guests) or with a `nodeproof-` path segment (the tests' own
+/// directories elsewhere). mountinfo escapes space, tab, newline and
+/// backslash as octal (fs/proc_namespace.c, `show_mountinfo` →
+/// `mangle`).
+pub fn leftover_mounts(mountinfo: &str, target: &Path) -> Vec<String> {
+    let target = target.to_string_lossy();
+    let mut out: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| {
+            p.replace("\\040", " ")
+                .replace("\\011", "\t")
+                .replace("\\012", "\n")
+                .replace("\\134", "\\")
+        })
+        .filter(|p| {
+            p == target.as_ref()
+                || p.starts_with(&format!("{target}/"))
+                || p.split('/').any(|seg| seg.starts_with("nodeproof-"))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Removes each cgroup in `cgroups` with what is under it, deepest first;
 /// rmdir(2) on a cgroup succeeds only when no process is in it, so nothing
 /// running is touched. Returns those still there. The CRI oracle lives in a
@@ -429,6 +457,24 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_of_the_tests_are_those_under_target_or_named_for_them() {
+        let info = "\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+90 22 0:51 / /w/target/nodeproof-cri/c1/rootfs rw shared:40 - overlay overlay rw
+91 22 0:52 / /tmp/nodeproof-oracle\\040x/shm rw shared:41 - tmpfs shm rw
+92 22 0:53 / /w/targets rw shared:42 - tmpfs t rw
+93 22 0:23 / /sys/kernel/tracing rw shared:7 - tracefs tracefs rw
+";
+        assert_eq!(
+            leftover_mounts(info, Path::new("/w/target")),
+            [
+                "/tmp/nodeproof-oracle x/shm",
+                "/w/target/nodeproof-cri/c1/rootfs"
+            ]
+        );
+    }
 
     /// Directories stand in for cgroups: rmdir refuses a non-empty one as
     /// it refuses a cgroup with a process in it.

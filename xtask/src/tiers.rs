@@ -191,6 +191,13 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
     for p in &left_running {
         eprintln!("xtask: left running by the tests: {p}");
     }
+    let left_mounts = suite::leftover_mounts(
+        &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+        &root().join("target"),
+    );
+    for m in &left_mounts {
+        eprintln!("xtask: left mounted by the tests: {m}");
+    }
     if !left_cgroups.is_empty() {
         let kept = suite::remove_empty_cgroups(&left_cgroups);
         eprintln!(
@@ -215,7 +222,12 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
         println!("SKIPPED {}::{}: needs {}", s.target, s.test, s.needs);
     }
     println!("{}", totals.summary(skipped.len()));
-    if !failed.is_empty() || doc.is_err() || fuzzed.is_err() || !left_running.is_empty() {
+    if !failed.is_empty()
+        || doc.is_err()
+        || fuzzed.is_err()
+        || !left_running.is_empty()
+        || !left_mounts.is_empty()
+    {
         std::process::exit(1);
     }
     Ok(())
