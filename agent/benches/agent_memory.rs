@@ -6,7 +6,7 @@
 //! RSS (the median of VmRSS, and of its anonymous and file-backed parts,
 //! read every second for 10 s once every pod is watched, while the agent
 //! is scraped, re-lints a rewritten profile and judges a pod bound and
-//! deleted). Issue 26's targets: peak ≤ 32 MiB, steady ≤ 20 MiB; the
+//! deleted). Targets: peak ≤ 32 MiB, steady ≤ 20 MiB, so that a node agent fits a 32Mi limit; the
 //! DaemonSet's requests and limits follow these figures
 //! (deploy/base/daemonset.yaml).
 //!

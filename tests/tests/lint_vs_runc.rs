@@ -155,7 +155,7 @@ fn own_profiles_match(build: RuntimeBuild) {
 
 /// runc init is Go: what it calls through the syscall package has 0 in
 /// every slot the call does not take, so a rule there decides the same way
-/// in every start. The issue's case: `execve` denied when `args[3] != 0`
+/// in every start. The case seen: `execve` denied when `args[3] != 0`
 /// starts every time with real runc (it was predicted start-failed, "depends
 /// on the register"), and denied when `args[3] == 0` fails every time.
 #[test]

@@ -17,6 +17,8 @@ mod image;
 #[cfg(test)]
 mod layers;
 mod package;
+#[cfg(test)]
+mod prose;
 mod setup;
 mod smoke_record;
 mod suite;

@@ -122,7 +122,7 @@ mod tests {
                 assert!(finding(&r).message.contains(&r.detail), "{r:?}");
             }
         }
-        // The node: fexit refused with EPERM as root, tp_btf loaded.
+        // A locked-down node (as this one): fexit refused with EPERM as root, tp_btf loaded.
         let r = Readiness::loaded(
             Strategy::TpBtf,
             &[attempt(Strategy::Fexit, FailureReason::BpfPermissionDenied)],

@@ -945,7 +945,7 @@ fn released_pods_are_judged_by_the_configured_gates() {
 /// `--context` picks a context of the kubeconfig as `kubectl --context`
 /// does: here the current-context points at a server that does not answer,
 /// the named one at the cluster. A context the file lacks is named with
-/// those it has (issue 28).
+/// those it has, as kubectl names them.
 #[test]
 fn context_picks_the_kubeconfigs_context_like_kubectl() {
     let server = healthy();

@@ -1,7 +1,8 @@
 //! Pods and their seccomp references against the test API server: the watch
 //! (field selector `spec.nodeName`, as the Node authorizer requires), the
 //! `SeccompProfilesReady` condition and Warning Events on the pods, on the
-//! real clock, each within the 5 s.
+//! real clock, each within 5 s (a pod stuck in CreateContainerError is named
+//! before anyone runs `kubectl describe`).
 
 use crate::support;
 

@@ -1,4 +1,4 @@
-//! Issue 28, item 5: every error the binary prints is a sentence a person
+//! Every error the binary prints is a sentence a person
 //! reads, naming the object and the remedy, never a Rust `Debug` dump
 //! (kube-rs' text of an API error ends in `(Status { status: Some(Failure),
 //! code: 401, … })`) and never one cause said three times (kube-rs' config

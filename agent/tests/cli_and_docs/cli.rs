@@ -15,7 +15,8 @@ fn nodeproof(args: &[&str]) -> Output {
     out
 }
 
-/// The rule of issue 28 over every command these tests run: what the binary
+/// The rule over every command these tests run (a person reads it, so it names the
+/// object and the remedy): what the binary
 /// says in its own name (`nodeproof: …`, `nodeproof cluster check: …`) is a
 /// sentence, never a Rust `Debug` dump. (A lint diagnostic's echoed source
 /// line is the profile's text, not the binary's, so only those lines.)
@@ -945,7 +946,7 @@ fn trace_stops_cleanly_on_sigint() {
 }
 
 /// An empty trace is said as such, never as an empty patch that reads as
-/// "the profile already allows everything" (issue 28 item 7).
+/// "the profile already allows everything" and would be applied as such.
 #[test]
 fn advise_with_no_denial_observed_says_so_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -986,7 +987,7 @@ fn advise_with_no_denial_observed_says_so_and_changes_nothing() {
 
 /// `trace --namespace` on a node without the kubelet's pod log directories
 /// could match nothing: it says so and fails, instead of an empty table
-/// that reads as "no denials" (issue 28 item 12).
+/// that reads as "no denials" while nothing could have matched.
 #[test]
 fn trace_by_namespace_without_pod_names_says_why_and_fails() {
     let dir = tempfile::tempdir().unwrap();
@@ -1018,7 +1019,7 @@ fn trace_by_namespace_without_pod_names_says_why_and_fails() {
 }
 
 /// `-o yaml` wherever `-o json` exists: the same document, and on failure
-/// the same error object (issue 28).
+/// the same error object (a script reads either the same way).
 #[test]
 fn yaml_is_the_json_document_for_every_structured_command() {
     let dir = tempfile::tempdir().unwrap();

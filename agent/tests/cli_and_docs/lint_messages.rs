@@ -175,7 +175,7 @@ fn the_summary_says_what_the_outcome_means() {
     );
 }
 
-/// A minified profile is one line (the issue's: 334 KB, 9 warnings, 3 MB of
+/// A minified profile is one line (one seen in use: 334 KB, 9 warnings, 3 MB of
 /// output): each diagnostic shows a window of it, so the output stays small
 /// however long the line is.
 #[test]

@@ -239,7 +239,8 @@ fn one_profile_edit_is_one_lint_one_round_and_one_patch() {
     assert!(agent.stop(), "{}", agent.log_text());
 }
 
-/// Issue 28, item 17: the API server is away 25 s under a running agent
+/// A real kube-apiserver 1.36 restarted under the agent left a new pod unnamed for 38 s:
+/// here the API server is away 25 s under a running agent
 /// (every new connection reset, as a stopped kube-apiserver's port; open
 /// ones cut), and a pod referencing a missing profile is created as soon as
 /// it is back. By then the pods watch's retry delay has grown to 12.8–25.6 s

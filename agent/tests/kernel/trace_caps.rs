@@ -233,7 +233,7 @@ fn without_the_capabilities_it_fails_naming_them() {
             stderr.contains("grant CAP_BPF and CAP_PERFMON, or run as root"),
             "caps {caps:?}: {stderr}"
         );
-        // `-o json` on failure: the error as one JSON object (issue 28's rule).
+        // `-o json` on failure: the error as one JSON object, which a script can parse.
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!("caps {caps:?}: stdout is not JSON ({e}): {:?}", out.stdout)
         });

@@ -234,7 +234,7 @@ fn in_traced_child(f: impl FnOnce() -> i32) -> (u32, i32) {
     }
 }
 
-/// Issue 28 item 11: under a ptrace tracer every syscall stops twice and the
+/// Under a ptrace tracer (strace, a debugger) every syscall stops twice and the
 /// task sleeps in each stop; a KILL_PROCESS denial was counted twice (a
 /// phantom `errno 0` beside the kill), since seccomp marks the task dead
 /// without a filter install. One denial is one row, traced or not.

@@ -197,7 +197,7 @@ impl ReportConfig {
         policy.hysteresis = base;
         // Profiles and pod references are judged from files and API
         // objects, not noisy probes: smoothing would only hold back the
-        // pod problem the issue wants said within 5 s. Configurable still.
+        // pod problem that must be said within 5 s. Configurable still.
         policy
             .per_kind
             .insert(ConditionType::SeccompProfilesReady, Hysteresis::IMMEDIATE);

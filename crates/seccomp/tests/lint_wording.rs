@@ -187,8 +187,8 @@ fn lint_with(src: &str, nnp: bool, rt: OciRuntime) -> ProfileReport {
 /// passes 0 in every slot a call does not take, so a rule there is judged
 /// with 0 (real runc 1.1.5 starts every time with `execve` denied when
 /// `args[3] != 0`: tests/tests/lint_vs_runc.rs). crun calls through libc,
-/// where those registers hold leftovers: the start depends on them (issue 28
-/// item 15).
+/// where those registers hold leftovers: the start depends on them, so a
+/// rule there is judged unknown.
 #[test]
 fn an_argument_a_go_made_call_does_not_take_is_zero_a_c_made_one_is_unknown() {
     let deny_execve_if = |op: &str, value: u64| {

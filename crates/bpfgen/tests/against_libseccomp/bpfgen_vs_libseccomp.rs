@@ -432,7 +432,7 @@ fn long_jumps_compile_identically() {
     }
 }
 
-/// The shapes of issue 18's item 7: a 64-bit EQ combined with a second
+/// The shapes where native generators most often differ from libseccomp: a 64-bit EQ combined with a second
 /// condition (every operator, 32- and 64-bit values, either order), one to
 /// three such rules per syscall, on arch sets that mix 32- and 64-bit arches.
 fn wide_eq_specs(rules_per_syscall: u64, syscalls: &[String], arches: &[Arch]) -> Vec<FilterSpec> {
