@@ -1,16 +1,21 @@
 //! A rule over the repository's own text: a comment or a document says why,
-//! never "issue 28" or "the issue's case". Issue numbers belong to the
-//! tracker a reader of the code may not have, and the reason is what they
+//! never "issue 28", "the issue's case" or "the article's rule". Issue
+//! numbers belong to a tracker, and the articles the project was conceived
+//! from to its authors; a reader has neither, and the reason is what they
 //! need (CONTRIBUTING.md, "Layout").
 
 /// `(line number, line)` of each place in `text` that points at an issue
-/// instead of saying the reason: `issue 5`, `issue #19`, `the issue's`.
+/// or an article instead of saying the reason: `issue 5`, `issue #19`,
+/// `the issue's`, `the article`, `the articles'`.
 pub fn issue_references(text: &str) -> Vec<(usize, String)> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| {
             let lower = line.to_lowercase();
             lower.contains("the issue's")
+                || lower.contains("the article")
+                || lower.contains("article's")
+                || lower.contains("articles'")
                 || lower.match_indices("issue ").any(|(at, m)| {
                     let rest = lower[at + m.len()..].trim_start_matches('#');
                     rest.starts_with(|c: char| c.is_ascii_digit())
@@ -27,9 +32,10 @@ mod tests {
     #[test]
     fn numbered_and_possessive_references_are_found_and_other_uses_are_not() {
         let text = "a\n// Issue 28, item 5: x\nsee issue #19\nthe issue's node\n\
-                    an issue with the disk\nissues 3 of them\n";
+                    an issue with the disk\nissues 3 of them\nthe articles' alert\n\
+                    fn article(kind: &str)\n";
         let found: Vec<usize> = issue_references(text).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(found, [2, 3, 4]);
+        assert_eq!(found, [2, 3, 4, 7]);
     }
 
     /// The repository's own text files (not `target/`, not `.git/`).

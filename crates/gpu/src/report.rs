@@ -100,7 +100,7 @@ impl GpuReport {
 
     /// The values behind the GPU metrics (the daemon's `/metrics` encodes
     /// them): per-GPU health by check, XID counters by class, driver
-    /// readiness. The articles' alert ("GPU health below 95% for 2 minutes")
+    /// readiness. The usual fleet alert ("GPU health below 95% for 2 minutes")
     /// becomes `100 * avg by (node) (nodeproof_gpu_health{check="all"}) < 95`.
     pub fn metrics(&self, state: &PolicyState) -> GpuMetrics {
         let e = &self.evaluation;

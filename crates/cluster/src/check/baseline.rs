@@ -1,6 +1,6 @@
-//! A before/after baseline of the cluster around an upgrade (the second
-//! article's checklist: record nodes, components and key workloads before
-//! and after, and compare).
+//! A before/after baseline of the cluster around an upgrade (an upgrade
+//! checklist's first and last steps: record nodes, components and key
+//! workloads before and after, and compare).
 //!
 //! [`Baseline::record`] takes what `cluster check` read and judged;
 //! [`compare`] classifies every difference as regressed, improved or

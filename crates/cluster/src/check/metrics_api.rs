@@ -2,7 +2,7 @@
 //! without the others, and an upgrade can break any of them:
 //!
 //! 1. **registered**: an APIService of `metrics.k8s.io` exists, `v1` (the
-//!    stable version the article expects) preferred over `v1beta1`
+//!    stable version, where a cluster serves it) preferred over `v1beta1`
 //!    (what metrics-server registers today);
 //! 2. **Available**: kube-aggregator's availability controller says it
 //!    reaches the backend (`Available=True`);
