@@ -267,9 +267,9 @@ pub struct SeccompConfig {
     /// The kubelet's seccomp root (`--seccomp-root` overrides it).
     #[serde(default = "default_root")]
     pub root: PathBuf,
-    /// `auto`, `containerd` or `crio`.
-    #[serde(default = "default_runtime")]
-    pub runtime: String,
+    /// `auto`, `containerd` or `crio`: whose decoder reads the profiles.
+    #[serde(default)]
+    pub runtime: CriRuntimeSetting,
     /// The noNewPrivileges mode profiles are judged in (containerd's default for pods is false).
     #[serde(default)]
     pub no_new_privileges: bool,
@@ -282,20 +282,27 @@ fn default_root() -> PathBuf {
     PathBuf::from("/var/lib/kubelet/seccomp")
 }
 
-fn default_runtime() -> String {
-    "auto".into()
+/// `seccomp.runtime` in the config: the CRI runtime whose decoder reads the
+/// profiles (CRI-O evaluates its template first; containerd hands the file
+/// to the OCI runtime as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CriRuntimeSetting {
+    /// Told from the runtime sockets on this node.
+    #[default]
+    Auto,
+    Containerd,
+    Crio,
 }
 
-impl SeccompConfig {
-    /// Every problem of the section, each naming its key.
-    pub fn problems(&self) -> Vec<String> {
-        if matches!(self.runtime.as_str(), "auto" | "containerd" | "crio") {
-            return Vec::new();
+impl CriRuntimeSetting {
+    /// The runtime named, or None for `auto`.
+    pub fn named(self) -> Option<Runtime> {
+        match self {
+            CriRuntimeSetting::Auto => None,
+            CriRuntimeSetting::Containerd => Some(Runtime::Containerd),
+            CriRuntimeSetting::Crio => Some(Runtime::Crio),
         }
-        vec![format!(
-            "seccomp.runtime must be auto, containerd or crio, not {:?}",
-            self.runtime
-        )]
     }
 }
 
@@ -303,7 +310,7 @@ impl Default for SeccompConfig {
     fn default() -> Self {
         SeccompConfig {
             root: default_root(),
-            runtime: default_runtime(),
+            runtime: CriRuntimeSetting::Auto,
             no_new_privileges: false,
             oci_runtime: OciRuntimeSetting::Auto,
         }

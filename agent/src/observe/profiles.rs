@@ -69,10 +69,9 @@ pub fn lint_setup(config: &SeccompConfig) -> (LintOptions, Finding) {
 /// The runtime whose decoder reads profiles: configured, else detected from
 /// the runtime sockets on this node (CRI-O only when containerd is absent).
 pub fn detect_runtime(config: &SeccompConfig) -> Runtime {
-    match config.runtime.as_str() {
-        "crio" => Runtime::Crio,
-        "containerd" => Runtime::Containerd,
-        _ => {
+    match config.runtime.named() {
+        Some(named) => named,
+        None => {
             let present = |r: Runtime| r.sockets().iter().any(|p| Path::new(p).exists());
             let (crio, containerd) = (present(Runtime::Crio), present(Runtime::Containerd));
             if crio && !containerd {
