@@ -186,7 +186,8 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
     }
     tiers.print();
     // Every test ends what it started: a process left in one of the tests'
-    // cgroups fails the suite; cgroups left empty are said.
+    // cgroups or a mount of theirs fails the suite; cgroups left empty are
+    // removed and said.
     let (left_running, left_cgroups) = suite::leftovers();
     for p in &left_running {
         eprintln!("xtask: left running by the tests: {p}");
@@ -200,16 +201,18 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
     }
     if !left_cgroups.is_empty() {
         let kept = suite::remove_empty_cgroups(&left_cgroups);
-        eprintln!(
-            "xtask: {} cgroups of the tests left empty, removed: {}",
-            left_cgroups.len() - kept.len(),
-            left_cgroups
-                .iter()
-                .filter(|c| !kept.contains(c))
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
+        if kept.len() < left_cgroups.len() {
+            eprintln!(
+                "xtask: {} cgroups of the tests left empty, removed: {}",
+                left_cgroups.len() - kept.len(),
+                left_cgroups
+                    .iter()
+                    .filter(|c| !kept.contains(c))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
         if !kept.is_empty() {
             eprintln!(
                 "xtask: {} cgroups of the tests could not be removed: {}",
