@@ -364,20 +364,11 @@ pub fn leftovers() -> (Vec<String>, Vec<String>) {
 /// Mount points in `mountinfo` (a /proc/PID/mountinfo text) that the tests
 /// made: under `target` (the CRI oracle's state, the nspawn root, the
 /// kernels' guests) or with a `nodeproof-` path segment (the tests' own
-/// directories elsewhere). mountinfo escapes space, tab, newline and
-/// backslash as octal (fs/proc_namespace.c, `show_mountinfo` →
-/// `mangle`).
+/// directories elsewhere).
 pub fn leftover_mounts(mountinfo: &str, target: &Path) -> Vec<String> {
     let target = target.to_string_lossy();
-    let mut out: Vec<String> = mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| {
-            p.replace("\\040", " ")
-                .replace("\\011", "\t")
-                .replace("\\012", "\n")
-                .replace("\\134", "\\")
-        })
+    let mut out: Vec<String> = nodeproof_testkit::mount_points(mountinfo)
+        .into_iter()
         .filter(|p| {
             p == target.as_ref()
                 || p.starts_with(&format!("{target}/"))

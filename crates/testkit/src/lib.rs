@@ -614,6 +614,23 @@ fn writable_cgroup2() -> bool {
     std::fs::create_dir(&probe).is_ok() && std::fs::remove_dir(&probe).is_ok()
 }
 
+/// The mount points of a `/proc/PID/mountinfo` text (its fifth field),
+/// unescaped: mountinfo writes space, tab, newline and backslash as octal
+/// (fs/proc_namespace.c, `show_mountinfo` → `mangle`). What the tests'
+/// harnesses and the suite's end check to find mounts left behind.
+pub fn mount_points(mountinfo: &str) -> Vec<String> {
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| {
+            p.replace("\\040", " ")
+                .replace("\\011", "\t")
+                .replace("\\012", "\n")
+                .replace("\\134", "\\")
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -366,10 +366,8 @@ pub fn mounts_under(dir: &Path) -> Vec<String> {
         return Vec::new();
     };
     let prefix = dir.to_string_lossy().into_owned();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        // mountinfo escapes space, tab, newline and backslash as octal.
-        .map(|p| p.replace("\\040", " "))
+    nodeproof_testkit::mount_points(&info)
+        .into_iter()
         .filter(|p| p == &prefix || p.starts_with(&format!("{prefix}/")))
         .collect()
 }
