@@ -180,7 +180,7 @@ fn the_unit_runs_under_systemd_as_pid_1() {
 /// when PATH has no such version, else the one on PATH. Missing is a
 /// failure, not a skip: the package is what gets shipped.
 fn cargo_deb() -> Command {
-    let tools = repo().join("target/tools/bin/cargo-deb");
+    let tools = nodeproof_testkit::target_dir().join("tools/bin/cargo-deb");
     if tools.is_file() {
         let mut c = Command::new(tools);
         c.arg("deb");

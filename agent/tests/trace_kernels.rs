@@ -286,7 +286,7 @@ fn matrix(suite: Suite, expect: Expect) {
     if require(&n).is_none() {
         return;
     }
-    let cache = repo().join("target/kernels");
+    let cache = nodeproof_testkit::target_dir().join("kernels");
     let kernel = suite
         .kernel(&cache)
         .unwrap_or_else(|e| panic!("fetching {}'s kernel: {e}", suite.name()));

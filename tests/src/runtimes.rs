@@ -279,5 +279,5 @@ impl TrixieLibraries {
 
 /// The cache of fetched runtimes under the workspace's `target/`.
 pub fn default_cache_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/oci-runtimes")
+    nodeproof_testkit::target_dir().join("oci-runtimes")
 }

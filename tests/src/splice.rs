@@ -535,7 +535,7 @@ fn hybrid_cgroup2_has_controllers() -> bool {
 
 /// A cache directory for the oracle under the workspace's `target/`.
 pub fn default_oracle_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nodeproof-runc-oracle")
+    nodeproof_testkit::target_dir().join("nodeproof-runc-oracle")
 }
 
 #[cfg(test)]

@@ -46,7 +46,9 @@ fn the_image_starts_in_containerd_as_its_user_and_lints_a_profile() {
     // The binary the test build made (the debug one: the image test is of
     // the image, and a release build would double the suite's build).
     cargo(&["build", "-q", "-p", "nodeproof", "--bin", "nodeproof"]);
-    let bin = workspace().join("target/debug/nodeproof");
+    // Where cargo put it: this test binary's own profile directory
+    // (`CARGO_TARGET_DIR` or a cargo config may move it off `target/`).
+    let bin = nodeproof_testkit::profile_dir().join("nodeproof");
     let out = tempfile::tempdir().expect("a temporary directory");
     let printed = cargo(&[
         "run",
@@ -138,7 +140,9 @@ fn tar_list(archive: &Path) -> Vec<String> {
 #[test]
 fn the_release_archive_unpacks_checks_and_runs_and_is_reproducible() {
     cargo(&["build", "-q", "-p", "nodeproof", "--bin", "nodeproof"]);
-    let bin = workspace().join("target/debug/nodeproof");
+    // Where cargo put it: this test binary's own profile directory
+    // (`CARGO_TARGET_DIR` or a cargo config may move it off `target/`).
+    let bin = nodeproof_testkit::profile_dir().join("nodeproof");
     let version = env!("CARGO_PKG_VERSION");
     let dist = |out: &Path| {
         cargo(&[

@@ -26,8 +26,10 @@ pub struct DistArgs {
     #[arg(long)]
     bin: Option<PathBuf>,
     /// Where to write the bundle.
-    #[arg(long, default_value = "target/dist")]
-    out: PathBuf,
+    /// Default: `dist/` under cargo's target directory (`target/dist` unless
+    /// `CARGO_TARGET_DIR` or a cargo config moves it).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Leave the .deb out (it packs the release build's binary).
     #[arg(long)]
     no_deb: bool,
@@ -40,7 +42,10 @@ pub fn dist_command(args: &DistArgs) -> Result<()> {
         None => crate::build_release()?,
     };
     let meta = crate::image::meta()?;
-    let out = root().join(&args.out);
+    let out = args
+        .out
+        .as_ref()
+        .map_or_else(|| crate::target_dir().join("dist"), |o| root().join(o));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let generated = out.join("generated");
     package::gen_files(&bin, &generated)?;
@@ -57,7 +62,7 @@ pub fn dist_command(args: &DistArgs) -> Result<()> {
             bail!("the .deb packs the release build: leave --bin out, or pass --no-deb");
         }
         package::deb(&[])?;
-        let deb = newest_deb(&root().join("target/debian"))?;
+        let deb = newest_deb(&crate::target_dir().join("debian"))?;
         let file = deb.file_name().context("a .deb without a name")?;
         let target = out.join(file);
         std::fs::copy(&deb, &target).with_context(|| format!("copying {}", deb.display()))?;

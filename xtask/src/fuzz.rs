@@ -100,7 +100,7 @@ pub fn fuzz(opts: &FuzzArgs) -> Result<Vec<FuzzRun>> {
     }
     let opts = &opts;
     let cargo_fuzz = cargo_fuzz()?;
-    let target_dir = root().join("target/fuzz");
+    let target_dir = crate::target_dir().join("fuzz");
     let mut build = Command::new(&cargo_fuzz);
     // No sanitizer: the targets are Rust (cargo-fuzz's release build keeps
     // debug assertions and overflow checks on), and the fork per input of
@@ -230,17 +230,17 @@ fn fuzz_stat(log: &str, name: &str) -> Option<u64> {
 fn run_fuzz_target(bin: &Path, target: &str, opts: &FuzzArgs) -> Result<FuzzRun> {
     let corpus = match opts.seed {
         Some(_) => {
-            let fresh = root().join("target/fuzz-smoke-corpus").join(target);
+            let fresh = crate::target_dir().join("fuzz-smoke-corpus").join(target);
             if fresh.exists() {
                 std::fs::remove_dir_all(&fresh)
                     .with_context(|| format!("emptying {}", fresh.display()))?;
             }
             fresh
         }
-        None => root().join("target/fuzz-corpus").join(target),
+        None => crate::target_dir().join("fuzz-corpus").join(target),
     };
-    let artifacts = root().join("target/fuzz-artifacts").join(target);
-    let logs = root().join("target/fuzz-logs");
+    let artifacts = crate::target_dir().join("fuzz-artifacts").join(target);
+    let logs = crate::target_dir().join("fuzz-logs");
     for d in [&corpus, &artifacts, &logs] {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
@@ -255,7 +255,7 @@ fn run_fuzz_target(bin: &Path, target: &str, opts: &FuzzArgs) -> Result<FuzzRun>
         "profile_lint" => {
             // The project's profiles and the shared corpus, copied at run
             // time (the corpus is never committed).
-            let seeds = root().join("target/fuzz-corpus/profile_lint-seeds");
+            let seeds = crate::target_dir().join("fuzz-corpus/profile_lint-seeds");
             copy_seeds(
                 &[
                     nodeproof_testkit::own_profiles_dir(),
@@ -267,7 +267,7 @@ fn run_fuzz_target(bin: &Path, target: &str, opts: &FuzzArgs) -> Result<FuzzRun>
             max_len = Some(64 * 1024);
         }
         "config" => {
-            let seeds = root().join("target/fuzz-corpus/config-seeds");
+            let seeds = crate::target_dir().join("fuzz-corpus/config-seeds");
             std::fs::create_dir_all(&seeds)?;
             std::fs::copy(
                 root().join("systemd/config.toml"),
@@ -346,7 +346,7 @@ fn copy_seeds(from: &[PathBuf], to: &Path) -> Result<()> {
 /// `cargo-fuzz`: the pinned version under target/tools, installed there on
 /// first use (CI caches it with the rest of target/).
 fn cargo_fuzz() -> Result<PathBuf> {
-    let tools = root().join("target/tools");
+    let tools = crate::target_dir().join("tools");
     let local = tools.join("bin/cargo-fuzz");
     let pinned = Command::new(&local)
         .arg("--version")

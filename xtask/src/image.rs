@@ -45,8 +45,10 @@ pub struct ImageArgs {
     #[arg(long)]
     bin: Option<PathBuf>,
     /// Where to write the layout (DIR/oci) and the tarball (DIR/nodeproof-image.tar).
-    #[arg(long, default_value = "target/image")]
-    out: PathBuf,
+    /// Default: `image/` under cargo's target directory (`target/image` unless
+    /// `CARGO_TARGET_DIR` or a cargo config moves it).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// The image's name, without the tag (the tag is the version).
     #[arg(long, default_value = "nodeproof")]
     name: String,
@@ -82,7 +84,10 @@ pub fn image_command(args: &ImageArgs) -> Result<()> {
     };
     let meta = meta()?;
     let files = files(&bin)?;
-    let out = root().join(&args.out);
+    let out = args
+        .out
+        .as_ref()
+        .map_or_else(|| crate::target_dir().join("image"), |o| root().join(o));
     let w = write(&out, &args.name, &meta, &files)?;
     println!("{} {}", w.reference, w.digest);
     eprintln!(

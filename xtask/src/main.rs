@@ -250,7 +250,29 @@ fn build_release() -> Result<PathBuf> {
     if !status.success() {
         bail!("cargo build --release -p nodeproof failed ({status})");
     }
-    Ok(root().join("target/release/nodeproof"))
+    Ok(crate::target_dir().join("release/nodeproof"))
+}
+
+/// The workspace's target directory as cargo resolves it
+/// (`CARGO_TARGET_DIR`, a cargo config's `build.target-dir`, else
+/// `<workspace>/target`): `cargo metadata`'s `target_directory`, read once.
+/// Everything xtask writes or finds under "target/" is under this.
+pub fn target_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        match metadata("Cargo.toml").map(|m| m["target_directory"].as_str().map(PathBuf::from)) {
+            Ok(Some(dir)) => dir,
+            Ok(None) => {
+                eprintln!("xtask: cargo metadata names no target_directory; using target/");
+                root().join("target")
+            }
+            Err(e) => {
+                eprintln!("xtask: {e:#}; using target/");
+                root().join("target")
+            }
+        }
+    })
+    .clone()
 }
 
 fn root() -> PathBuf {

@@ -130,7 +130,7 @@ pub fn install_command(opts: &InstallArgs) -> Result<()> {
         None => crate::build_release()?,
     };
     let dest = opts.destdir.clone().unwrap_or_else(|| PathBuf::from("/"));
-    let generated = root().join(GENERATED);
+    let generated = crate::target_dir().join(GENERATED.trim_start_matches("target/"));
     gen_files(&bin, &generated)?;
     let written = install(&Layout::read()?, &root(), &bin, &generated, &dest)?;
     for w in &written {
@@ -147,7 +147,10 @@ pub fn install_command(opts: &InstallArgs) -> Result<()> {
 /// cargo-deb (whose own build is then a no-op).
 pub fn deb(args: &[String]) -> Result<()> {
     let bin = crate::build_release()?;
-    gen_files(&bin, &root().join(GENERATED))?;
+    gen_files(
+        &bin,
+        &crate::target_dir().join(GENERATED.trim_start_matches("target/")),
+    )?;
     let mut deb = cargo_deb()?;
     // cargo-deb's own build is then a no-op only with the same revision.
     deb.env("NODEPROOF_REVISION", crate::revision());
@@ -325,7 +328,7 @@ pub fn cargo_deb() -> Result<Command> {
                 && String::from_utf8_lossy(&o.stdout).trim()
                     == format!("cargo-deb {CARGO_DEB_VERSION}")
         });
-    let tools = root().join("target/tools");
+    let tools = crate::target_dir().join("tools");
     let local = tools.join("bin/cargo-deb");
     let mut cmd = if on_path {
         Command::new(&cargo)

@@ -94,7 +94,7 @@ fn cold_build_gib() -> f64 {
 /// Free space of the file system that holds target/, in GiB; None when it
 /// cannot be read (then nothing is said).
 fn free_gib() -> Option<f64> {
-    let target = root().join("target");
+    let target = crate::target_dir();
     let at = if target.exists() { target } else { root() };
     let st = nix::sys::statvfs::statvfs(&at).ok()?;
     Some(st.blocks_available() as f64 * st.fragment_size() as f64 / (1u64 << 30) as f64)
@@ -139,7 +139,7 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
         .ok()
         .and_then(|j| j.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() + 1));
-    let times_file = root().join("target/test-times.tsv");
+    let times_file = crate::target_dir().join("test-times.tsv");
     let ordered = suite::order(&binaries, &suite::read_times(&times_file), LONGEST_FIRST);
     eprintln!("xtask: {} test binaries, {jobs} at a time", ordered.len());
     let mut flaky = Vec::new();
@@ -148,7 +148,7 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
             ordered,
             jobs,
             args,
-            &root().join("target/test-logs"),
+            &crate::target_dir().join("test-logs"),
             &times_file,
         )?;
         for o in &mut outcomes {
@@ -199,7 +199,7 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
     }
     let left_mounts = suite::leftover_mounts(
         &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
-        &root().join("target"),
+        &crate::target_dir(),
     );
     for m in &left_mounts {
         eprintln!("xtask: left mounted by the tests: {m}");

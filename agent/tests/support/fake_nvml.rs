@@ -28,7 +28,7 @@ pub fn fake_cuda_library() -> &'static Path {
 fn build(source: &str, soname: &str) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = manifest.join("tests").join(source);
-    let out = manifest.join("../target/fake-nvml");
+    let out = nodeproof_testkit::target_dir().join("fake-nvml");
     std::fs::create_dir_all(&out).unwrap();
     // Unique per process so parallel test binaries never see a half-written file.
     let lib = out.join(format!("{soname}.{}", std::process::id()));

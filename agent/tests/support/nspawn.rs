@@ -23,7 +23,7 @@ pub fn repo() -> PathBuf {
 pub fn rootfs() -> PathBuf {
     static BUILT: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _once = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = repo().join("target/nspawn");
+    let dir = nodeproof_testkit::target_dir().join("nspawn");
     let root = dir.join("rootfs");
     std::fs::create_dir_all(&dir).unwrap();
     let lock = std::fs::File::create(dir.join(".lock")).unwrap();

@@ -459,17 +459,74 @@ pub fn profiles_in(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Where skips are recorded: `$CARGO_TARGET_DIR/nodeproof-skips`, else
-/// `<workspace>/target/nodeproof-skips`. One file per skip, so parallel test
-/// processes never write to the same file.
+/// Where skips are recorded: `<target dir>/nodeproof-skips` ([`target_dir`]).
+/// One file per skip, so parallel test processes never write to the same file.
 pub fn skips_dir() -> PathBuf {
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        // Relative: cargo resolves it against the directory it was run in,
-        // the workspace root for `cargo xtask test`.
-        Some(t) => workspace_root().join(t),
-        None => workspace_root().join("target"),
-    };
-    target.join("nodeproof-skips")
+    target_dir().join("nodeproof-skips")
+}
+
+/// The target directory cargo built the running executable into, wherever
+/// it is (`CARGO_TARGET_DIR`, `build.target-dir` in a cargo config,
+/// `--target-dir`): derived from this executable's path as cargo lays it
+/// out ([`target_dir_of`]), never assumed to be `<workspace>/target`.
+/// Scratch space the tests keep between runs (caches, oracles' state) lives
+/// under it, and the binaries of the same build beside [`profile_dir`].
+pub fn target_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().ok();
+        exe.as_deref()
+            .and_then(target_dir_of)
+            .or_else(|| {
+                // Not an executable of a cargo target directory (rustdoc runs
+                // doctests from a temporary directory): the variable, then
+                // cargo's default.
+                std::env::var_os("CARGO_TARGET_DIR").map(|t| workspace_root().join(t))
+            })
+            .unwrap_or_else(|| workspace_root().join("target"))
+    })
+    .clone()
+}
+
+/// The profile directory (`<target>/debug`) the running executable was built
+/// in: where cargo puts the workspace's binaries (`nodeproof`) of that build.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().ok();
+    exe.as_deref()
+        .and_then(profile_dir_of)
+        .unwrap_or_else(|| target_dir().join("debug"))
+}
+
+/// `<target>/<profile>` for an executable cargo built: a test or bench is
+/// `<target>/<profile>/deps/<name>-<hash>`, an example
+/// `<target>/<profile>/examples/<name>`, a binary `<target>/<profile>/<name>`;
+/// `None` unless the directory above holds cargo's `CACHEDIR.TAG`, which cargo
+/// writes at the top of every target directory.
+pub fn profile_dir_of(exe: &Path) -> Option<PathBuf> {
+    let mut dir = exe.parent()?;
+    if dir
+        .file_name()
+        .is_some_and(|n| n == "deps" || n == "examples")
+    {
+        dir = dir.parent()?;
+    }
+    // `<target>/<profile>`, or `<target>/<triple>/<profile>` with `--target`.
+    dir.ancestors()
+        .skip(1)
+        .take(2)
+        .any(|t| t.join("CACHEDIR.TAG").is_file())
+        .then(|| dir.to_path_buf())
+}
+
+/// The target directory of an executable cargo built (see [`profile_dir_of`]).
+pub fn target_dir_of(exe: &Path) -> Option<PathBuf> {
+    let profile = profile_dir_of(exe)?;
+    profile
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .find(|t| t.join("CACHEDIR.TAG").is_file())
+        .map(Path::to_path_buf)
 }
 
 /// Writes `skip` as a file of its own under `dir`.
@@ -762,5 +819,72 @@ mod tests {
     #[test]
     fn nothing_required_is_granted() {
         assert!(require(&[]).is_some());
+    }
+}
+
+#[cfg(test)]
+mod target_dir_tests {
+    use super::*;
+
+    #[test]
+    fn the_target_dir_is_where_cargo_put_the_executable_not_the_workspace() {
+        let t = tempfile_dir();
+        let target = t.join("elsewhere/tgt");
+        for d in [
+            "debug/deps",
+            "debug/examples",
+            "x86_64-unknown-linux-gnu/debug/deps",
+        ] {
+            std::fs::create_dir_all(target.join(d)).unwrap();
+        }
+        std::fs::write(
+            target.join("CACHEDIR.TAG"),
+            "Signature: 8a477f597d28d172789f06886806bc55\n",
+        )
+        .unwrap();
+        let test = target.join("debug/deps/apiserver-0123abcd");
+        assert_eq!(profile_dir_of(&test), Some(target.join("debug")));
+        assert_eq!(target_dir_of(&test), Some(target.clone()));
+        assert_eq!(
+            target_dir_of(&target.join("debug/xtask")),
+            Some(target.clone())
+        );
+        assert_eq!(
+            target_dir_of(&target.join("debug/examples/e")),
+            Some(target.clone())
+        );
+        let triple = target.join("x86_64-unknown-linux-gnu/debug/deps/t-1");
+        assert_eq!(
+            profile_dir_of(&triple),
+            Some(target.join("x86_64-unknown-linux-gnu/debug"))
+        );
+        assert_eq!(target_dir_of(&triple), Some(target.clone()));
+        // Not under a target directory (rustdoc's temporary doctest binary).
+        assert_eq!(target_dir_of(&t.join("rustdoctest/rust_out")), None);
+        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    #[test]
+    fn this_test_runs_from_the_target_dir_cargo_chose() {
+        // Whatever CARGO_TARGET_DIR says, this executable lies under it.
+        let exe = std::env::current_exe().unwrap();
+        assert!(
+            exe.starts_with(target_dir()),
+            "{} under {}",
+            exe.display(),
+            target_dir().display()
+        );
+        assert!(target_dir().join("CACHEDIR.TAG").is_file());
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "nodeproof-testkit-target-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 }

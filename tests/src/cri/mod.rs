@@ -1027,5 +1027,5 @@ fn sweep_stale(base: &Path) {
 
 /// A directory for the oracle under the workspace's `target/`.
 pub fn default_oracle_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nodeproof-cri")
+    nodeproof_testkit::target_dir().join("nodeproof-cri")
 }
