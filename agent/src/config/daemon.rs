@@ -22,6 +22,10 @@ pub struct DaemonConfig {
     /// root that appears later or a remounted directory).
     #[serde(default = "default_profile_resync")]
     pub profile_resync_s: u64,
+    /// Seconds the API server's reads or writes may keep failing before
+    /// `/readyz` fails (`nodeproof_report::reach`).
+    #[serde(default = "default_readiness_unreachable")]
+    pub readiness_unreachable_s: u64,
 }
 
 fn default_listen() -> SocketAddr {
@@ -36,12 +40,17 @@ fn default_profile_resync() -> u64 {
     300
 }
 
+fn default_readiness_unreachable() -> u64 {
+    nodeproof_report::reach::UNREACHABLE_AFTER.as_secs()
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
             listen: default_listen(),
             gpu_interval_s: default_gpu_interval(),
             profile_resync_s: default_profile_resync(),
+            readiness_unreachable_s: default_readiness_unreachable(),
         }
     }
 }
@@ -51,6 +60,9 @@ impl DaemonConfig {
         let mut p = Vec::new();
         if self.gpu_interval_s == 0 {
             p.push("daemon.gpu-interval-s must be at least 1".to_string());
+        }
+        if self.readiness_unreachable_s == 0 {
+            p.push("daemon.readiness-unreachable-s must be at least 1".to_string());
         }
         if self.profile_resync_s == 0 {
             p.push("daemon.profile-resync-s must be at least 1".to_string());

@@ -358,7 +358,7 @@ pub fn route(
     let health = |h: super::state::Health| (if h.ok { 200 } else { 503 }, TEXT, h.body);
     match path {
         "/healthz" => health(shared.healthz(now)),
-        "/readyz" => health(shared.readyz()),
+        "/readyz" => health(shared.readyz(now)),
         "/metrics" => match metrics::render(registry) {
             Ok(body) => (200, metrics::CONTENT_TYPE, body),
             Err(e) => {

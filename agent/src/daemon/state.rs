@@ -92,6 +92,11 @@ struct Inner {
     main_period: Duration,
     ready: bool,
     stopping: bool,
+    /// The API server's reach, once the reporter has credentials (without
+    /// them the agent does not report, and readiness is about its checks).
+    reach: Option<nodeproof_report::reach::Reach>,
+    /// How long requests may keep failing before `/readyz` fails.
+    unreachable_after: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -294,6 +299,13 @@ impl Shared {
         self.lock().ready = ready;
     }
 
+    /// Readiness follows the API server's reach from now on.
+    pub fn set_reach(&self, reach: nodeproof_report::reach::Reach, unreachable_after: Duration) {
+        let mut i = self.lock();
+        i.reach = Some(reach);
+        i.unreachable_after = unreachable_after;
+    }
+
     pub fn set_stopping(&self) {
         self.lock().stopping = true;
     }
@@ -377,24 +389,36 @@ impl Shared {
         })
     }
 
-    /// `/readyz`: the first full cycle is done and the agent is not stopping.
-    pub fn readyz(&self) -> Health {
+    /// `/readyz`: the first full cycle is done, the agent is not stopping,
+    /// and, when it reports, it can: the API server has answered, and
+    /// neither its reads nor its writes have kept failing for
+    /// `daemon.readiness-unreachable-s` (docs/daemon.md).
+    pub fn readyz(&self, now: Instant) -> Health {
         let i = self.lock();
+        let unready = |why: String| Health {
+            ok: false,
+            body: format!("{why}\n"),
+        };
         if i.stopping {
-            Health {
-                ok: false,
-                body: "stopping\n".into(),
-            }
-        } else if i.ready {
-            Health {
+            return unready("stopping".into());
+        }
+        if !i.ready {
+            return unready("first check cycle not done".into());
+        }
+        match i
+            .reach
+            .as_ref()
+            .map(|r| r.verdict(now, i.unreachable_after))
+        {
+            Some(Err(e)) => unready(format!("cannot report: {e}")),
+            Some(Ok(())) => Health {
+                ok: true,
+                body: "ready: reporting\n".into(),
+            },
+            None => Health {
                 ok: true,
                 body: "ready\n".into(),
-            }
-        } else {
-            Health {
-                ok: false,
-                body: "first check cycle not done\n".into(),
-            }
+            },
         }
     }
 
@@ -552,11 +576,38 @@ mod tests {
             s.status_line(),
             "profiles 2 ok, 1 failing, pods 1 watched, 1 with unusable profiles, tracing tp_btf"
         );
-        assert!(!s.readyz().ok);
+        assert!(!s.readyz(Instant::now()).ok);
         s.set_ready(true);
-        assert!(s.readyz().ok);
+        assert!(s.readyz(Instant::now()).ok);
         s.set_stopping();
-        assert!(!s.readyz().ok);
+        assert!(!s.readyz(Instant::now()).ok);
+    }
+
+    #[test]
+    fn when_it_reports_ready_means_the_api_server_is_reached() {
+        use nodeproof_report::reach::{Outcome, Reach, RequestKind, UNREACHABLE_AFTER};
+        let s = Shared::default();
+        let t0 = Instant::now();
+        s.set_ready(true);
+        let reach = Reach::default();
+        s.set_reach(reach.clone(), UNREACHABLE_AFTER);
+        let r = s.readyz(t0);
+        assert!(!r.ok);
+        assert_eq!(
+            r.body,
+            "cannot report: the API server has not answered yet\n"
+        );
+        reach.record(t0, RequestKind::Read, &Outcome::Answered);
+        assert_eq!(s.readyz(t0).body, "ready: reporting\n");
+        let refused = Outcome::Failed("cannot reach the API server (connection refused)".into());
+        reach.record(t0, RequestKind::Write, &refused);
+        assert!(s.readyz(t0 + UNREACHABLE_AFTER / 2).ok);
+        let r = s.readyz(t0 + UNREACHABLE_AFTER);
+        assert!(!r.ok);
+        assert_eq!(
+            r.body,
+            "cannot report: every write to the API server has failed for 30 s: cannot reach the API server (connection refused)\n"
+        );
     }
 
     #[test]

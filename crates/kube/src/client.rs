@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -22,6 +22,7 @@ use nodeproof_report::conditions::{NodeCondition, StatusUpdate};
 use nodeproof_report::credentials::Source;
 use nodeproof_report::events::EventWrite;
 use nodeproof_report::marks::{self, Taint};
+use nodeproof_report::reach::{Outcome, Reach, RequestKind};
 use nodeproof_report::reporter::{NodeState, Refusal, ReportError, Reporter, FIELD_MANAGER};
 
 /// The kube-rs reporter.
@@ -394,13 +395,16 @@ pub struct Answered {
     server: String,
     tx: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     rx: tokio::sync::watch::Receiver<u64>,
+    /// Every request's outcome with this server (`/readyz`).
+    reach: Reach,
 }
 
 /// One sender per server URL for the process's lifetime (a handful at most:
 /// the report and taint credentials' servers), so a receiver never sees
 /// its sender dropped.
+#[allow(clippy::type_complexity)]
 static SERVERS: std::sync::LazyLock<
-    Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::watch::Sender<u64>>>>,
+    Mutex<BTreeMap<String, (std::sync::Arc<tokio::sync::watch::Sender<u64>>, Reach)>>,
 > = std::sync::LazyLock::new(Default::default);
 
 impl Answered {
@@ -410,16 +414,28 @@ impl Answered {
             Ok(s) => s,
             Err(p) => p.into_inner(),
         };
-        let tx = servers
+        let (tx, reach) = servers
             .entry(server.to_string())
-            .or_insert_with(|| std::sync::Arc::new(tokio::sync::watch::channel(0).0))
+            .or_insert_with(|| {
+                (
+                    std::sync::Arc::new(tokio::sync::watch::channel(0).0),
+                    Reach::default(),
+                )
+            })
             .clone();
         let rx = tx.subscribe();
         Answered {
             server: server.to_string(),
             tx,
             rx,
+            reach,
         }
+    }
+
+    /// Every request's outcome with this server, from every client of this
+    /// process that talks to it through [`connect`].
+    pub fn reach(&self) -> Reach {
+        self.reach.clone()
     }
 
     /// The server's URL.
@@ -430,6 +446,13 @@ impl Answered {
     /// Tells every receiver that the server answered a request with success.
     pub fn heard(&self) {
         self.tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver bumped on every success heard from now on.
+    pub fn receiver(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut rx = self.tx.subscribe();
+        rx.mark_unchanged();
+        rx
     }
 
     /// How many successes were heard so far (a count to compare, not a total).
@@ -673,13 +696,25 @@ impl ReloadingClient {
         }
     }
 
+    /// A request the server did not answer (refused, reset, timed out, TLS).
+    fn unanswered(&self, kind: RequestKind, error: &kube::Error) {
+        if let Ok(a) = self.answered.lock() {
+            a.reach.record(
+                Instant::now(),
+                kind,
+                &Outcome::Failed(kube_error_text(error)),
+            );
+        }
+    }
+
     /// What the API server answered with this client (connection failures
-    /// answer nothing, and say nothing about the credential).
-    fn answered(&self, status: http::StatusCode) {
-        if status.is_success() {
-            if let Ok(a) = self.answered.lock() {
+    /// answer nothing, and say nothing about the credential: [`Self::unanswered`]).
+    fn answered(&self, kind: RequestKind, status: http::StatusCode) {
+        if let Ok(a) = self.answered.lock() {
+            if status.is_success() {
                 a.heard();
             }
+            a.reach.record(Instant::now(), kind, &outcome_of(status));
         }
         let Some(Ok(mut r)) = self.reload.as_ref().map(|r| r.lock()) else {
             return;
@@ -690,6 +725,23 @@ impl ReloadingClient {
             r.unauthorized = false;
             r.rebuilt_for_401 = false;
         }
+    }
+}
+
+/// What an answer with `status` says of reaching the server
+/// ([`nodeproof_report::reach`]): 5xx and 429 (it cannot serve now), 401
+/// and 403 (it will not serve this client) are failures.
+fn outcome_of(status: http::StatusCode) -> Outcome {
+    if status.is_success() {
+        Outcome::Answered
+    } else if status.is_server_error()
+        || status == http::StatusCode::TOO_MANY_REQUESTS
+        || status == http::StatusCode::UNAUTHORIZED
+        || status == http::StatusCode::FORBIDDEN
+    {
+        Outcome::Failed(format!("the API server answered {status}"))
+    } else {
+        Outcome::Other
     }
 }
 
@@ -719,9 +771,21 @@ impl tower::Service<http::Request<kube::client::Body>> for ReloadService {
         let reloading = self.0.clone();
         Box::pin(async move {
             let client = reloading.get().await;
-            let resp = client.send(req).await.map_err(BoxError::from)?;
-            reloading.answered(resp.status());
-            Ok(resp)
+            let kind = if req.method() == http::Method::GET {
+                RequestKind::Read
+            } else {
+                RequestKind::Write
+            };
+            match client.send(req).await {
+                Ok(resp) => {
+                    reloading.answered(kind, resp.status());
+                    Ok(resp)
+                }
+                Err(e) => {
+                    reloading.unanswered(kind, &e);
+                    Err(BoxError::from(e))
+                }
+            }
         })
     }
 }

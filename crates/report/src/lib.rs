@@ -19,6 +19,8 @@
 //! - `once`: that loop once, on the real clock (`check --report`);
 //! - `ratelimit`: fleet-safe load, pure (token bucket, heartbeat jitter,
 //!   first-write spread, backoff jitter);
+//! - `reach`: whether the API server is reached (every request's outcome),
+//!   pure: what the agent's `/readyz` says;
 //! - `limited`: that token bucket in front of a `Reporter`;
 //! - `credentials`: the lookup order of credentials and node name;
 //! - `config`: the `[report]` section; `refs`/`taints`: pods' seccomp
@@ -37,6 +39,7 @@ pub mod log;
 pub mod marks;
 pub mod once;
 pub mod ratelimit;
+pub mod reach;
 pub mod refs;
 pub mod reporter;
 pub mod taints;
