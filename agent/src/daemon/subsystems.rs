@@ -503,6 +503,12 @@ fn gpu_probe(bus: &Bus) {
     }
 }
 
+/// After the API server is heard again (a watch's list, a probe), a write
+/// waiting out a failure's backoff goes within this, at the agent's own draw:
+/// 5,000 agents that hear the server within the same probe period spread
+/// their retries over it (docs/reporting.md, the fleet simulation).
+const RESUME_WITHIN: Duration = Duration::from_secs(3);
+
 /// The running reporter: its task hands the loop back when the rounds end.
 pub struct Reporter {
     task: JoinHandle<ReportLoop<KubeReporter>>,
@@ -559,6 +565,12 @@ pub async fn start_reporter(
         }
     };
     let node = c.node;
+    if let Some(answered) = &c.answered {
+        shared.set_reach(
+            answered.reach(),
+            Duration::from_secs(config.daemon.readiness_unreachable_s),
+        );
+    }
     let Some(client) = c.client else {
         tracing::warn!(nodeproof_check = Subsystem::Reporter.as_str(), k8s_node = %node, "no credentials; conditions are not reported");
         shared.set_check(
@@ -593,6 +605,11 @@ pub async fn start_reporter(
             rounds,
             Some(nodes),
             Some(follow_report_policy(config.report.clone(), reloads)),
+            c.answered.as_ref().map(|a| driver::Resume {
+                heard: a.receiver(),
+                within: RESUME_WITHIN,
+                seed: super::now_seed(),
+            }),
             move |_| counter.metrics(|m| m.reporter_errors += 1),
             move |d| {
                 drops.metrics(|m| *m.reporter_dropped.entry((d.kind, d.reason)).or_default() += 1)

@@ -773,6 +773,7 @@ async fn daemon_runner_reports_rounds_on_the_real_clock() {
         rx,
         None,
         None,
+        None,
         move |_| {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         },

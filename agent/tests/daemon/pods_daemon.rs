@@ -312,6 +312,101 @@ fn a_pod_created_after_an_api_server_restart_is_named_within_seconds() {
     assert!(agent.stop(), "{}", agent.log_text());
 }
 
+/// `/readyz` tells whether the agent can report: not ready while the API
+/// server has never answered (a pod whose network does not reach the
+/// Service yet, as on a real node), ready once it does, and not ready again
+/// when every request has failed for `daemon.readiness-unreachable-s`,
+/// saying why; `/healthz` (liveness) stays about the process throughout.
+#[test]
+fn readyz_fails_while_the_agent_cannot_report_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let config = format!("{config}[daemon]\nreadiness-unreachable-s = 3\n");
+    server.set_fault(Fault::Down);
+    let agent = Agent::start(dir.path(), &config);
+    // The first check cycle is done well within this (agent_ready's figure).
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, body) = agent.get("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.starts_with("cannot report: the API server has not answered yet"),
+        "{body}"
+    );
+    assert_eq!(
+        agent.get("/healthz").0,
+        200,
+        "liveness is about the process"
+    );
+
+    server.clear_fault();
+    let t = within(
+        "ready once the API server answers",
+        Duration::from_secs(10),
+        &agent,
+        || agent.get("/readyz") == (200, "ready: reporting\n".to_string()),
+    );
+    eprintln!("FIGURE API server up → /readyz 200: {t:?}");
+
+    server.set_fault(Fault::Down);
+    server.cut_connections();
+    let down = Instant::now();
+    let t = within(
+        "unready after 3 s of failures",
+        Duration::from_secs(15),
+        &agent,
+        || agent.get("/readyz").0 == 503,
+    );
+    assert!(
+        down.elapsed() >= Duration::from_secs(3),
+        "unready after {t:?}: too soon"
+    );
+    let (_, body) = agent.get("/readyz");
+    assert!(
+        body.starts_with("cannot report: every ")
+            && body.contains("to the API server has failed for"),
+        "{body}"
+    );
+    assert_eq!(
+        agent.get("/healthz").0,
+        200,
+        "liveness is about the process"
+    );
+    server.clear_fault();
+    within("ready again", Duration::from_secs(40), &agent, || {
+        agent.get("/readyz").0 == 200
+    });
+    let mut agent = agent;
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
+/// A Node that carries none of nodeproof's conditions (it just joined) gets
+/// them at once, not after the start spread: the spread is for a fleet
+/// restarted together whose Nodes already carry them. Measured on a real
+/// node before: with both cores busy the first condition came 1.4–28.9 s
+/// after start (the 30 s spread's draw). Here the spread is 600 s, so a
+/// first write that waited for it would come within the limit below in one
+/// start of forty.
+#[test]
+fn a_new_node_gets_its_first_conditions_without_the_start_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let config = config.replace("start-spread-s = 0", "start-spread-s = 600");
+    let t0 = Instant::now();
+    let agent = Agent::start(dir.path(), &config);
+    within(
+        "the first condition on the new Node",
+        Duration::from_secs(15),
+        &agent,
+        || server.condition("n1", "SeccompProfilesReady").is_some(),
+    );
+    eprintln!(
+        "FIGURE start → first condition on a new Node: {:?}",
+        t0.elapsed()
+    );
+    let mut agent = agent;
+    assert!(agent.stop(), "{}", agent.log_text());
+}
+
 /// A file the linter refuses, in the node's seccomp root.
 fn break_profile(root: &Path) {
     std::fs::write(

@@ -83,11 +83,23 @@ impl Backoff {
     }
 }
 
+/// Why a retry schedule waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WaitCause {
+    /// A pacing slot or the token bucket: nothing failed.
+    Hold,
+    /// The server asked for it (429 `Retry-After`): kept in full.
+    RetryAfter,
+    /// The backoff after a failure that carried no `Retry-After`.
+    Backoff,
+}
+
 /// One retry schedule: the backoff and the time before which nothing is sent.
 #[derive(Debug, Clone)]
 struct Retry {
     backoff: Backoff,
     not_before: Option<WallWait>,
+    cause: WaitCause,
 }
 
 impl Retry {
@@ -100,6 +112,7 @@ impl Retry {
                 state: seed | 1,
             },
             not_before: None,
+            cause: WaitCause::Hold,
         }
     }
 
@@ -114,8 +127,30 @@ impl Retry {
 
     /// Nothing before `at` (a pacing slot), without counting a failure.
     fn hold_until(&mut self, now: SystemTime, at: SystemTime) {
+        if self.waiting(now).is_none() {
+            self.cause = WaitCause::Hold;
+        }
         let at = self.waiting(now).map_or(at, |t| t.max(at));
         self.not_before = Some(WallWait::new(now, at));
+    }
+
+    /// A pacing hold is lifted (the start spread skipped): go at once.
+    fn release_hold(&mut self, now: SystemTime) {
+        if self.cause == WaitCause::Hold && self.waiting(now).is_some() {
+            self.not_before = None;
+        }
+    }
+
+    /// The API server answered someone: a backoff after a failure ends by
+    /// `at` (a retry that fails again backs off from the start). A
+    /// `Retry-After` or a pacing hold is kept.
+    fn server_answered(&mut self, now: SystemTime, at: SystemTime) -> bool {
+        if self.cause != WaitCause::Backoff || self.waiting(now).is_none_or(|t| t <= at) {
+            return false;
+        }
+        self.backoff.reset();
+        self.not_before = Some(WallWait::new(now, at));
+        true
     }
 
     /// Schedules the next attempt from how this one went: at once after a
@@ -137,11 +172,16 @@ impl Retry {
             Err(e) => match limited::deferred(&e) {
                 Some(wait) => {
                     self.not_before = Some(WallWait::new(now, now + wait));
+                    self.cause = WaitCause::Hold;
                     Ok(())
                 }
                 None => {
-                    let delay = e.retry_after().unwrap_or_else(|| self.backoff.next());
+                    let (delay, cause) = match e.retry_after() {
+                        Some(d) => (d, WaitCause::RetryAfter),
+                        None => (self.backoff.next(), WaitCause::Backoff),
+                    };
                     self.not_before = Some(WallWait::new(now, now + delay));
+                    self.cause = cause;
                     Err(e)
                 }
             },
@@ -291,7 +331,15 @@ impl<R: Reporter> ReportLoop<R> {
     /// Returns why a rewrite is due, if it is.
     pub fn node_seen(&mut self, state: &NodeState) -> Option<NodeDrift> {
         if !self.tracker.is_resumed() {
-            // The first read is still to come and will see this Node.
+            // The first read is still to come and will see this Node. A Node
+            // without any of nodeproof's conditions has just joined: its
+            // first write does not wait for the start spread.
+            if state.conditions.is_empty() {
+                let now = SystemTime::now();
+                self.pacing.skip_start(now);
+                self.node_retry.release_hold(now);
+                self.event_retry.release_hold(now);
+            }
             return None;
         }
         self.labels_on_node = state.labels.clone();
@@ -318,6 +366,19 @@ impl<R: Reporter> ReportLoop<R> {
     /// The writes dropped since the last call (for the daemon's metrics).
     pub fn take_dropped(&mut self) -> Vec<Dropped> {
         std::mem::take(&mut self.dropped)
+    }
+
+    /// The API server answered a request of this process (a watch's list, a
+    /// probe) at `now`: writes waiting out a failure's backoff go by
+    /// `now + within * u` (`u` in 0..1, this agent's draw), not after the
+    /// grown delay (up to 30 s), so a change seen after an outage is written
+    /// within seconds of the server's return; `within` spreads a fleet that
+    /// hears it at once. True when a wait was cut short.
+    pub fn server_answered(&mut self, now: SystemTime, within: Duration, u: f64) -> bool {
+        let at = now + within.mul_f64(u.clamp(0.0, 1.0));
+        let node = self.node_retry.server_answered(now, at);
+        let events = self.event_retry.server_answered(now, at);
+        node || events
     }
 
     /// Fold one round of check results in. Never touches the network: checks
@@ -644,9 +705,11 @@ pub async fn run<R: Reporter>(
     mut rounds: tokio::sync::mpsc::Receiver<RoundNews>,
     mut nodes: Option<tokio::sync::mpsc::Receiver<NodeState>>,
     mut policy: Option<tokio::sync::watch::Receiver<Policy>>,
+    mut resume: Option<Resume>,
     mut on_error: impl FnMut(&ReportError),
     mut on_drop: impl FnMut(Dropped),
 ) -> ReportLoop<R> {
+    let mut heard_count = 0u64;
     loop {
         let now = SystemTime::now();
         let flushed = lp.flush(now).await;
@@ -691,8 +754,38 @@ pub async fn run<R: Reporter>(
                 tracing::info!(heartbeat_s = p.heartbeat.as_secs(), "reporter policy reloaded");
                 lp.set_policy(p);
             }
+            Some(within) = next_heard(&mut resume) => {
+                heard_count += 1;
+                let u = ratelimit::unit(resume.as_ref().map_or(0, |r| r.seed), heard_count);
+                if lp.server_answered(SystemTime::now(), within, u) {
+                    tracing::debug!("the API server answered again; the reporter's retry comes sooner");
+                }
+            }
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// What cuts a failed write's backoff short: the API server heard answering
+/// another request of this process (a watch's list, a probe).
+#[derive(Debug)]
+pub struct Resume {
+    /// Bumped on each success heard (`nodeproof_kube::client::Answered`).
+    pub heard: tokio::sync::watch::Receiver<u64>,
+    /// The retry goes within this of the success, at this agent's draw.
+    pub within: Duration,
+    /// This agent's draws.
+    pub seed: u64,
+}
+
+/// The next success heard; pending forever without a source.
+async fn next_heard(resume: &mut Option<Resume>) -> Option<Duration> {
+    match resume {
+        Some(r) => match r.heard.changed().await {
+            Ok(()) => Some(r.within),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -800,5 +893,60 @@ mod tests {
         r.hold_until(t(10), t(40));
         assert!(!r.ready(t(20)));
         assert!(r.ready(t(40)));
+    }
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
+    }
+
+    fn timeout() -> ReportError {
+        ReportError::Timeout {
+            op: "patch node status",
+            node: "n".into(),
+            after: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn a_failure_backoff_ends_when_the_server_is_heard_and_starts_over() {
+        let config = LoopConfig {
+            backoff_cap: Duration::from_secs(20),
+            ..LoopConfig::default()
+        };
+        let mut r = Retry::new(&config, 7);
+        for _ in 0..6 {
+            let _ = r.settle(t(0), Err(timeout()));
+        }
+        // Grown to 20..30 s.
+        assert!(r.waiting(t(0)).unwrap() >= t(20));
+        assert!(r.server_answered(t(1), t(3)));
+        assert_eq!(r.waiting(t(1)), Some(t(3)));
+        assert!(r.ready(t(3)));
+        // Heard again later: never pushed back.
+        assert!(!r.server_answered(t(2), t(5)));
+        assert_eq!(r.waiting(t(2)), Some(t(3)));
+        // A failure after that backs off from the start (1..1.5 s).
+        let _ = r.settle(t(3), Err(timeout()));
+        assert!(r.waiting(t(3)).unwrap() <= t(3) + Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_retry_after_and_a_pacing_hold_are_kept_when_the_server_is_heard() {
+        let mut r = Retry::new(&LoopConfig::default(), 7);
+        let throttled = ReportError::Throttled {
+            op: "patch node status",
+            node: "n".into(),
+            retry_after: Some(Duration::from_secs(30)),
+        };
+        let _ = r.settle(t(0), Err(throttled));
+        assert!(!r.server_answered(t(1), t(2)));
+        assert_eq!(r.waiting(t(1)), Some(t(30)));
+        let mut r = Retry::new(&LoopConfig::default(), 7);
+        r.hold_until(t(0), t(25));
+        assert!(!r.server_answered(t(1), t(2)));
+        assert_eq!(r.waiting(t(1)), Some(t(25)));
+        // A hold is what a new Node's first write skips.
+        r.release_hold(t(1));
+        assert!(r.ready(t(1)));
     }
 }

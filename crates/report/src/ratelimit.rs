@@ -252,6 +252,17 @@ impl Pacing {
         (!change.over(now)).then_some(change.until())
     }
 
+    /// No start spread for this agent: its Node carries none of nodeproof's
+    /// conditions yet (a node that just joined). The spread is for a fleet
+    /// restarted together whose Nodes already carry them, where waiting
+    /// costs nothing; a new Node needs its first conditions before the gate
+    /// controller can place anything there.
+    pub fn skip_start(&mut self, now: SystemTime) {
+        if self.first.is_none_or(|w| !w.over(now)) {
+            self.first = Some(WallWait::new(now, now));
+        }
+    }
+
     /// The flush went through: the next change waits anew.
     pub fn flushed(&mut self) {
         self.change = None;
