@@ -6,10 +6,8 @@
 pub(crate) fn init(daemon: bool) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("NODEPROOF_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(if daemon { "info" } else { "warn" })
-        });
+    let asked = std::env::var("NODEPROOF_LOG").ok();
+    let filter = tracing_subscriber::EnvFilter::new(directives(asked.as_deref(), daemon));
     if nodeproof::daemon::logs::stderr_is_journal() {
         if let Ok(layer) = tracing_journald::layer() {
             let layer = layer
@@ -36,4 +34,55 @@ pub(crate) fn init(daemon: bool) {
     } else {
         fmt.try_init()
     };
+}
+
+/// The log filter: `NODEPROOF_LOG` (an `EnvFilter` string) or the default
+/// level, with kube-rs's own lines off unless the setting names them. An
+/// error is logged once, where it is handled: kube-rs logs each failed
+/// connection itself (`ERROR kube_client::client::builder: failed with
+/// error client error (Connect)`, `WARN kube_client::client: eof in poll:
+/// ...` with a Debug dump) and then returns it to nodeproof, which retries
+/// and says so in one sentence of its own.
+fn directives(asked: Option<&str>, daemon: bool) -> String {
+    let base = match asked {
+        Some(a) if !a.trim().is_empty() => a.trim().to_string(),
+        _ => (if daemon { "info" } else { "warn" }).to_string(),
+    };
+    if base.contains("kube") {
+        base
+    } else {
+        format!("{base},kube_client=off,kube_runtime=off")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::directives;
+
+    #[test]
+    fn kube_rs_lines_are_off_unless_asked_for() {
+        assert_eq!(
+            directives(None, true),
+            "info,kube_client=off,kube_runtime=off"
+        );
+        assert_eq!(
+            directives(Some(""), false),
+            "warn,kube_client=off,kube_runtime=off"
+        );
+        assert_eq!(
+            directives(Some("debug"), true),
+            "debug,kube_client=off,kube_runtime=off"
+        );
+        assert_eq!(
+            directives(Some("info,kube_client=debug"), true),
+            "info,kube_client=debug"
+        );
+        // Each one parses as tracing-subscriber reads it.
+        for d in [
+            directives(None, true),
+            directives(Some("nodeproof=debug"), false),
+        ] {
+            assert!(tracing_subscriber::EnvFilter::try_new(&d).is_ok(), "{d}");
+        }
+    }
 }

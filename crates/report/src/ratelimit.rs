@@ -128,6 +128,14 @@ impl TokenBucket {
         self.at = Some(now);
     }
 
+    /// A token spent on a request the API server never answered comes back
+    /// (see `limited::Limited`).
+    pub fn give_back(&mut self) {
+        if !self.unlimited() {
+            self.tokens = (self.tokens + 1.0).min(self.burst);
+        }
+    }
+
     /// Spend a token at `now`, or say how long until one is there.
     pub fn try_take(&mut self, now: SystemTime) -> Result<(), Duration> {
         if self.unlimited() {
