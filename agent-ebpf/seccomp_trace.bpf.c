@@ -397,12 +397,22 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
  * only from the x86 patches queued after it), while a PERCPU_ARRAY lookup is
  * inlined from 6.10 on. So each CPU keeps, in np_cpu:
  *
- *  cur, cur_mode, gen  the task running here and its seccomp.mode, written by
- *           sched_switch as the task comes in (ctx[2], next) or by the first
- *           syscall program that finds the entry unusable. While task T runs
- *           on this CPU, cur == T: every switch-in rewrites it. sys_enter and
- *           sys_exit read the mode from here; an unconfined task costs one
- *           inlined lookup and three loads per program.
+ *  cur, cur_regs, cur_mode, gen  the task running here, its pt_regs and its
+ *           seccomp.mode, written by sched_switch as the task comes in
+ *           (ctx[2], next) or by the first syscall program that finds the
+ *           entry unusable. sys_enter and sys_exit read the mode from here
+ *           only when cur_regs is the pt_regs they are given (ctx[0]): the
+ *           entry names the task that is running. Not "every switch-in
+ *           rewrites it": a kernel may switch tasks without the sched_switch
+ *           program seeing it (this project's 6.18 hosts never report a switch
+ *           *out of* their init's threads, so the task switched in after one
+ *           ran under that thread's entry, mode 0, and a short-lived confined
+ *           process lost every denial). pt_regs sit at a fixed offset from the
+ *           task's stack (task_pt_regs()), and two live tasks never share a
+ *           stack, so the compare costs one load and no helper call.
+ *           regs_off (pt_regs minus task->stack, the same for every task) is
+ *           learnt by the first syscall program on the CPU; until then
+ *           sched_switch writes cur_regs 0, which matches nothing.
  *  entered  the task that entered a confined syscall here and is still
  *           running: sys_enter writes it, the matching sys_exit clears it
  *           with a cmpxchg, and sched_switch, when the task leaves the CPU
@@ -430,9 +440,10 @@ static __always_inline void np_skipped(struct task_struct *task, struct np_task_
 struct np_cpu {
 	__u64 entered;  /* task that entered a confined syscall here and still runs; 0: none */
 	__u64 cur;      /* task running here as of its switch-in; 0: not known yet */
+	__u64 cur_regs; /* task_pt_regs(cur): the entry is cur's only if ctx[0] is this; 0: none */
 	__u64 gen;      /* np_install_gen when cur_mode was read */
 	__u32 cur_mode; /* cur->seccomp.mode then */
-	__u32 _pad;
+	__u32 regs_off; /* task_pt_regs(t) - t->stack, learnt here (0: not yet) */
 };
 
 struct {
@@ -453,16 +464,18 @@ __u64 np_install_gen = 0;
 #define NP_PR_SET_SECCOMP 22
 #define NP_SECCOMP_SET_MODE_FILTER 1
 
-/* The cached mode of the task running on this CPU, or -1 when it cannot be trusted. */
-static __always_inline int np_cached_mode(struct np_cpu *c)
+/* The cached mode of the task running on this CPU (whose pt_regs the syscall
+ * tracepoint passes as ctx[0]), or -1 when it cannot be trusted. */
+static __always_inline int np_cached_mode(struct np_cpu *c, __u64 *ctx)
 {
-	if (!c->cur || np_installs_inflight != 0 || c->gen != np_install_gen)
+	if (c->cur_regs != ctx[0] || np_installs_inflight != 0 || c->gen != np_install_gen)
 		return -1;
 	return c->cur_mode;
 }
 
-/* Caches task (running here) and its mode; the gen first (see above). */
-static __always_inline void np_cache(struct np_cpu *c, struct task_struct *task)
+/* Caches task and its mode; the gen first (see above). regs: task's pt_regs,
+ * or 0 when not known. */
+static __always_inline void np_cache_task(struct np_cpu *c, struct task_struct *task, __u64 regs)
 {
 	__u64 gen = np_install_gen;
 
@@ -470,6 +483,25 @@ static __always_inline void np_cache(struct np_cpu *c, struct task_struct *task)
 	c->cur_mode = task->seccomp.mode;
 	c->gen = gen;
 	c->cur = (__u64)task;
+	c->cur_regs = regs;
+}
+
+/* Caches current, from a syscall program: its pt_regs are ctx[0] (the x86
+ * entry code passes task_pt_regs(current) to trace_sys_enter/trace_sys_exit),
+ * which also gives the CPU the offset of pt_regs in every task's stack. */
+static __always_inline void np_cache_current(struct np_cpu *c, struct task_struct *task,
+					     __u64 *ctx)
+{
+	c->regs_off = (__u32)(ctx[0] - (__u64)task->stack);
+	np_cache_task(c, task, ctx[0]);
+}
+
+/* Caches next as sched_switch brings it in. */
+static __always_inline void np_cache_next(struct np_cpu *c, struct task_struct *next)
+{
+	__u32 off = c->regs_off;
+
+	np_cache_task(c, next, off ? (__u64)next->stack + off : 0);
 }
 
 /* A syscall that may change the caller's (or, TSYNC, its siblings') mode. */
@@ -539,10 +571,10 @@ int np_btf_enter(__u64 *ctx)
 	c = bpf_map_lookup_elem(&np_slot, &zero); /* inlined from 6.10: no helper call */
 	if (!c)
 		return 0;
-	mode = np_cached_mode(c);
+	mode = np_cached_mode(c, ctx);
 	if (mode < 0) {
 		task = bpf_get_current_task_btf();
-		np_cache(c, task);
+		np_cache_current(c, task, ctx);
 		mode = task->seccomp.mode;
 	}
 	if (mode != SECCOMP_MODE_FILTER)
@@ -584,7 +616,7 @@ int np_btf_switch(__u64 *ctx)
 		return 0;
 	np_switch_out(ctx, c);
 	/* next comes in: the syscall programs read its mode from here. */
-	np_cache(c, (struct task_struct *)ctx[2]);
+	np_cache_next(c, (struct task_struct *)ctx[2]);
 	return 0;
 }
 
@@ -603,13 +635,13 @@ int np_btf_exit(__u64 *ctx)
 	/* A supervisor's RECV returns (it may be unconfined): mark the notified thread. */
 	if (np_recvs_inflight > 0 && ((struct pt_regs *)ctx[0])->orig_ax == NP_NR_IOCTL)
 		np_recv_end(bpf_get_current_task_btf(), (long)ctx[1]);
-	mode = np_cached_mode(c);
+	mode = np_cached_mode(c, ctx);
 	if (mode < 0) {
 		task = bpf_get_current_task_btf();
 		/* Before the mode test: a failed install leaves the task unconfined. */
 		if (np_installs_inflight > 0 && np_install_end(task, c))
 			return 0;
-		np_cache(c, task);
+		np_cache_current(c, task, ctx);
 		mode = task->seccomp.mode;
 	}
 	if (mode != SECCOMP_MODE_FILTER)

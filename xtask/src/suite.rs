@@ -181,94 +181,6 @@ fn command(b: &Binary, args: &[String], cargo: &str) -> Command {
     c
 }
 
-/// Tests with a known, documented inexactness that a loaded machine
-/// sometimes shows: (binary, test-name prefix, what is known). A failure of
-/// such a test (and only such failures in its binary) is run again once,
-/// alone; passing then, it is counted as flaky, named in the summary, and
-/// does not fail the suite. Every other failure fails it.
-///
-/// The tracer's exact-count tests under `tp_btf` (agent/tests/kernel/
-/// trace_kernel.rs): in 2 of the last 12 full suites on this 2-core
-/// machine, one denial of a process was not counted (nor sampled: the
-/// programs never judged it); alone, and in 100 runs under load, they
-/// pass. docs/trace.md says what was tried; the cause is not known.
-pub const KNOWN_FLAKY: &[(&str, &str, &str)] = &[(
-    "nodeproof::kernel",
-    "trace_kernel::",
-    "tp_btf may miss one denial under load, docs/trace.md",
-)];
-
-/// The names of the tests libtest said FAILED in `log`.
-pub fn failed_tests(log: &str) -> Vec<String> {
-    log.lines()
-        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Which of `outcome`'s failures may be run again: all of them when each is
-/// a known flaky test of its binary, else none.
-pub fn retriable(binary: &str, failed: &[String]) -> Option<&'static str> {
-    let (_, _, why) = KNOWN_FLAKY.iter().find(|(b, _, _)| *b == binary)?;
-    let all_known = !failed.is_empty()
-        && failed.iter().all(|t| {
-            KNOWN_FLAKY
-                .iter()
-                .any(|(b, prefix, _)| *b == binary && t.starts_with(prefix))
-        });
-    all_known.then_some(*why)
-}
-
-/// Runs each failed test of `o` again, alone (`--exact`), once, when
-/// [`retriable`] allows it. On a pass the outcome becomes ok and the tests
-/// are returned as flaky, with what is known of them.
-pub fn retry_known_flaky(o: &mut Outcome) -> Result<Vec<String>> {
-    if o.ok {
-        return Ok(Vec::new());
-    }
-    let text = std::fs::read_to_string(&o.log).unwrap_or_default();
-    let failed = failed_tests(&text);
-    let Some(why) = retriable(&o.binary.key(), &failed) else {
-        return Ok(Vec::new());
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut args = vec!["--exact".to_string()];
-    args.extend(failed.iter().cloned());
-    eprintln!(
-        "xtask: {}: {} known flaky ({why}); running it again alone: {}",
-        o.binary.key(),
-        if failed.len() == 1 {
-            "a test is"
-        } else {
-            "tests are"
-        },
-        failed.join(" ")
-    );
-    let out = command(&o.binary, &args, &cargo)
-        .output()
-        .with_context(|| format!("starting {}", o.binary.exe.display()))?;
-    let again = o.log.with_extension("retry.log");
-    let mut both = out.stdout.clone();
-    both.extend_from_slice(&out.stderr);
-    std::fs::write(&again, &both).with_context(|| format!("writing {}", again.display()))?;
-    if !out.status.success() {
-        eprintln!(
-            "xtask: {}: failed again alone ({}): {}",
-            o.binary.key(),
-            out.status,
-            again.display()
-        );
-        return Ok(Vec::new());
-    }
-    o.ok = true;
-    o.failed -= failed.len().min(o.failed);
-    o.passed += failed.len();
-    Ok(failed
-        .into_iter()
-        .map(|t| format!("{}::{t} ({why})", o.binary.key()))
-        .collect())
-}
-
 /// Runs `binaries` (in the given order) at most `jobs` at a time, each
 /// with `args` (libtest's), printing a line as each ends and its whole log
 /// when it fails. Times are recorded in `times_file`.
@@ -527,15 +439,12 @@ impl Totals {
 
     /// `N passed, F failed, M skipped`: libtest counts a test that returned
     /// early as passed, so the skipped ones come off `passed`.
-    pub fn summary(&self, skipped: usize, flaky: usize) -> String {
+    pub fn summary(&self, skipped: usize) -> String {
         let mut s = format!(
             "{} passed, {} failed, {skipped} skipped",
             self.passed.saturating_sub(skipped),
             self.failed
         );
-        if flaky > 0 {
-            s += &format!(", {flaky} flaky (failed, then passed alone)");
-        }
         if self.ignored > 0 {
             s += &format!(", {} ignored", self.ignored);
         }
@@ -563,74 +472,6 @@ mod tests {
                 "/w/target/nodeproof-cri/c1/rootfs"
             ]
         );
-    }
-
-    fn outcome(dir: &Path, script: &str, log: &str) -> Outcome {
-        use std::os::unix::fs::PermissionsExt;
-        let exe = dir.join("kernel-test");
-        std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let log_path = dir.join("nodeproof.kernel.test.log");
-        std::fs::write(&log_path, log).unwrap();
-        Outcome {
-            binary: Binary {
-                package: "nodeproof".into(),
-                target: "kernel".into(),
-                kind: "test".into(),
-                exe,
-                manifest_dir: dir.to_path_buf(),
-            },
-            ok: false,
-            status: "exit status: 101".into(),
-            wall: Duration::ZERO,
-            log: log_path,
-            passed: 43,
-            failed: 1,
-            ignored: 0,
-        }
-    }
-
-    const ONE_FAILED: &str = "test trace_kernel::a ... ok\n\
-        test trace_kernel::nested_filters ... FAILED\n\
-        test result: FAILED. 43 passed; 1 failed; 0 ignored\n";
-
-    #[test]
-    fn a_known_flaky_failure_runs_again_alone_and_counts_as_flaky_when_it_passes() {
-        let dir = tempfile::tempdir().unwrap();
-        // The rerun gets `--exact` and the test's name, nothing else.
-        let mut o = outcome(
-            dir.path(),
-            r#"[ "$1 $2 $#" = "--exact trace_kernel::nested_filters 2" ] || exit 7"#,
-            ONE_FAILED,
-        );
-        let flaky = retry_known_flaky(&mut o).unwrap();
-        assert_eq!(flaky.len(), 1, "{flaky:?}");
-        assert!(flaky[0].starts_with("nodeproof::kernel::trace_kernel::nested_filters ("));
-        assert!(o.ok);
-        assert_eq!((o.passed, o.failed), (44, 0));
-    }
-
-    #[test]
-    fn a_known_flaky_failure_that_fails_again_fails_and_others_are_never_rerun() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut again = outcome(dir.path(), "exit 101", ONE_FAILED);
-        assert!(retry_known_flaky(&mut again).unwrap().is_empty());
-        assert!(!again.ok);
-        assert_eq!(again.failed, 1);
-        // A failure outside the known ones, beside a known one: no rerun at all.
-        let both = format!("{ONE_FAILED}test pods_denials_kernel::x ... FAILED\n");
-        let mut other = outcome(dir.path(), "exit 0", &both);
-        assert!(retry_known_flaky(&mut other).unwrap().is_empty());
-        assert!(!other.ok);
-        assert_eq!(
-            failed_tests(&both),
-            ["trace_kernel::nested_filters", "pods_denials_kernel::x"]
-        );
-        assert_eq!(
-            retriable("nodeproof::daemon", &["trace_kernel::x".into()]),
-            None
-        );
-        assert_eq!(retriable("nodeproof::kernel", &[]), None);
     }
 
     /// Directories stand in for cgroups: rmdir refuses a non-empty one as

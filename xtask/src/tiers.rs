@@ -142,19 +142,14 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
     let times_file = crate::target_dir().join("test-times.tsv");
     let ordered = suite::order(&binaries, &suite::read_times(&times_file), LONGEST_FIRST);
     eprintln!("xtask: {} test binaries, {jobs} at a time", ordered.len());
-    let mut flaky = Vec::new();
     let outcomes = tiers.time("tests", || {
-        let mut outcomes = suite::run_pool(
+        suite::run_pool(
             ordered,
             jobs,
             args,
             &crate::target_dir().join("test-logs"),
             &times_file,
-        )?;
-        for o in &mut outcomes {
-            flaky.extend(suite::retry_known_flaky(o)?);
-        }
-        Ok(outcomes)
+        )
     })?;
     let doc = tiers.time("doctests", || cargo_test(&["test", "--workspace", "--doc"]));
     let fuzzed = if no_fuzz {
@@ -229,10 +224,7 @@ fn test_suite(tiers: &mut Tiers, no_fuzz: bool, args: &[String]) -> Result<()> {
     for s in &skipped {
         println!("SKIPPED {}::{}: needs {}", s.target, s.test, s.needs);
     }
-    for f in &flaky {
-        println!("FLAKY {f}: failed, then passed alone");
-    }
-    println!("{}", totals.summary(skipped.len(), flaky.len()));
+    println!("{}", totals.summary(skipped.len()));
     if !failed.is_empty()
         || doc.is_err()
         || fuzzed.is_err()
@@ -319,15 +311,11 @@ mod tests {
                 ignored: 1
             }
         );
-        assert_eq!(t.summary(4, 0), "8 passed, 2 failed, 4 skipped, 1 ignored");
+        assert_eq!(t.summary(4), "8 passed, 2 failed, 4 skipped, 1 ignored");
         let ok = Totals {
             passed: 5,
             ..Totals::default()
         };
-        assert_eq!(ok.summary(0, 0), "5 passed, 0 failed, 0 skipped");
-        assert_eq!(
-            ok.summary(0, 1),
-            "5 passed, 0 failed, 0 skipped, 1 flaky (failed, then passed alone)"
-        );
+        assert_eq!(ok.summary(0), "5 passed, 0 failed, 0 skipped");
     }
 }

@@ -32,3 +32,4 @@ mod pods_denials_kernel;
 mod sandbox_run;
 mod trace_caps;
 mod trace_kernel;
+mod trace_stress;
