@@ -92,9 +92,16 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
     counters(
         enc,
         "nodeproof_seccomp_denials",
-        "Seccomp denials counted in the kernel, by syscall and pod.",
-        m.denials.iter().map(|((syscall, pod), &n)| {
-            ([("syscall", syscall.as_str()), ("pod", pod.as_str())], n)
+        "Seccomp denials counted in the kernel, by syscall, pod and outcome (denied, or intended-fallback: ENOSYS that libc answers with an older syscall).",
+        m.denials.iter().map(|((syscall, pod, outcome), &n)| {
+            (
+                [
+                    ("syscall", syscall.as_str()),
+                    ("pod", pod.as_str()),
+                    ("outcome", outcome),
+                ],
+                n,
+            )
         }),
     )?;
     gauges(
@@ -561,8 +568,11 @@ mod tests {
             Duration::from_secs(1),
         );
         shared.metrics(|m| {
-            m.denials.insert(("mkdir".into(), ODD.into()), 7);
-            m.denials.insert(("ptrace".into(), String::new()), 2);
+            m.denials.insert(("mkdir".into(), ODD.into(), "denied"), 7);
+            m.denials
+                .insert(("ptrace".into(), String::new(), "denied"), 2);
+            m.denials
+                .insert(("clone3".into(), ODD.into(), "intended-fallback"), 5);
             m.profile_verdicts.insert("ok", 3);
             m.profile_verdicts.insert("rejected", 1);
             m.profile_revalidations = 5;
@@ -663,7 +673,7 @@ mod tests {
             value(
                 &f,
                 "nodeproof_seccomp_denials",
-                &[("syscall", "mkdir"), ("pod", ODD)]
+                &[("syscall", "mkdir"), ("pod", ODD), ("outcome", "denied")]
             ),
             7.0
         );
@@ -671,12 +681,24 @@ mod tests {
             value(
                 &f,
                 "nodeproof_seccomp_denials",
-                &[("syscall", "ptrace"), ("pod", "")]
+                &[("syscall", "ptrace"), ("pod", ""), ("outcome", "denied")]
             ),
             2.0
         );
+        assert_eq!(
+            value(
+                &f,
+                "nodeproof_seccomp_denials",
+                &[
+                    ("syscall", "clone3"),
+                    ("pod", ODD),
+                    ("outcome", "intended-fallback")
+                ]
+            ),
+            5.0
+        );
         assert!(
-            body.contains("nodeproof_seccomp_denials_total{syscall=\"mkdir\",pod=\"we\\\"ird\\\\pod\\nname\"} 7\n"),
+            body.contains("nodeproof_seccomp_denials_total{syscall=\"mkdir\",pod=\"we\\\"ird\\\\pod\\nname\",outcome=\"denied\"} 7\n"),
             "{body}"
         );
         assert_eq!(

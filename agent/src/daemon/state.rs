@@ -27,8 +27,9 @@ pub struct CheckState {
 /// the subsystems: snapshots, not counters incremented here.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
-    /// Exact in-kernel denial counts by (syscall, pod), replaced on each read.
-    pub denials: BTreeMap<(String, String), u64>,
+    /// Exact in-kernel denial counts by (syscall, pod, outcome: `denied` or
+    /// `intended-fallback`, `nodeproof_trace::DenialKind`), replaced on each read.
+    pub denials: BTreeMap<(String, String, &'static str), u64>,
     /// Profiles by outcome (`ok`, `rejected`, ...), from the latest lint.
     pub profile_verdicts: BTreeMap<&'static str, u64>,
     /// The GPU probe's latest cycle; `None` until its first.

@@ -318,7 +318,8 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, bus: &Bus) {
             (None, Some(uid)) => uid.clone(),
             (None, None) => String::new(),
         };
-        *denials.entry((r.syscall, pod)).or_insert(0) += r.count;
+        let outcome = r.kind().as_str();
+        *denials.entry((r.syscall, pod, outcome)).or_insert(0) += r.count;
     }
     bus.shared.metrics(|m| {
         m.denials = denials;

@@ -2,6 +2,9 @@
 //! cgroup's pod UID to namespace/name and a container id to the container's
 //! name and profile; denials become one aggregated Warning Event per
 //! (pod, container, syscall, outcome) per interval, and counter values.
+//! A denial libc falls back from (ENOSYS on `clone3` under RuntimeDefault:
+//! `nodeproof_trace::intended`) is neither: the node's
+//! `nodeproof_seccomp_denials_total{outcome="intended-fallback"}` counts it.
 //! Pure: rows in, events and totals out; the caller owns the clock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -242,7 +245,9 @@ impl DenialAggregator {
             } else {
                 count
             };
-            if delta == 0 {
+            // Intended by the profile and retried by libc: nothing for the
+            // pod's owner to act on (the node-wide counter keeps it).
+            if delta == 0 || r.kind().is_intended() {
                 continue;
             }
             let Some(uid) = r.pod_uid.as_deref() else {
@@ -515,6 +520,61 @@ mod tests {
         agg.observe(&[row(3, Some("u1"))], &idx);
         assert!(agg.totals().is_empty());
         assert!(agg.last_emit.is_empty());
+    }
+
+    /// ENOSYS on `clone3`, as moby's and containerd's default profiles
+    /// answer it so that glibc falls back to `clone`: no Event and no pod
+    /// total; an EPERM beside it, and ENOSYS on a syscall libc does not
+    /// retry, still make theirs.
+    #[test]
+    fn intended_fallbacks_make_no_event_and_no_pod_total() {
+        let idx = index();
+        let mut agg = DenialAggregator::new(Duration::from_secs(60));
+        let clone3 = SummaryRow {
+            syscall: "clone3".into(),
+            nr: 435,
+            errno: libc::ENOSYS,
+            ..row(40, Some("u1"))
+        };
+        agg.observe(std::slice::from_ref(&clone3), &idx);
+        assert!(agg.due(SystemTime::UNIX_EPOCH).is_empty());
+        assert!(agg.totals().is_empty());
+        let openat2 = SummaryRow {
+            syscall: "openat2".into(),
+            nr: 437,
+            errno: libc::ENOSYS,
+            ..row(2, Some("u1"))
+        };
+        agg.observe(
+            &[
+                SummaryRow {
+                    count: 80,
+                    ..clone3
+                },
+                row(3, Some("u1")),
+                openat2,
+            ],
+            &idx,
+        );
+        let mut messages: Vec<_> = agg
+            .due(SystemTime::UNIX_EPOCH)
+            .into_iter()
+            .map(|e| e.message)
+            .collect();
+        messages.sort();
+        assert_eq!(
+            messages,
+            [
+                "denied mkdir ×3 (EPERM) in container vllm, profile localhost/profiles/vllm-strict.json",
+                "denied openat2 ×2 (ENOSYS) in container vllm, profile localhost/profiles/vllm-strict.json",
+            ]
+        );
+        let totals: Vec<_> = agg
+            .totals()
+            .into_iter()
+            .map(|t| (t.syscall, t.count))
+            .collect();
+        assert_eq!(totals, [("mkdir".into(), 3), ("openat2".into(), 2)]);
     }
 
     /// An NTP step back (or a VM restored from a snapshot) must not mute a

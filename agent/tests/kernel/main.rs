@@ -29,6 +29,7 @@
 mod support;
 
 mod pods_denials_kernel;
+mod pods_intended_kernel;
 mod sandbox_run;
 mod trace_caps;
 mod trace_kernel;

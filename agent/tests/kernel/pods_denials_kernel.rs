@@ -29,6 +29,24 @@ use support::cgroup::{deny_mkdir_in, traceable_kubepods};
 
 const N: usize = 7;
 
+/// The reporter's loop as node `n1` with `kubeconfig`'s credentials, its
+/// conditions without hysteresis.
+pub(crate) async fn node_report_loop(
+    kubeconfig: &std::path::Path,
+) -> ReportLoop<client::KubeReporter> {
+    let source = credentials::choose(Some(kubeconfig), |_| false, |_| None);
+    let kube = client::connect(&source).await.unwrap().unwrap();
+    let reporter = client::KubeReporter::new(kube, "n1").with_timeout(Duration::from_secs(5));
+    let config = LoopConfig {
+        policy: Policy {
+            hysteresis: Hysteresis::IMMEDIATE,
+            ..Policy::default()
+        },
+        ..LoopConfig::default()
+    };
+    ReportLoop::new(reporter, config, 7)
+}
+
 #[test]
 fn real_denials_become_one_aggregated_pod_event() {
     let uid = "7c0ffee0-1234-4abc-9def-00000000beef";
@@ -105,17 +123,7 @@ fn real_denials_become_one_aggregated_pod_event() {
     let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let events = rt.block_on(async {
-        let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-        let kube = client::connect(&source).await.unwrap().unwrap();
-        let reporter = client::KubeReporter::new(kube, "n1").with_timeout(Duration::from_secs(2));
-        let config = LoopConfig {
-            policy: Policy {
-                hysteresis: Hysteresis::IMMEDIATE,
-                ..Policy::default()
-            },
-            ..LoopConfig::default()
-        };
-        let mut lp = ReportLoop::new(reporter, config, 7);
+        let mut lp = node_report_loop(&kubeconfig).await;
         let mut agg = DenialAggregator::new(Duration::from_secs(60));
         let now = SystemTime::now();
         agg.observe(&rows, &pods);

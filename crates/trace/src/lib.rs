@@ -5,11 +5,13 @@
 //! [`EventSource`]); `event` decodes the records; `attribution` maps cgroups
 //! to containers and pods (`kubelet_logs` names them without an API server);
 //! `summary` aggregates and renders; `names` turns
-//! numbers into syscall and errno names. The C programs live in `agent-ebpf/`.
+//! numbers into syscall and errno names; `intended` tells a denial libc
+//! falls back from (ENOSYS on `clone3`) from a real one. The C programs live in `agent-ebpf/`.
 
 pub mod attribution;
 pub mod bpf;
 pub mod event;
+pub mod intended;
 pub mod kubelet_logs;
 pub mod loader;
 pub mod names;
@@ -19,6 +21,7 @@ pub mod summary;
 
 pub use attribution::{Attribution, CgroupResolver, NoPodLookup, PodLookup, PodRef};
 pub use event::{Action, CgroupCreated, CountKey, Denial};
+pub use intended::{classify, DenialKind};
 pub use kubelet_logs::KubeletLogs;
 pub use loader::{FailureReason, ProbeAttempt, Tracer, TracerConfig};
 pub use pump::{Pump, Sample};

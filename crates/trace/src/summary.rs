@@ -7,6 +7,7 @@ use super::attribution::Attribution;
 use super::event::{
     Action, CountKey, Denial, AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64,
 };
+use super::intended::{classify, DenialKind, Fallback};
 use super::names::{arch_name, errno_name, SyscallNames};
 use super::{Stats, Strategy};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -110,6 +111,31 @@ pub struct SummaryRow {
     pub pod: Option<super::attribution::PodRef>,
 }
 
+impl SummaryRow {
+    /// Whether libc falls back from this denial (`intended`).
+    pub fn kind(&self) -> DenialKind {
+        classify(&self.syscall, self.action, self.errno)
+    }
+}
+
+/// A row as the summary writes it: its fields, and the fallback that makes
+/// it intended, if one does (read back, the field is ignored: [`SummaryRow::kind`]
+/// says it again from the row).
+#[derive(Serialize)]
+struct RowOut<'a> {
+    #[serde(flatten)]
+    row: &'a SummaryRow,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    intended_fallback: Option<&'static Fallback>,
+}
+
+fn rows_out<S: serde::Serializer>(rows: &[SummaryRow], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(rows.iter().map(|row| RowOut {
+        row,
+        intended_fallback: row.kind().fallback(),
+    }))
+}
+
 /// `&'static str` under another name: spelled out, serde's derive takes the
 /// field as borrowed from the input (`'de: 'static`, so nothing read from a
 /// file could be deserialized), although [`arch_by_name`] borrows nothing.
@@ -181,6 +207,7 @@ impl Sample {
 /// The result of a trace run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TraceSummary {
+    #[serde(serialize_with = "rows_out")]
     pub summary: Vec<SummaryRow>,
     /// Samples not delivered (rate limit + full ring buffer); counts are unaffected.
     pub dropped: u64,
@@ -286,6 +313,8 @@ struct SampleJson<'a> {
     pod_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pod: Option<&'a super::attribution::PodRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    intended_fallback: Option<&'static Fallback>,
 }
 
 /// One JSON line for a sample. `wall_ns` is the sample's time on CLOCK_REALTIME.
@@ -331,6 +360,7 @@ fn sample_record<'a>(
         container: a.container.as_deref(),
         pod_uid: a.pod_uid.as_deref(),
         pod: a.pod.as_ref(),
+        intended_fallback: classify(syscall, d.action, d.errno).fallback(),
     }
 }
 
@@ -346,6 +376,9 @@ pub fn sample_text(d: &Denial, syscall: &str, a: &Attribution, wall_ns: u64) -> 
         d.nr,
         outcome(d.action, d.errno)
     );
+    if let Some(f) = classify(syscall, d.action, d.errno).fallback() {
+        s.push_str(&format!(" (intended: {})", f.reason()));
+    }
     if let Some(w) = workload(
         a.pod.as_ref(),
         a.pod_uid.as_deref(),
@@ -416,7 +449,10 @@ pub fn summary_text(s: &TraceSummary) -> String {
                 r.pid.to_string(),
                 r.comm.clone(),
                 format!("{}({})", r.syscall, r.nr),
-                outcome(r.action, r.errno),
+                match r.kind().fallback() {
+                    Some(f) => format!("{}, intended: {}", outcome(r.action, r.errno), f.reason()),
+                    None => outcome(r.action, r.errno),
+                },
                 r.count.to_string(),
                 workload(
                     r.pod.as_ref(),
@@ -592,6 +628,62 @@ mod tests {
         assert_eq!(r["container_id"], "0123456789abcdef");
         assert_eq!(r["pod_uid"], "u-1");
         assert!(summary_text(&s).contains("mkdir(83)"));
+    }
+
+    /// An intended ENOSYS (glibc's clone3 → clone) is shown with its
+    /// reason in every rendering; a real denial beside it is not, and the
+    /// row reads back as it was.
+    #[test]
+    fn intended_fallbacks_carry_their_reason() {
+        let mut names = SyscallNames::default();
+        let rows = aggregate(
+            vec![
+                (key(10, "app", 435, libc::ENOSYS, Action::Errno), 4),
+                (key(10, "app", 272, libc::EPERM, Action::Errno), 1),
+            ],
+            &Filter::default(),
+            &mut names,
+            &mut attr,
+        );
+        assert_eq!(rows[0].syscall, "clone3");
+        assert!(rows[0].kind().is_intended());
+        assert!(!rows[1].kind().is_intended());
+        let s = summarize(rows.clone(), &Stats::default(), Strategy::TpBtf);
+        let v: serde_json::Value = serde_json::from_str(&summary_json(&s)).unwrap();
+        let f = &v["summary"][0]["intended_fallback"];
+        assert_eq!(f["fallback"], "clone", "{v}");
+        assert_eq!(f["libc"], "glibc");
+        assert_eq!(f["source"], "sysdeps/unix/sysv/linux/clone-internal.c");
+        assert!(v["summary"][1].get("intended_fallback").is_none(), "{v}");
+        let back: Vec<SummaryRow> = serde_json::from_value(v["summary"].clone()).unwrap();
+        assert_eq!(back, rows);
+        let text = summary_text(&s);
+        assert!(
+            text.contains("errno ENOSYS (38), intended: glibc falls back to clone"),
+            "{text}"
+        );
+        assert!(text.contains("errno EPERM (1)  "), "{text}");
+        let d = Denial {
+            ts_ns: 0,
+            cgroup_id: 9,
+            pid: 10,
+            tid: 12,
+            mnt_ns: 4,
+            nr: 435,
+            arch: AUDIT_ARCH_X86_64,
+            errno: libc::ENOSYS,
+            action: Action::Errno,
+            comm: "app".into(),
+        };
+        let a = Attribution::default();
+        assert!(sample_text(&d, "clone3", &a, 0).ends_with(
+            "clone3(435) denied: errno ENOSYS (38) (intended: glibc falls back to clone)"
+        ));
+        let j: serde_json::Value = serde_json::from_str(&sample_json(&d, "clone3", &a, 0)).unwrap();
+        assert_eq!(j["intended_fallback"]["fallback"], "clone");
+        let j: serde_json::Value =
+            serde_json::from_str(&sample_json(&d, "openat2", &a, 0)).unwrap();
+        assert!(j.get("intended_fallback").is_none());
     }
 
     #[test]
