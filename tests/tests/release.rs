@@ -1,6 +1,7 @@
 //! What a release is made of, as a user gets it:
 //!
-//! - the image `cargo xtask image` writes, imported into the private
+//! - the image `cargo xtask image` writes, under the name
+//!   deploy/base/kustomization.yaml gives it, imported into the private
 //!   containerd the oracles run (`ctr images import`, the docker-archive
 //!   tarball) and started through CRI as a kubelet would: `nodeproof
 //!   --version` and `nodeproof profile lint` run in it, as the image's
@@ -59,17 +60,16 @@ fn the_image_starts_in_containerd_as_its_user_and_lints_a_profile() {
         &bin.to_string_lossy(),
         "--out",
         &out.path().to_string_lossy(),
-        "--name",
-        "nodeproof.test/nodeproof",
     ]);
     let printed = String::from_utf8_lossy(&printed.stdout);
     let (reference, digest) = printed
         .trim()
         .split_once(' ')
         .unwrap_or_else(|| panic!("`xtask image` printed {printed:?}"));
-    assert!(
-        reference.starts_with("nodeproof.test/nodeproof:"),
-        "{reference}"
+    // No --name: the name deploy/base/kustomization.yaml runs.
+    assert_eq!(
+        reference,
+        concat!("localhost/nodeproof:", env!("CARGO_PKG_VERSION"))
     );
     assert!(digest.starts_with("sha256:"), "{digest}");
     let oracle = ContainerdOracle::shared().expect("containerd oracle");
