@@ -374,6 +374,18 @@ fn security_context(
     }
 }
 
+/// The status code of `GET path` on 127.0.0.1:`port`, as the kubelet's
+/// httpGet probe sends it (any 2xx or 3xx passes); `None` while nothing answers.
+fn probe(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Polls `f` every 200 ms until it gives a value or `within` passes.
 fn wait_for<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + within;
@@ -597,6 +609,21 @@ fn the_daemonset_pod_as_the_kubelet_runs_it_reports_and_names_a_denied_pod() {
             agent_log()
         )
     });
+    // The kubelet's probes, at the paths the manifest gives.
+    for probe_kind in ["readinessProbe", "livenessProbe"] {
+        let path = container[probe_kind]["httpGet"]["path"]
+            .as_str()
+            .unwrap_or_else(|| panic!("the container's {probe_kind} is an httpGet"));
+        let code = wait_for(Duration::from_secs(10), || {
+            probe(probe_port, path).filter(|c| (200..400).contains(c))
+        });
+        assert!(
+            code.is_some(),
+            "{probe_kind} {path} failed: {:?}\n{}",
+            probe(probe_port, path),
+            agent_log()
+        );
+    }
     assert_eq!(tracing.0["status"], "True", "{tracing:?}\n{}", agent_log());
     assert_eq!(tracing.1["status"], "True", "{tracing:?}\n{}", agent_log());
     let reported = agent_started.elapsed();
