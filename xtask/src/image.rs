@@ -49,9 +49,32 @@ pub struct ImageArgs {
     /// `CARGO_TARGET_DIR` or a cargo config moves it).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The image's name, without the tag (the tag is the version).
-    #[arg(long, default_value = "nodeproof")]
-    name: String,
+    /// The image's name, without the tag (the tag is the version). Default:
+    /// the name deploy/base/kustomization.yaml runs.
+    #[arg(long)]
+    name: Option<String>,
+}
+
+/// Where the image's reference is written once: the base's `images:` entry.
+pub const KUSTOMIZATION: &str = "deploy/base/kustomization.yaml";
+
+/// The reference the manifests run, `newName:newTag` of the one `images:`
+/// entry of `kustomization` (its text); the tag must be `version`, the
+/// version the image is built from.
+pub fn deployed_reference(kustomization: &str, version: &str) -> Result<String> {
+    let k: serde_json::Value = serde_saphyr::from_str(kustomization)
+        .with_context(|| format!("parsing {KUSTOMIZATION}"))?;
+    let images = k["images"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let [image] = images else {
+        bail!("{KUSTOMIZATION} must name exactly one image under `images:`");
+    };
+    let (Some(name), Some(tag)) = (image["newName"].as_str(), image["newTag"].as_str()) else {
+        bail!("{KUSTOMIZATION}: set the image's newName and newTag");
+    };
+    if tag != version {
+        bail!("{KUSTOMIZATION} tags the image {tag}, but the crate is {version}: set newTag to {version}");
+    }
+    Ok(format!("{name}:{tag}"))
 }
 
 /// What the image says of itself (the `org.opencontainers.image.*` labels).
@@ -88,7 +111,16 @@ pub fn image_command(args: &ImageArgs) -> Result<()> {
         .out
         .as_ref()
         .map_or_else(|| crate::target_dir().join("image"), |o| root().join(o));
-    let w = write(&out, &args.name, &meta, &files)?;
+    let reference = match &args.name {
+        Some(name) => format!("{name}:{}", meta.version),
+        None => {
+            let path = root().join(KUSTOMIZATION);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            deployed_reference(&text, &meta.version)?
+        }
+    };
+    let w = write(&out, &reference, &meta, &files)?;
     println!("{} {}", w.reference, w.digest);
     eprintln!(
         "xtask: image {} ({}) in {} and {}",
@@ -308,9 +340,24 @@ fn blobs(meta: &Meta, files: &[File]) -> Result<Blobs> {
 /// Writes `out/oci` (an OCI image layout) and `out/nodeproof-image.tar`
 /// (that layout plus docker's manifest.json, as `docker save` writes since
 /// Docker 25: docker, podman and ctr load it).
-pub fn write(out: &Path, name: &str, meta: &Meta, files: &[File]) -> Result<Written> {
+///
+/// `reference` is the image's full name and tag. Each loader reads its own
+/// field: containerd's importer (`ctr images import`, containerd 1.6
+/// images/archive/importer.go) takes a tar holding `oci-layout` as an OCI
+/// layout, ignores manifest.json, and names the image by
+/// `io.containerd.image.name` as written; `podman load` tries an OCI
+/// archive before a docker one (containers/common libimage/load.go) and
+/// names it by `io.containerd.image.name` before
+/// `org.opencontainers.image.ref.name` (libimage/pull.go,
+/// nameFromAnnotations), keeping a qualified name as it is; `docker load`
+/// reads manifest.json's `RepoTags` with its graph-driver store and the
+/// OCI index through containerd's importer with the containerd store. `org.opencontainers.image.ref.name` holds the
+/// tag, as `docker save` writes it: the OCI image-layout spec allows a tag
+/// or a full reference there, and a tag lets `skopeo copy
+/// oci-archive:nodeproof-image.tar:0.1.0` pick the image by its version.
+pub fn write(out: &Path, reference: &str, meta: &Meta, files: &[File]) -> Result<Written> {
     let b = blobs(meta, files)?;
-    let reference = format!("{name}:{}", meta.version);
+    let reference = reference.to_string();
     let index = json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
@@ -421,6 +468,25 @@ mod tests {
         assert!(missing.to_string().contains("libnope.so.1"), "{missing}");
     }
 
+    /// The reference is written once, in the base's kustomization, with the
+    /// crate's version as its tag; the README's path (c) and the docs say
+    /// the same one.
+    #[test]
+    fn the_deployed_reference_is_the_kustomizations_and_the_docs_say_it() {
+        let text = std::fs::read_to_string(root().join(KUSTOMIZATION)).unwrap();
+        let version = env!("CARGO_PKG_VERSION");
+        let reference = deployed_reference(&text, version).unwrap();
+        assert_eq!(reference, format!("localhost/nodeproof:{version}"));
+        for doc in ["README.md", "docs/operations.md"] {
+            let said = std::fs::read_to_string(root().join(doc)).unwrap();
+            assert!(said.contains(&reference), "{doc} does not name {reference}");
+        }
+        let other = deployed_reference(&text, "9.9.9").unwrap_err();
+        assert!(other.to_string().contains("set newTag to 9.9.9"), "{other}");
+        let two = "images:\n  - {name: a, newName: x, newTag: '1'}\n  - {name: b, newName: y, newTag: '1'}\n";
+        assert!(deployed_reference(two, "1").is_err());
+    }
+
     #[test]
     fn times_are_rfc3339_in_utc() {
         assert_eq!(rfc3339(0).unwrap(), "1970-01-01T00:00:00Z");
@@ -440,21 +506,25 @@ mod tests {
             files.iter().map(|f| &f.path).collect::<Vec<_>>()
         );
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let first = write(a.path(), "nodeproof", &meta(1_700_000_000), &files).unwrap();
-        let again = write(b.path(), "nodeproof", &meta(1_700_000_000), &files).unwrap();
+        let name = "localhost/nodeproof:0.1.0";
+        let first = write(a.path(), name, &meta(1_700_000_000), &files).unwrap();
+        let again = write(b.path(), name, &meta(1_700_000_000), &files).unwrap();
         assert_eq!(first.digest, again.digest);
         assert_eq!(
             std::fs::read(&first.tarball).unwrap(),
             std::fs::read(&again.tarball).unwrap()
         );
-        let later = write(b.path(), "nodeproof", &meta(1_700_000_001), &files).unwrap();
+        let later = write(b.path(), name, &meta(1_700_000_001), &files).unwrap();
         assert_ne!(first.digest, later.digest);
-        assert_eq!(first.reference, "nodeproof:0.1.0");
+        assert_eq!(first.reference, name);
         // The layout holds what the index names.
         let index: serde_json::Value =
             serde_json::from_slice(&std::fs::read(first.layout.join("index.json")).unwrap())
                 .unwrap();
         assert_eq!(index["manifests"][0]["digest"], first.digest.as_str());
+        let annotations = &index["manifests"][0]["annotations"];
+        assert_eq!(annotations["io.containerd.image.name"], name);
+        assert_eq!(annotations["org.opencontainers.image.ref.name"], "0.1.0");
         let blob = first
             .layout
             .join("blobs/sha256")

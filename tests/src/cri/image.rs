@@ -129,8 +129,9 @@ fn go_arch() -> &'static str {
 }
 
 /// Imports the image tarball at `tar` (OCI layout or docker-archive) into
-/// containerd's `k8s.io` namespace, unpacked for the `native` snapshotter.
-pub fn import(tar: &Path, socket: &Path) -> Result<(), CriError> {
+/// containerd's `k8s.io` namespace, unpacked for the `native` snapshotter;
+/// what `ctr` printed.
+pub fn import(tar: &Path, socket: &Path) -> Result<String, CriError> {
     run(
         Command::new("ctr")
             .arg("--address")
@@ -146,7 +147,7 @@ pub fn import(tar: &Path, socket: &Path) -> Result<(), CriError> {
             .arg(tar),
         "ctr images import",
     )
-    .map(drop)
+    .map(|out| String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Builds both images under `dir` from `busybox` (a static binary) and

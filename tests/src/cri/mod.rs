@@ -29,6 +29,7 @@
 pub mod api;
 pub mod daemon;
 pub mod image;
+pub mod pod;
 
 use std::collections::HashMap;
 use std::fs;
@@ -351,8 +352,9 @@ impl ContainerdOracle {
         }
     }
 
-    /// Imports an image tarball (`ctr images import`) into this containerd.
-    pub fn import(&self, tarball: &Path) -> Result<(), CriError> {
+    /// Imports an image tarball (`ctr images import`) into this containerd;
+    /// what `ctr` printed (`unpacking <name> (<digest>)...done`).
+    pub fn import(&self, tarball: &Path) -> Result<String, CriError> {
         let socket = self
             .daemon
             .lock()
@@ -1018,6 +1020,7 @@ fn sweep_stale(base: &Path) {
             let _ = fs::remove_dir_all(entry.path());
         }
     }
+    pod::sweep_stale_pods();
     for pid in pod_cgroup_owners() {
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             clear_pod_cgroups(pid, true);
