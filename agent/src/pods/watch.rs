@@ -198,6 +198,28 @@ impl Default for WatchOptions {
     }
 }
 
+/// One change from the watches into the state, the Node's also to those
+/// who follow it (the reporter, the GPU probe): whether a judgement is due.
+/// Every change goes through here, whichever way the loop took it: a Node
+/// list drained after another wake-up (a batch of denial rows, say) once
+/// skipped the reporter, which then waited out its whole start spread on a
+/// new Node while denials flooded in.
+fn take(state: &mut PodsState, opts: &WatchOptions, c: Change) -> bool {
+    let seen = match &c {
+        Change::Node(n) => Some(n),
+        Change::Nodes(listed) => listed.first(),
+        _ => None,
+    };
+    if let (Some(tx), Some(n)) = (&opts.node_seen, seen) {
+        // Never blocks the watch: a full channel already holds a Node to look at.
+        let _ = tx.try_send(nodeproof_kube::client::node_state(n));
+    }
+    if let (Some(tx), Some(n)) = (&opts.node_gpus, seen) {
+        tx.send_replace(Some(crate::checks::gpu::nvidia_allocatable(n)));
+    }
+    state.apply(c)
+}
+
 async fn woken(wake: Option<&Arc<Notify>>) {
     match wake {
         Some(n) => n.notified().await,
@@ -312,21 +334,7 @@ pub async fn rounds(
         };
         tokio::select! {
             change = rx.recv() => match change {
-                Some(c) => {
-                    let seen = match &c {
-                        Change::Node(n) => Some(n),
-                        Change::Nodes(listed) => listed.first(),
-                        _ => None,
-                    };
-                    if let (Some(tx), Some(n)) = (&opts.node_seen, seen) {
-                        // Never blocks the watch: a full channel already holds a Node to look at.
-                        let _ = tx.try_send(nodeproof_kube::client::node_state(n));
-                    }
-                    if let (Some(tx), Some(n)) = (&opts.node_gpus, seen) {
-                        tx.send_replace(Some(crate::checks::gpu::nvidia_allocatable(n)));
-                    }
-                    judge = state.apply(c);
-                }
+                Some(c) => judge = take(state, opts, c),
                 None => break,
             },
             _ = tokio::time::sleep_until(wake_at) => {}
@@ -348,7 +356,7 @@ pub async fn rounds(
         }
         // Everything already queued goes into this one judgement.
         while let Ok(c) = rx.try_recv() {
-            judge |= state.apply(c);
+            judge |= take(state, opts, c);
         }
         if let Some(tx) = &opts.pod_claims {
             let claims = state.index.claims();
@@ -676,6 +684,46 @@ struct Changes<K> {
 mod tests {
     use super::*;
     use kube::ResourceExt;
+
+    /// The Node reaches the reporter whichever way the loop takes it: the
+    /// select's branch and the drain after another wake-up both call `take`.
+    #[test]
+    fn every_node_change_taken_goes_to_the_reporter() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = PodsState::new(
+            crate::pods::verdict::NodeContext {
+                seccomp_root: dir.path().to_path_buf(),
+                labels: Default::default(),
+                taints: Vec::new(),
+                handlers: None,
+                lint: Default::default(),
+                gpu: Default::default(),
+            },
+            crate::pods::verdict::Judge::new(
+                Default::default(),
+                crate::observe::profiles::read_reference,
+            ),
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let opts = WatchOptions {
+            node_seen: Some(tx),
+            ..WatchOptions::default()
+        };
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "uid": "u1"}, "status": {"conditions": []}
+        }))
+        .unwrap();
+        take(&mut state, &opts, Change::Nodes(vec![node.clone()]));
+        take(&mut state, &opts, Change::Node(node));
+        for _ in 0..2 {
+            let seen = rx.try_recv().expect("the Node sent to the reporter");
+            assert_eq!(seen.uid.as_deref(), Some("u1"));
+            assert!(seen.conditions.is_empty());
+        }
+        // Other changes are not the Node's.
+        take(&mut state, &opts, Change::Classes(Vec::new()));
+        assert!(rx.try_recv().is_err());
+    }
 
     #[test]
     fn retries_back_off_to_half_a_minute() {
