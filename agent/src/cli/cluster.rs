@@ -86,6 +86,11 @@ pub(crate) enum ClusterCommand {
         /// Warning Events are counted by reason over this window (for the baseline).
         #[arg(long, value_parser = parse_duration, default_value = "1h")]
         events_window: Duration,
+        /// While the API server does not answer (refused, reset, 5xx, 429), read again with
+        /// backoff for up to this long, saying so on stderr, before exiting 2 (a CronJob's pod
+        /// may start before its network reaches the Service, or during a control-plane restart).
+        #[arg(long, value_parser = parse_duration, default_value = "2m")]
+        api_wait: Duration,
     },
 }
 
@@ -136,6 +141,7 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
             save_baseline,
             baseline,
             events_window,
+            api_wait,
         } => check_command(
             kubeconfig,
             context,
@@ -155,6 +161,7 @@ pub(crate) fn run(command: ClusterCommand, config: &Config) -> Result<ExitCode> 
                 events_window,
             },
             metrics_samples.into(),
+            api_wait,
         ),
     }
 }
@@ -189,6 +196,7 @@ fn check_command(
     opts: &check::Options,
     baselines: &Baselines,
     metrics_samples: usize,
+    api_wait: Duration,
 ) -> Result<ExitCode> {
     // The baseline first: a file that cannot be compared stops the check
     // before it costs the cluster anything.
@@ -203,7 +211,7 @@ fn check_command(
     let read = runtime()?.block_on(async {
         let client =
             nodeproof_cluster::connect::client(kubeconfig.as_deref(), context.as_deref()).await?;
-        anyhow::Ok(check::read(&client, read_opts).await?)
+        read_waiting(&client, read_opts, api_wait).await
     });
     let snapshot = match read {
         Ok(s) => s,
@@ -226,6 +234,41 @@ fn check_command(
         Format::Json | Format::Yaml => print!("{}", super::document(output, &report, true)?),
     }
     Ok(exit(report.ok()))
+}
+
+/// `check::read`, read again while the API server does not answer
+/// (`ReadError::is_transient`), with kube-runtime's backoff (0.8 s doubling
+/// to 30 s, jittered), for up to `wait`: one line on stderr per retry.
+async fn read_waiting(
+    client: &kube::Client,
+    opts: check::ReadOptions,
+    wait: Duration,
+) -> Result<check::Snapshot> {
+    use kube::runtime::watcher::DefaultBackoff;
+    let until = std::time::Instant::now() + wait;
+    let mut backoff = DefaultBackoff::default();
+    loop {
+        match check::read(client, opts).await {
+            Ok(s) => return Ok(s),
+            Err(e) if e.is_transient() => {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                let delay = backoff.next().unwrap_or(Duration::from_secs(30)).min(left);
+                if delay.is_zero() {
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "the API server did not answer for {} s (--api-wait)",
+                        wait.as_secs()
+                    )));
+                }
+                eprintln!(
+                    "nodeproof cluster check: {}; retrying in {:.1} s",
+                    super::error_text(&anyhow::Error::new(e)),
+                    delay.as_secs_f64()
+                );
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

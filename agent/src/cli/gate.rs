@@ -107,6 +107,10 @@ async fn run(
     let (gate_metrics, mut registry) = GateMetrics::new();
     let taint_metrics = DeviceTaintMetrics::register(&mut registry);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let (ready_tx, ready) = tokio::sync::watch::channel(controller::Readiness::Joining {
+        error: "starting".into(),
+        retry_in: Duration::ZERO,
+    });
     let listener = http::bind(listen).await?;
     let routes: http::Routes = Box::new(move |method, path, _now| {
         const TEXT: &str = "text/plain; charset=utf-8";
@@ -119,6 +123,11 @@ async fn run(
                 Err(_) => (500, TEXT, "cannot encode the metrics\n".into()),
             },
             "/healthz" => (200, TEXT, "ok\n".into()),
+            // Liveness stays about the process; readiness about the work.
+            "/readyz" => match &*ready.borrow() {
+                controller::Readiness::Ready => (200, TEXT, "ready\n".into()),
+                r => (503, TEXT, format!("{r}\n")),
+            },
             _ => (404, TEXT, "not found\n".into()),
         }
     });
@@ -151,26 +160,16 @@ async fn run(
         "gate controller starting"
     );
     let taint_opts = device_taints::Options::beside(&opts.lease);
-    let taints = tokio::spawn({
-        let (client, stop) = (client.clone(), stop.clone());
-        async move {
-            if let Err(e) = device_taints::run(client, taint_opts, taint_metrics, stop).await {
-                // The gates go on: tainting devices is a second, separate duty.
-                tracing::warn!(
-                    error = %nodeproof_findings::errors::error_chain(&e),
-                    "unhealthy DRA devices are not tainted"
-                );
-            }
-        }
-    });
-    let gates = controller::run(client, opts, gate_metrics, stop).await;
-    // The device taints stop on the same signal (releasing their Lease);
-    // when the gate controller ends on its own they are stopped with it.
-    if gates.is_err() {
-        taints.abort();
-    }
+    // A second, separate duty on a Lease of its own; it stops on the same
+    // signal (releasing its Lease).
+    let taints = tokio::spawn(device_taints::run(
+        client.clone(),
+        taint_opts,
+        taint_metrics,
+        stop.clone(),
+    ));
+    controller::run(client, opts, gate_metrics, stop, ready_tx).await;
     let _ = taints.await;
-    gates?;
     let _ = server.await;
     Ok(())
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 
 use nodeproof_report::conditions::rfc3339;
-use support::apiserver::{Identity, Logged, TestApiServer};
+use support::apiserver::{Fault, Identity, Logged, TestApiServer};
 use support::rbac::{bound_rules, coverage, request_info, RequestInfo};
 
 const MANIFEST: &str = concat!(
@@ -996,4 +996,42 @@ fn yaml_output_is_the_json_document() {
         .as_str()
         .unwrap()
         .starts_with("could not check"));
+}
+
+/// A CronJob's pod may start before its network reaches the Service, or
+/// during a control-plane restart: the check reads again with backoff while
+/// the API server does not answer, one line each time, and checks once it
+/// answers; past `--api-wait` it gives up with exit 2 naming the wait.
+#[test]
+fn an_api_server_away_at_start_is_waited_out_then_checked() {
+    let server = healthy();
+    server.set_fault(Fault::Down);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), TOKEN);
+    let waiting = {
+        let kubeconfig = kubeconfig.clone();
+        std::thread::spawn(move || check_with(&kubeconfig, &["--api-wait", "30s", "-o", "json"]))
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    server.clear_fault();
+    let run = waiting.join().unwrap();
+    assert!(
+        matches!(run.code, Some(0 | 1)),
+        "checked: {:?} {}",
+        run.code,
+        run.stderr
+    );
+    assert!(run.stderr.contains("; retrying in "), "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).expect("the JSON report");
+    assert!(report["metrics"]["registered"].is_array(), "{}", run.stdout);
+
+    server.set_fault(Fault::Down);
+    let run = check_with(&kubeconfig, &["--api-wait", "2s"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("could not check: the API server did not answer for 2 s (--api-wait)"),
+        "{}",
+        run.stderr
+    );
 }

@@ -18,7 +18,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use serde_json::{json, Value};
 
 use support::agent::{free_port, get};
-use support::apiserver::{Identity, Logged, TestApiServer};
+use support::apiserver::{Fault, Identity, Logged, TestApiServer};
 use support::rbac::{coverage, request_info, rule_allows, RequestInfo};
 
 const MANIFEST: &str = concat!(
@@ -1597,4 +1597,67 @@ fn the_test_server_lets_a_gated_pod_be_narrowed_never_widened_and_nothing_once_u
         .filter_map(|c| c["type"].as_str())
         .collect();
     assert_eq!(types, ["PodScheduled", GPU_LABEL]);
+}
+
+/// An API server that does not answer when the controller starts (a
+/// control plane restarting, a pod network not ready yet) is waited out:
+/// the process stays up, `/readyz` says why it is not ready, `/healthz`
+/// stays 200, and once the server answers the controller joins the
+/// election and becomes ready. It used to exit with status 2 ("cannot take
+/// part in leader election"), which the kubelet turns into CrashLoopBackOff.
+#[test]
+fn an_api_server_away_at_start_is_waited_out_not_an_exit() {
+    let server = server();
+    server.set_fault(Fault::Down);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Controller::start(&server, dir.path(), "gc-a", &config(300, 3));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let (code, body) = get(c.port, "/readyz");
+        if code == 503 && body.contains("not in the leader election") {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "readyz {code} {body:?}: {}",
+            c.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(body.contains("retrying in"), "{body}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        c.child.try_wait().unwrap().is_none(),
+        "the controller exited while the API server was away: {}",
+        c.log_text()
+    );
+    assert_eq!(
+        get(c.port, "/healthz").0,
+        200,
+        "liveness is about the process"
+    );
+    server.clear_fault();
+    let back = Instant::now();
+    let deadline = back + Duration::from_secs(30);
+    while get(c.port, "/readyz").0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not ready after the server came back: {}",
+            c.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "FIGURE API server back → gate controller ready: {:?}",
+        back.elapsed()
+    );
+    let log = c.log_text();
+    assert!(
+        log.contains("cannot join leader election yet; retrying"),
+        "{log}"
+    );
+    assert!(log.contains("joined leader election"), "{log}");
+    // Said once, in nodeproof's words.
+    assert!(!log.contains("kube_client"), "{log}");
+    c.kill();
 }

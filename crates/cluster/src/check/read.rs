@@ -33,6 +33,23 @@ pub enum ReadError {
     },
 }
 
+impl ReadError {
+    /// The API server did not answer (refused, reset, timed out: kube-rs's
+    /// transport errors) or answered that it cannot serve now (5xx, 429):
+    /// worth reading again after a while. Anything else (403, 404, a body
+    /// that does not decode) would answer the same again.
+    pub fn is_transient(&self) -> bool {
+        let ReadError::Read { source, .. } = self;
+        match source.as_ref() {
+            kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 fn failed(what: &'static str) -> impl FnOnce(kube::Error) -> ReadError {
     move |e| ReadError::Read {
         what,
@@ -250,4 +267,28 @@ pub async fn read(client: &kube::Client, opts: ReadOptions) -> Result<Snapshot, 
         hpas,
         role_objects,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("injected", "Injected")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn what_is_read_again_is_what_the_server_could_not_answer() {
+        let read = |e| failed("Nodes")(e).is_transient();
+        assert!(read(kube::Error::Service("connection refused".into())));
+        assert!(read(api(503)));
+        assert!(read(api(500)));
+        assert!(read(api(429)));
+        assert!(!read(api(403)), "a missing role answers the same again");
+        assert!(!read(api(404)));
+    }
 }

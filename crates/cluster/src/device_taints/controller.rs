@@ -38,7 +38,7 @@ use nodeproof_report::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
 
 use super::metrics::{DeviceTaintMetrics, Request};
 use super::{plan, wanted, DeviceTaintError, RuleFacts, SliceFacts, GROUP, RULE_VERSION};
-use crate::gate::leader::{elect, LeaderError, LeaseOptions};
+use crate::gate::leader::{join, LeaderError, LeaseOptions};
 use strum::IntoStaticStr;
 
 #[derive(Debug, Clone)]
@@ -142,8 +142,18 @@ pub async fn run(
     opts: Options,
     metrics: Arc<DeviceTaintMetrics>,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), LeaderError> {
-    let (mut leader, election) = elect(client.clone(), &opts.lease).await?;
+) {
+    // Joined with backoff, never given up on (leader::join says why).
+    let Some((mut leader, election)) = join(
+        client.clone(),
+        &opts.lease,
+        &mut stop,
+        |_: &LeaderError, _| {},
+    )
+    .await
+    else {
+        return;
+    };
     let mut said = Said::Nothing;
     loop {
         let found = tokio::select! {
@@ -212,7 +222,6 @@ pub async fn run(
     drop(leader);
     // The election task releases the lease when it sees the receiver gone.
     let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
-    Ok(())
 }
 
 enum Ended {

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use super::config::{Gate, Policy};
 use super::event::{event_body, event_patch, EventBook, EventWrite};
-use super::leader::{elect, LeaderError, LeaseOptions};
+use super::leader::{join, LeaderError, LeaseOptions};
 use super::metrics::{Failure, GateMetrics};
 use super::pod::{PodKey, PodNeeds};
 use super::state::{pod_key, Decision, Gatekeeper};
@@ -44,26 +44,60 @@ pub struct Options {
     pub tick: Duration,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ControllerError {
-    #[error(transparent)]
-    Leader(#[from] LeaderError),
-    /// The leader election task ended on its own (it logged why): this
-    /// replica can no longer know whether it leads, so it stops and is
-    /// restarted.
-    #[error("leader election on Lease {namespace}/{name} ended")]
-    ElectionEnded { namespace: String, name: String },
+/// What the controller's `/readyz` says: ready once it takes part in the
+/// leader election and every watched kind was listed (a standby replica is
+/// ready: it can take over). Until then, why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Not in the leader election: the last attempt's error, and when the
+    /// next one is.
+    Joining {
+        error: String,
+        retry_in: Duration,
+    },
+    /// In the election; not every watched kind has been listed yet.
+    Listing,
+    Ready,
+}
+
+impl std::fmt::Display for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readiness::Joining { error, retry_in } => write!(
+                f,
+                "not in the leader election: {error}; retrying in {:.1} s",
+                retry_in.as_secs_f64()
+            ),
+            Readiness::Listing => f.write_str("listing Pods, Nodes and RuntimeClasses"),
+            Readiness::Ready => f.write_str("ready"),
+        }
+    }
 }
 
 /// Runs until `stop` turns true: then leaves leader election (releasing the
 /// lease if held) and returns.
+///
+/// Nothing ends it but `stop`: the leader election is joined again, with
+/// backoff, whenever it cannot be joined or its task ends (the API server
+/// away); `ready` says meanwhile why it is not ready.
 pub async fn run(
     client: Client,
     opts: Options,
     metrics: Arc<GateMetrics>,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), ControllerError> {
-    let (mut leader, election) = elect(client.clone(), &opts.lease).await?;
+    ready: watch::Sender<Readiness>,
+) {
+    let said = |e: &LeaderError, retry_in: Duration| {
+        ready.send_replace(Readiness::Joining {
+            error: nodeproof_findings::errors::error_chain(e),
+            retry_in,
+        });
+    };
+    let Some((mut leader, mut election)) = join(client.clone(), &opts.lease, &mut stop, said).await
+    else {
+        return;
+    };
+    ready.send_replace(Readiness::Listing);
     let mut c = Controller {
         client: client.clone(),
         gk: Gatekeeper::new(opts.policy.clone()),
@@ -90,6 +124,7 @@ pub async fn run(
     let mut sync = Sync::default();
     let mut tick = tokio::time::interval(opts.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rejoin = false;
     loop {
         // Biased, in this order: stopping, leadership, Nodes, the tick,
         // RuntimeClasses, then Pods. Node events are few and decide the
@@ -111,11 +146,12 @@ pub async fn run(
                     }
                 }
                 if changed.is_err() {
+                    // The election task ended on its own (it logged why):
+                    // this replica no longer knows whether it leads. It
+                    // stops acting and joins again (below).
+                    c.leading = false;
                     c.metrics.set_leader(false);
-                    return Err(ControllerError::ElectionEnded {
-                        namespace: opts.lease.namespace.clone(),
-                        name: opts.lease.name.clone(),
-                    });
+                    rejoin = true;
                 }
             }
             Some(ev) = nodes.next() => {
@@ -149,6 +185,29 @@ pub async fn run(
             // whatever the watches delivered meanwhile.
             _ = std::future::ready(()), if c.leading && sync.all_listed() && (!c.pending_events.is_empty() || !c.dirty.is_empty() || !c.conditions_due.is_empty()) => {}
         }
+        if std::mem::take(&mut rejoin) {
+            ready.send_replace(Readiness::Joining {
+                error: "the leader election ended".into(),
+                retry_in: Duration::ZERO,
+            });
+            let said = |e: &LeaderError, retry_in: Duration| {
+                ready.send_replace(Readiness::Joining {
+                    error: nodeproof_findings::errors::error_chain(e),
+                    retry_in,
+                });
+            };
+            match join(client.clone(), &opts.lease, &mut stop, said).await {
+                Some((l, e)) => {
+                    leader = l;
+                    election = e;
+                    ready.send_replace(Readiness::Listing);
+                }
+                None => break,
+            }
+        }
+        if sync.all_listed() && *ready.borrow() == Readiness::Listing {
+            ready.send_replace(Readiness::Ready);
+        }
         if c.leading && sync.all_listed() {
             c.process(&leader).await;
         }
@@ -157,7 +216,6 @@ pub async fn run(
     drop(leader);
     // The election task releases the lease when it sees the receiver gone.
     let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
-    Ok(())
 }
 
 fn watch_stream<K>(

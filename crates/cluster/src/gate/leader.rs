@@ -45,6 +45,48 @@ pub struct LeaderError {
     pub source: LeaseManagerError,
 }
 
+/// Takes part, trying again until it can or `stop` turns true (`None`):
+/// an API server that does not answer at start, or a Role not applied yet,
+/// is waited out with kube-runtime's backoff (0.8 s doubling to 30 s,
+/// jittered, as client-go's reflector) and said once per attempt, instead
+/// of ending the process: a controller that exits is restarted by the
+/// kubelet with CrashLoopBackOff, whose delay grows to five minutes, long
+/// after the API server is back. `on_failure` hears each failed attempt
+/// and the delay before the next (the controller's `/readyz` says it).
+pub async fn join(
+    client: Client,
+    opts: &LeaseOptions,
+    stop: &mut watch::Receiver<bool>,
+    mut on_failure: impl FnMut(&LeaderError, Duration),
+) -> Option<(watch::Receiver<bool>, JoinHandle<()>)> {
+    let mut backoff = kube::runtime::watcher::DefaultBackoff::default();
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        match elect(client.clone(), opts).await {
+            Ok(joined) => {
+                tracing::info!(identity = %opts.identity, lease = %format!("{}/{}", opts.namespace, opts.name), "joined leader election");
+                return Some(joined);
+            }
+            Err(e) => {
+                let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+                // Handled here (retried), so logged here, once per attempt.
+                tracing::warn!(
+                    error = %nodeproof_findings::errors::error_chain(&e),
+                    retry_ms = delay.as_millis() as u64,
+                    "cannot join leader election yet; retrying"
+                );
+                on_failure(&e, delay);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.wait_for(|s| *s) => return None,
+                }
+            }
+        }
+    }
+}
+
 /// Starts taking part: the receiver says whether this replica leads. Drop
 /// it to leave (the task releases the lease if held, then ends).
 pub async fn elect(
