@@ -293,6 +293,7 @@ pub fn rootless_findings(id: &Identity, layout: &Layout, seccomp_root: &Path) ->
                 Err(m) => (Status::Failed, KubeletAccessReason::AccessDenied, m),
             };
             Finding {
+                detail: None,
                 check: Check::KubeletAccess,
                 subject: path.display().to_string(),
                 status,
@@ -362,6 +363,7 @@ pub fn referenced_findings(
                 ),
             };
             Finding {
+                detail: None,
                 check: Check::StaticPodProfile,
                 subject: shown,
                 status,
@@ -375,6 +377,7 @@ pub fn referenced_findings(
 /// A check that did not apply on this host, and why.
 fn skipped(check: Check, subject: &Path, reason: impl Into<Reason>, message: String) -> Finding {
     Finding {
+        detail: None,
         check,
         subject: subject.display().to_string(),
         status: Status::Skipped,
@@ -428,12 +431,14 @@ pub fn run(
     findings.extend(referenced_findings(&refs, seccomp_root, &reports));
     if gpu.no_gpu() {
         findings.push(Finding {
+            detail: None,
             status: Status::Skipped,
             message: "no NVIDIA PCI device on this node: no GPU driver to check".into(),
             ..checks::gpu::findings(&gpu)
                 .into_iter()
                 .next()
                 .unwrap_or(Finding {
+                    detail: None,
                     check: Check::GpuDriver,
                     subject: "NVML".into(),
                     status: Status::Skipped,
@@ -475,6 +480,7 @@ pub fn run(
         match identity(&user) {
             Some(id) => findings.extend(rootless_findings(&id, layout, seccomp_root)),
             None => findings.push(Finding {
+                detail: None,
                 check: Check::KubeletAccess,
                 subject: user.clone(),
                 status: Status::Failed,

@@ -63,6 +63,7 @@ pub fn findings(report: &GpuReport) -> Vec<Finding> {
         _ => Status::Failed,
     };
     let mut out = vec![Finding {
+        detail: None,
         check: Check::GpuDriver,
         subject: "NVML".into(),
         status: status(&e.driver_ready),
@@ -79,6 +80,7 @@ pub fn findings(report: &GpuReport) -> Vec<Finding> {
             (true, true) => (failed, Status::Ok),
         };
         out.push(Finding {
+            detail: None,
             check: Check::GpuHealth,
             subject: format!("GPU {} {}", g.index, g.uuid.as_deref().unwrap_or(""))
                 .trim_end()
@@ -123,6 +125,7 @@ fn kubelet_finding(c: &Comparison) -> Finding {
         )
     };
     Finding {
+        detail: None,
         check: Check::GpuAdvertised,
         subject: "kubelet".into(),
         status,

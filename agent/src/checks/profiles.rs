@@ -61,6 +61,7 @@ pub fn judge_runtime(
         |runtime: OciRuntime, status, reason: RuntimeReason, message: String| RuntimeOnNode {
             runtime,
             finding: Finding {
+                detail: None,
                 check: Check::OciRuntime,
                 subject: binary.to_string(),
                 status,
@@ -193,6 +194,7 @@ pub fn findings(reports: &[ProfileReport]) -> Vec<Finding> {
                 _ => format!("outcome {}: {}", r.outcome.as_str(), first_line(r)),
             };
             Finding {
+                detail: None,
                 check: Check::SeccompProfile,
                 subject: r.path.clone(),
                 status,

@@ -25,12 +25,11 @@ pub fn finding(readiness: &Readiness) -> Finding {
             Status::Failed
         },
         reason: readiness.reason.into(),
-        // The finding (`check`, `-o json`) carries what the condition leaves out.
-        message: if readiness.detail.is_empty() {
-            readiness.message.clone()
-        } else {
-            format!("{} Refused: {}", readiness.message, readiness.detail)
-        },
+        // One sentence in `check`'s table, as on the Node; what each
+        // strategy's refusal said (a verifier's log) only in `-o json` (and
+        // the journal, where the loader logs each refusal).
+        message: readiness.message.clone(),
+        detail: (!readiness.detail.is_empty()).then(|| format!("Refused: {}", readiness.detail)),
     }
 }
 
@@ -117,9 +116,17 @@ mod tests {
                 c.message
             );
             assert!(!c.message.contains("Verifier"), "{}", c.message);
-            // The kernel's answers are in the finding, for `check -o json`.
-            if !r.detail.is_empty() {
-                assert!(finding(&r).message.contains(&r.detail), "{r:?}");
+            // The table's line is the condition's sentence; the kernel's
+            // answers are the finding's detail, for `check -o json`.
+            let f = finding(&r);
+            assert_eq!(f.message, c.message);
+            if r.detail.is_empty() {
+                assert_eq!(f.detail, None);
+            } else {
+                assert!(
+                    f.detail.as_deref().is_some_and(|d| d.contains(&r.detail)),
+                    "{r:?}"
+                );
             }
         }
         // A locked-down node (as this one): fexit refused with EPERM as root, tp_btf loaded.
@@ -131,6 +138,9 @@ mod tests {
             condition(&r).message,
             "tracing seccomp denials with tp_btf; fexit was denied by the kernel (lockdown or an LSM)."
         );
-        assert!(finding(&r).message.contains("Verifier output"));
+        assert!(!finding(&r).message.contains("Verifier output"));
+        assert!(finding(&r)
+            .detail
+            .is_some_and(|d| d.starts_with("Refused: ") && d.contains("Verifier output")));
     }
 }

@@ -19,6 +19,7 @@ pub fn finding(f: &PodFinding) -> Finding {
         .map(|c| format!(" container {c}"))
         .unwrap_or_default();
     Finding {
+        detail: None,
         check: Check::PodProfile,
         subject: format!("{}/{}{container}", f.namespace, f.pod),
         status: Status::Failed,
@@ -38,6 +39,7 @@ pub fn contract_finding(v: &ContractVerdict) -> Finding {
         ),
     };
     Finding {
+        detail: None,
         check: Check::RuntimeClassContract,
         subject: v.class.clone(),
         status,

@@ -358,6 +358,30 @@ fn check_reports_the_condition() {
     assert_eq!(v["conditions"][0]["type"], "SeccompProfilesReady");
     assert_eq!(v["conditions"][0]["status"], "True");
     assert_eq!(v["findings"][0]["check"], "seccomp-profile");
+    // The tracer's finding: one sentence in the table, what each refused
+    // strategy said (a verifier's log) in `-o json`'s `detail` only. Here
+    // fexit is refused (lockdown) or, without root, every strategy is; where
+    // the first strategy loads there is no detail.
+    let tracing = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "seccomp-tracing")
+        .expect("the tracer's finding");
+    if let Some(detail) = tracing["detail"].as_str() {
+        assert!(detail.starts_with("Refused: "), "{detail}");
+    }
+    let message = tracing["message"].as_str().unwrap();
+    assert!(
+        !message.contains("Refused") && !message.contains("Verifier"),
+        "{message}"
+    );
+    let text = nodeproof(&["--seccomp-root", &root, "check"]).stdout;
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        !text.contains("Verifier output") && !text.contains("Refused:"),
+        "{text}"
+    );
 
     write(dir.path(), "broken.json", "{\"defaultAction\":");
     let out = nodeproof(&["--seccomp-root", &root, "check"]);

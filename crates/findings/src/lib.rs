@@ -87,6 +87,10 @@ pub struct Finding {
     pub reason: Reason,
     /// One line naming the cause.
     pub message: String,
+    /// What a person needs only when digging (a verifier's log, the errors of
+    /// every attempt): in `-o json` and the journal, never in the table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Why something a command was to judge was not judged.
