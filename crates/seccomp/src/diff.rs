@@ -142,6 +142,8 @@ pub enum ArgValues {
     Masked { mask: u64, value: u64 },
     /// Every value whose bits under `mask` are not `value`.
     MaskedNot { mask: u64, value: u64 },
+    /// Every value but `value`.
+    NotEqual { value: u64 },
     /// High word in `high`, low word in `low` (not one range of the 64-bit value).
     Words { high: (u32, u32), low: (u32, u32) },
 }
@@ -173,6 +175,7 @@ impl fmt::Display for ArgRange {
             ArgValues::MaskedNot { mask, value } => {
                 write!(f, "arg{i} & {mask:#x} != {value:#x}")
             }
+            ArgValues::NotEqual { value } => write!(f, "arg{i} != {value:#x}"),
             ArgValues::Words { high, low } => write!(
                 f,
                 "arg{i} high word in {:#x}..={:#x}, low word in {:#x}..={:#x}",
@@ -888,12 +891,44 @@ fn judge(
     Ok(out)
 }
 
-/// `acc` extended by the range `first..=last` when it follows on.
-fn join(acc: Option<(u64, u64)>, first: u64, last: u64) -> Option<Option<(u64, u64)>> {
-    match acc {
-        None => Some(Some((first, last))),
-        Some((f, l)) if l.checked_add(1) == Some(first) => Some(Some((f, last))),
+/// `a` and `b` as one condition, when `b` follows on from `a`.
+fn joined(a: ArgValues, b: ArgValues) -> Option<ArgValues> {
+    let words = |v: ArgValues| match v {
+        ArgValues::Range { first, last } => Some((first, last)),
+        // High words in a range, low words all: one range of the 64-bit value.
+        ArgValues::Words {
+            high,
+            low: (0, u32::MAX),
+        } => Some((
+            u64::from(high.0) << 32,
+            u64::from(high.1) << 32 | u64::from(u32::MAX),
+        )),
         _ => None,
+    };
+    match (a, b) {
+        (
+            ArgValues::Low { first, last },
+            ArgValues::Low {
+                first: f2,
+                last: l2,
+            },
+        ) if last.checked_add(1) == Some(f2) => Some(ArgValues::Low { first, last: l2 }),
+        (ArgValues::Words { high, low }, ArgValues::Words { high: h2, low: l2 })
+            if high == h2 && low.1.checked_add(1) == Some(l2.0) =>
+        {
+            let w = ArgValues::Words {
+                high,
+                low: (low.0, l2.1),
+            };
+            Some(words(w).map_or(w, |(first, last)| ArgValues::Range { first, last }))
+        }
+        _ => {
+            let ((f1, l1), (f2, l2)) = (words(a)?, words(b)?);
+            (l1.checked_add(1) == Some(f2)).then_some(ArgValues::Range {
+                first: f1,
+                last: l2,
+            })
+        }
     }
 }
 
@@ -950,18 +985,14 @@ fn merge(mut boxes: Vec<CellBox>, dims: usize) -> Vec<CellBox> {
 /// A span standing for every region of an argument but the one at `.1`.
 const ALL_BUT: usize = usize::MAX;
 
-/// Boxes that together cover every assignment of a masked argument's bits
-/// but one, the same elsewhere, as one box with that one left out: a mask
-/// rule dropped changes every flag combination it refused, said once.
+/// Boxes that together cover every region of an argument but one that is a
+/// single value or flag assignment, the same elsewhere, as one box with that
+/// one left out: a mask rule dropped changes every flag combination it
+/// refused, an equality dropped every other value, said once.
 fn all_but_one(mut boxes: Vec<CellBox>, args: &[ArgCandidates]) -> Vec<CellBox> {
     for (d, a) in args.iter().enumerate() {
         let n = a.values.len();
-        if n < 3
-            || !a
-                .values
-                .iter()
-                .all(|(_, v)| matches!(v, ArgValues::Masked { .. }))
-        {
+        if n < 3 {
             continue;
         }
         let mut groups: HashMap<CellBox, Vec<usize>> = HashMap::new();
@@ -987,9 +1018,19 @@ fn all_but_one(mut boxes: Vec<CellBox>, args: &[ArgCandidates]) -> Vec<CellBox> 
             for &i in &members {
                 let (s, e) = boxes[i].0[d];
                 hit[s..=e].iter_mut().for_each(|h| *h = true);
-                drop[i] = true;
             }
             let missing = hit.iter().position(|h| !h).expect("one left out");
+            let single = match a.values[missing].1 {
+                ArgValues::Masked { .. } => true,
+                ArgValues::Range { first, last } => first == last,
+                _ => false,
+            };
+            if !single {
+                continue;
+            }
+            for &i in &members {
+                drop[i] = true;
+            }
             let mut b = key;
             b[d] = (ALL_BUT, missing);
             added.push((b, old, new));
@@ -1016,32 +1057,28 @@ fn expand(b: &[(usize, usize)], args: &[ArgCandidates]) -> Vec<Vec<ArgRange>> {
         if s == 0 && e + 1 == a.values.len() {
             continue;
         }
-        if let (ALL_BUT, ArgValues::Masked { mask, value }) = (s, a.values[e].1) {
+        if s == ALL_BUT {
+            let values = match a.values[e].1 {
+                ArgValues::Masked { mask, value } => ArgValues::MaskedNot { mask, value },
+                ArgValues::Range { first, .. } => ArgValues::NotEqual { value: first },
+                other => other,
+            };
             for p in &mut out {
                 p.push(ArgRange {
                     index: a.index,
-                    values: ArgValues::MaskedNot { mask, value },
+                    values,
                 });
             }
             continue;
         }
         let run = &a.values[s..=e];
-        let low = matches!(run[0].1, ArgValues::Low { .. });
-        let one_range = run
-            .iter()
-            .try_fold(None::<(u64, u64)>, |acc, (_, v)| match v {
-                ArgValues::Range { first, last } => join(acc, *first, *last),
-                ArgValues::Low { first, last } => join(acc, u64::from(*first), u64::from(*last)),
-                _ => None,
-            });
-        let conds: Vec<ArgValues> = match (one_range, low) {
-            (Some(Some((first, last))), false) => vec![ArgValues::Range { first, last }],
-            (Some(Some((first, last))), true) => vec![ArgValues::Low {
-                first: first as u32,
-                last: last as u32,
-            }],
-            _ => run.iter().map(|(_, v)| *v).collect(),
-        };
+        let mut conds: Vec<ArgValues> = Vec::new();
+        for &(_, v) in run {
+            match conds.last().and_then(|&last| joined(last, v)) {
+                Some(j) => *conds.last_mut().expect("checked") = j,
+                None => conds.push(v),
+            }
+        }
         out = out
             .into_iter()
             .flat_map(|prefix| {
@@ -1068,6 +1105,7 @@ impl ArgValues {
             ArgValues::Low { first, last } => (first..=last).contains(&low),
             ArgValues::Masked { mask, value } => v & mask == value,
             ArgValues::MaskedNot { mask, value } => v & mask != value,
+            ArgValues::NotEqual { value } => v != value,
             ArgValues::Words { high: h, low: l } => {
                 (h.0..=h.1).contains(&high) && (l.0..=l.1).contains(&low)
             }

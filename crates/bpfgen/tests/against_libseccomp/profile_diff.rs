@@ -304,3 +304,100 @@ fn corpus_diffs_agree_with_the_filters() {
         "no vector reached a change: the check checks nothing"
     );
 }
+
+/// A profile of `n` rules over x86_64, x86 and x32, one name each, cycling
+/// through the x86_64 names: every 8th rule allows its syscall only for one
+/// value of arg0, every 16th (of the others) only for flags clear under a
+/// mask, the rest outright; a name's second rule allows it for one value of
+/// arg2 (the same action as its first, so libseccomp takes both).
+fn generated(n: usize) -> Value {
+    let lib = nodeproof_seccomp::syscalls::Libseccomp::V2_5_4;
+    let names: Vec<&String> = nodeproof_seccomp::syscalls::known_names(lib)
+        .iter()
+        .filter(|name| resolve_syscall_in(lib, name, Arch::X86_64).is_some_and(|nr| nr >= 0))
+        .collect();
+    assert!(
+        names.len() > 300,
+        "libseccomp names {} x86_64 syscalls",
+        names.len()
+    );
+    let rules: Vec<Value> = (0..n)
+        .map(|i| {
+            let name = names[i % names.len()];
+            let mut rule = serde_json::json!({"names": [name], "action": "SCMP_ACT_ALLOW"});
+            if i >= names.len() {
+                rule["args"] = serde_json::json!([{"index": 2, "value": i, "op": "SCMP_CMP_EQ"}]);
+            } else if i % 8 == 0 {
+                rule["args"] = serde_json::json!([{"index": 0, "value": i, "op": "SCMP_CMP_EQ"}]);
+            } else if i % 16 == 1 {
+                rule["args"] = serde_json::json!([{"index": 1, "value": 0x0f00, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]);
+            }
+            rule
+        })
+        .collect();
+    serde_json::json!({
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": rules,
+    })
+}
+
+#[test]
+fn figure_diff_of_two_400_rule_profiles() {
+    let opts = opts();
+    let old = generated(400);
+    let mut new = old.clone();
+    let rules = new["syscalls"].as_array_mut().expect("rules");
+    // Two rules dropped, two actions changed, two argument values changed.
+    rules[200]["args"][0]["value"] = 201.into();
+    rules[17]["args"][0]["valueTwo"] = 0x0100.into();
+    rules[150]["action"] = "SCMP_ACT_KILL_PROCESS".into();
+    rules[51]["action"] = "SCMP_ACT_LOG".into();
+    rules.remove(300);
+    rules.remove(10);
+    let (old_spec, old_program) =
+        loaded_program(old.to_string().as_bytes(), &opts, &Native).expect("old builds");
+    let (new_spec, new_program) =
+        loaded_program(new.to_string().as_bytes(), &opts, &Native).expect("new builds");
+    let mut times = Vec::new();
+    let mut diff = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        diff = diff_programs(
+            &old_program,
+            &new_program,
+            old_spec.libseccomp,
+            Mode::of(&opts),
+        )
+        .expect("valid programs");
+        times.push(t.elapsed());
+    }
+    let changes: Vec<String> = diff
+        .iter()
+        .flat_map(|g| g.changes.iter().map(move |c| format!("{:?}: {c}", g.arch)))
+        .collect();
+    // Per arch: the two argument values, the two actions and the two dropped rules.
+    for arch in [Arch::X86_64, Arch::X86, Arch::X32] {
+        let n = diff
+            .iter()
+            .find(|g| g.arch == Some(arch))
+            .map_or(0, |g| g.changes.len());
+        assert!(n >= 6, "{arch}: {n} changes: {changes:#?}");
+    }
+    let c = check(
+        "400 rules",
+        [&old_spec, &new_spec],
+        [&old_program, &new_program],
+        &diff,
+        &mut Rng(400),
+    );
+    eprintln!(
+        "FIGURE profile diff of two 400-rule profiles ({} and {} BPF instructions, 3 arches): {} changes; \
+         diff times {times:?} ({} build); checked on {} vectors",
+        old_program.len(),
+        new_program.len(),
+        changes.len(),
+        if cfg!(debug_assertions) { "debug" } else { "release" },
+        c.vectors
+    );
+}
