@@ -468,7 +468,7 @@ fn diff_text(old: &Path, new: &Path, opts: &LintOptions, diffs: &[ProfileDiff]) 
             count(n, "case", "cases")
         ),
         (n, h) => format!(
-            "{new} denies or kills {h} of the {} where {old} did not: review them before containers restart with it ({on})\n",
+            "{new} denies or kills where {old} did not in {h} of {}: review them before containers restart with it ({on})\n",
             count(n, "changed case", "changed cases")
         ),
     };

@@ -317,6 +317,17 @@ pub fn diff_programs(
         }
     }
     groups.retain(|g| !g.changes.is_empty());
+    // The arch values between the named ones each gave the same account of
+    // the architectures neither filter names: say it once.
+    for g in groups.iter_mut().filter(|g| g.arch.is_none()) {
+        let mut once: Vec<Change> = Vec::with_capacity(g.changes.len());
+        for c in g.changes.drain(..) {
+            if !once.contains(&c) {
+                once.push(c);
+            }
+        }
+        g.changes = once;
+    }
     groups.sort_by_key(|g| g.arch.map_or((1, 0), |a| (0, a as usize)));
     Ok(groups)
 }

@@ -295,3 +295,48 @@ fn a_number_above_the_profile_is_reported_by_number() {
         ]
     );
 }
+
+#[test]
+fn a_mask_of_more_than_twelve_bits_is_sampled_and_says_so() {
+    let rule = |cond: &str| {
+        format!(
+            r#"{{"names":["read"],"action":"SCMP_ACT_ALLOW"}},{{"names":["clone"],"action":"SCMP_ACT_ALLOW"{cond}}}"#
+        )
+    };
+    // 16 bits under the mask: 65,536 assignments, more than the 4,096 tried.
+    let old = profile(
+        "SCMP_ACT_ERRNO",
+        &rule(r#","args":[{"index":0,"value":4294901760,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}]"#),
+    );
+    let new = profile("SCMP_ACT_ERRNO", &rule(""));
+    let d = diff(&old, &new);
+    let x86_64 = d
+        .iter()
+        .find(|g| g.arch == Some(Arch::X86_64))
+        .expect("x86_64 changes");
+    assert_eq!(x86_64.changes.len(), 1, "{:#?}", changes(&d));
+    let c = &x86_64.changes[0];
+    assert!(c.sampled, "{c}");
+    assert!(c.to_string().ends_with("(sampled)"), "{c}");
+    assert_eq!(
+        c.args,
+        [ArgRange {
+            index: 0,
+            values: ArgValues::MaskedNot {
+                mask: 0xffff_0000,
+                value: 0
+            }
+        }]
+    );
+    // The 12-bit mask just below the limit is exact.
+    let old = profile(
+        "SCMP_ACT_ERRNO",
+        &rule(r#","args":[{"index":0,"value":4095,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}]"#),
+    );
+    let d = diff(&old, &new);
+    assert!(
+        d.iter().flat_map(|g| &g.changes).all(|c| !c.sampled),
+        "{:#?}",
+        changes(&d)
+    );
+}

@@ -247,7 +247,7 @@ fn corpus_diffs_agree_with_the_filters() {
     };
     let opts = opts();
     let mut rng = Rng(0x6e6f_6465_7072_6f6f);
-    let (mut pairs, mut vectors, mut changed, mut changes) = (0, 0, 0, 0);
+    let (mut pairs, mut vectors, mut changed, mut changes, mut sampled) = (0, 0, 0, 0, 0);
     let mut judged_profiles = 0;
     let mut spent = Duration::ZERO;
     for path in profiles_in(granted.corpus()) {
@@ -277,6 +277,11 @@ fn corpus_diffs_agree_with_the_filters() {
                 assert!(diff.is_empty(), "{label}: {diff:#?}");
             }
             changes += diff.iter().map(|g| g.changes.len()).sum::<usize>();
+            sampled += diff
+                .iter()
+                .flat_map(|g| &g.changes)
+                .filter(|c| c.sampled)
+                .count();
             let c = check(
                 &label,
                 [&old_spec, &new_spec],
@@ -291,7 +296,7 @@ fn corpus_diffs_agree_with_the_filters() {
     }
     eprintln!(
         "FIGURE profile diff vs the filters: {judged_profiles} corpus profiles, {pairs} (old, new) pairs, \
-         {changes} changes said, {vectors} vectors run ({changed} changed), all agree; diff time {:?} in all, {:?} per pair",
+         {changes} changes said ({sampled} sampled), {vectors} vectors run ({changed} changed), all agree; diff time {:?} in all, {:?} per pair",
         spent,
         spent / pairs.max(1) as u32
     );
