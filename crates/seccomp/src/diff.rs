@@ -21,9 +21,9 @@
 //! Masked equality (`SCMP_CMP_MASKED_EQ`, compiled to `and` then `jeq`) depends
 //! only on the masked bits, so every assignment of the union of the masks' bits
 //! (other bits clear) is tried when it has at most [`MAX_MASK_BITS`] bits;
-//! beyond that, or where a word is compared both masked and by order, or the
-//! program computes on a word some other way, representatives are sampled and
-//! the change says `sampled`.
+//! where the word is also compared by order, every assignment that some value
+//! of each region has. Beyond that, or where the program computes on a word
+//! some other way, representatives are sampled and the change says `sampled`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -146,6 +146,14 @@ pub enum ArgValues {
     NotEqual { value: u64 },
     /// High word in `high`, low word in `low` (not one range of the 64-bit value).
     Words { high: (u32, u32), low: (u32, u32) },
+    /// High word in `high`, low word in `low`, and the bits under `mask` are
+    /// `value`: an argument compared both by order and under a mask.
+    Bits {
+        high: (u32, u32),
+        low: (u32, u32),
+        mask: u64,
+        value: u64,
+    },
 }
 
 /// One argument's values in a change.
@@ -176,6 +184,16 @@ impl fmt::Display for ArgRange {
                 write!(f, "arg{i} & {mask:#x} != {value:#x}")
             }
             ArgValues::NotEqual { value } => write!(f, "arg{i} != {value:#x}"),
+            ArgValues::Bits {
+                high,
+                low,
+                mask,
+                value,
+            } => write!(
+                f,
+                "arg{i} high word in {:#x}..={:#x}, low word in {:#x}..={:#x}, & {mask:#x} == {value:#x}",
+                high.0, high.1, low.0, low.1
+            ),
             ArgValues::Words { high, low } => write!(
                 f,
                 "arg{i} high word in {:#x}..={:#x}, low word in {:#x}..={:#x}",
@@ -727,19 +745,50 @@ fn candidates(index: u8, lo: Option<&WordCmps>, hi: Option<&WordCmps>) -> ArgCan
     let mask = u64::from(hi.map_or(0, |w| w.mask)) << 32 | u64::from(lo.map_or(0, |w| w.mask));
     let ordered = |w: Option<&WordCmps>| w.is_some_and(|w| w.starts.iter().any(|&s| s != 0));
     let opaque = lo.is_some_and(|w| w.opaque) || hi.is_some_and(|w| w.opaque);
-    if mask == 0 && !opaque {
+    if !opaque
+        && (mask == 0 || ((ordered(lo) || ordered(hi)) && mask.count_ones() <= MAX_MASK_BITS))
+    {
+        // Each word's regions, split by every assignment of its mask's bits
+        // that some value of the region has: exact, since the comparisons
+        // see only the region and the masked bits.
         let mut values = Vec::new();
-        for (hf, hl) in regions(hi) {
-            for (lf, ll) in regions(lo) {
-                let rep = u64::from(hf) << 32 | u64::from(lf);
-                let v = if hi.is_none() {
+        for (hrep, (hf, hl), hm, hb) in word_sets(hi) {
+            for (lrep, (lf, ll), lm, lb) in word_sets(lo) {
+                let rep = u64::from(hrep) << 32 | u64::from(lrep);
+                let (m, b) = (
+                    u64::from(hm) << 32 | u64::from(lm),
+                    u64::from(hb) << 32 | u64::from(lb),
+                );
+                let full = |f: u32, l: u32| f == 0 && l == u32::MAX;
+                let v = if m != 0 && hf == hl && lf == ll {
+                    // One value: the masked bits are its own.
+                    match hi {
+                        None => ArgValues::Low {
+                            first: lf,
+                            last: lf,
+                        },
+                        Some(_) => ArgValues::Range {
+                            first: rep,
+                            last: rep,
+                        },
+                    }
+                } else if m != 0 && full(hf, hl) && full(lf, ll) {
+                    ArgValues::Masked { mask: m, value: b }
+                } else if m != 0 {
+                    ArgValues::Bits {
+                        high: (hf, hl),
+                        low: (lf, ll),
+                        mask: m,
+                        value: b,
+                    }
+                } else if hi.is_none() {
                     // Only the low word is checked (a 32-bit arch's filter):
                     // the range is of those bits, whatever the high word.
                     ArgValues::Low {
                         first: lf,
                         last: ll,
                     }
-                } else if hf == hl || (lf == 0 && ll == u32::MAX) {
+                } else if hf == hl || full(lf, ll) {
                     ArgValues::Range {
                         first: u64::from(hf) << 32 | u64::from(lf),
                         last: u64::from(hl) << 32 | u64::from(ll),
@@ -809,6 +858,41 @@ fn candidates(index: u8, lo: Option<&WordCmps>, hi: Option<&WordCmps>) -> ArgCan
         values,
         sampled,
     }
+}
+
+/// A word's representatives: the value, its region and the mask's bits
+/// (mask, value) it stands for.
+fn word_sets(w: Option<&WordCmps>) -> Vec<(u32, (u32, u32), u32, u32)> {
+    let m = w.map_or(0, |w| w.mask);
+    let bits: Vec<u32> = (0..32).filter(|b| m >> b & 1 == 1).collect();
+    let mut out = Vec::new();
+    for (first, last) in regions(w) {
+        for n in 0..1u32 << bits.len() {
+            let b = bits
+                .iter()
+                .enumerate()
+                .fold(0u32, |v, (i, &bit)| v | ((n >> i) & 1) << bit);
+            if let Some(v) = least_at_least(first, m, b).filter(|&v| v <= last) {
+                out.push((v, (first, last), m, b));
+            }
+        }
+    }
+    out
+}
+
+/// The least `v >= s` whose bits under `m` are `b`.
+fn least_at_least(s: u32, m: u32, b: u32) -> Option<u32> {
+    if s & m == b {
+        return Some(s);
+    }
+    // A larger v agrees with s above some bit i, has i set where s has it
+    // clear, and below i only b's bits; the lowest such i gives the least v.
+    (0..32).find_map(|i| {
+        let bit = 1u32 << i;
+        let above = !(bit | (bit - 1));
+        let fits = s & bit == 0 && (m & bit == 0 || b & bit != 0) && s & above & m == b & above;
+        fits.then(|| (s & above) | bit | (b & (bit - 1)))
+    })
 }
 
 /// The action a program returns, as the kernel reads it: a value no action
@@ -1117,6 +1201,12 @@ impl ArgValues {
             ArgValues::Masked { mask, value } => v & mask == value,
             ArgValues::MaskedNot { mask, value } => v & mask != value,
             ArgValues::NotEqual { value } => v != value,
+            ArgValues::Bits {
+                high: h,
+                low: l,
+                mask,
+                value,
+            } => (h.0..=h.1).contains(&high) && (l.0..=l.1).contains(&low) && v & mask == value,
             ArgValues::Words { high: h, low: l } => {
                 (h.0..=h.1).contains(&high) && (l.0..=l.1).contains(&low)
             }

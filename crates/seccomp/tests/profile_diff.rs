@@ -340,3 +340,44 @@ fn a_mask_of_more_than_twelve_bits_is_sampled_and_says_so() {
         changes(&d)
     );
 }
+
+#[test]
+fn an_argument_compared_by_value_and_under_a_mask_is_exact() {
+    let rules = |with_eq: bool| {
+        format!(
+            r#"{{"names":["read"],"action":"SCMP_ACT_ALLOW"}},{{"names":["ioctl"],"action":"SCMP_ACT_ALLOW","args":[{{"index":1,"value":240,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}}]}}{}"#,
+            if with_eq {
+                r#",{"names":["ioctl"],"action":"SCMP_ACT_ALLOW","args":[{"index":1,"value":21,"op":"SCMP_CMP_EQ"}]}"#
+            } else {
+                ""
+            }
+        )
+    };
+    let old = profile("SCMP_ACT_ERRNO", &rules(true));
+    let new = profile("SCMP_ACT_ERRNO", &rules(false));
+    let d = diff(&old, &new);
+    let x86_64 = d
+        .iter()
+        .find(|g| g.arch == Some(Arch::X86_64))
+        .expect("x86_64 changes");
+    // 0x15 has 0x10 under the mask, so only the equality allowed it.
+    assert_eq!(x86_64.changes.len(), 1, "{:#?}", changes(&d));
+    let c = &x86_64.changes[0];
+    assert!(!c.sampled, "{c}");
+    assert_eq!(
+        c.args,
+        [ArgRange {
+            index: 1,
+            values: ArgValues::Range {
+                first: 0x15,
+                last: 0x15
+            }
+        }]
+    );
+    // 0x5 is under the mask's clear bits: dropping its equality changes nothing.
+    let old = profile(
+        "SCMP_ACT_ERRNO",
+        &rules(true).replace(r#""value":21"#, r#""value":5"#),
+    );
+    assert!(diff(&old, &new).is_empty());
+}
