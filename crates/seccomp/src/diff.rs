@@ -1240,3 +1240,37 @@ impl Mode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_at_least_is_the_least_value_with_those_masked_bits() {
+        // Every start, mask and assignment over 6 bits, against a search.
+        for m in 0..64u32 {
+            for b in (0..64u32).filter(|b| b & !m == 0) {
+                for s in 0..64u32 {
+                    let want = (s..64).find(|v| v & m == b);
+                    let got = least_at_least(s, m, b).filter(|&v| v < 64);
+                    assert_eq!(got, want, "s {s:#b} m {m:#b} b {b:#b}");
+                }
+            }
+        }
+        assert_eq!(least_at_least(u32::MAX, 1, 0), None);
+        assert_eq!(least_at_least(0xffff_fff0, 0xf, 0x3), Some(0xffff_fff3));
+    }
+
+    #[test]
+    fn regions_start_at_every_cut_and_end_at_the_top() {
+        let w = WordCmps {
+            starts: [5, 6, u32::MAX].into_iter().collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            regions(Some(&w)),
+            [(0, 4), (5, 5), (6, u32::MAX - 1), (u32::MAX, u32::MAX)]
+        );
+        assert_eq!(regions(None), [(0, u32::MAX)]);
+    }
+}
