@@ -1,4 +1,4 @@
-//! `nodeproof profile lint|compile|test`.
+//! `nodeproof profile lint|compile|test|diff`.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -18,6 +18,7 @@ use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Compiler;
 use nodeproof_seccomp::diagnostic::Severity;
 use nodeproof_seccomp::diagnostic::{render_text, Code, Diagnostic};
+use nodeproof_seccomp::diff::{self, Mode, ProfileDiff};
 use nodeproof_seccomp::filter::{Arch, FilterSpec};
 use nodeproof_seccomp::lint::{self, LintOptions, Outcome, ProfileReport};
 use nodeproof_seccomp::model::Seccomp;
@@ -70,6 +71,19 @@ pub(crate) enum ProfileCommand {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+    /// What NEW's filter decides differently from OLD's, per architecture, syscall
+    /// and argument values; exit 0 none harsher, 1 NEW denies or kills where OLD
+    /// did not, 2 either profile builds no filter.
+    Diff {
+        /// The profile containers run under now.
+        old: PathBuf,
+        /// The profile about to replace it.
+        new: PathBuf,
+        #[command(flatten)]
+        mode: ModeArgs,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,6 +128,12 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
             timeout,
             command,
         } => test_cmd(&path, &lint_options(&mode, config), &command, timeout),
+        ProfileCommand::Diff {
+            old,
+            new,
+            mode,
+            out,
+        } => diff_cmd(&old, &new, &lint_options(&mode, config), out.output),
     }
 }
 
@@ -365,4 +385,92 @@ fn test_cmd(
     .context("could not run the command under the profile")?;
     println!("{report}");
     Ok(exit(report.succeeded()))
+}
+
+/// The program the kernel gets for the profile at `path`, or lint's report
+/// of why there is none.
+fn loaded(path: &Path, opts: &LintOptions) -> std::result::Result<Vec<SockFilter>, ProfileReport> {
+    let name = path.to_string_lossy().into_owned();
+    let bytes = match scan::read_entry(path, None).contents {
+        Ok(bytes) => bytes,
+        Err(d) => return Err(ProfileReport::unreadable(name, d)),
+    };
+    match lint::loaded_program(&bytes, opts, &Native) {
+        Some((_, program)) => Ok(program),
+        None => Err(lint::lint_source(&name, &bytes, opts, &Native)),
+    }
+}
+
+fn diff_cmd(old: &Path, new: &Path, opts: &LintOptions, output: Format) -> Result<ExitCode> {
+    let (old_program, new_program) = match (loaded(old, opts), loaded(new, opts)) {
+        (Ok(o), Ok(n)) => (o, n),
+        (o, n) => {
+            // Nothing to compare: lint's own account of each profile that builds no filter.
+            let reports: Vec<ProfileReport> = [o.err(), n.err()].into_iter().flatten().collect();
+            print_reports(&reports, &vec![0; reports.len()], opts, None, output)?;
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mode = Mode::of(opts);
+    let diffs = diff::diff_programs(
+        &old_program,
+        &new_program,
+        opts.oci_runtime.behaviour().libseccomp,
+        mode,
+    )
+    .context("cannot compare the filters")?;
+    let harsher = diff::any_harsher(&diffs);
+    let mut out = std::io::stdout().lock();
+    match output {
+        Format::Json | Format::Yaml => {
+            let v = serde_json::json!({
+                "old": old.to_string_lossy(),
+                "new": new.to_string_lossy(),
+                "mode": mode,
+                "harsher": harsher,
+                "diffs": diffs,
+            });
+            write!(out, "{}", super::document(output, &v, false)?)?;
+        }
+        Format::Text => write!(out, "{}", diff_text(old, new, opts, &diffs))?,
+    }
+    Ok(exit(!harsher))
+}
+
+/// `profile diff`'s text: the changes per architecture, then one line saying what they mean.
+fn diff_text(old: &Path, new: &Path, opts: &LintOptions, diffs: &[ProfileDiff]) -> String {
+    let (old, new) = (old.display(), new.display());
+    let mut text = String::new();
+    for d in diffs {
+        let arch = d
+            .arch
+            .map_or("architectures neither filter names".to_string(), |a| {
+                a.to_string()
+            });
+        text += &format!("{arch}:\n");
+        for c in &d.changes {
+            text += &format!("  {c}\n");
+        }
+    }
+    let changes: usize = diffs.iter().map(|d| d.changes.len()).sum();
+    let harsher = diffs
+        .iter()
+        .flat_map(|d| &d.changes)
+        .filter(|c| c.harsher)
+        .count();
+    let on = format!("{} on {}", opts.oci_runtime, opts.arch);
+    text += &match (changes, harsher) {
+        (0, _) => format!(
+            "{new} decides as {old} does for every syscall and argument ({on})\n"
+        ),
+        (n, 0) => format!(
+            "{new} changes {} of {old}, none harsher ({on})\n",
+            count(n, "case", "cases")
+        ),
+        (n, h) => format!(
+            "{new} denies or kills where {old} did not in {h} of {}: review them before containers restart with it ({on})\n",
+            count(n, "changed case", "changed cases")
+        ),
+    };
+    text
 }

@@ -1059,10 +1059,15 @@ fn yaml_is_the_json_document_for_every_structured_command() {
     );
     let missing = dir.path().join("nope.json");
     let missing = missing.to_str().unwrap();
+    let narrower = std::fs::read_to_string(profile)
+        .unwrap()
+        .replacen("\"openat\",", "", 1);
+    let narrower = write(dir.path(), "narrower.json", &narrower);
     for args in [
         vec!["profile", "lint", profiles],
         vec!["advise", "--profile", profile, "--from", &trace],
         vec!["profile", "lint", missing],
+        vec!["profile", "diff", "--arch", "x86_64", profile, &narrower],
     ] {
         let json = nodeproof(&[args.as_slice(), &["-o", "json"]].concat());
         let yaml = nodeproof(&[args.as_slice(), &["-o", "yaml"]].concat());
@@ -1083,4 +1088,111 @@ fn yaml_is_the_json_document_for_every_structured_command() {
             });
         assert_eq!(from_yaml, from_json, "{args:?}");
     }
+}
+
+const DIFF_OLD: &str = r#"{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64"],"syscalls":[
+  {"names":["read","write","openat","close","exit_group"],"action":"SCMP_ACT_ALLOW"},
+  {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"}]},
+  {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":131080,"op":"SCMP_CMP_EQ"}]}]}"#;
+
+#[test]
+fn profile_diff_exit_codes_and_json_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = write(dir.path(), "old.json", DIFF_OLD);
+    // The same filter written otherwise: names reordered and split, a rule duplicated.
+    let same = write(
+        dir.path(),
+        "same.json",
+        r#"{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64"],"syscalls":[
+  {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":131080,"op":"SCMP_CMP_EQ"}]},
+  {"names":["close","exit_group"],"action":"SCMP_ACT_ALLOW"},
+  {"names":["openat","write","read"],"action":"SCMP_ACT_ALLOW"},
+  {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"}]},
+  {"names":["read"],"action":"SCMP_ACT_ALLOW"}]}"#,
+    );
+    let narrowed = write(
+        dir.path(),
+        "narrowed.json",
+        &DIFF_OLD.replace(
+            r#",
+  {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":131080,"op":"SCMP_CMP_EQ"}]}"#,
+            "",
+        ),
+    );
+    let wider = write(
+        dir.path(),
+        "wider.json",
+        &DIFF_OLD.replace("\"close\",", "\"close\",\"getpid\","),
+    );
+    let broken = write(
+        dir.path(),
+        "broken.json",
+        r#"{"defaultAction":"SCMP_ACT_NOPE"}"#,
+    );
+    let diff = |a: &str, b: &str, json: bool| {
+        let mut args = vec!["profile", "diff", "--arch", "x86_64", a, b];
+        if json {
+            args.extend(["-o", "json"]);
+        }
+        nodeproof(&args)
+    };
+
+    let out = diff(&old, &same, false);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text,
+        format!("{same} decides as {old} does for every syscall and argument (runc 1.1.5 on SCMP_ARCH_X86_64)\n")
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+
+    // A value of an argument no longer allowed: exit 1, that value named.
+    let out = diff(&old, &narrowed, false);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("SCMP_ARCH_X86_64:\n  personality (135) arg0 == 0x20008: SCMP_ACT_ALLOW -> SCMP_ACT_ERRNO(1) (harsher)\n"), "{text}");
+    let out = diff(&old, &narrowed, true);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["harsher"], true);
+    assert_eq!(v["old"], old.as_str());
+    assert_eq!(v["mode"]["oci_runtime"], "runc 1.1.5");
+    let changes = v["diffs"][0]["changes"].as_array().expect("changes");
+    assert_eq!(v["diffs"][0]["arch"], "SCMP_ARCH_X86_64");
+    assert_eq!(
+        changes[0],
+        serde_json::json!({
+            "syscall": {"kind": "named", "name": "personality", "nr": 135},
+            "args": [{"index": 0, "kind": "range", "first": 0x20008, "last": 0x20008}],
+            "old": "SCMP_ACT_ALLOW",
+            "new": "SCMP_ACT_ERRNO(1)",
+            "harsher": true
+        })
+    );
+
+    // Only more allowed: listed, exit 0.
+    let out = diff(&old, &wider, true);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["harsher"], false);
+    let changes = v["diffs"][0]["changes"].as_array().expect("changes");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c["syscall"]["name"] == "getpid" && c["new"] == "SCMP_ACT_ALLOW"),
+        "{v}"
+    );
+
+    // A profile that builds no filter: exit 2 with lint's own report.
+    let out = diff(&old, &broken, false);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("error[unknown-action]"), "{text}");
+    assert!(text.contains("outcome rejected"), "{text}");
+    let lint = nodeproof(&["profile", "lint", "--arch", "x86_64", &broken]);
+    assert_eq!(text, String::from_utf8_lossy(&lint.stdout));
+    let out = diff(&broken, &old, true);
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["profiles"][0]["outcome"], "rejected");
 }

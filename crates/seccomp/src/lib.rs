@@ -13,6 +13,7 @@ pub mod crun;
 pub mod crun_init;
 pub mod decode;
 pub mod diagnostic;
+pub mod diff;
 pub mod filter;
 pub mod fnv;
 pub mod json;

@@ -335,6 +335,26 @@ fn prepare(
     }
 }
 
+/// The program the kernel gets for `src`: the runtime's -ENOSYS stub (runc's;
+/// crun loads libseccomp's program as it is), then libseccomp's filter, as
+/// [`lint_source`] builds it. `None` when no filter is built (the lint
+/// report of `src` says why).
+pub fn loaded_program(
+    src: &[u8],
+    opts: &LintOptions,
+    compiler: &dyn Compiler,
+) -> Option<(FilterSpec, Vec<cbpf::SockFilter>)> {
+    let (profile, spec) = profile_and_filter(src, opts)?;
+    let compiled = compiler.compile(&spec, opts.arch).ok()?;
+    let mut program = opts.oci_runtime.behaviour().enosys_stub.program(
+        &profile,
+        opts.arch,
+        opts.oci_runtime.behaviour().libseccomp,
+    );
+    program.extend(compiled.program);
+    Some((spec, program))
+}
+
 /// Compile and predict what happens when the container starts.
 fn predict(
     spec: &FilterSpec,

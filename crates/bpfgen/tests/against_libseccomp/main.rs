@@ -7,3 +7,4 @@ mod bpf_kernel_diff;
 mod bpfgen_vs_libseccomp;
 mod compile_libseccomp;
 mod profile_decode;
+mod profile_diff;
