@@ -55,15 +55,9 @@ fn cargo(args: &[&str]) -> std::process::Output {
 
 /// What the image tests need: the oracle's containerd and kubectl (to
 /// render deploy/base as a user applies it).
-const IMAGE_NEEDS: &[Need] = &[
-    Need::Root,
-    Need::Containerd,
-    Need::Runc,
-    Need::Busybox,
-    Need::Tool("tar"),
-    Need::Tool("sha256sum"),
-    Need::Tool("kubectl"),
-];
+fn image_needs() -> Vec<Need> {
+    [nodeproof_e2e::cri::ORACLE, &[Need::Tool("kubectl")]].concat()
+}
 
 /// The image `cargo xtask image` wrote for the test build's binary, with no
 /// `--name`: the name is the kustomization's.
@@ -161,7 +155,7 @@ fn import(oracle: &ContainerdOracle, built: &Built) {
 
 #[test]
 fn the_manifests_images_are_found_by_the_cri_as_the_kubelet_asks_for_them() {
-    let Some(_) = require(IMAGE_NEEDS) else {
+    let Some(_) = require(&image_needs()) else {
         return;
     };
     let built = built_image();
@@ -204,7 +198,7 @@ fn the_manifests_images_are_found_by_the_cri_as_the_kubelet_asks_for_them() {
 
 #[test]
 fn the_image_starts_in_containerd_as_its_user_and_lints_a_profile() {
-    let Some(_) = require(IMAGE_NEEDS) else {
+    let Some(_) = require(&image_needs()) else {
         return;
     };
     let built = built_image();
@@ -419,7 +413,7 @@ fn wait_for<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> 
 /// limits) is left out.
 #[test]
 fn the_daemonset_pod_as_the_kubelet_runs_it_reports_and_names_a_denied_pod() {
-    let mut needs = IMAGE_NEEDS.to_vec();
+    let mut needs = image_needs();
     needs.extend([
         Need::Btf,
         Need::EbpfPrograms {
