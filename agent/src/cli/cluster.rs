@@ -253,6 +253,9 @@ async fn read_waiting(
             Err(e) if e.is_transient() => {
                 let left = until.saturating_duration_since(std::time::Instant::now());
                 let delay = backoff.next().unwrap_or(Duration::from_secs(30)).min(left);
+                if wait.is_zero() {
+                    return Err(e.into());
+                }
                 if delay.is_zero() {
                     return Err(anyhow::Error::new(e).context(format!(
                         "the API server did not answer for {} s (--api-wait)",

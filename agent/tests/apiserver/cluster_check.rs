@@ -951,7 +951,8 @@ fn context_picks_the_kubeconfigs_context_like_kubectl() {
     let server = healthy();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server.kubeconfig_two_contexts(dir.path(), TOKEN);
-    let current = check_with(&kubeconfig, &[]);
+    // Not waited for (`--api-wait`): the cluster's heartbeats would age meanwhile.
+    let current = check_with(&kubeconfig, &["--api-wait", "0s"]);
     assert_eq!(current.code, Some(2), "{}", current.stderr);
     let picked = check_with(&kubeconfig, &["--context", "test", "-o", "json"]);
     assert_eq!(picked.code, Some(0), "{}\n{}", picked.stdout, picked.stderr);

@@ -93,7 +93,12 @@ fn an_api_server_not_there_is_named_with_its_remedy() {
     let text = text.replace(&server.addr.port().to_string(), &port.to_string());
     std::fs::write(&kubeconfig, text).unwrap();
     let k = kubeconfig.to_str().unwrap();
-    let out = nodeproof(dir.path(), &["cluster", "check", "--kubeconfig", k]);
+    // Without waiting for it (`--api-wait` retries, one line each: the
+    // cluster_check tests).
+    let out = nodeproof(
+        dir.path(),
+        &["cluster", "check", "--api-wait", "0s", "--kubeconfig", k],
+    );
     let e = printed_error("cluster check, nothing listening", &out);
     assert!(e.contains("cannot reach the API server"), "{e}");
     assert!(e.contains("check the kubeconfig's server address"), "{e}");

@@ -944,6 +944,19 @@ fn trace_stops_cleanly_on_sigint() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // Both pipes drained meanwhile: denials elsewhere on the machine (any
+    // process: the tracer is host-wide) stream to stdout one line each, and
+    // with the suite's stress tests beside this one they filled the pipe,
+    // the trace blocked writing, and never got to exit.
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = r.read_to_end(&mut all);
+            all
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     // SAFETY: a plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let sent = Instant::now();
@@ -954,16 +967,16 @@ fn trace_stops_cleanly_on_sigint() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let out = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
     assert_eq!(
-        out.status.code(),
+        status.code(),
         Some(0),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&stderr)
     );
-    // Denials elsewhere on the machine (any process: the tracer is
-    // host-wide) come first, one line each; the summary is the last line.
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The summary is the last line.
+    let stdout = String::from_utf8_lossy(&stdout);
     let last = stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
     let v: serde_json::Value = serde_json::from_str(last).expect("the summary");
     assert!(v["summary"].is_array(), "{v}");
