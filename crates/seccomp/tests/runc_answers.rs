@@ -253,3 +253,16 @@ fn bounding_set_drops_are_judged_per_capability_the_set_lacks() {
     )
     .is_empty());
 }
+
+/// runc init fstats stdin, stdout and stderr (fixStdioPermissions) before the
+/// filter takes over with noNewPrivileges false: a rule on fstat that spares
+/// fd 0 still breaks the start. Real runc 1.1.5 (a differential campaign's
+/// case, seed 1767648712536697145): `unable to setup user: fstat /dev/stdout:
+/// function not implemented`. The model once had fstat(0) alone and said Ok.
+#[test]
+fn fstat_of_stdout_and_stderr_is_init_s_too() {
+    let rule = r#"{"names":["fstat"],"action":"SCMP_ACT_ERRNO","errnoRet":38,"args":[{"index":0,"value":0,"op":"SCMP_CMP_GT"},{"index":4,"value":0,"op":"SCMP_CMP_EQ"}]}"#;
+    assert_eq!(lint(rule, false).outcome, Outcome::StartFailed);
+    // With noNewPrivileges the filter is loaded after that fix-up.
+    assert_eq!(lint(rule, true).outcome, Outcome::Ok);
+}
