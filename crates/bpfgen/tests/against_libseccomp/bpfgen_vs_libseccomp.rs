@@ -172,11 +172,12 @@ fn corpus_profiles_compile_identically() {
     assert!(compared > 100, "{compared}");
 }
 
-/// xorshift64*: reproducible without a dependency.
-struct Rng(u64);
+/// xorshift64*: reproducible without a dependency (the binary's other
+/// modules draw from it too).
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;

@@ -27,17 +27,8 @@ fn opts() -> LintOptions {
     }
 }
 
-/// A small deterministic generator (xorshift64*), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+// A deterministic generator, so a failure reproduces: the binary's one.
+use super::bpfgen_vs_libseccomp::Rng;
 
 fn run(program: &[SockFilter], audit: u32, nr: u32, args: [u64; 6]) -> Action {
     let ret = cbpf::run(program, &SeccompData::new(nr as i32, audit, args)).expect("valid");
