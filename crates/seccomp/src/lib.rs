@@ -21,6 +21,7 @@ pub mod lint;
 pub mod model;
 pub mod oci_runtime;
 pub mod patchbpf;
+pub mod recording;
 pub mod runc;
 pub mod runc_init;
 pub mod scan;
