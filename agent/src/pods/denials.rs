@@ -18,7 +18,7 @@ use nodeproof_report::refs::{pod_refs, PodRefs};
 use nodeproof_trace::names::errno_name;
 use nodeproof_trace::{Action, PodLookup, PodRef, SummaryRow};
 
-pub const EVENT_REASON: &str = "SeccompDenied";
+pub const EVENT_REASON: &str = nodeproof_report::denial_change::DENIED_REASON;
 
 struct IndexedPod {
     refs: PodRefs,
