@@ -14,6 +14,7 @@ use nodeproof::config::Config;
 use nodeproof::sandbox;
 use nodeproof_bpfgen::{libseccomp, Native};
 use nodeproof_findings::count;
+use nodeproof_seccomp::against;
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::compiler::Compiler;
 use nodeproof_seccomp::diagnostic::Severity;
@@ -22,6 +23,7 @@ use nodeproof_seccomp::diff::{self, Mode, ProfileDiff};
 use nodeproof_seccomp::filter::{Arch, FilterSpec};
 use nodeproof_seccomp::lint::{self, LintOptions, Outcome, ProfileReport};
 use nodeproof_seccomp::model::Seccomp;
+use nodeproof_seccomp::recording::Recording;
 use nodeproof_seccomp::{patchbpf, scan};
 
 use super::{exit, lint_options, parse_duration, Format, ModeArgs, OutputArgs};
@@ -73,12 +75,17 @@ pub(crate) enum ProfileCommand {
     },
     /// What NEW's filter decides differently from OLD's, per architecture, syscall
     /// and argument values; exit 0 none harsher, 1 NEW denies or kills where OLD
-    /// did not, 2 either profile builds no filter.
+    /// did not, 2 either profile builds no filter. With --against, exit 1 only
+    /// when NEW stops a recorded call.
     Diff {
         /// The profile containers run under now.
         old: PathBuf,
         /// The profile about to replace it.
         new: PathBuf,
+        /// Recordings (`nodeproof record`) of the pods that run under OLD: name
+        /// the recorded calls NEW would stop, with the pods that made them.
+        #[arg(long, num_args = 1.., value_name = "RECORDING")]
+        against: Vec<PathBuf>,
         #[command(flatten)]
         mode: ModeArgs,
         #[command(flatten)]
@@ -131,9 +138,16 @@ pub(crate) fn run(command: ProfileCommand, root: &Path, config: &Config) -> Resu
         ProfileCommand::Diff {
             old,
             new,
+            against,
             mode,
             out,
-        } => diff_cmd(&old, &new, &lint_options(&mode, config), out.output),
+        } => diff_cmd(
+            &old,
+            &new,
+            &against,
+            &lint_options(&mode, config),
+            out.output,
+        ),
     }
 }
 
@@ -401,7 +415,18 @@ fn loaded(path: &Path, opts: &LintOptions) -> std::result::Result<Vec<SockFilter
     }
 }
 
-fn diff_cmd(old: &Path, new: &Path, opts: &LintOptions, output: Format) -> Result<ExitCode> {
+fn diff_cmd(
+    old: &Path,
+    new: &Path,
+    against_paths: &[PathBuf],
+    opts: &LintOptions,
+    output: Format,
+) -> Result<ExitCode> {
+    // Recordings first: one that cannot be read stops the command before any filter is built.
+    let recordings = against_paths
+        .iter()
+        .map(|p| read_recording(p))
+        .collect::<Result<Vec<_>>>()?;
     let (old_program, new_program) = match (loaded(old, opts), loaded(new, opts)) {
         (Ok(o), Ok(n)) => (o, n),
         (o, n) => {
@@ -420,21 +445,88 @@ fn diff_cmd(old: &Path, new: &Path, opts: &LintOptions, output: Format) -> Resul
     )
     .context("cannot compare the filters")?;
     let harsher = diff::any_harsher(&diffs);
+    let recorded = (!recordings.is_empty()).then(|| against::against(&diffs, &recordings));
     let mut out = std::io::stdout().lock();
     match output {
         Format::Json | Format::Yaml => {
-            let v = serde_json::json!({
+            let mut v = serde_json::json!({
                 "old": old.to_string_lossy(),
                 "new": new.to_string_lossy(),
                 "mode": mode,
                 "harsher": harsher,
                 "diffs": diffs,
             });
+            if let Some(a) = &recorded {
+                v["against"] = serde_json::to_value(a)?;
+            }
             write!(out, "{}", super::document(output, &v, false)?)?;
         }
-        Format::Text => write!(out, "{}", diff_text(old, new, opts, &diffs))?,
+        Format::Text => {
+            write!(out, "{}", diff_text(old, new, opts, &diffs))?;
+            if let Some(a) = &recorded {
+                write!(out, "{}", against_text(new, &recordings, a))?;
+            }
+        }
     }
-    Ok(exit(!harsher))
+    Ok(exit(match &recorded {
+        // Against recordings, what counts is whether a call the pods make stops.
+        Some(a) => a.broken.is_empty(),
+        None => !harsher,
+    }))
+}
+
+fn read_recording(path: &Path) -> Result<Recording> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the recording {}", path.display()))?;
+    Recording::from_json(&bytes).with_context(|| {
+        format!(
+            "{} is not a recording as `nodeproof record` writes it",
+            path.display()
+        )
+    })
+}
+
+/// `profile diff --against`'s text: each recorded call NEW stops, then one
+/// line saying what it means for the recorded pods.
+fn against_text(new: &Path, recordings: &[Recording], a: &against::Against) -> String {
+    let subjects: Vec<String> = recordings.iter().map(Recording::subject).collect();
+    let mut text = format!(
+        "against {} ({}):\n",
+        count(recordings.len(), "recording", "recordings"),
+        subjects.join(", ")
+    );
+    for b in &a.broken {
+        text += &format!("  {b}\n");
+    }
+    for i in &a.incomplete {
+        text += &format!(
+            "  {} container {}: the recording is incomplete ({} calls had no room in the kernel's maps, or argument values were cut): calls it missed are not judged\n",
+            i.subject, i.container, i.lost
+        );
+    }
+    let broken_pods: std::collections::BTreeSet<&str> =
+        a.broken.iter().map(|b| b.subject.as_str()).collect();
+    let possible = a
+        .broken
+        .iter()
+        .filter(|b| b.certainty != against::Certainty::Recorded)
+        .count();
+    text += &match (a.broken.len(), possible) {
+        (0, _) => format!("{} stops no recorded call\n", new.display()),
+        (n, 0) => format!(
+            "{} stops {} made by {}: those pods fail once they restart with it\n",
+            new.display(),
+            count(n, "recorded call", "recorded calls"),
+            broken_pods.into_iter().collect::<Vec<_>>().join(", "),
+        ),
+        (n, p) => format!(
+            "{} stops {} made by {} ({p} only if arguments not recorded are in the changed range): those pods may fail once they restart with it\n",
+            new.display(),
+            count(n, "recorded call", "recorded calls"),
+            broken_pods.into_iter().collect::<Vec<_>>().join(", "),
+        ),
+    };
+    text
 }
 
 /// `profile diff`'s text: the changes per architecture, then one line saying what they mean.

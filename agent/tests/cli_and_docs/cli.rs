@@ -1209,3 +1209,121 @@ fn profile_diff_exit_codes_and_json_shape() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["profiles"][0]["outcome"], "rejected");
 }
+
+/// A recording of one pod's container, as `nodeproof record` writes it.
+fn recording_json(pod: &str, personality: &[u64], lost: u64) -> String {
+    serde_json::json!({
+        "format": "nodeproof.recording/v1",
+        "pod": {"namespace": "ml", "name": pod},
+        "started": "2026-12-06T01:00:00Z",
+        "ended": "2026-12-06T01:10:00Z",
+        "containers": [{
+            "name": "app",
+            "arches": [{"arch": "SCMP_ARCH_X86_64", "syscalls": [
+                {"nr": 0, "name": "read"},
+                {"nr": 135, "name": "personality", "args": [{"index": 0, "values": personality}]}
+            ]}],
+            "lost": lost
+        }]
+    })
+    .to_string()
+}
+
+/// `profile diff --against`: the recorded calls NEW stops, with their pods;
+/// exit 1 only when one is stopped, whatever else NEW denies.
+#[test]
+fn profile_diff_against_recordings_names_the_calls_new_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = write(dir.path(), "old.json", DIFF_OLD);
+    // NEW no longer allows personality(0x20008).
+    let narrowed = write(
+        dir.path(),
+        "narrowed.json",
+        &DIFF_OLD.replace(
+            r#",
+  {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":131080,"op":"SCMP_CMP_EQ"}]}"#,
+            "",
+        ),
+    );
+    let uses = write(
+        dir.path(),
+        "uses.json",
+        &recording_json("vllm-0", &[0, 0x20008], 0),
+    );
+    let spares = write(
+        dir.path(),
+        "spares.json",
+        &recording_json("vllm-1", &[0], 2),
+    );
+    let diff = |recs: &[&str], json: bool| {
+        let mut args = vec![
+            "profile",
+            "diff",
+            "--arch",
+            "x86_64",
+            &old,
+            &narrowed,
+            "--against",
+        ];
+        args.extend(recs);
+        if json {
+            args.extend(["-o", "json"]);
+        }
+        nodeproof(&args)
+    };
+
+    // The pod that calls personality(0x20008) is named; the other is not.
+    let out = diff(&[&uses, &spares], false);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("  ml/vllm-0 container app: personality (135) arg0=0x20008: SCMP_ACT_ALLOW -> SCMP_ACT_ERRNO(1)\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("ml/vllm-1 container app: personality"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(&format!(
+            "{narrowed} stops 1 recorded call made by ml/vllm-0: those pods fail once they restart with it\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("ml/vllm-1 container app: the recording is incomplete (2 calls"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("against 2 recordings (ml/vllm-0, ml/vllm-1):\n")),
+        "{text}"
+    );
+
+    // Harsher, but not for what the recorded pod calls: exit 0.
+    let out = diff(&[&spares], true);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["harsher"], true);
+    assert_eq!(v["against"]["broken"], serde_json::json!([]));
+    assert_eq!(v["against"]["incomplete"][0]["lost"], 2);
+
+    let out = diff(&[&uses], true);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["against"]["broken"][0]["subject"], "ml/vllm-0");
+    assert_eq!(
+        v["against"]["broken"][0]["args"],
+        serde_json::json!([[0, 0x20008]])
+    );
+    assert_eq!(v["against"]["broken"][0]["certainty"]["kind"], "recorded");
+
+    // A file that is not a recording: exit 2, one line naming it.
+    let out = diff(&[&old], false);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{old} is not a recording as `nodeproof record` writes it"
+        )),
+        "{err}"
+    );
+}

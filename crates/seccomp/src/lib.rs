@@ -4,6 +4,7 @@
 //! (what happens when a container starts with it). Pure apart from
 //! libseccomp's name tables and the capped file reads of [`scan`].
 
+pub mod against;
 pub mod behaviour;
 pub mod capability;
 pub mod cbpf;

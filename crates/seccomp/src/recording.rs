@@ -85,6 +85,8 @@ pub struct RecordedArch {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedSyscall {
+    /// The number as the filter sees it in `seccomp_data.nr` (x32's with
+    /// bit 30 set, `__X32_SYSCALL_BIT`).
     pub nr: u32,
     /// libseccomp's name for `nr` on the arch, for people; `nr` decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]

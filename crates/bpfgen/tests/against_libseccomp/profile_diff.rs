@@ -9,10 +9,14 @@
 use std::time::{Duration, Instant};
 
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::against::against;
 use nodeproof_seccomp::cbpf::{self, SeccompData, SockFilter};
-use nodeproof_seccomp::diff::{diff_programs, Mode, ProfileDiff};
+use nodeproof_seccomp::diff::{diff_programs, is_harsher, Mode, ProfileDiff};
 use nodeproof_seccomp::filter::{Action, Arch, FilterSpec};
 use nodeproof_seccomp::lint::{loaded_program, LintOptions};
+use nodeproof_seccomp::recording::{
+    RecordedArch, RecordedArg, RecordedContainer, RecordedSyscall, Recording, FORMAT,
+};
 use nodeproof_seccomp::syscalls::resolve_syscall_in;
 use nodeproof_testkit::{profiles_in, require, Need};
 use serde_json::Value;
@@ -38,6 +42,39 @@ fn run(program: &[SockFilter], audit: u32, nr: u32, args: [u64; 6]) -> Action {
 struct Checked {
     vectors: usize,
     changed: usize,
+    /// Vectors also judged as recorded calls (`against`).
+    against: usize,
+}
+
+/// One container recorded making one call, every argument's value kept.
+fn recorded(arch: Arch, nr: u32, args: [u64; 6]) -> Recording {
+    Recording {
+        format: FORMAT.into(),
+        node: None,
+        pod: None,
+        started: String::new(),
+        ended: String::new(),
+        containers: vec![RecordedContainer {
+            name: "c".into(),
+            id: None,
+            profile: None,
+            arches: vec![RecordedArch {
+                arch,
+                syscalls: vec![RecordedSyscall {
+                    nr,
+                    name: None,
+                    args: (0..6u8)
+                        .map(|i| RecordedArg {
+                            index: i,
+                            values: vec![args[usize::from(i)]],
+                            complete: true,
+                        })
+                        .collect(),
+                }],
+            }],
+            lost: 0,
+        }],
+    }
 }
 
 /// Checks `diff` against both programs on vectors built from the specs'
@@ -72,6 +109,7 @@ fn check(
     let mut out = Checked {
         vectors: 0,
         changed: 0,
+        against: 0,
     };
     for audit in audits {
         let named: Vec<Arch> = Arch::ALL
@@ -161,6 +199,18 @@ fn check(
                     said, expected,
                     "{label}: audit {audit:#x} ({arch:?}) nr {nr} args {args:x?}: the diff says {said:?}, the programs return {old} and {new}"
                 );
+                // `--against` on the same vector, recorded with every
+                // argument: broken exactly when NEW stops it harder.
+                if let Some(arch) = arch {
+                    let a = against(diff, &[recorded(arch, nr, args)]);
+                    assert_eq!(
+                        a.broken.len(),
+                        usize::from(is_harsher(old, new)),
+                        "{label}: {arch} nr {nr} args {args:x?} recorded, {old} -> {new}: against says {:#?}",
+                        a.broken
+                    );
+                    out.against += 1;
+                }
                 out.vectors += 1;
                 out.changed += usize::from(old != new);
             }
@@ -240,6 +290,7 @@ fn corpus_diffs_agree_with_the_filters() {
     let mut rng = Rng(0x6e6f_6465_7072_6f6f);
     let (mut pairs, mut vectors, mut changed, mut changes, mut sampled) = (0, 0, 0, 0, 0);
     let mut judged_profiles = 0;
+    let mut recorded_calls = 0;
     let mut spent = Duration::ZERO;
     for path in profiles_in(granted.corpus()) {
         let src = std::fs::read(&path).expect("corpus file");
@@ -283,11 +334,12 @@ fn corpus_diffs_agree_with_the_filters() {
             pairs += 1;
             vectors += c.vectors;
             changed += c.changed;
+            recorded_calls += c.against;
         }
     }
     eprintln!(
         "FIGURE profile diff vs the filters: {judged_profiles} corpus profiles, {pairs} (old, new) pairs, \
-         {changes} changes said ({sampled} sampled), {vectors} vectors run ({changed} changed), all agree; diff time {:?} in all, {:?} per pair",
+         {changes} changes said ({sampled} sampled), {vectors} vectors run ({changed} changed, {recorded_calls} also judged as recorded calls by --against), all agree; diff time {:?} in all, {:?} per pair",
         spent,
         spent / pairs.max(1) as u32
     );
