@@ -111,10 +111,15 @@ fn covers_number(change: &Change, nr: u32) -> bool {
     }
 }
 
-/// The recorded call's values for the change's arguments: `None` when a
-/// recorded argument falls outside the region; else the values found in it
-/// and the indexes the recording did not keep.
-fn match_args(change: &Change, call: &RecordedSyscall) -> Option<(Vec<(u8, u64)>, Vec<u8>)> {
+/// A recorded call in a change's region: the recorded values found in it
+/// (index, value) and the indexes the change compares that were not kept.
+struct InRegion {
+    found: Vec<(u8, u64)>,
+    unknown: Vec<u8>,
+}
+
+/// `None` when a recorded argument falls outside the change's region.
+fn match_args(change: &Change, call: &RecordedSyscall) -> Option<InRegion> {
     let mut found = Vec::new();
     let mut unknown = Vec::new();
     for a in &change.args {
@@ -126,7 +131,7 @@ fn match_args(change: &Change, call: &RecordedSyscall) -> Option<(Vec<(u8, u64)>
             None => unknown.push(a.index),
         }
     }
-    Some((found, unknown))
+    Some(InRegion { found, unknown })
 }
 
 /// Every recorded call a harsher change of `diffs` covers, once per
@@ -160,7 +165,11 @@ pub fn against(diffs: &[ProfileDiff], recordings: &[Recording]) -> Against {
                             if !covers_number(change, nr) {
                                 continue;
                             }
-                            let Some((args, unknown)) = match_args(change, s) else {
+                            let Some(InRegion {
+                                found: args,
+                                unknown,
+                            }) = match_args(change, s)
+                            else {
                                 continue;
                             };
                             out.broken.push(BrokenCall {
