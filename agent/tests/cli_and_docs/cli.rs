@@ -1295,7 +1295,7 @@ fn profile_diff_against_recordings_names_the_calls_new_stops() {
         "{text}"
     );
     assert!(
-        text.contains(&format!("against 2 recordings (ml/vllm-0, ml/vllm-1):\n")),
+        text.contains("against 2 recordings (ml/vllm-0, ml/vllm-1):\n"),
         "{text}"
     );
 
