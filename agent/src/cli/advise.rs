@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use nodeproof::config::Config;
-use nodeproof_seccomp::lint;
+use nodeproof_findings::count;
+use nodeproof_seccomp::{allowlist, lint, recording};
 
 use super::{exit, lint_options, parse_duration, Format, ModeArgs, OutputArgs, STOP};
 
@@ -15,7 +16,7 @@ use super::{exit, lint_options, parse_duration, Format, ModeArgs, OutputArgs, ST
 pub(crate) struct AdviseArgs {
     /// Only denials of this pod (NAMESPACE/NAME), as resolved in the trace. Without
     /// --profile, the pod is read from the API server and its profile file patched.
-    #[arg(long, required_unless_present = "profile")]
+    #[arg(long, required_unless_present_any = ["profile", "from"])]
     pub(crate) pod: Option<String>,
     /// Only this container: its name (resolved through the pod's status; needs the API
     /// server) or a prefix of its container id, as trace rows carry.
@@ -30,7 +31,9 @@ pub(crate) struct AdviseArgs {
     /// The --kubeconfig file's context instead of its current-context (as kubectl --context).
     #[arg(long, requires = "kubeconfig")]
     pub(crate) context: Option<String>,
-    /// A saved `nodeproof trace -o json` output.
+    /// A saved `nodeproof trace -o json` output, or a `nodeproof record` recording:
+    /// then the smallest allow-list profile for the recorded calls is written instead
+    /// of a patch (--container picks one of the recording's containers).
     #[arg(long, conflicts_with = "duration")]
     pub(crate) from: Option<PathBuf>,
     /// Trace live for this long instead, e.g. 30s, 2m (default without --from: 10s;
@@ -100,6 +103,13 @@ fn advise_target(
 
 pub(crate) fn advise(args: &AdviseArgs, config: &Config, root: &Path) -> Result<ExitCode> {
     use nodeproof::advise;
+    if let Some(path) = &args.from {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        if is_recording(&bytes) {
+            return from_recording(args, config, path, &bytes);
+        }
+    }
     let target = advise_target(args, config, root)?;
     let Some(profile) = target.profile.clone() else {
         bail!("no profile to patch (give --profile or --pod)");
@@ -165,4 +175,89 @@ pub(crate) fn advise(args: &AdviseArgs, config: &Config, root: &Path) -> Result<
     Ok(exit(
         advice.outcome == lint::Outcome::Ok && advice.still_denied.is_empty(),
     ))
+}
+
+/// Whether `--from` is a recording (its `format`), not a trace.
+fn is_recording(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v.get("format").and_then(|f| f.as_str()) == Some(recording::FORMAT))
+}
+
+/// `advise --from RECORDING`: the smallest allow-list profile for the
+/// recorded calls, on standard output; what went into it on standard error.
+fn from_recording(
+    args: &AdviseArgs,
+    config: &Config,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<ExitCode> {
+    if args.profile.is_some() || args.pod.is_some() {
+        bail!("a recording makes a new profile: drop --profile and --pod (they are for a trace's denials)");
+    }
+    let rec = recording::Recording::from_json(bytes).with_context(|| {
+        format!(
+            "{} is not a recording as `nodeproof record` writes it",
+            path.display()
+        )
+    })?;
+    let opts = lint_options(&args.mode, config);
+    let a = allowlist::allowlist(
+        &rec,
+        args.container.as_deref(),
+        &opts,
+        &nodeproof_bpfgen::Native,
+    )?;
+    match args.out.output {
+        Format::Text => {
+            print!("{}", one_rule_a_line(&a.profile)?);
+            eprintln!(
+                "allow-list for {} container {} recorded {} to {}: {} recorded, {} for {}'s init and the entrypoint's start{}; profile lint: {}{}",
+                rec.subject(),
+                a.containers.join(", "),
+                rec.started,
+                rec.ended,
+                count(a.recorded.len(), "syscall", "syscalls"),
+                if a.added_for_runtime.is_empty() {
+                    "none".to_string()
+                } else {
+                    a.added_for_runtime.join(", ")
+                },
+                opts.oci_runtime,
+                if a.unnamed.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} without a name left out", count(a.unnamed.len(), "number", "numbers"))
+                },
+                a.report.outcome.as_str(),
+                if a.incomplete {
+                    "; the recording is incomplete: calls it missed are denied"
+                } else {
+                    ""
+                },
+            );
+        }
+        Format::Json | Format::Yaml => {
+            print!("{}", super::document(args.out.output, &a, true)?)
+        }
+    }
+    Ok(exit(!a.incomplete))
+}
+
+/// A profile with one rule a line, as the examples under docs/examples are
+/// written: short enough to read and to review as a diff.
+fn one_rule_a_line(profile: &serde_json::Value) -> Result<String> {
+    let mut head = profile.clone();
+    let rules = head
+        .as_object_mut()
+        .and_then(|o| o.remove("syscalls"))
+        .unwrap_or_default();
+    let head = serde_json::to_string(&head)?;
+    let mut text = format!("{},\"syscalls\":[\n", head.trim_end_matches('}'));
+    let rules = rules.as_array().cloned().unwrap_or_default();
+    for (i, r) in rules.iter().enumerate() {
+        let sep = if i + 1 < rules.len() { "," } else { "" };
+        text += &format!("  {}{sep}\n", serde_json::to_string(r)?);
+    }
+    text += "]}\n";
+    Ok(text)
 }

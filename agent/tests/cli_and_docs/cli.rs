@@ -1327,3 +1327,82 @@ fn profile_diff_against_recordings_names_the_calls_new_stops() {
         "{err}"
     );
 }
+
+/// `advise --from RECORDING`: an allow-list profile on standard output, lint
+/// clean, with the recorded argument values kept and the runtime's own calls
+/// added; what went into it on standard error.
+#[test]
+fn advise_from_a_recording_writes_an_allowlist_that_lints_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = write(
+        dir.path(),
+        "rec.json",
+        &recording_json("vllm-0", &[0, 8], 0),
+    );
+    let out = nodeproof(&["advise", "--from", &rec, "--arch", "x86_64"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a profile");
+    assert_eq!(profile["defaultAction"], "SCMP_ACT_ERRNO");
+    let rules = profile["syscalls"].as_array().unwrap();
+    let outright = rules[0]["names"].as_array().unwrap();
+    assert!(outright.contains(&"read".into()), "{profile}");
+    // runc init's own calls after the filter is loaded are in it, though not recorded.
+    assert!(outright.contains(&"execve".into()), "{profile}");
+    let personality: Vec<&serde_json::Value> = rules
+        .iter()
+        .filter(|r| r["names"][0] == "personality")
+        .map(|r| &r["args"][0]["value"])
+        .collect();
+    assert_eq!(personality, [&serde_json::json!(0), &serde_json::json!(8)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("allow-list for ml/vllm-0 container app recorded 2026-12-06T01:00:00Z"),
+        "{err}"
+    );
+    assert!(err.trim_end().ends_with("profile lint: ok"), "{err}");
+    // What it writes lints clean as a file.
+    let written = write(
+        dir.path(),
+        "allow.json",
+        &String::from_utf8_lossy(&out.stdout),
+    );
+    let lint = nodeproof(&["profile", "lint", "--arch", "x86_64", &written]);
+    assert_eq!(lint.status.code(), Some(0));
+
+    let out = nodeproof(&["advise", "--from", &rec, "--arch", "x86_64", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["report"]["outcome"], "ok");
+    assert!(v["added_for_runtime"]
+        .as_array()
+        .unwrap()
+        .contains(&"execve".into()));
+
+    // An incomplete recording: the profile, and exit 1.
+    let lossy = write(dir.path(), "lossy.json", &recording_json("vllm-0", &[0], 4));
+    let out = nodeproof(&["advise", "--from", &lossy, "--arch", "x86_64"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the recording is incomplete"));
+
+    for (args, said) in [
+        (
+            vec!["--container", "nope"],
+            "the recording has no container named nope",
+        ),
+        (
+            vec!["--profile", &rec],
+            "a recording makes a new profile: drop --profile and --pod",
+        ),
+    ] {
+        let mut all = vec!["advise", "--from", &rec];
+        all.extend(args);
+        let out = nodeproof(&all);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+    }
+}

@@ -5,6 +5,7 @@
 //! libseccomp's name tables and the capped file reads of [`scan`].
 
 pub mod against;
+pub mod allowlist;
 pub mod behaviour;
 pub mod capability;
 pub mod cbpf;
