@@ -437,6 +437,43 @@ fn broken_cases() -> Vec<Broken> {
             },
             vec!["pod_gated"],
         ),
+        (
+            "a profile change that broke pods",
+            |s| {
+                // As the agents on n1 and n2 write them: the version each
+                // container started with, the one before, its verdict.
+                for (pod, node, syscall, verdict) in [
+                    ("web-0", "n1", "mkdir", "allowed"),
+                    ("web-1", "n2", "mkdir", "allowed"),
+                    ("web-1", "n2", "mount", "denied"),
+                ] {
+                    s.add_event(json!({"apiVersion": "v1", "kind": "Event",
+                        "metadata": {"name": format!("{pod}.{syscall}"), "namespace": "ml",
+                            "annotations": {
+                                "seccomp.nodeproof.dev/profile": "profiles/app.json",
+                                "seccomp.nodeproof.dev/syscall": syscall,
+                                "seccomp.nodeproof.dev/version": "1f2e3d4c5b6a79880011223344556677",
+                                "seccomp.nodeproof.dev/version-since": "2026-12-06T14:22:05Z",
+                                "seccomp.nodeproof.dev/previous-version": "9a8b7c6d5e4f30112233445566778899",
+                                "seccomp.nodeproof.dev/previous-verdict": verdict}},
+                        "involvedObject": {"kind": "Pod", "namespace": "ml", "name": pod},
+                        "reason": "SeccompDenied", "type": "Warning",
+                        "message": format!("denied {syscall} ×4 (EPERM) in container app, profile profiles/app.json"),
+                        "source": {"component": "nodeproof", "host": node},
+                        "reportingComponent": "nodeproof", "reportingInstance": node,
+                        "lastTimestamp": ago(30), "count": 1}));
+                }
+                // A denial with no change behind it is not one.
+                s.add_event(json!({"apiVersion": "v1", "kind": "Event",
+                    "metadata": {"name": "web-2.mount", "namespace": "ml"},
+                    "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "web-2"},
+                    "reason": "SeccompDenied", "type": "Warning",
+                    "message": "denied mount ×1 (EPERM) in container app, profile profiles/app.json",
+                    "reportingComponent": "nodeproof", "reportingInstance": "n1",
+                    "lastTimestamp": ago(30), "count": 1}));
+            },
+            vec!["profile_change_broke"],
+        ),
     ]
 }
 
@@ -1035,4 +1072,42 @@ fn an_api_server_away_at_start_is_waited_out_then_checked() {
         "{}",
         run.stderr
     );
+}
+
+/// The profile change the agents' Events name, across nodes: listed by
+/// profile and change with each pod's calls, and a finding for the calls
+/// the previous version allowed.
+#[test]
+fn pods_denied_after_a_profile_change_are_listed_by_change() {
+    let server = healthy();
+    for (_, broken, _) in broken_cases()
+        .into_iter()
+        .filter(|(w, _, _)| *w == "a profile change that broke pods")
+    {
+        broken(&server);
+    }
+    let run = check(&server, &[]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stdout.contains(
+            "profile profiles/app.json changed at 2026-12-06T14:22:05Z (sha256 9a8b7c6d5e4f… → 1f2e3d4c5b6a…): denials in 2 pods on 2 nodes since\n  \
+             ml/web-0 on n1: mkdir (previous version: allowed)\n  \
+             ml/web-1 on n2: mkdir (previous version: allowed), mount (previous version: denied)\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("  profile profiles/app.json: the change at 2026-12-06T14:22:05Z (sha256 9a8b7c6d5e4f… → 1f2e3d4c5b6a…) denies mkdir that the previous version allowed, in 2 pods on 2 nodes; restore the previous version or allow them\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("web-2"), "{}", run.stdout);
+    let run = check(&server, &["-o", "json"]);
+    let v: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        v["profile_changes"][0]["pods"][1]["syscalls"][1],
+        json!(["mount", "denied"])
+    );
+    assert_eq!(findings(&run)[0]["pods"], json!(["ml/web-0", "ml/web-1"]));
 }

@@ -111,6 +111,7 @@ fn main() {
         pods: pod_list,
         pod_events: Vec::new(),
         warning_events: Vec::new(),
+        denial_events: Vec::new(),
         hpas: Vec::new(),
         role_objects: Default::default(),
     };

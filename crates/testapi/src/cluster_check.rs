@@ -201,15 +201,19 @@ fn list_events(store: &Store, uri: &Uri) -> Answer {
     let selector = query_param(uri, "fieldSelector").unwrap_or_default();
     let mut kind = None;
     let mut type_ = None;
+    let mut reason = None;
+    // kube-apiserver selects Events by these fields among others
+    // (pkg/registry/core/event/strategy.go, ToSelectableFields).
     for term in selector.split(',').filter(|t| !t.is_empty()) {
         match term.split_once('=') {
             Some(("involvedObject.kind", v)) => kind = Some(v.to_string()),
             Some(("type", v)) => type_ = Some(v.to_string()),
+            Some(("reason", v)) => reason = Some(v.to_string()),
             _ => {
                 return status(
                     400,
                     "BadRequest",
-                    &format!("\"{term}\" is not a known field selector: only \"involvedObject.kind\", \"type\" are served here"),
+                    &format!("\"{term}\" is not a known field selector: only \"involvedObject.kind\", \"type\", \"reason\" are served here"),
                 )
             }
         }
@@ -232,6 +236,11 @@ fn list_events(store: &Store, uri: &Uri) -> Answer {
             type_
                 .as_deref()
                 .is_none_or(|t| ev.type_.as_deref() == Some(t))
+        })
+        .filter(|(_, ev)| {
+            reason
+                .as_deref()
+                .is_none_or(|r| ev.reason.as_deref() == Some(r))
         });
     let items: Vec<(String, Value)> = matching
         .by_ref()

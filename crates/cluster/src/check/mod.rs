@@ -44,6 +44,7 @@ use crate::gate::node::NodeFacts;
 pub mod baseline;
 pub mod hpa;
 pub mod metrics_api;
+pub mod profile_changes;
 mod read;
 pub mod roles;
 
@@ -64,6 +65,8 @@ pub struct Snapshot {
     pub pod_events: Vec<Event>,
     /// Warning Events of every kind, for the baseline.
     pub warning_events: Vec<Event>,
+    /// The agents' `SeccompDenied` Events, for the profile changes they name.
+    pub denial_events: Vec<Event>,
     pub hpas: Vec<HorizontalPodAutoscaler>,
     /// The workloads and admission objects the role-label audit reads.
     pub role_objects: RoleObjects,
@@ -204,6 +207,19 @@ pub enum Problem {
         /// The node's label value; `None` when the node has no label.
         label: Option<String>,
     },
+    /// Pods denied calls the previous version of their seccomp profile
+    /// allowed: the profile change broke them (from the agents'
+    /// `SeccompDenied` Events, across nodes).
+    ProfileChangeBroke {
+        profile: String,
+        previous: String,
+        version: String,
+        since: String,
+        syscalls: Vec<String>,
+        /// `namespace/name` of each pod denied one of them.
+        pods: Vec<String>,
+        nodes: usize,
+    },
     /// A pod a nodeproof gate released (it carries the gate's pod condition
     /// or readiness nodeSelector), running on a node that is not ready for
     /// that gate's conditions: the node broke after binding, or the pod was
@@ -272,6 +288,8 @@ pub struct Report {
     pub contracts: Vec<ContractSummary>,
     /// The gates that released a running pod, in the policy's order.
     pub gates: Vec<GateSummary>,
+    /// Profile changes pods were denied after, by profile and change.
+    pub profile_changes: Vec<profile_changes::ProfileChange>,
     pub findings: Vec<Problem>,
     /// The comparison with a baseline, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -330,6 +348,29 @@ pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
     let gates = released_pods(snap, now, &opts.gates, &mut findings);
     hpas(snap, &mut findings);
     roles::audit(&snap.nodes, &snap.pods, &snap.role_objects, &mut findings);
+    let changes = profile_changes::changes(&snap.denial_events);
+    for c in changes.iter().filter(|c| c.broke()) {
+        let syscalls = c.broken_syscalls();
+        findings.push(Problem::ProfileChangeBroke {
+            profile: c.profile.clone(),
+            previous: c.previous.clone(),
+            version: c.version.clone(),
+            since: c.since.clone(),
+            pods: c
+                .pods
+                .iter()
+                .filter(|p| {
+                    p.syscalls.iter().any(|(s, v)| {
+                        *v == nodeproof_report::denial_change::PreviousVerdict::Allowed
+                            && syscalls.contains(s)
+                    })
+                })
+                .map(|p| format!("{}/{}", p.namespace, p.pod))
+                .collect(),
+            syscalls,
+            nodes: c.nodes(),
+        });
+    }
     Report {
         metrics,
         nodes: snap.nodes.len(),
@@ -337,6 +378,7 @@ pub fn evaluate(snap: &Snapshot, now: SystemTime, opts: &Options) -> Report {
         nodeproof_nodes,
         contracts: summaries,
         gates,
+        profile_changes: changes,
         findings,
         baseline: None,
     }
@@ -861,6 +903,23 @@ impl std::fmt::Display for Problem {
                 "pod {namespace}/{pod}: bound to node {node} where RuntimeClass {class} is {}",
                 label.as_deref().unwrap_or("not judged (no label)")
             ),
+            Problem::ProfileChangeBroke {
+                profile,
+                previous,
+                version,
+                since,
+                syscalls,
+                pods,
+                nodes,
+            } => write!(
+                f,
+                "profile {profile}: the change at {since} (sha256 {}… → {}…) denies {} that the previous version allowed, in {} on {}; restore the previous version or allow them",
+                profile_changes::short(previous),
+                profile_changes::short(version),
+                syscalls.join(", "),
+                nodeproof_findings::count(pods.len(), "pod", "pods"),
+                nodeproof_findings::count(*nodes, "node", "nodes"),
+            ),
             Problem::ReleasedPodOnNotReadyNode {
                 namespace,
                 pod,
@@ -924,6 +983,31 @@ pub fn render_text(report: &Report) -> String {
                 "ready nodes"
             }
         ));
+    }
+    for c in &report.profile_changes {
+        out.push_str(&format!(
+            "profile {} changed at {} (sha256 {}… → {}…): denials in {} on {} since\n",
+            c.profile,
+            c.since,
+            profile_changes::short(&c.previous),
+            profile_changes::short(&c.version),
+            nodeproof_findings::count(c.pods.len(), "pod", "pods"),
+            nodeproof_findings::count(c.nodes(), "node", "nodes"),
+        ));
+        for p in &c.pods {
+            let calls: Vec<String> = p
+                .syscalls
+                .iter()
+                .map(|(s, v)| format!("{s} (previous version: {})", v.as_str()))
+                .collect();
+            out.push_str(&format!(
+                "  {}/{} on {}: {}\n",
+                p.namespace,
+                p.pod,
+                p.node,
+                calls.join(", ")
+            ));
+        }
     }
     if let Some(b) = &report.baseline {
         out.push_str(&baseline::render_text(b));
@@ -1025,6 +1109,7 @@ mod tests {
                 pods: self.pods.into_iter().map(typed).collect(),
                 pod_events: self.events.into_iter().map(typed).collect(),
                 warning_events: vec![],
+                denial_events: vec![],
                 hpas: vec![],
                 role_objects: RoleObjects::default(),
             }
@@ -1329,6 +1414,7 @@ mod tests {
             pods: pods.into_iter().map(typed).collect(),
             pod_events: vec![],
             warning_events: vec![],
+            denial_events: vec![],
             hpas: vec![],
             role_objects: RoleObjects::default(),
         }

@@ -16,6 +16,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
 use nodeproof_kube::list::list_all;
+use nodeproof_report::denial_change::DENIED_REASON;
 
 use super::metrics_api::{
     choose, MetricsApiRead, MetricsList, MetricsResource, MetricsSample, MetricsVersion,
@@ -233,6 +234,13 @@ pub async fn read(client: &kube::Client, opts: ReadOptions) -> Result<Snapshot, 
     } else {
         Vec::new()
     };
+    // The agents' denial Events: only they can name a profile change.
+    let denial_events = list_all(
+        &events,
+        ListParams::default().fields(&format!("type=Warning,reason={DENIED_REASON}")),
+    )
+    .await
+    .map_err(failed("SeccompDenied Events"))?;
     let hpas: Vec<HorizontalPodAutoscaler> = all(client, "HorizontalPodAutoscalers").await?;
     let role_objects = RoleObjects {
         deployments: all::<Deployment>(client, "Deployments").await?,
@@ -264,6 +272,7 @@ pub async fn read(client: &kube::Client, opts: ReadOptions) -> Result<Snapshot, 
         pods,
         pod_events,
         warning_events,
+        denial_events,
         hpas,
         role_objects,
     })
