@@ -13,6 +13,7 @@ pub mod dra;
 pub mod gpu_faults;
 pub mod handlers;
 pub mod node;
+pub mod rollout_guard;
 pub mod round;
 pub mod state;
 pub mod target;

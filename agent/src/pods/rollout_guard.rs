@@ -1,0 +1,288 @@
+//! The rollout guard (opt-in, `[pods] rollout-guard`): a changed profile is
+//! what new containers get from the moment the file changes (runc loads the
+//! filter at start), so before a RuntimeClass contract that lists it stays
+//! `ready`, the new version is diffed against the previous one and the
+//! recordings of the pods on this node that run under it
+//! (`nodeproof_seccomp::against`). Where the new version stops a call those
+//! pods made, the contract turns `not-ready` naming profile, call and pods:
+//! the scheduler then sends no new pod of the class here until the profile
+//! allows the call again, goes back, or the pods that made it are gone.
+//! Pure: versions and recordings in, a hold out; the caller caches by
+//! version pair and recordings.
+
+use nodeproof_seccomp::against::{self, BrokenCall, Certainty};
+use nodeproof_seccomp::cbpf::SockFilter;
+use nodeproof_seccomp::diff::{self, DiffError, Mode};
+use nodeproof_seccomp::filter::Libseccomp;
+use nodeproof_seccomp::recording::Recording;
+
+/// How many calls and pods a hold's cause names before it counts the rest.
+const NAMED: usize = 3;
+
+/// One version of a profile as the guard compares it.
+#[derive(Debug, Clone, Copy)]
+pub struct Version<'a> {
+    /// sha256, hex.
+    pub sha256: &'a str,
+    /// The filter the runtime loads for it in the judged mode.
+    pub program: &'a [SockFilter],
+}
+
+/// A changed profile that stops calls the node's pods made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// Relative to the seccomp root, as contracts and pods name it.
+    pub profile: String,
+    pub previous: String,
+    pub version: String,
+    pub broken: Vec<BrokenCall>,
+}
+
+impl Hold {
+    /// One sentence for the contract's cause: profile, change, calls, pods, remedy.
+    pub fn cause(&self) -> String {
+        let mut calls: Vec<String> = Vec::new();
+        let mut pods: Vec<&str> = Vec::new();
+        for b in &self.broken {
+            let name = match &b.syscall {
+                diff::Syscall::Named { name, .. } => name.clone(),
+                other => other.to_string(),
+            };
+            let name = match b.certainty {
+                Certainty::Recorded => name,
+                Certainty::ArgsNotRecorded { .. } => format!("{name} (maybe)"),
+            };
+            if !calls.contains(&name) {
+                calls.push(name);
+            }
+            if !pods.contains(&b.subject.as_str()) {
+                pods.push(&b.subject);
+            }
+        }
+        format!(
+            "{} changed (sha256 {} → {}) and stops {} that {} made: new pods of this class wait; allow the calls or restore the previous version",
+            self.profile,
+            short(&self.previous),
+            short(&self.version),
+            named(&calls),
+            if pods.len() == 1 {
+                format!("pod {}", pods[0])
+            } else {
+                format!("pods {}", named(&pods))
+            },
+        )
+    }
+}
+
+fn named<S: AsRef<str>>(items: &[S]) -> String {
+    let mut s = items
+        .iter()
+        .take(NAMED)
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > NAMED {
+        s.push_str(&format!(" and {} more", items.len() - NAMED));
+    }
+    s
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Whether `recording`'s containers ran under `profile` (relative to the
+/// seccomp root): a Localhost reference to it, as pod specs write it.
+fn runs_under(rec: &Recording, profile: &str) -> bool {
+    let want = format!("localhost/{profile}");
+    rec.containers
+        .iter()
+        .any(|c| c.profile.as_deref() == Some(want.as_str()))
+}
+
+/// The hold `current` puts on `profile`, if it stops a call a recording of
+/// a pod running under it holds. Only the containers that ran under the
+/// profile count.
+pub fn judge(
+    profile: &str,
+    previous: Version<'_>,
+    current: Version<'_>,
+    lib: Libseccomp,
+    mode: Mode,
+    recordings: &[Recording],
+) -> Result<Option<Hold>, DiffError> {
+    if previous.sha256 == current.sha256 {
+        return Ok(None);
+    }
+    let want = format!("localhost/{profile}");
+    let relevant: Vec<Recording> = recordings
+        .iter()
+        .filter(|r| runs_under(r, profile))
+        .map(|r| {
+            let mut r = r.clone();
+            r.containers
+                .retain(|c| c.profile.as_deref() == Some(want.as_str()));
+            r
+        })
+        .collect();
+    if relevant.is_empty() {
+        return Ok(None);
+    }
+    let diffs = diff::diff_programs(previous.program, current.program, lib, mode)?;
+    if !diff::any_harsher(&diffs) {
+        return Ok(None);
+    }
+    let broken = against::against(&diffs, &relevant).broken;
+    Ok((!broken.is_empty()).then(|| Hold {
+        profile: profile.to_string(),
+        previous: previous.sha256.to_string(),
+        version: current.sha256.to_string(),
+        broken,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeproof_bpfgen::Native;
+    use nodeproof_seccomp::filter::Arch;
+    use nodeproof_seccomp::lint::{loaded_program, LintOptions};
+    use nodeproof_seccomp::recording::{
+        RecordedArch, RecordedContainer, RecordedPod, RecordedSyscall, FORMAT,
+    };
+
+    fn opts() -> LintOptions {
+        LintOptions {
+            arch: Arch::X86_64,
+            check_listener: false,
+            ..LintOptions::default()
+        }
+    }
+
+    fn program(names: &[&str]) -> Vec<SockFilter> {
+        let p = serde_json::json!({
+            "defaultAction": "SCMP_ACT_ERRNO",
+            "architectures": ["SCMP_ARCH_X86_64"],
+            "syscalls": [{"names": names, "action": "SCMP_ACT_ALLOW"}],
+        });
+        loaded_program(&serde_json::to_vec(&p).unwrap(), &opts(), &Native)
+            .expect("a filter")
+            .1
+    }
+
+    fn recording(pod: &str, profile: &str, calls: &[(&str, u32)]) -> Recording {
+        Recording {
+            format: FORMAT.into(),
+            node: Some("n1".into()),
+            pod: Some(RecordedPod {
+                namespace: "ml".into(),
+                name: pod.into(),
+                uid: None,
+            }),
+            started: String::new(),
+            ended: String::new(),
+            containers: vec![RecordedContainer {
+                name: "app".into(),
+                id: None,
+                profile: Some(profile.into()),
+                arches: vec![RecordedArch {
+                    arch: Arch::X86_64,
+                    syscalls: calls
+                        .iter()
+                        .map(|(n, nr)| RecordedSyscall {
+                            nr: *nr,
+                            name: Some((*n).into()),
+                            args: vec![],
+                        })
+                        .collect(),
+                }],
+                lost: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_change_that_stops_a_recorded_call_holds_and_names_it() {
+        let base = [
+            "read",
+            "write",
+            "close",
+            "exit_group",
+            "execve",
+            "brk",
+            "mmap",
+        ];
+        let old = program(&[&base[..], &["mkdir"]].concat());
+        let new = program(&base);
+        let lib = opts().oci_runtime.behaviour().libseccomp;
+        let mode = Mode::of(&opts());
+        let recs = vec![
+            recording(
+                "web-0",
+                "localhost/profiles/app.json",
+                &[("read", 0), ("mkdir", 83)],
+            ),
+            // Another profile's pod made mkdir too: not this change's.
+            recording("db-0", "localhost/profiles/db.json", &[("mkdir", 83)]),
+            recording("web-1", "localhost/profiles/app.json", &[("read", 0)]),
+        ];
+        let v = |sha, p| Version {
+            sha256: sha,
+            program: p,
+        };
+        let hold = judge(
+            "profiles/app.json",
+            v("9a8b7c6d5e4f3a2b1c0d", &old),
+            v("1f2e3d4c5b6a79881100", &new),
+            lib,
+            mode,
+            &recs,
+        )
+        .unwrap()
+        .expect("a hold");
+        assert_eq!(hold.broken.len(), 1);
+        assert_eq!(
+            hold.cause(),
+            "profiles/app.json changed (sha256 9a8b7c6d5e4f → 1f2e3d4c5b6a) and stops mkdir that pod ml/web-0 made: new pods of this class wait; allow the calls or restore the previous version"
+        );
+        // Back to allowing it, or no pod of the profile recorded making it: no hold.
+        let wider = program(&[&base[..], &["mkdir", "rmdir"]].concat());
+        assert_eq!(
+            judge(
+                "profiles/app.json",
+                v("9a8b", &old),
+                v("7777", &wider),
+                lib,
+                mode,
+                &recs
+            )
+            .unwrap(),
+            None
+        );
+        assert_eq!(
+            judge(
+                "profiles/app.json",
+                v("9a8b", &old),
+                v("1f2e", &new),
+                lib,
+                mode,
+                &recs[1..]
+            )
+            .unwrap(),
+            None
+        );
+        // The same version: nothing changed.
+        assert_eq!(
+            judge(
+                "profiles/app.json",
+                v("9a8b", &old),
+                v("9a8b", &new),
+                lib,
+                mode,
+                &recs
+            )
+            .unwrap(),
+            None
+        );
+    }
+}
