@@ -741,6 +741,7 @@ mod tests {
                 event_type: EventType::Warning,
                 reason: "SeccompProfileInvalid",
                 message: "m".into(),
+                annotations: Default::default(),
             })
         };
         let pods = || {
@@ -840,6 +841,7 @@ mod tests {
                 event_type: EventType::Warning,
                 reason: "SeccompProfileMissing",
                 message: String::new(),
+                annotations: Default::default(),
             })
         };
         let contracts = |n: usize| {

@@ -259,6 +259,7 @@ pub fn finding_event(f: &PodFinding) -> PodEvent {
         event_type: EventType::Warning,
         reason: f.reason.event_reason(),
         message,
+        annotations: Default::default(),
     }
 }
 
@@ -269,6 +270,7 @@ pub fn denial_event(e: PodDenialEvent) -> PodEvent {
         event_type: EventType::Warning,
         reason: EVENT_REASON,
         message: e.message,
+        annotations: e.change.map(|c| c.to_annotations()).unwrap_or_default(),
     }
 }
 
@@ -279,6 +281,7 @@ pub fn gpu_fault_event(e: PodGpuFaultEvent) -> PodEvent {
         event_type: EventType::Warning,
         reason: GPU_FAULT_REASON,
         message: e.message,
+        annotations: Default::default(),
     }
 }
 

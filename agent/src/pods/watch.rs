@@ -157,7 +157,7 @@ pub fn record_denials<R: Reporter>(
     let due = denials.due(now);
     let n = due.len();
     for e in due.into_iter().map(denial_event) {
-        lp.pod_event(now, e.pod, e.event_type, e.reason, &e.message);
+        lp.record_pod_event(now, &e);
     }
     n
 }
@@ -244,7 +244,7 @@ pub async fn run<R: Reporter>(
             lp.observe(round.at, std::slice::from_ref(&round.condition));
             lp.observe_contracts(round.at, &round.contracts);
             for e in round.events {
-                lp.pod_event(round.at, e.pod, e.event_type, e.reason, &e.message);
+                lp.record_pod_event(round.at, &e);
             }
             if let Err(e) = lp.flush(round.at).await {
                 tracing::warn!(error = %e, "reporting pod findings failed; retrying");
