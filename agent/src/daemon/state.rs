@@ -45,6 +45,10 @@ pub struct Metrics {
     /// Denials resolved to pods by the pods watcher's aggregator; `None`
     /// while no denials are fed to it (no API credentials).
     pub pod_denials: Option<Vec<PodDenialTotal>>,
+    /// Pod denials after a profile change, by the previous version's
+    /// verdict; `None` while no denials are fed (no API credentials).
+    pub pod_denials_after_change:
+        Option<BTreeMap<nodeproof_report::denial_change::PreviousVerdict, u64>>,
     /// GPU faults on pods by the pods watcher's aggregator; `None` while no
     /// faults are fed to it (no API credentials).
     pub gpu_faults: Option<Vec<crate::pods::gpu_faults::GpuFaultTotal>>,

@@ -299,6 +299,9 @@ pub struct Round {
     pub failing_pods: usize,
     /// `nodeproof_pod_seccomp_denials_total`, when denials are fed.
     pub denial_totals: Option<Vec<PodDenialTotal>>,
+    /// `nodeproof_pod_seccomp_denials_after_change_total`, when denials are fed.
+    pub denials_after_change:
+        Option<std::collections::BTreeMap<nodeproof_report::denial_change::PreviousVerdict, u64>>,
     /// `nodeproof_gpu_faults_total`, when GPU faults are fed.
     pub gpu_fault_totals: Option<Vec<GpuFaultTotal>>,
     /// Every annotated RuntimeClass judged on this node (the contract labels).
