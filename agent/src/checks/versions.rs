@@ -36,11 +36,15 @@ use sha2::{Digest, Sha256};
 pub const MAX_VERSIONS: usize = 8;
 /// Bytes the kept versions may take (programs, hashes, paths), oldest
 /// dropped first beyond it. A program is at most 4096 instructions of 8
-/// bytes (32 KiB, the kernel's limit); the profiles seen are 0.5–3 KiB
-/// compiled, so 8 MiB holds 8 versions of 300+ such profiles, and 8
-/// versions of 32 profiles at the kernel's limit. A profile's latest
+/// bytes (32 KiB, the kernel's limit); the RuntimeDefault profile compiles
+/// to about 1000 (8 KiB), a workload's Localhost profile of a few dozen
+/// rules to 100–300 (1–2 KiB). 2 MiB holds 8 versions of 100+ such profiles
+/// or of 32 RuntimeDefault-sized ones, and is a tenth of the agent's
+/// steady-memory target (20 MiB, `agent_memory` bench): the
+/// `profile_versions` bench measures 6.3 MiB for 100 × 8 RuntimeDefault
+/// versions, which this budget cuts to its newest third. A profile's latest
 /// version is never dropped: new containers get it.
-pub const MAX_BYTES: usize = 8 << 20;
+pub const MAX_BYTES: usize = 2 << 20;
 
 /// The format of [`ProfileVersions::encode`]; another is refused.
 const FORMAT: u32 = 1;
