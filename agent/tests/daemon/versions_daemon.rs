@@ -10,7 +10,7 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
@@ -26,18 +26,6 @@ const V1: &[u8] = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["r
 /// Denies mkdir too.
 const V2: &[u8] = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#;
 const N: usize = 5;
-
-fn within(what: &str, limit: Duration, agent: &Agent, f: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < limit,
-            "not within {limit:?}: {what}\n--- agent log ---\n{}",
-            agent.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn denied(server: &TestApiServer, syscall: &str) -> Vec<Value> {
     server
@@ -97,16 +85,13 @@ fn a_denial_after_a_profile_edit_names_the_change_and_survives_a_restart() {
     server.put("pods", app_pod(uid, running(&old_id, &old_started)));
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
-    within(
-        "the pod is watched",
-        Duration::from_secs(10),
-        &agent,
-        || agent.get("/healthz/pods").1.contains("pods 1 watched"),
-    );
+    agent.within("the pod is watched", Duration::from_secs(10), || {
+        agent.get("/healthz/pods").1.contains("pods 1 watched")
+    });
 
     // Before the edit: rmdir, denied by v1, is said plainly.
     deny_in(&old_cg, c"np-ver-old", &["rmdir"], "rmdir", N);
-    within("the rmdir Event", Duration::from_secs(15), &agent, || {
+    agent.within("the rmdir Event", Duration::from_secs(15), || {
         !denied(&server, "rmdir").is_empty()
     });
     let e = &denied(&server, "rmdir")[0];
@@ -118,7 +103,7 @@ fn a_denial_after_a_profile_edit_names_the_change_and_survives_a_restart() {
 
     // The edit; the agent sees it within a second (inotify).
     std::fs::write(root.join("profiles/app.json"), V2).unwrap();
-    within("the edit is seen", Duration::from_secs(10), &agent, || {
+    agent.within("the edit is seen", Duration::from_secs(10), || {
         agent.log_text().contains("profile changed")
     });
     // The container restarts onto v2: a new id, started after the edit.
@@ -134,7 +119,7 @@ fn a_denial_after_a_profile_edit_names_the_change_and_survives_a_restart() {
     // are read every 5 s. Give the watch its time before the denials.
     std::thread::sleep(Duration::from_secs(2));
     deny_in(&new_cg, c"np-ver-new", &["mkdir", "rmdir"], "mkdir", N);
-    within("the mkdir Event", Duration::from_secs(15), &agent, || {
+    agent.within("the mkdir Event", Duration::from_secs(15), || {
         !denied(&server, "mkdir").is_empty()
     });
     let (h1, h2) = (sha256_hex(V1), sha256_hex(V2));
@@ -196,19 +181,13 @@ fn a_denial_after_a_profile_edit_names_the_change_and_survives_a_restart() {
     // in the restarted container name the same change.
     let mut agent = Agent::start(dir.path(), &config);
     agent.wait_ready(Duration::from_secs(30));
-    within(
-        "the pod is watched again",
-        Duration::from_secs(10),
-        &agent,
-        || agent.get("/healthz/pods").1.contains("pods 1 watched"),
-    );
+    agent.within("the pod is watched again", Duration::from_secs(10), || {
+        agent.get("/healthz/pods").1.contains("pods 1 watched")
+    });
     deny_in(&new_cg, c"np-ver-again", &["mkdir", "rmdir"], "mkdir", N);
-    within(
-        "a second mkdir Event",
-        Duration::from_secs(15),
-        &agent,
-        || denied(&server, "mkdir").len() == 2,
-    );
+    agent.within("a second mkdir Event", Duration::from_secs(15), || {
+        denied(&server, "mkdir").len() == 2
+    });
     for e in denied(&server, "mkdir") {
         let c = DenialChange::from_annotations(&annotations(&e)).expect("annotations");
         assert_eq!(
