@@ -13,6 +13,7 @@ pub mod lint_cache;
 pub mod oci_runtime;
 pub mod profiles;
 pub mod tracing;
+pub mod versions;
 
 use nodeproof_findings::{Condition, ConditionStatus, Finding};
 use strum::{EnumString, IntoStaticStr};

@@ -4,6 +4,7 @@
 //! each other.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -26,6 +27,11 @@ pub struct DaemonConfig {
     /// `/readyz` fails (`nodeproof_report::reach`).
     #[serde(default = "default_readiness_unreachable")]
     pub readiness_unreachable_s: u64,
+    /// Where the agent keeps what outlives a restart (the profiles'
+    /// versions). `None`: systemd's `$STATE_DIRECTORY` (the unit's
+    /// `StateDirectory=nodeproof`), else nothing is kept.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -51,6 +57,7 @@ impl Default for DaemonConfig {
             gpu_interval_s: default_gpu_interval(),
             profile_resync_s: default_profile_resync(),
             readiness_unreachable_s: default_readiness_unreachable(),
+            state_dir: None,
         }
     }
 }

@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn every_unknown_key_and_wrong_type_is_reported_with_its_position() {
         let daemon_keys =
-            "expected one of `listen`, `gpu-interval-s`, `profile-resync-s`, `readiness-unreachable-s`";
+            "expected one of `listen`, `gpu-interval-s`, `profile-resync-s`, `readiness-unreachable-s`, `state-dir`";
         let cases: &[(&str, &str)] = &[
             (
                 "[daemon]\nnope = 1\n",

@@ -8,12 +8,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use super::state::Shared;
 use crate::checks::lint_cache::LintCache;
+use crate::checks::versions::ProfileVersions;
 use crate::config::Config;
 use nodeproof_gpu::faults::PodFault;
 use nodeproof_gpu::views::{NodeDra, NodeGpus};
@@ -97,6 +98,12 @@ pub struct Bus {
     /// profiles check fills it, the pods' judge reads it first, so one edit
     /// is linted once.
     pub lints: Arc<LintCache>,
+    /// The profiles' recent versions: the profiles check records each edit
+    /// it reads (and keeps them in the state directory); the pods watcher's
+    /// denials look up the version a container started under.
+    pub versions: Arc<Mutex<ProfileVersions>>,
+    /// The file the versions are kept in (`None`: memory only).
+    pub versions_file: Option<PathBuf>,
     /// The tracer's first load ended, loaded or not: published by the
     /// tracer; `serve` starts the API client after it (after the BTF parse).
     pub tracer_settled: Latest<bool>,
@@ -143,6 +150,8 @@ impl Bus {
             profiles_linted: Arc::new(Notify::new()),
             pods_follow_lints: Arc::new(AtomicBool::new(false)),
             lints: Arc::new(LintCache::default()),
+            versions: Arc::new(Mutex::new(ProfileVersions::default())),
+            versions_file: None,
             tracer_settled: Latest::new(false),
             pod_rows: Latest::new(Vec::new()),
             gpu_faults: broadcast::channel(GPU_FAULT_BATCHES).0,

@@ -161,6 +161,16 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
             }),
         )?;
     }
+    if let Some(after) = &m.pod_denials_after_change {
+        counters(
+            enc,
+            "nodeproof_pod_seccomp_denials_after_change",
+            "Seccomp denials in pods' containers that started after their profile changed, by what the version before did with the call (allowed, denied, unknown).",
+            after
+                .iter()
+                .map(|(verdict, &n)| ([("previous", verdict.as_str())], n)),
+        )?;
+    }
     // Only once the GPU probe has gone round; no driver sample without a GPU.
     if let Some(gpu) = &m.gpu {
         gauges(
@@ -421,6 +431,7 @@ mod tests {
     use nodeproof_findings::Condition;
     use nodeproof_gpu::policy::XidClass;
     use nodeproof_gpu::{DeviceHealth, GpuHealth, GpuMetrics};
+    use nodeproof_report::denial_change::PreviousVerdict;
 
     /// A pod name no API server would accept, to see the escaping.
     const ODD: &str = "we\"ird\\pod\nname";
@@ -587,6 +598,14 @@ mod tests {
                 action: "errno",
                 count: 21,
             }]);
+            m.pod_denials_after_change = Some(
+                [
+                    (PreviousVerdict::Allowed, 40),
+                    (PreviousVerdict::Denied, 3),
+                    (PreviousVerdict::Unknown, 0),
+                ]
+                .into(),
+            );
             m.gpu = Some(GpuMetrics {
                 driver_ready: Some(true),
                 health: vec![
@@ -656,6 +675,7 @@ mod tests {
                 ("nodeproof_gpu_xid_errors", "counter"),
                 ("nodeproof_heartbeat_timestamp_seconds", "gauge"),
                 ("nodeproof_pod_seccomp_denials", "counter"),
+                ("nodeproof_pod_seccomp_denials_after_change", "counter"),
                 ("nodeproof_profile_lints", "counter"),
                 ("nodeproof_profile_revalidations", "counter"),
                 ("nodeproof_profile_verdicts", "gauge"),
@@ -715,6 +735,16 @@ mod tests {
             ),
             21.0
         );
+        for (previous, n) in [("allowed", 40.0), ("denied", 3.0), ("unknown", 0.0)] {
+            assert_eq!(
+                value(
+                    &f,
+                    "nodeproof_pod_seccomp_denials_after_change",
+                    &[("previous", previous)]
+                ),
+                n
+            );
+        }
         assert_eq!(
             value(
                 &f,
@@ -924,6 +954,7 @@ mod tests {
         let f = parse(&body);
         for absent in [
             "nodeproof_pod_seccomp_denials",
+            "nodeproof_pod_seccomp_denials_after_change",
             "nodeproof_gpu_driver_ready",
             "nodeproof_gpu_health",
             "nodeproof_gpu_xid_errors",

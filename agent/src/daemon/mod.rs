@@ -26,6 +26,7 @@ pub mod notify;
 pub mod pods;
 pub mod state;
 pub mod subsystems;
+pub mod versions;
 pub mod watch;
 
 use crate::checks::Subsystem;
@@ -121,7 +122,19 @@ async fn serve(
     notifier: Box<dyn Notifier>,
 ) -> Result<(), DaemonError> {
     let started = Instant::now();
-    let (bus, nodes_rx) = Bus::new(Arc::new(config.clone()), opts.seccomp_root.clone());
+    let (mut bus, nodes_rx) = Bus::new(Arc::new(config.clone()), opts.seccomp_root.clone());
+    // Read once, at start: a restart keeps the versions a container's
+    // denials are judged against (a reload does not move the file).
+    bus.versions_file = versions::state_file(&config);
+    match &bus.versions_file {
+        Some(file) => {
+            *bus.versions.lock().unwrap_or_else(|p| p.into_inner()) = versions::load(file);
+        }
+        None => tracing::info!(
+            nodeproof_check = Subsystem::Profiles.as_str(),
+            "no state directory (daemon.state-dir, $STATE_DIRECTORY): profile versions are kept in memory only"
+        ),
+    }
     let shared = bus.shared.clone();
     let mut hup = signal_stream(SignalKind::hangup(), "SIGHUP")?;
     let mut term = signal_stream(SignalKind::terminate(), "SIGTERM")?;

@@ -24,7 +24,9 @@ use crate::pods::node::{self as pods_node, PodsOptions, PodsRunError};
 use crate::pods::state::{PodsState, Round};
 use crate::pods::verdict::Judge;
 use crate::pods::watch::{self, DenialFeed, GpuFaultFeed, WatchOptions};
+use nodeproof_report::denial_change::{DenialChange, DENIED_REASON};
 use nodeproof_report::driver::PodsNews;
+use nodeproof_report::events::PodEvent;
 
 /// How often the pods are judged without an API change or a profile lint.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -102,7 +104,10 @@ pub async fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
 /// (denials already reported) are kept across restarts.
 async fn watch_pods(bus: Bus, first: Watched) {
     let (rows_tx, rows_rx) = mpsc::channel(1);
-    let mut feed = DenialFeed::new(rows_rx, DenialAggregator::new(DENIAL_INTERVAL));
+    let mut feed = DenialFeed::new(
+        rows_rx,
+        DenialAggregator::new(DENIAL_INTERVAL).with_versions(bus.versions.clone()),
+    );
     feed.gpu = Some(GpuFaultFeed::new(
         bus.gpu_faults.subscribe(),
         GpuFaultAggregator::new(GPU_FAULT_INTERVAL),
@@ -250,6 +255,28 @@ async fn watch_with(
     }
 }
 
+/// The journal's line for a `SeccompDenied` Event: its message, and the
+/// change it names as fields (what its annotations say).
+fn journal_denial(e: &PodEvent) {
+    let pod = format!("{}/{}", e.pod.namespace, e.pod.name);
+    match DenialChange::from_annotations(&e.annotations) {
+        Some(c) => tracing::warn!(
+            nodeproof_check = Subsystem::Pods.as_str(),
+            k8s_pod = %pod,
+            seccomp_profile = %c.profile,
+            seccomp_syscall = %c.syscall,
+            profile_version = %c.version,
+            previous_version = %c.previous,
+            previous_verdict = c.previous_verdict.as_str(),
+            "{}",
+            e.message
+        ),
+        None => {
+            tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), k8s_pod = %pod, "{}", e.message)
+        }
+    }
+}
+
 fn publish(shared: &Shared, round: Round) {
     let summary = if round.failing_pods == 0 {
         format!("pods {} watched", round.pods)
@@ -261,6 +288,12 @@ fn publish(shared: &Shared, round: Round) {
     };
     if let Some(totals) = &round.denial_totals {
         shared.metrics(|m| m.pod_denials = Some(totals.clone()));
+    }
+    if let Some(after) = &round.denials_after_change {
+        shared.metrics(|m| m.pod_denials_after_change = Some(after.clone()));
+    }
+    for e in round.events.iter().filter(|e| e.reason == DENIED_REASON) {
+        journal_denial(e);
     }
     if let Some(totals) = &round.gpu_fault_totals {
         shared.metrics(|m| m.gpu_faults = Some(totals.clone()));

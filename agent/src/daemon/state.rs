@@ -45,6 +45,10 @@ pub struct Metrics {
     /// Denials resolved to pods by the pods watcher's aggregator; `None`
     /// while no denials are fed to it (no API credentials).
     pub pod_denials: Option<Vec<PodDenialTotal>>,
+    /// Pod denials after a profile change, by the previous version's
+    /// verdict; `None` while no denials are fed (no API credentials).
+    pub pod_denials_after_change:
+        Option<BTreeMap<nodeproof_report::denial_change::PreviousVerdict, u64>>,
     /// GPU faults on pods by the pods watcher's aggregator; `None` while no
     /// faults are fed to it (no API credentials).
     pub gpu_faults: Option<Vec<crate::pods::gpu_faults::GpuFaultTotal>>,
@@ -741,6 +745,7 @@ mod tests {
                 event_type: EventType::Warning,
                 reason: "SeccompProfileInvalid",
                 message: "m".into(),
+                annotations: Default::default(),
             })
         };
         let pods = || {
@@ -840,6 +845,7 @@ mod tests {
                 event_type: EventType::Warning,
                 reason: "SeccompProfileMissing",
                 message: String::new(),
+                annotations: Default::default(),
             })
         };
         let contracts = |n: usize| {

@@ -124,7 +124,19 @@ async fn profiles(bus: Bus) {
         let lints = bus.lints.clone();
         // Files linted already in this mode with these contents are not
         // linted again; the pods' judge finds what is linted here.
-        let lint = move || observe::profiles::lint_root_cached(&lint_root, &opts, &lints);
+        let versions = bus.versions.clone();
+        let versions_file = bus.versions_file.clone();
+        let lint = move || {
+            observe::profiles::lint_root_cached_with(&lint_root, &opts, &lints, |files| {
+                record_versions(
+                    &versions,
+                    versions_file.as_deref(),
+                    &lint_root,
+                    files,
+                    &opts,
+                )
+            })
+        };
         let reports = match tokio::task::spawn_blocking(lint).await {
             Ok(r) => r,
             // The supervisor counts it and starts the task again.
@@ -146,6 +158,39 @@ async fn profiles(bus: Bus) {
             _ = config_rx.changed() => {}
             _ = tokio::time::sleep(resync) => {}
             _ = stop.changed() => return,
+        }
+    }
+}
+
+/// The root's files, as this pass read them, into the profiles' versions:
+/// each edit logged, and the versions written to the state file when any
+/// changed.
+fn record_versions(
+    versions: &std::sync::Mutex<crate::checks::versions::ProfileVersions>,
+    file: Option<&Path>,
+    root: &Path,
+    files: &[nodeproof_seccomp::scan::ProfileFile],
+    opts: &nodeproof_seccomp::lint::LintOptions,
+) {
+    let mut v = versions.lock().unwrap_or_else(|p| p.into_inner());
+    let before = v.len();
+    let changes = super::versions::observe_files(&mut v, root, files, opts, SystemTime::now());
+    for c in &changes {
+        match &c.previous {
+            Some(p) => {
+                tracing::info!(nodeproof_check = Subsystem::Profiles.as_str(), seccomp_profile = %c.path, profile_version = %c.current.sha256, previous_version = %p.sha256, "profile changed: containers started from now on get the new version")
+            }
+            None => {
+                tracing::debug!(nodeproof_check = Subsystem::Profiles.as_str(), seccomp_profile = %c.path, profile_version = %c.current.sha256, "profile version recorded")
+            }
+        }
+    }
+    if changes.is_empty() && v.len() == before {
+        return;
+    }
+    if let Some(file) = file {
+        if let Err(e) = super::versions::save(file, &v) {
+            tracing::warn!(nodeproof_check = Subsystem::Profiles.as_str(), error = %super::error_chain(&e), "profile versions not kept for the next start");
         }
     }
 }

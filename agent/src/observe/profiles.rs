@@ -108,11 +108,23 @@ pub fn lint_root(root: &Path, opts: &LintOptions) -> Vec<ProfileReport> {
 /// this mode already is answered from `cache`; the others are linted (in
 /// parallel) and kept there, and files gone from the root leave it.
 pub fn lint_root_cached(root: &Path, opts: &LintOptions, cache: &LintCache) -> Vec<ProfileReport> {
+    lint_root_cached_with(root, opts, cache, |_| {})
+}
+
+/// [`lint_root_cached`], handing the files read to `read` first (the
+/// daemon's profile versions are fed from this one read of the root).
+pub fn lint_root_cached_with(
+    root: &Path,
+    opts: &LintOptions,
+    cache: &LintCache,
+    read: impl FnOnce(&[ProfileFile]),
+) -> Vec<ProfileReport> {
     let files = if root.exists() {
         scan::collect(&[PathBuf::from(root)])
     } else {
         Vec::new()
     };
+    read(&files);
     cache.retain(&files.iter().map(|f| f.path.clone()).collect());
     let mut reports: Vec<Option<ProfileReport>> = files
         .iter()

@@ -8,9 +8,14 @@
 //! Pure: rows in, events and totals out; the caller owns the clock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
+
+use crate::checks::versions::{self, ProfileVersions};
+use nodeproof_report::denial_change::{DenialChange, PreviousVerdict};
+use nodeproof_report::refs::Profile;
 
 use nodeproof_kube::dra::{pod_claims, PodClaims};
 use nodeproof_report::events::ObjectRef;
@@ -24,6 +29,8 @@ struct IndexedPod {
     refs: PodRefs,
     /// Runtime container id (without `containerd://`) → container name.
     ids: HashMap<String, String>,
+    /// Runtime container id → when it started (`startedAt`, whole seconds).
+    started: HashMap<String, SystemTime>,
     /// `Succeeded` or `Failed`: its containers are gone, though the
     /// kubelet's pod-resources still lists their devices.
     terminated: bool,
@@ -43,22 +50,61 @@ fn strip_runtime(id: &str) -> &str {
 
 /// Runtime container id (without `containerd://`) → container name, from
 /// the pod's init, regular and ephemeral container statuses: the ids the
-/// tracer reads from cgroup paths.
+/// tracer reads from cgroup paths. The container before a restart
+/// (`lastState.terminated`) too: its last denials may still be counted.
 pub fn container_ids(pod: &Pod) -> HashMap<String, String> {
     let mut ids = HashMap::new();
-    if let Some(st) = &pod.status {
-        let all: [&Option<Vec<ContainerStatus>>; 3] = [
-            &st.init_container_statuses,
-            &st.container_statuses,
-            &st.ephemeral_container_statuses,
-        ];
-        for s in all.into_iter().flatten().flatten() {
-            if let Some(id) = &s.container_id {
-                ids.insert(strip_runtime(id).to_string(), s.name.clone());
+    for (s, id, _) in started_containers(pod) {
+        ids.insert(id, s.name.clone());
+    }
+    ids
+}
+
+fn statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let st = pod.status.as_ref();
+    [
+        st.and_then(|s| s.init_container_statuses.as_ref()),
+        st.and_then(|s| s.container_statuses.as_ref()),
+        st.and_then(|s| s.ephemeral_container_statuses.as_ref()),
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+}
+
+/// Every container of the pod's statuses with its runtime id and start
+/// time: the current one (`containerID`, `state.running` or
+/// `state.terminated`'s `startedAt`) and the one before a restart
+/// (`lastState.terminated`, with its own `containerID`).
+fn started_containers(pod: &Pod) -> Vec<(&ContainerStatus, String, Option<SystemTime>)> {
+    let at = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.and_then(|t| u64::try_from(t.0.as_second()).ok())
+            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+    };
+    let started = |state: Option<&ContainerState>| {
+        state.and_then(|st| {
+            st.running
+                .as_ref()
+                .and_then(|r| at(r.started_at.as_ref()))
+                .or_else(|| {
+                    st.terminated
+                        .as_ref()
+                        .and_then(|t| at(t.started_at.as_ref()))
+                })
+        })
+    };
+    let mut out = Vec::new();
+    for s in statuses(pod) {
+        if let Some(id) = &s.container_id {
+            out.push((s, strip_runtime(id).to_string(), started(s.state.as_ref())));
+        }
+        if let Some(t) = s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+            if let Some(id) = &t.container_id {
+                out.push((s, strip_runtime(id).to_string(), at(t.started_at.as_ref())));
             }
         }
     }
-    ids
+    out
 }
 
 impl PodIndex {
@@ -68,6 +114,10 @@ impl PodIndex {
             return;
         }
         let ids = container_ids(pod);
+        let started = started_containers(pod)
+            .into_iter()
+            .filter_map(|(_, id, at)| Some((id, at?)))
+            .collect();
         let terminated = pod
             .status
             .as_ref()
@@ -78,6 +128,7 @@ impl PodIndex {
             IndexedPod {
                 refs,
                 ids,
+                started,
                 terminated,
                 claims: pod_claims(pod),
             },
@@ -144,6 +195,26 @@ impl PodIndex {
             .map_or_else(|| "none set".to_string(), |(p, _)| p.display());
         Some((name.clone(), profile))
     }
+
+    /// When the container with this runtime id started, and its Localhost
+    /// profile's path under the seccomp root: what its version is found by.
+    pub fn start_and_profile(&self, uid: &str, container_id: &str) -> Option<(SystemTime, String)> {
+        let p = self.pods.get(uid)?;
+        let started = *p.started.get(container_id)?;
+        let name = p.ids.get(container_id)?;
+        match p
+            .refs
+            .containers
+            .iter()
+            .find(|c| &c.name == name)
+            .and_then(|c| c.profile.as_ref())
+        {
+            Some((Profile::Localhost(path), _)) => {
+                Some((started, versions::key(std::path::Path::new(path))))
+            }
+            _ => None,
+        }
+    }
 }
 
 impl PodLookup for PodIndex {
@@ -170,13 +241,33 @@ struct Key {
     syscall: String,
     action: Action,
     errno: i32,
+    /// The container's version (sha256), when its denials follow a change:
+    /// a container restarted onto another version is another Event.
+    version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodDenialEvent {
     pub pod: ObjectRef,
     pub message: String,
+    /// The profile change the denials followed, when the container's
+    /// version is not the oldest known (the Event's annotations).
+    pub change: Option<DenialChange>,
 }
+
+/// A container's denials of one call, judged against the version before
+/// the one it started under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Attribution {
+    change: DenialChange,
+    /// When the container's version was first seen (the previous one's end).
+    since: SystemTime,
+}
+
+/// Attributions kept (per container, arch and number) before the cache is
+/// cleared: a node's containers times the calls denied in them stay far
+/// below; a churn of containers would otherwise grow it.
+const MAX_JUDGED: usize = 4096;
 
 /// Denials in one container of a pod, for one syscall and action, since the
 /// aggregator started.
@@ -203,6 +294,7 @@ struct Pending {
     name: String,
     profile: String,
     count: u64,
+    change: Option<Attribution>,
 }
 
 /// Denials → pod events at most once per key per interval, and counters.
@@ -213,6 +305,12 @@ pub struct DenialAggregator {
     last_emit: HashMap<Key, SystemTime>,
     /// (namespace, pod, container, syscall, action) → total.
     totals: BTreeMap<(String, String, String, String, &'static str), u64>,
+    /// The profiles' versions (the daemon's); `None`: no attribution.
+    versions: Option<Arc<Mutex<ProfileVersions>>>,
+    /// (container id, arch, nr) → the change its denials followed.
+    judged: HashMap<(String, &'static str, i32), Attribution>,
+    /// Pod denials after a change, by the previous version's verdict.
+    after_change: BTreeMap<PreviousVerdict, u64>,
 }
 
 impl DenialAggregator {
@@ -223,12 +321,63 @@ impl DenialAggregator {
             pending: BTreeMap::new(),
             last_emit: HashMap::new(),
             totals: BTreeMap::new(),
+            versions: None,
+            judged: HashMap::new(),
+            after_change: BTreeMap::new(),
         }
+    }
+
+    /// Denials that follow a profile change name it: the container's
+    /// version at its start is looked up in `versions`.
+    pub fn with_versions(mut self, versions: Arc<Mutex<ProfileVersions>>) -> Self {
+        self.versions = Some(versions);
+        self
+    }
+
+    /// The change a row's denials followed: the container's version is
+    /// not the oldest known, and the version before it is judged on the
+    /// denied number (cached per container, arch and number).
+    fn attribute(
+        &mut self,
+        r: &SummaryRow,
+        uid: &str,
+        id: &str,
+        pods: &PodIndex,
+        versions: Option<&ProfileVersions>,
+    ) -> Option<Attribution> {
+        let key = (id.to_string(), r.arch, r.nr);
+        if let Some(a) = self.judged.get(&key) {
+            return Some(a.clone());
+        }
+        let (started, path) = pods.start_and_profile(uid, id)?;
+        let at = versions?.at_start(&path, started)?;
+        let previous = at.previous?;
+        let a = Attribution {
+            change: DenialChange {
+                profile: path,
+                syscall: r.syscall.clone(),
+                version: at.current.sha256.clone(),
+                version_since: nodeproof_report::conditions::rfc3339(at.current.first_seen),
+                previous: previous.sha256.clone(),
+                previous_verdict: versions::judge(previous, r.arch, r.nr),
+            },
+            since: at.current.first_seen,
+        };
+        if self.judged.len() >= MAX_JUDGED {
+            self.judged.clear();
+        }
+        self.judged.insert(key, a.clone());
+        Some(a)
     }
 
     /// Takes the tracer's rows with cumulative counts (as `Tracer` keeps
     /// them) and counts what is new since the last call.
     pub fn observe(&mut self, rows: &[SummaryRow], pods: &PodIndex) {
+        let shared = self.versions.clone();
+        let guard = shared
+            .as_ref()
+            .map(|v| v.lock().unwrap_or_else(|p| p.into_inner()));
+        let versions = guard.as_deref();
         let mut sums: HashMap<RowKey, (&SummaryRow, u64)> = HashMap::new();
         for r in rows {
             let rk = nodeproof_trace::retire::fold_key(r);
@@ -260,12 +409,20 @@ impl DenialAggregator {
             let (container, profile) = pods
                 .container(uid, &id)
                 .unwrap_or_else(|| (short(&id), "unknown".into()));
+            let change = self.attribute(r, uid, &id, pods, versions);
+            if let Some(a) = &change {
+                *self
+                    .after_change
+                    .entry(a.change.previous_verdict)
+                    .or_default() += delta;
+            }
             let key = Key {
                 pod_uid: uid.to_string(),
                 container: container.clone(),
                 syscall: r.syscall.clone(),
                 action: r.action,
                 errno: r.errno,
+                version: change.as_ref().map(|a| a.change.version.clone()),
             };
             self.pending
                 .entry(key)
@@ -274,6 +431,7 @@ impl DenialAggregator {
                     name: pod.name.clone(),
                     profile,
                     count: 0,
+                    change,
                 })
                 .count += delta;
             *self
@@ -321,18 +479,27 @@ impl DenialAggregator {
                     name: p.name.clone(),
                     uid: Some(k.pod_uid.clone()),
                 },
-                message: format!(
-                    "denied {} ×{} ({}) in container {}, profile {}",
-                    k.syscall,
-                    p.count,
-                    outcome(k.action, k.errno),
-                    k.container,
-                    p.profile
-                ),
+                message: message(k, p),
+                change: p.change.as_ref().map(|a| a.change.clone()),
             });
             false
         });
         out
+    }
+
+    /// The values of `nodeproof_pod_seccomp_denials_after_change_total`:
+    /// pod denials in containers that started under a version that is not
+    /// the oldest known, by what the version before did with the call
+    /// (every verdict, 0 when none).
+    pub fn after_change(&self) -> BTreeMap<PreviousVerdict, u64> {
+        [
+            PreviousVerdict::Allowed,
+            PreviousVerdict::Denied,
+            PreviousVerdict::Unknown,
+        ]
+        .into_iter()
+        .map(|v| (v, self.after_change.get(&v).copied().unwrap_or(0)))
+        .collect()
     }
 
     /// The values of `nodeproof_pod_seccomp_denials_total` by pod,
@@ -353,6 +520,40 @@ impl DenialAggregator {
             )
             .collect()
     }
+}
+
+/// The Event's message: the denials, and where they follow a change, the
+/// version the container started under and what the one before did.
+fn message(k: &Key, p: &Pending) -> String {
+    let plain = format!(
+        "denied {} ×{} ({}) in container {}, profile {}",
+        k.syscall,
+        p.count,
+        outcome(k.action, k.errno),
+        k.container,
+        p.profile
+    );
+    let Some(a) = &p.change else {
+        return plain;
+    };
+    let c = &a.change;
+    let said = match c.previous_verdict {
+        PreviousVerdict::Allowed => format!("allowed {}", k.syscall),
+        PreviousVerdict::Denied => "denied it too".to_string(),
+        PreviousVerdict::Unknown => "cannot be judged".to_string(),
+    };
+    let since = time_of_day(a.since);
+    format!(
+        "{plain} as of {since} (sha256 {}…); the previous version (sha256 {}…, until {since}) {said}",
+        &c.version[..c.version.len().min(8)],
+        &c.previous[..c.previous.len().min(8)],
+    )
+}
+
+/// `14:22:05`, UTC (the annotations carry the whole RFC 3339 time).
+fn time_of_day(t: SystemTime) -> String {
+    let full = nodeproof_report::conditions::rfc3339(t);
+    full.get(11..19).map_or(full.clone(), str::to_string)
 }
 
 fn short(id: &str) -> String {
@@ -575,6 +776,106 @@ mod tests {
             .map(|t| (t.syscall, t.count))
             .collect();
         assert_eq!(totals, [("mkdir".into(), 3), ("openat2".into(), 2)]);
+    }
+
+    /// A container restarted after its profile was edited: its denials name
+    /// the change and what the version before did; the container before the
+    /// restart (lastState), under the version it started with, the oldest
+    /// known, gets the plain message.
+    #[test]
+    fn denials_after_a_profile_change_name_it_and_are_counted_by_verdict() {
+        use crate::checks::versions::{sha256_hex, ProfileVersions};
+        use nodeproof_bpfgen::Native;
+        use nodeproof_seccomp::lint::{loaded_program, LintOptions};
+        let v1: &[u8] = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#;
+        let v2: &[u8] = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#;
+        let compile =
+            |src: &[u8]| loaded_program(src, &LintOptions::default(), &Native).map(|(_, p)| p);
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
+        let mut versions = ProfileVersions::default();
+        versions.observe("profiles/app.json", v1, None, t(100), || compile(v1));
+        versions.observe("profiles/app.json", v2, None, t(200), || compile(v2));
+        let versions = Arc::new(Mutex::new(versions));
+        let (old, new) = ("a".repeat(64), "b".repeat(64));
+        let mut idx = PodIndex::default();
+        idx.upsert(&pod(json!({
+            "metadata": {"name": "app-0", "namespace": "ml", "uid": "u2"},
+            "spec": {"containers": [{"name": "app", "securityContext": {"seccompProfile":
+                {"type": "Localhost", "localhostProfile": "profiles/app.json"}}}]},
+            "status": {"containerStatuses": [{"name": "app", "containerID": format!("containerd://{new}"),
+                "image": "i", "imageID": "", "ready": true, "restartCount": 1,
+                "state": {"running": {"startedAt": "2027-01-15T08:03:21Z"}},
+                "lastState": {"terminated": {"containerID": format!("containerd://{old}"), "exitCode": 1,
+                    "startedAt": "2027-01-15T08:01:50Z", "finishedAt": "2027-01-15T08:03:20Z"}}}]}
+        })));
+        // 2027-01-15T08:00:00Z is 1_800_000_000 (the versions' t(0)).
+        assert_eq!(
+            idx.start_and_profile("u2", &new),
+            Some((t(201), "profiles/app.json".to_string()))
+        );
+        let mut agg = DenialAggregator::new(Duration::from_secs(60)).with_versions(versions);
+        let row = |id: &str, syscall: &str, nr: i32, count| SummaryRow {
+            syscall: syscall.into(),
+            nr,
+            container_id: Some(id.to_string()),
+            cgroup_id: if id == old { 9 } else { 10 },
+            ..row(count, Some("u2"))
+        };
+        agg.observe(
+            &[row(&new, "mkdir", 83, 40), row(&old, "rmdir", 84, 2)],
+            &idx,
+        );
+        let mut ev = agg.due(t(300));
+        ev.sort_by(|a, b| a.message.cmp(&b.message));
+        let (h1, h2) = (sha256_hex(v1), sha256_hex(v2));
+        assert_eq!(
+            ev[0].message,
+            format!(
+                "denied mkdir ×40 (EPERM) in container app, profile localhost/profiles/app.json as of 08:03:20 (sha256 {}…); the previous version (sha256 {}…, until 08:03:20) allowed mkdir",
+                &h2[..8],
+                &h1[..8]
+            )
+        );
+        let change = ev[0].change.clone().unwrap();
+        assert_eq!(
+            (
+                change.profile.as_str(),
+                change.syscall.as_str(),
+                change.version_since.as_str()
+            ),
+            ("profiles/app.json", "mkdir", "2027-01-15T08:03:20Z")
+        );
+        assert_eq!((change.version, change.previous), (h2, h1));
+        assert_eq!(change.previous_verdict, PreviousVerdict::Allowed);
+        assert_eq!(
+            ev[1].message,
+            "denied rmdir ×2 (EPERM) in container app, profile localhost/profiles/app.json"
+        );
+        assert_eq!(ev[1].change, None);
+        // rmdir in the restarted container: v1 denied it too.
+        agg.observe(
+            &[
+                row(&new, "mkdir", 83, 40),
+                row(&old, "rmdir", 84, 2),
+                row(&new, "rmdir", 84, 3),
+            ],
+            &idx,
+        );
+        let ev = agg.due(t(400));
+        assert_eq!(ev.len(), 1);
+        assert!(
+            ev[0].message.ends_with(") denied it too"),
+            "{}",
+            ev[0].message
+        );
+        assert_eq!(
+            agg.after_change(),
+            BTreeMap::from([
+                (PreviousVerdict::Allowed, 40),
+                (PreviousVerdict::Denied, 3),
+                (PreviousVerdict::Unknown, 0)
+            ])
+        );
     }
 
     /// An NTP step back (or a VM restored from a snapshot) must not mute a

@@ -259,6 +259,7 @@ pub fn finding_event(f: &PodFinding) -> PodEvent {
         event_type: EventType::Warning,
         reason: f.reason.event_reason(),
         message,
+        annotations: Default::default(),
     }
 }
 
@@ -269,6 +270,7 @@ pub fn denial_event(e: PodDenialEvent) -> PodEvent {
         event_type: EventType::Warning,
         reason: EVENT_REASON,
         message: e.message,
+        annotations: e.change.map(|c| c.to_annotations()).unwrap_or_default(),
     }
 }
 
@@ -279,6 +281,7 @@ pub fn gpu_fault_event(e: PodGpuFaultEvent) -> PodEvent {
         event_type: EventType::Warning,
         reason: GPU_FAULT_REASON,
         message: e.message,
+        annotations: Default::default(),
     }
 }
 
@@ -296,6 +299,9 @@ pub struct Round {
     pub failing_pods: usize,
     /// `nodeproof_pod_seccomp_denials_total`, when denials are fed.
     pub denial_totals: Option<Vec<PodDenialTotal>>,
+    /// `nodeproof_pod_seccomp_denials_after_change_total`, when denials are fed.
+    pub denials_after_change:
+        Option<std::collections::BTreeMap<nodeproof_report::denial_change::PreviousVerdict, u64>>,
     /// `nodeproof_gpu_faults_total`, when GPU faults are fed.
     pub gpu_fault_totals: Option<Vec<GpuFaultTotal>>,
     /// Every annotated RuntimeClass judged on this node (the contract labels).

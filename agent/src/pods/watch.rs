@@ -157,7 +157,7 @@ pub fn record_denials<R: Reporter>(
     let due = denials.due(now);
     let n = due.len();
     for e in due.into_iter().map(denial_event) {
-        lp.pod_event(now, e.pod, e.event_type, e.reason, &e.message);
+        lp.record_pod_event(now, &e);
     }
     n
 }
@@ -244,7 +244,7 @@ pub async fn run<R: Reporter>(
             lp.observe(round.at, std::slice::from_ref(&round.condition));
             lp.observe_contracts(round.at, &round.contracts);
             for e in round.events {
-                lp.pod_event(round.at, e.pod, e.event_type, e.reason, &e.message);
+                lp.record_pod_event(round.at, &e);
             }
             if let Err(e) = lp.flush(round.at).await {
                 tracing::warn!(error = %e, "reporting pod findings failed; retrying");
@@ -376,6 +376,7 @@ pub async fn rounds(
         let eval = state.evaluate();
         let mut events: Vec<PodEvent> = eval.new.iter().map(finding_event).collect();
         let mut denial_totals = None;
+        let mut denials_after_change = None;
         let mut gpu_fault_totals = None;
         if let Some(feed) = denials.as_deref_mut() {
             // Rows are resolved against the pods as now known, after this round's changes.
@@ -384,6 +385,7 @@ pub async fn rounds(
             }
             events.extend(feed.aggregator.due(now).into_iter().map(denial_event));
             denial_totals = Some(feed.aggregator.totals());
+            denials_after_change = Some(feed.aggregator.after_change());
             if let Some(gpu) = feed.gpu.as_mut() {
                 // Terminated pods are dropped against the pods as now known.
                 let pending = std::mem::take(&mut gpu.pending);
@@ -399,6 +401,7 @@ pub async fn rounds(
             events,
             failing_pods: eval.failing_pods,
             denial_totals,
+            denials_after_change,
             gpu_fault_totals,
             contracts: eval.contracts,
             running_pods: state.index.running_pods(),

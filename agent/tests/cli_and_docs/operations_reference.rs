@@ -171,6 +171,8 @@ fn metric_families() -> Vec<(String, String, String)> {
             action: "errno",
             count: 1,
         }]);
+        m.pod_denials_after_change =
+            Some([(nodeproof_report::denial_change::PreviousVerdict::Allowed, 1)].into());
         m.gpu_faults = Some(vec![GpuFaultTotal {
             namespace: "ml".into(),
             pod: "p".into(),

@@ -19,16 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(5);
 
 /// Polls until `f` holds; returns how long it took.
 fn within(what: &str, limit: Duration, agent: &Agent, f: impl Fn() -> bool) -> Duration {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < limit,
-            "not within {limit:?}: {what}\n--- agent log ---\n{}",
-            agent.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
+    agent.within(what, limit, f)
 }
 
 /// A metric without labels, as `/metrics` says it now.

@@ -102,6 +102,21 @@ impl Agent {
         start.elapsed()
     }
 
+    /// Polls `f` every 20 ms until it holds; fails with `what` and the
+    /// agent's log after `limit`. Returns how long it took.
+    pub fn within(&self, what: &str, limit: Duration, f: impl Fn() -> bool) -> Duration {
+        let start = Instant::now();
+        while !f() {
+            assert!(
+                start.elapsed() < limit,
+                "not within {limit:?}: {what}\n--- agent log ---\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start.elapsed()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

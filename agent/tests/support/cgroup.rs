@@ -93,22 +93,45 @@ pub fn traceable_kubepods(uid: &str, container_id: &str) -> Option<CgroupDir> {
 /// denies `mkdir` with EPERM and calls it `n` times. Returns its pid once it
 /// exited; panics unless it exited 0 (3: it could not join the cgroup).
 pub fn deny_mkdir_in(cg: &CgroupDir, comm: &std::ffi::CStr, n: usize) -> u32 {
+    deny_in(cg, comm, &["mkdir"], "mkdir", n)
+}
+
+/// [`deny_mkdir_in`] with a filter that denies each of `denied` with EPERM
+/// (as a profile listing them with `SCMP_ACT_ERRNO` does) and `n` calls of
+/// `call` (`mkdir` or `rmdir`: a path, then a mode that rmdir ignores).
+pub fn deny_in(
+    cg: &CgroupDir,
+    comm: &std::ffi::CStr,
+    denied: &[&str],
+    call: &str,
+    n: usize,
+) -> u32 {
     use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
-    // SAFETY: the child joins the cgroup, installs a filter and makes raw syscalls, then _exits.
+    let nr = i32::from(ScmpSyscall::from_name(call).unwrap());
+    let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+    for name in denied {
+        f.add_rule(
+            ScmpAction::Errno(libc::EPERM),
+            ScmpSyscall::from_name(name).unwrap(),
+        )
+        .unwrap();
+    }
+    // SAFETY: the child joins the cgroup, installs the filter built above
+    // and makes raw syscalls, then _exits.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
         let ok = std::fs::write(&cg.procs, "0").is_ok();
         unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr()) };
-        let mut f = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
-        f.add_rule(
-            ScmpAction::Errno(libc::EPERM),
-            ScmpSyscall::from_name("mkdir").unwrap(),
-        )
-        .unwrap();
         f.load().unwrap();
         for _ in 0..n {
-            unsafe { libc::syscall(libc::SYS_mkdir, c"/nonexistent-nodeproof/x".as_ptr(), 0o755) };
+            unsafe {
+                libc::syscall(
+                    libc::c_long::from(nr),
+                    c"/nonexistent-nodeproof/x".as_ptr(),
+                    0o755,
+                )
+            };
         }
         unsafe { libc::_exit(if ok { 0 } else { 3 }) };
     }

@@ -437,6 +437,18 @@ impl<R: Reporter> ReportLoop<R> {
         self.recorder.record(now, pod, event_type, reason, message);
     }
 
+    /// [`ReportLoop::pod_event`] of a whole [`PodEvent`], its annotations too.
+    pub fn record_pod_event(&mut self, now: SystemTime, e: &PodEvent) {
+        self.recorder.record_annotated(
+            now,
+            e.pod.clone(),
+            e.event_type,
+            e.reason,
+            &e.message,
+            &e.annotations,
+        );
+    }
+
     fn on_transitions(&mut self, transitions: Vec<Transition>) {
         let node = self.reporter.node().to_string();
         for t in transitions {
@@ -739,9 +751,7 @@ pub async fn run<R: Reporter>(
                 }
                 for news in round.news {
                     match news {
-                        PodsNews::Event(e) => {
-                            lp.pod_event(now, e.pod, e.event_type, e.reason, &e.message);
-                        }
+                        PodsNews::Event(e) => lp.record_pod_event(now, &e),
                         PodsNews::Contracts(verdicts) => lp.observe_contracts(now, &verdicts),
                         PodsNews::UnhealthyDevices(devices) => lp.observe_devices(devices),
                     }

@@ -7,7 +7,7 @@
 //! that goes out carries the accumulated count, so an outage loses nothing
 //! but timeliness.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
@@ -54,6 +54,9 @@ pub struct PodEvent {
     pub event_type: EventType,
     pub reason: &'static str,
     pub message: String,
+    /// The Event's `metadata.annotations` (what a reader takes typed, as
+    /// `denial_change::DenialChange`); empty for most.
+    pub annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr)]
@@ -86,6 +89,9 @@ pub enum EventWrite {
         count: u32,
         first: SystemTime,
         last: SystemTime,
+        /// `metadata.annotations`, written with the Event (never patched:
+        /// the key's message says the same).
+        annotations: BTreeMap<String, String>,
     },
     /// PATCH (strategic merge) `/api/v1/namespaces/{ns}/events/{name}`.
     Update {
@@ -126,6 +132,7 @@ impl EventWrite {
                 count,
                 first,
                 last,
+                annotations,
             } => {
                 let mut involved = json!({
                     "apiVersion": "v1",
@@ -138,10 +145,15 @@ impl EventWrite {
                 if let Some(uid) = &key.object.uid {
                     involved["uid"] = json!(uid);
                 }
+                let mut metadata =
+                    json!({ "name": name, "namespace": key.object.event_namespace() });
+                if !annotations.is_empty() {
+                    metadata["annotations"] = json!(annotations);
+                }
                 json!({
                     "apiVersion": "v1",
                     "kind": "Event",
-                    "metadata": { "name": name, "namespace": key.object.event_namespace() },
+                    "metadata": metadata,
                     "involvedObject": involved,
                     "reason": key.reason,
                     "message": key.message,
@@ -199,6 +211,7 @@ struct Entry {
     last: SystemTime,
     tokens: f64,
     refilled: SystemTime,
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -224,6 +237,21 @@ impl Recorder {
         reason: &str,
         message: &str,
     ) -> u32 {
+        self.record_annotated(now, object, event_type, reason, message, &BTreeMap::new())
+    }
+
+    /// [`Recorder::record`] of an Event that carries `annotations` (the
+    /// first occurrence's are written; the message, part of the key, says
+    /// the same thing, so a repeat's are the same).
+    pub fn record_annotated(
+        &mut self,
+        now: SystemTime,
+        object: ObjectRef,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> u32 {
         let key = EventKey {
             object,
             reason: reason.into(),
@@ -244,6 +272,7 @@ impl Recorder {
             last: now,
             tokens: burst,
             refilled: now,
+            annotations: annotations.clone(),
         });
         entry.count += 1;
         entry.last = now;
@@ -314,6 +343,7 @@ impl Recorder {
                     count: e.count,
                     first: e.first,
                     last: e.last,
+                    annotations: e.annotations.clone(),
                 }
             });
         }
@@ -410,6 +440,29 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), 3, "{names:?}");
+    }
+
+    /// An Event's annotations are written with it: the create's metadata
+    /// carries them, an update (count, lastTimestamp) does not repeat them.
+    #[test]
+    fn annotations_go_out_with_the_create_only() {
+        let mut r = Recorder::new(RecorderConfig::default());
+        let a: BTreeMap<String, String> = [("example.dev/k".to_string(), "v".to_string())].into();
+        r.record_annotated(t(0), node(), EventType::Warning, "R", "m", &a);
+        let w = ack_all(&mut r, t(0));
+        let body = w[0].body("n1");
+        assert_eq!(
+            body["metadata"]["annotations"]["example.dev/k"], "v",
+            "{body}"
+        );
+        r.record_annotated(t(1), node(), EventType::Warning, "R", "m", &a);
+        let w = ack_all(&mut r, t(1));
+        assert!(matches!(&w[..], [EventWrite::Update { count: 2, .. }]));
+        assert!(w[0].body("n1").get("metadata").is_none());
+        // Without annotations, none is written.
+        r.record(t(2), node(), EventType::Warning, "R", "other");
+        let w = ack_all(&mut r, t(2));
+        assert!(w[0].body("n1")["metadata"].get("annotations").is_none());
     }
 
     fn node() -> ObjectRef {

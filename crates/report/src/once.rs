@@ -46,7 +46,7 @@ pub async fn run_once_with<R: Reporter>(
     let now = SystemTime::now();
     lp.observe(now, conditions);
     for e in events {
-        lp.pod_event(now, e.pod.clone(), e.event_type, e.reason, &e.message);
+        lp.record_pod_event(now, e);
     }
     loop {
         let now = SystemTime::now();

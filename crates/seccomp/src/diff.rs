@@ -350,6 +350,72 @@ pub fn diff_programs(
     Ok(groups)
 }
 
+/// What one program decides for syscall `nr` on audit arch `audit`, over
+/// every region of the arguments it compares for that number (the same
+/// representatives [`diff_programs`] tries): each distinct action once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decisions {
+    pub actions: Vec<Action>,
+    /// Some regions were sampled (wide masks, computed words, too many
+    /// cells): an action not listed may still be taken for other values.
+    pub sampled: bool,
+}
+
+/// [`Decisions`] of `program` for one syscall number, without argument
+/// values: what a denial the tracer saw (number and arch, no arguments)
+/// can be judged against.
+pub fn decisions(program: &[SockFilter], audit: u32, nr: u32) -> Result<Decisions, DiffError> {
+    cbpf::validate(program).map_err(|source| DiffError::InvalidProgram {
+        side: Side::Old,
+        source,
+    })?;
+    let mut found = HashSet::new();
+    walk(program, Some(audit), &mut found);
+    let found: Vec<Found> = found.into_iter().collect();
+    let nr_opaque = cmps_in(&found, (0, u32::MAX))
+        .get(&OFF_NR)
+        .is_some_and(|w| w.opaque);
+    let cmps = cmps_in(&found, (nr, nr));
+    let mut args: Vec<ArgCandidates> = Vec::new();
+    for i in 0..6u32 {
+        let (lo, hi) = arg_words(i);
+        let (lo, hi) = (cmps.get(&lo), cmps.get(&hi));
+        if lo.is_some() || hi.is_some() {
+            args.push(candidates(i as u8, lo, hi));
+        }
+    }
+    let total = args
+        .iter()
+        .try_fold(1usize, |n, a| n.checked_mul(a.values.len()))
+        .unwrap_or(usize::MAX);
+    let mut sampled = nr_opaque
+        || total > MAX_CELLS
+        || args.iter().any(|a| a.sampled)
+        || cmps.contains_key(&8)
+        || cmps.contains_key(&12)
+        || cmps
+            .iter()
+            .any(|(&o, w)| !(16..64).contains(&o) && o != OFF_ARCH && o != OFF_NR && w.opaque);
+    let mut actions: Vec<Action> = Vec::new();
+    for n in 0..total.min(MAX_CELLS) {
+        let cell = coords(n, &args);
+        let mut argv = [0u64; 6];
+        for (a, &c) in args.iter().zip(&cell) {
+            argv[a.index as usize] = a.values[c].0;
+        }
+        let data = SeccompData::new(nr as i32, audit, argv);
+        let action = action_of(program, &data).map_err(|source| DiffError::InvalidProgram {
+            side: Side::Old,
+            source,
+        })?;
+        if !actions.contains(&action) {
+            actions.push(action);
+        }
+    }
+    sampled |= total > MAX_CELLS;
+    Ok(Decisions { actions, sampled })
+}
+
 /// The architecture whose syscall `nr` is under audit arch `audit`.
 fn arch_of(audit: u32, nr: u32) -> Option<Arch> {
     if audit == Arch::X86_64.audit_arch() && nr & X32_SYSCALL_BIT != 0 {
@@ -1244,6 +1310,55 @@ impl Mode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decisions_of_one_number_list_each_action_its_argument_regions_take() {
+        use crate::filter::Arch;
+        let audit = Arch::X86_64.audit_arch();
+        let load = |off: u32| SockFilter {
+            code: cbpf::op::LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: off,
+        };
+        let jeq = |k: u32, jt: u8, jf: u8| SockFilter {
+            code: cbpf::op::JEQ_K,
+            jt,
+            jf,
+            k,
+        };
+        let ret = |k: u32| SockFilter {
+            code: cbpf::op::RET_K,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        const ALLOW: u32 = 0x7fff_0000;
+        const EPERM: u32 = 0x0005_0001;
+        // nr 83 denied outright; nr 84 denied only when arg0's low word is 7.
+        let (lo, _) = arg_words(0);
+        let program = [
+            load(OFF_NR),
+            jeq(83, 0, 1),
+            ret(EPERM),
+            jeq(84, 0, 3),
+            load(lo),
+            jeq(7, 0, 1),
+            ret(EPERM),
+            ret(ALLOW),
+        ];
+        let d = decisions(&program, audit, 83).unwrap();
+        assert_eq!(
+            (d.actions.as_slice(), d.sampled),
+            ([Action::Errno(1)].as_slice(), false)
+        );
+        let d = decisions(&program, audit, 84).unwrap();
+        assert_eq!(d.actions.len(), 2, "{d:?}");
+        assert!(d.actions.contains(&Action::Allow) && d.actions.contains(&Action::Errno(1)));
+        let d = decisions(&program, audit, 85).unwrap();
+        assert_eq!(d.actions, [Action::Allow]);
+        assert!(decisions(&[], audit, 1).is_err());
+    }
 
     #[test]
     fn least_at_least_is_the_least_value_with_those_masked_bits() {
