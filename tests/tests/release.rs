@@ -452,6 +452,7 @@ fn the_daemonset_pod_as_the_kubelet_runs_it_reports_and_names_a_denied_pod() {
     .unwrap();
     let config_dir = host.path().join("configmap");
     std::fs::create_dir_all(&config_dir).unwrap();
+    let state_dir = host.path().join("state");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let probe_port = listener.local_addr().unwrap().port();
     drop(listener);
@@ -498,6 +499,10 @@ fn the_daemonset_pod_as_the_kubelet_runs_it_reports_and_names_a_denied_pod() {
             } else if let Some(p) = volume["hostPath"]["path"].as_str() {
                 if p == "/var/lib/kubelet/seccomp" {
                     seccomp_root.clone()
+                } else if p == "/var/lib/nodeproof" {
+                    // DirectoryOrCreate, as the kubelet makes it.
+                    std::fs::create_dir_all(&state_dir).unwrap();
+                    state_dir.clone()
                 } else {
                     PathBuf::from(p)
                 }
@@ -772,6 +777,11 @@ fn the_daemonset_pod_as_the_kubelet_runs_it_reports_and_names_a_denied_pod() {
         own.is_empty(),
         "a Warning for RuntimeDefault's intended ENOSYS: {own:?} ({intended})"
     );
+    // The profiles' versions are kept where the DaemonSet's state volume
+    // puts them, outside the container's read-only root.
+    let versions = std::fs::read_to_string(state_dir.join("profile-versions.json"))
+        .unwrap_or_else(|e| panic!("no versions in the state volume: {e}\n{}", agent_log()));
+    assert!(versions.contains("deny-mkdir.json"), "{versions}");
     // The agent kept running the whole time.
     assert_eq!(
         agent_pod.status(&agent).expect("ContainerStatus").state(),
