@@ -24,7 +24,8 @@
  * Cost: a task whose cgroup is not recorded pays bpf_get_current_cgroup_id()
  * and one hash lookup; a recorded one an array lookup and a test of its bit
  * (a write only the first time), an array lookup of the watch and, for a
- * watched call, one hash lookup per watched argument.
+ * watched call, per watched argument a per-CPU array lookup (the last value
+ * kept) and, when the value differs from it, one hash lookup.
  */
 #include "include/np_core.h"
 #include <bpf/bpf_helpers.h>
@@ -42,8 +43,10 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define NP_REC_X32 2
 #define NP_REC_ARCHES 3
 
-/* Containers recorded at once: one slot each. 256 is more than a node runs
- * pods (110 by default) times the containers a recording is asked for. */
+/* Containers recorded at once: one slot each (a restarted container's old
+ * slot is read out and freed). Recordings are asked for a few pods, not a
+ * node's every pod: 256 is a few dozen pods' containers with room to spare;
+ * beyond it user space refuses the next container (RecordError::SlotsFull). */
 #define NP_REC_SLOTS 256
 /* Syscall numbers a bitmap holds: x86_64's table ends below 470, i386's
  * below 470, x32's (bit stripped) below 550. A number beyond is lost. */
@@ -131,6 +134,16 @@ struct {
 	__type(value, __u64);
 } np_rec_lost SEC(".maps");
 
+/* The last value kept on this CPU: a loop making one call with the same
+ * arguments (the common case of a hot path) finds it here, an array
+ * lookup, instead of hashing into np_rec_values every time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct np_rec_value);
+} np_rec_last SEC(".maps");
+
 static __always_inline void np_rec_lose(__u32 slot)
 {
 	__u64 *l = bpf_map_lookup_elem(&np_rec_lost, &slot);
@@ -149,8 +162,16 @@ static __always_inline bool np_rec_value(__u32 slot, __u32 arch, __u32 nr, __u32
 	__u8 one = 1;
 	long err;
 
-	if (bpf_map_lookup_elem(&np_rec_values, &key))
+	__u32 zero32 = 0;
+	struct np_rec_value *last = bpf_map_lookup_elem(&np_rec_last, &zero32);
+
+	if (last && last->value == value && *(__u64 *)&last->arg == *(__u64 *)&key.arg)
 		return true;
+	if (bpf_map_lookup_elem(&np_rec_values, &key)) {
+		if (last)
+			*last = key;
+		return true;
+	}
 	c = bpf_map_lookup_elem(&np_rec_counts, &key.arg);
 	if (!c) {
 		bpf_map_update_elem(&np_rec_counts, &key.arg, &zero, BPF_NOEXIST);
@@ -167,17 +188,24 @@ static __always_inline bool np_rec_value(__u32 slot, __u32 arch, __u32 nr, __u32
 	err = bpf_map_update_elem(&np_rec_values, &key, &one, BPF_NOEXIST);
 	if (err == 0) {
 		__sync_fetch_and_add(&c->n, 1);
+		if (last)
+			*last = key;
 		return true;
 	}
 	/* Another CPU kept the same value first. */
-	return err == -EEXIST;
+	if (err == -EEXIST)
+		return true;
+	/* The set is full: this argument's values are incomplete too. */
+	if (!c->over)
+		c->over = 1;
+	return false;
 }
 
 /* The calls of a recorded task: its bit, then the watched arguments. */
-static __always_inline void np_rec(__u32 slot, __u32 arch, __u64 id, const __u64 *args)
+static __always_inline void np_rec(__u32 slot, __u32 arch, __u64 id, __u32 m, const __u64 *args)
 {
 	__u32 nr = (__u32)id;
-	__u32 key, *mask;
+	__u32 key;
 	struct np_rec_bits *b;
 
 	if (arch == NP_REC_X86_64 && (nr & NP_X32_BIT)) {
@@ -198,11 +226,6 @@ static __always_inline void np_rec(__u32 slot, __u32 arch, __u64 id, const __u64
 	if (!(*w & bit))
 		__sync_fetch_and_or(w, bit);
 
-	key = arch * NP_REC_NRS + nr;
-	mask = bpf_map_lookup_elem(&np_rec_watch, &key);
-	if (!mask || !*mask)
-		return;
-	__u32 m = *mask;
 	for (__u32 i = 0; i < 6; i++) {
 		if (!(m & (1U << i)))
 			continue;
@@ -214,16 +237,21 @@ static __always_inline void np_rec(__u32 slot, __u32 arch, __u64 id, const __u64
 	}
 }
 
-static __always_inline bool np_rec_watched(__u32 arch, __u64 id)
+/* The watched arguments of a call (0: none); x32 calls have their own watch. */
+static __always_inline __u32 np_rec_watched(__u32 arch, __u64 id)
 {
-	__u32 nr = (__u32)id & ~NP_X32_BIT;
-	__u32 key = arch * NP_REC_NRS + nr;
-	__u32 *mask;
+	__u32 nr = (__u32)id;
+	__u32 key, *mask;
 
+	if (arch == NP_REC_X86_64 && (nr & NP_X32_BIT)) {
+		arch = NP_REC_X32;
+		nr &= ~NP_X32_BIT;
+	}
 	if (nr >= NP_REC_NRS)
-		return false;
+		return 0;
+	key = arch * NP_REC_NRS + nr;
 	mask = bpf_map_lookup_elem(&np_rec_watch, &key);
-	return mask && *mask;
+	return mask ? *mask : 0;
 }
 
 SEC("tp_btf/sys_enter")
@@ -234,13 +262,14 @@ int np_rec_btf_enter(__u64 *ctx)
 	struct pt_regs *regs;
 	struct task_struct *task;
 	__u64 args[6] = {};
-	__u32 arch;
+	__u32 arch, m;
 
 	if (!slot)
 		return 0;
 	task = bpf_get_current_task_btf();
 	arch = (task->thread_info.status & TS_COMPAT) ? NP_REC_I386 : NP_REC_X86_64;
-	if (np_rec_watched(arch, ctx[1])) {
+	m = np_rec_watched(arch, ctx[1]);
+	if (m) {
 		regs = (struct pt_regs *)ctx[0];
 		if (arch == NP_REC_I386) {
 			/* The i386 calling convention (arch/x86/entry/syscall_32.c). */
@@ -259,7 +288,7 @@ int np_rec_btf_enter(__u64 *ctx)
 			args[5] = regs->r9;
 		}
 	}
-	np_rec(*slot, arch, ctx[1], args);
+	np_rec(*slot, arch, ctx[1], m, args);
 	return 0;
 }
 
@@ -287,6 +316,6 @@ int np_rec_tp_enter(struct np_tp_sys_enter *ctx)
 	arch = (status & TS_COMPAT) ? NP_REC_I386 : NP_REC_X86_64;
 	for (int i = 0; i < 6; i++)
 		args[i] = ctx->args[i];
-	np_rec(*slot, arch, ctx->id, args);
+	np_rec(*slot, arch, ctx->id, np_rec_watched(arch, ctx->id), args);
 	return 0;
 }

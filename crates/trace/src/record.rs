@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use aya::maps::{Array, HashMap, MapData};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 
@@ -133,6 +133,8 @@ pub enum RecordError {
         #[source]
         source: aya::maps::MapError,
     },
+    #[error("cannot tell this machine's CPUs")]
+    Cpus(#[source] std::io::Error),
     #[error("all {SLOTS} recording slots are in use: record fewer containers at once")]
     SlotsFull,
 }
@@ -295,6 +297,7 @@ pub struct Recorder {
     values: HashMap<MapData, RawValue, u8>,
     counts: HashMap<MapData, RawArg, RawCount>,
     lost: Array<MapData, u64>,
+    last: PerCpuArray<MapData, RawValue>,
     used: Vec<bool>,
     attach: RecordAttach,
     value_cap: u32,
@@ -363,7 +366,8 @@ impl Recorder {
         let values = HashMap::try_from(take("np_rec_values")?).map_err(map_err("np_rec_values"))?;
         let counts = HashMap::try_from(take("np_rec_counts")?).map_err(map_err("np_rec_counts"))?;
         let lost = Array::try_from(take("np_rec_lost")?).map_err(map_err("np_rec_lost"))?;
-        Ok(Self {
+        let last = PerCpuArray::try_from(take("np_rec_last")?).map_err(map_err("np_rec_last"))?;
+        let mut r = Self {
             _bpf: bpf,
             cgroups,
             bits,
@@ -371,10 +375,31 @@ impl Recorder {
             values,
             counts,
             lost,
+            last,
             used: vec![false; SLOTS as usize],
             attach,
             value_cap: cfg.value_cap,
-        })
+        };
+        r.forget_last()?;
+        Ok(r)
+    }
+
+    /// Empties every CPU's last-kept cache (`np_rec_last`): an index no
+    /// argument has, so no call matches it; a cleared slot must not find
+    /// its old values there.
+    fn forget_last(&mut self) -> Result<(), RecordError> {
+        let none = RawValue {
+            value: 0,
+            arg: RawArg {
+                slot: u32::MAX,
+                nr: 0,
+                arch: 0,
+                index: u8::MAX,
+            },
+        };
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| RecordError::Cpus(e))?;
+        let values = PerCpuValues::try_from(vec![none; cpus]).map_err(RecordError::Cpus)?;
+        self.last.set(0, values, 0).map_err(map_err("np_rec_last"))
     }
 
     /// The attach point the program runs on.
@@ -452,7 +477,7 @@ impl Recorder {
         for k in counts {
             let _ = self.counts.remove(&k);
         }
-        Ok(())
+        self.forget_last()
     }
 
     /// Keeps the values of the arguments in `mask` (bit i: `args[i]`) of
