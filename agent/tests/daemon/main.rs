@@ -6,7 +6,8 @@
 //! `daemon::notify` against the sd-notify crate in `sd_notify`), SIGHUP
 //! reloads and SIGTERM, the pods watcher across reloads and API server
 //! restarts, and (root) the daemon's own tracer thread reporting real
-//! denials (`pods_daemon`). A test that only starts `nodeproof run` to read
+//! denials (`pods_daemon`) and its recorder writing a pod's recording
+//! (`record_daemon`). A test that only starts `nodeproof run` to read
 //! what it writes to the test API server belongs in `apiserver`; systemd
 //! itself, in `systemd_nspawn`.
 //!
@@ -23,4 +24,5 @@ mod support;
 
 mod daemon;
 mod pods_daemon;
+mod record_daemon;
 mod sd_notify;
