@@ -47,9 +47,15 @@ enum {
 
 #if defined(__TARGET_ARCH_x86)
 struct pt_regs {
+	unsigned long r9;
+	unsigned long r8;
+	unsigned long r10;
+	unsigned long bp;
+	unsigned long bx;
 	unsigned long di;
 	unsigned long si;
 	unsigned long dx;
+	unsigned long cx;
 	unsigned long ax;
 	unsigned long orig_ax;
 } __attribute__((preserve_access_index));

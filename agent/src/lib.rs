@@ -1,7 +1,7 @@
 //! nodeproof, the agent: configuration composed from each crate's section,
 //! the checks assembled once (`checks`, pure) and what they observe
 //! (`observe`: the reads, probes and lints), the daemon, the pods check and the
-//! tools that combine several crates (`advise`, `sandbox`, `preflight`).
+//! tools that combine several crates (`advise`, `sandbox`, `preflight`, `record`).
 //! The binary (`main.rs`) only parses arguments and picks implementations.
 
 pub mod advise;
@@ -13,6 +13,7 @@ pub mod observe;
 pub mod oneshot;
 pub mod pods;
 pub mod preflight;
+pub mod record;
 pub mod sandbox;
 // Included by build.rs, which embeds the line; compiled here for its tests.
 #[cfg(test)]

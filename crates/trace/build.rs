@@ -18,6 +18,7 @@ const OBJECTS: &[(&str, &str, &[&str])] = &[
         &["-DNP_CLASSIC_ONLY"],
     ),
     ("empty", "empty", &[]),
+    ("record", "record", &[]),
 ];
 
 fn main() {

@@ -12,6 +12,7 @@ mod gpu;
 mod logging;
 mod pods;
 mod profile;
+mod record;
 mod trace;
 
 use std::path::{Path, PathBuf};
@@ -80,6 +81,10 @@ pub(crate) enum Command {
     },
     /// Stream seccomp denials (eBPF); on --duration end or Ctrl-C print exact counts.
     Trace(trace::TraceArgs),
+    /// What a pod's containers (or a cgroup's tasks) call, recorded in the kernel for
+    /// --duration: per arch the syscalls and the argument values their profile's rules
+    /// compare, as JSON (read by profile diff --against and advise --from).
+    Record(record::RecordArgs),
     /// The smallest profile change that allows observed denials: a JSON Patch and the
     /// patched profile, from a saved trace (--from) or a live one (10s unless --duration).
     /// Never writes the profile.
@@ -416,6 +421,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         Command::Profile { command } => profile::run(command, &root, &config),
         Command::Trace(args) => trace::trace(&args),
         Command::Advise(args) => advise::advise(&args, &config, &root),
+        Command::Record(args) => record::record(&args, &config, &root),
         Command::Pods {
             once,
             kubeconfig,

@@ -28,8 +28,9 @@ pub struct DaemonConfig {
     #[serde(default = "default_readiness_unreachable")]
     pub readiness_unreachable_s: u64,
     /// Where the agent keeps what outlives a restart (the profiles'
-    /// versions). `None`: systemd's `$STATE_DIRECTORY` (the unit's
-    /// `StateDirectory=nodeproof`), else nothing is kept.
+    /// versions, the recordings of `[record]`). `None`: systemd's
+    /// `$STATE_DIRECTORY` (the unit's `StateDirectory=nodeproof`), else
+    /// nothing is kept ([`DaemonConfig::state_dir_in`]).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
 }
@@ -63,6 +64,21 @@ impl Default for DaemonConfig {
 }
 
 impl DaemonConfig {
+    /// The state directory: `state-dir`, else the first path of `env`
+    /// (systemd's `$STATE_DIRECTORY`, which joins several with `:`);
+    /// `None`: nowhere (what would be kept stays in memory).
+    pub fn state_dir_in(&self, env: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+        self.state_dir.clone().or_else(|| {
+            env.and_then(|v| std::env::split_paths(v).next())
+                .filter(|p| !p.as_os_str().is_empty())
+        })
+    }
+
+    /// [`DaemonConfig::state_dir_in`] this process's environment.
+    pub fn state_dir(&self) -> Option<PathBuf> {
+        self.state_dir_in(std::env::var_os("STATE_DIRECTORY").as_deref())
+    }
+
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
         if self.gpu_interval_s == 0 {

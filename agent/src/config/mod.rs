@@ -11,7 +11,9 @@ use nodeproof_report::config::ReportConfig;
 
 pub use crate::checks::profiles::SeccompConfig;
 mod daemon;
+mod record;
 pub use daemon::DaemonConfig;
+pub use record::{parse_selector, LabelRequirement, RecordConfig};
 
 /// The configuration compiled into the binary, used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../../systemd/config.toml");
@@ -30,6 +32,9 @@ pub struct Config {
     pub report: ReportConfig,
     #[serde(default)]
     pub daemon: DaemonConfig,
+    /// The pods `nodeproof run` records (off by default).
+    #[serde(default)]
+    pub record: RecordConfig,
     /// `nodeproof gate-controller` only (cluster mode).
     #[serde(default)]
     pub gate: GateConfig,
@@ -169,6 +174,7 @@ impl Config {
         problems.extend(config.gpu.problems());
         problems.extend(config.report.problems());
         problems.extend(config.daemon.problems());
+        problems.extend(config.record.problems());
         problems.extend(config.gate.problems());
         if !problems.is_empty() {
             return Err(ConfigError::Problems {
@@ -308,7 +314,7 @@ mod tests {
                  4:1: unknown field `ecc-max`, expected one of `ecc-volatile-uncorrected-max`, \
                  `ecc-aggregate-uncorrected-max`, `retired-pages-pending`, `row-remap-pending`, \
                  `row-remap-failed`; \
-                 5:2: unknown field `nope`, expected one of `seccomp`, `gpu`, `report`, `daemon`, `gate`",
+                 5:2: unknown field `nope`, expected one of `seccomp`, `gpu`, `report`, `daemon`, `record`, `gate`",
             ),
             (
                 "[report.hysteresis.GPUHealthy]\nto-bad = -1\nto_good = 1\n",

@@ -107,7 +107,7 @@ pub const JOURNAL_FIELDS: &[(&str, &str)] = &[
     ("path", "a file or API path"),
     ("peer", "an HTTP client refused at the connection limit"),
     ("pid", "a seccomp denial: the denied process's PID"),
-    ("pod", "gate controller: the pod (namespace/name)"),
+    ("pod", "the pod (namespace/name): gate controller, recorder"),
     ("pool", "device taints: the DRA pool of the device"),
     ("predicted", "the modelled crun release predicted instead"),
     ("previous_verdict", "a SeccompDenied Event after a profile change: what the version before did with the call (allowed, denied, unknown)"),

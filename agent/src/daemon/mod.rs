@@ -9,7 +9,8 @@
 //! - `metrics`: the state as OpenMetrics text (prometheus-client);
 //! - `watch`: inotify on the seccomp root;
 //! - `errors`: `error_chain`, an error and its causes on one line;
-//! - `subsystems`: the tasks, reusing the library's checks as `nodeproof check` does.
+//! - `subsystems`: the tasks, reusing the library's checks as `nodeproof check` does;
+//! - `record`: the `[record]` section's pods recorded and written under the state directory.
 //!
 //! The main loop owns the notifications: READY=1 after every check finished
 //! its first round, STATUS= when the summary changes, WATCHDOG=1 once per
@@ -24,6 +25,7 @@ pub mod logs;
 pub mod metrics;
 pub mod notify;
 pub mod pods;
+pub mod record;
 pub mod state;
 pub mod subsystems;
 pub mod versions;
@@ -173,6 +175,7 @@ async fn serve(
     if reporter.is_some() {
         running.tasks.extend(pods::start(&config, &bus).await);
     }
+    running.tasks.extend(record::start(&config, &bus));
 
     let watchdog = notify::watchdog_from_env();
     let period = main_period(watchdog);

@@ -34,12 +34,7 @@ pub enum VersionsFileError {
 /// `$STATE_DIRECTORY` (the first, when the unit names several); `None`:
 /// nowhere (kept in memory).
 pub fn state_file(config: &Config) -> Option<PathBuf> {
-    let dir = config.daemon.state_dir.clone().or_else(|| {
-        std::env::var_os("STATE_DIRECTORY")
-            .and_then(|v| std::env::split_paths(&v).next())
-            .filter(|p| !p.as_os_str().is_empty())
-    })?;
-    Some(dir.join(STATE_FILE))
+    Some(config.daemon.state_dir()?.join(STATE_FILE))
 }
 
 /// The versions `path` kept; empty when there is none yet, and (with one

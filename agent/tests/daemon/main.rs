@@ -7,7 +7,8 @@
 //! reloads and SIGTERM, the pods watcher across reloads and API server
 //! restarts, and (root) the daemon's own tracer thread reporting real
 //! denials (`pods_daemon`), naming the profile edit they followed and
-//! keeping the profiles' versions across a restart (`versions_daemon`). A test that only starts `nodeproof run` to read
+//! keeping the profiles' versions across a restart (`versions_daemon`), and
+//! its recorder writing a pod's recording (`record_daemon`). A test that only starts `nodeproof run` to read
 //! what it writes to the test API server belongs in `apiserver`; systemd
 //! itself, in `systemd_nspawn`.
 //!
@@ -24,5 +25,6 @@ mod support;
 
 mod daemon;
 mod pods_daemon;
+mod record_daemon;
 mod sd_notify;
 mod versions_daemon;

@@ -3,7 +3,7 @@
 //! the whole agent again.
 //!
 //! What belongs here: a test that needs this machine's kernel to do what it
-//! does in production (load a filter, trace denials, make a kubepods-shaped
+//! does in production (load a filter, trace denials, record a cgroup's syscalls, make a kubepods-shaped
 //! cgroup, run a command under `profile test`), and so root or CAP_BPF +
 //! CAP_PERFMON, a writable cgroup2, busybox or a compiler; each names what it
 //! needs with `require` and skips (fails under NODEPROOF_REQUIRE=1) without
@@ -30,6 +30,7 @@ mod support;
 
 mod pods_denials_kernel;
 mod pods_intended_kernel;
+mod record_kernel;
 mod sandbox_run;
 mod trace_caps;
 mod trace_kernel;

@@ -89,6 +89,27 @@ pub fn traceable_kubepods(uid: &str, container_id: &str) -> Option<CgroupDir> {
     Some(cg.expect("Need::Cgroup2 holds, yet the test cgroup could not be made"))
 }
 
+/// Forks a child that joins the cgroup of `procs` (its cgroup.procs file),
+/// runs `work` and `_exit`s. Returns its pid once it exited; panics unless
+/// it exited 0 (3: it could not join the cgroup).
+pub fn run_in(procs: &std::path::Path, work: impl FnOnce()) -> u32 {
+    // SAFETY: the child writes one file, runs `work` (raw syscalls) and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let ok = std::fs::write(procs, "0").is_ok();
+        work();
+        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+    pid as u32
+}
+
 /// Forks a child that joins `cg`, names itself `comm`, loads a filter that
 /// denies `mkdir` with EPERM and calls it `n` times. Returns its pid once it
 /// exited; panics unless it exited 0 (3: it could not join the cgroup).
@@ -116,12 +137,8 @@ pub fn deny_in(
         )
         .unwrap();
     }
-    // SAFETY: the child joins the cgroup, installs the filter built above
-    // and makes raw syscalls, then _exits.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let ok = std::fs::write(&cg.procs, "0").is_ok();
+    run_in(&cg.procs, || {
+        // SAFETY: a process name, then raw syscalls, in the forked child.
         unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr()) };
         f.load().unwrap();
         for _ in 0..n {
@@ -133,13 +150,5 @@ pub fn deny_in(
                 )
             };
         }
-        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
-    }
-    let mut status = 0;
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status}"
-    );
-    pid as u32
+    })
 }

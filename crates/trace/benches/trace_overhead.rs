@@ -1,6 +1,11 @@
 //! Syscall overhead of the tracer, side by side in one run: bare, an empty
 //! tp_btf sys_enter/sys_exit pair (the floor of any tracepoint design), and
-//! nodeproof's programs, on an unconfined and a confined getppid loop.
+//! nodeproof's programs, on an unconfined and a confined getppid loop; and
+//! the syscall recorder of `nodeproof record` loaded with this cgroup not
+//! recorded ("record off": another cgroup is) and recording it ("record
+//! on": personality's first argument watched, not getppid's; "record on,
+//! watched": getppid's too, so that the loop's every call is a watched call
+//! whose value is already kept).
 //! Variants alternate round by round (these machines are noisy); the table
 //! gives medians, the min–max spread, and per-round ratios to the floor.
 //! The loop is timed in its thread's CPU time (CLOCK_THREAD_CPUTIME_ID, user +
@@ -14,6 +19,7 @@
 //! 2000000), NP_BENCH_REPS (loops they are split into, default 5).
 
 use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+use nodeproof_trace::record::{RecArch, Recorder, RecorderConfig};
 use nodeproof_trace::{self as trace, Strategy, Tracer, TracerConfig};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -21,6 +27,8 @@ enum Variant {
     Bare,
     Empty,
     Nodeproof(Strategy),
+    RecordOff,
+    RecordOn { watched: bool },
 }
 
 impl Variant {
@@ -29,6 +37,9 @@ impl Variant {
             Self::Bare => "bare".into(),
             Self::Empty => "empty pair".into(),
             Self::Nodeproof(s) => format!("nodeproof {s}"),
+            Self::RecordOff => "record off".into(),
+            Self::RecordOn { watched: false } => "record on".into(),
+            Self::RecordOn { watched: true } => "record on, watched".into(),
         }
     }
 }
@@ -38,6 +49,38 @@ enum Attached {
     None,
     Empty(#[allow(dead_code)] Box<aya::Ebpf>),
     Tracer(#[allow(dead_code)] Box<Tracer>),
+    Recorder(#[allow(dead_code)] Box<Recorder>),
+}
+
+/// This process's cgroup2 id: the inode of its directory under the cgroup2
+/// mount (the measured children are forked from it, into the same cgroup).
+fn own_cgroup_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let root = trace::attribution::cgroup2_mount(&mounts).expect("a cgroup2 mount");
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup2 line in /proc/self/cgroup");
+    std::fs::metadata(format!("{root}{path}")).unwrap().ino()
+}
+
+/// The recorder with one slot: this process's cgroup in it (`on`), or an id
+/// no cgroup has, so that the lookup misses as it does for an unrecorded
+/// task; personality's first argument watched, and getppid's if `watched`.
+fn recorder(on: bool, watched: bool) -> Recorder {
+    let mut r = Recorder::start(&RecorderConfig::default()).expect("load the recorder");
+    let slot = r.new_slot().unwrap();
+    r.add_cgroup(slot, if on { own_cgroup_id() } else { u64::MAX - 1 })
+        .unwrap();
+    if watched {
+        r.watch(RecArch::X86_64, libc::SYS_getppid as u32, 0b1)
+            .unwrap();
+    }
+    r.watch(RecArch::X86_64, libc::SYS_personality as u32, 0b1)
+        .unwrap();
+    r
 }
 
 fn attach(v: Variant) -> Attached {
@@ -64,6 +107,8 @@ fn attach(v: Variant) -> Attached {
             })
             .expect("start tracer"),
         )),
+        Variant::RecordOff => Attached::Recorder(Box::new(recorder(false, false))),
+        Variant::RecordOn { watched } => Attached::Recorder(Box::new(recorder(true, watched))),
     }
 }
 
@@ -159,6 +204,9 @@ fn main() {
         Variant::Bare,
         Variant::Empty,
         Variant::Nodeproof(Strategy::TpBtf),
+        Variant::RecordOff,
+        Variant::RecordOn { watched: false },
+        Variant::RecordOn { watched: true },
     ];
     if std::env::var_os("NP_BENCH_TRACEPOINT").is_some() {
         variants.push(Variant::Nodeproof(Strategy::Tracepoint));

@@ -357,6 +357,14 @@ pub fn cgroup2_mount(mounts: &str) -> Option<String> {
     })
 }
 
+/// Every cgroup2 directory under `root` (to 8 levels), id (inode) to its
+/// path from `root`: what `nodeproof record` matches a pod's containers in.
+pub fn cgroup_dirs(root: &Path) -> HashMap<u64, String> {
+    let mut out = HashMap::new();
+    walk(root, root, 0, &mut out);
+    out
+}
+
 fn walk(root: &Path, dir: &Path, depth: usize, out: &mut HashMap<u64, String>) {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(dir) else {

@@ -14,6 +14,10 @@ pub static SECCOMP_TRACE_CLASSIC: &[u8] =
 pub static EMPTY_PAIR: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/empty.bpf.o"));
 
+/// The syscall recorder of `nodeproof record` (`agent-ebpf/record.bpf.c`): a
+/// sys_enter program on tp_btf and on the classic tracepoint, and its sets.
+pub static RECORD: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
+
 /// True when the build had no clang and embedded empty stubs.
 pub const fn is_stub() -> bool {
     cfg!(nodeproof_bpf_stub)

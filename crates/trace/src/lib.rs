@@ -6,7 +6,8 @@
 //! to containers and pods (`kubelet_logs` names them without an API server);
 //! `summary` aggregates and renders; `names` turns
 //! numbers into syscall and errno names; `intended` tells a denial libc
-//! falls back from (ENOSYS on `clone3`) from a real one. The C programs live in `agent-ebpf/`.
+//! falls back from (ENOSYS on `clone3`) from a real one; `record` is the
+//! syscall recorder of `nodeproof record`, a program of its own. The C programs live in `agent-ebpf/`.
 
 pub mod attribution;
 pub mod bpf;
@@ -16,6 +17,7 @@ pub mod kubelet_logs;
 pub mod loader;
 pub mod names;
 pub mod pump;
+pub mod record;
 pub mod retire;
 pub mod summary;
 
@@ -215,7 +217,7 @@ pub enum TraceError {
     },
 }
 
-fn caps_hint(missing: &[&str]) -> String {
+pub(crate) fn caps_hint(missing: &[&str]) -> String {
     if missing.is_empty() {
         String::new()
     } else {
@@ -226,7 +228,7 @@ fn caps_hint(missing: &[&str]) -> String {
     }
 }
 
-fn attempts_line(attempts: &[ProbeAttempt]) -> String {
+pub(crate) fn attempts_line(attempts: &[ProbeAttempt]) -> String {
     attempts
         .iter()
         .map(ToString::to_string)

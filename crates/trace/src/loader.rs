@@ -504,7 +504,7 @@ fn attach_all(
 }
 
 /// How a program's load or attach failed: the errno's reason and what failed.
-fn step_error(
+pub(crate) fn step_error(
     what: &str,
     name: &str,
     e: &(dyn std::error::Error + 'static),
@@ -918,7 +918,7 @@ fn errno_in(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     // Verifier logs can run to megabytes; the first lines say enough here.
     nodeproof_findings::errors::error_chain_capped(e, 600)
 }
@@ -926,7 +926,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones use
 /// memcg and ignore it. Raise it where allowed (infinity needs
 /// CAP_SYS_RESOURCE; else soft up to hard) and carry on either way.
-fn raise_memlock() {
+pub(crate) fn raise_memlock() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let memlock = Resource::RLIMIT_MEMLOCK;
     if setrlimit(memlock, libc::RLIM_INFINITY, libc::RLIM_INFINITY).is_ok() {
