@@ -93,3 +93,28 @@ impl DaemonConfig {
         p
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_state_dir_is_the_config_s_then_systemd_s_first_then_none() {
+        let c = DaemonConfig::default();
+        assert_eq!(c.state_dir_in(None), None);
+        assert_eq!(c.state_dir_in(Some(OsStr::new(""))), None);
+        assert_eq!(
+            c.state_dir_in(Some(OsStr::new("/var/lib/nodeproof:/var/lib/other"))),
+            Some(PathBuf::from("/var/lib/nodeproof"))
+        );
+        let set = DaemonConfig {
+            state_dir: Some("/srv/np".into()),
+            ..c
+        };
+        assert_eq!(
+            set.state_dir_in(Some(OsStr::new("/var/lib/x"))),
+            Some(PathBuf::from("/srv/np"))
+        );
+    }
+}
