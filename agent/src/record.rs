@@ -407,6 +407,49 @@ pub fn recording_path(state_dir: &Path, namespace: &str, pod: &str) -> PathBuf {
         .join(format!("{pod}.json"))
 }
 
+/// The recordings kept under `state_dir` (`recordings/<namespace>/<pod>.json`),
+/// and a fingerprint of the files (their paths, sizes and modification
+/// times): the same fingerprint, the same recordings, without reading them.
+/// A file that cannot be read or is not a recording is left out with a
+/// warning (one a pass: the rollout guard reads again when files change).
+pub fn kept_recordings(state_dir: &Path, read: bool) -> (u64, Vec<Recording>) {
+    use std::hash::{Hash, Hasher};
+    let mut files: Vec<(PathBuf, u64, std::time::SystemTime)> = Vec::new();
+    let root = state_dir.join("recordings");
+    for ns in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+            let path = f.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                if let Ok(m) = f.metadata() {
+                    let mtime = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+                    files.push((path, m.len(), mtime));
+                }
+            }
+        }
+    }
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    let fingerprint = h.finish();
+    if !read {
+        return (fingerprint, Vec::new());
+    }
+    let recordings = files
+        .iter()
+        .filter_map(|(path, ..)| {
+            let parsed = std::fs::read(path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| Recording::from_json(&b).map_err(|e| e.to_string()));
+            parsed
+                .map_err(|e| {
+                    tracing::warn!(path = %path.display(), error = %e, "a kept recording is left out")
+                })
+                .ok()
+        })
+        .collect();
+    (fingerprint, recordings)
+}
+
 /// Writes `recording` (indented JSON) to `path` through `<path>.tmp` and a
 /// rename, so that a reader never sees half of one; the directory is made.
 pub fn write_recording(path: &Path, recording: &Recording) -> std::io::Result<()> {

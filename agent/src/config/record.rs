@@ -25,6 +25,11 @@ pub struct RecordConfig {
     /// directory (`daemon.state-dir`).
     #[serde(default = "default_interval")]
     pub interval_s: u64,
+    /// The rollout guard: a RuntimeClass contract whose profile's latest
+    /// version stops a call that a recording kept here holds turns
+    /// `not-ready` (`pods::rollout_guard`). Off by default.
+    #[serde(default)]
+    pub rollout_guard: bool,
 }
 
 fn default_interval() -> u64 {
@@ -38,6 +43,7 @@ impl Default for RecordConfig {
             namespaces: Vec::new(),
             selector: String::new(),
             interval_s: default_interval(),
+            rollout_guard: false,
         }
     }
 }

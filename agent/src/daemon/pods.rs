@@ -218,10 +218,7 @@ async fn watch_with(
             s.restart(node_ctx);
             s
         }
-        None => state.insert(PodsState::new(
-            node_ctx,
-            Judge::new(bus.lints.clone(), observe::profiles::read_reference),
-        )),
+        None => state.insert(PodsState::new(node_ctx, judge(bus))),
     };
     let (claims_tx, claims_rx) = channel::channel(Vec::new());
     let wopts = WatchOptions {
@@ -312,4 +309,25 @@ fn publish(shared: &Shared, round: Round) {
         },
         news,
     );
+}
+
+/// The pods' judge, with the rollout guard when `[record] rollout-guard` is
+/// on and there is a state directory to read recordings from.
+fn judge(bus: &Bus) -> Judge {
+    let config = bus.config.latest();
+    let judge = Judge::new(bus.lints.clone(), observe::profiles::read_reference);
+    if !config.record.rollout_guard {
+        return judge;
+    }
+    match config.daemon.state_dir() {
+        Some(dir) => judge.with_guard(crate::pods::rollout_guard::RolloutGuard::new(
+            bus.versions.clone(),
+            dir,
+            crate::record::kept_recordings,
+        )),
+        None => {
+            tracing::warn!("the rollout guard is off: no state directory to read recordings from (daemon.state-dir, or systemd's StateDirectory=)");
+            judge
+        }
+    }
 }

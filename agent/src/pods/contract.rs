@@ -135,6 +135,7 @@ fn problems(
         }
     }
     for rel in &contract.profiles {
+        let before = out.len();
         // Both modes: a container with allowPrivilegeEscalation unset (or
         // true) runs without noNewPrivileges, one with it false runs with it,
         // and runc loads the filter at different points for each.
@@ -152,6 +153,13 @@ fn problems(
                 FileVerdict::Bad(first) => {
                     out.push(format!("{rel} (noNewPrivileges={nnp}): {first}"));
                 }
+            }
+        }
+        // A file that starts may still stop what the class's pods call:
+        // the rollout guard's word, where it is on.
+        if out.len() == before {
+            if let Some(cause) = files.judge.guard_cause(rel, &node.lint) {
+                out.push(cause);
             }
         }
     }

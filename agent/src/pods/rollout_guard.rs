@@ -1,4 +1,4 @@
-//! The rollout guard (opt-in, `[pods] rollout-guard`): a changed profile is
+//! The rollout guard (opt-in, `[record] rollout-guard`): a changed profile is
 //! what new containers get from the moment the file changes (runc loads the
 //! filter at start), so before a RuntimeClass contract that lists it stays
 //! `ready`, the new version is diffed against the previous one and the
@@ -10,10 +10,16 @@
 //! Pure: versions and recordings in, a hold out; the caller caches by
 //! version pair and recordings.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::checks::versions::ProfileVersions;
 use nodeproof_seccomp::against::{self, BrokenCall, Certainty};
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::diff::{self, DiffError, Mode};
 use nodeproof_seccomp::filter::Libseccomp;
+use nodeproof_seccomp::lint::LintOptions;
 use nodeproof_seccomp::recording::Recording;
 
 /// How many calls and pods a hold's cause names before it counts the rest.
@@ -139,6 +145,106 @@ pub fn judge(
         version: current.sha256.to_string(),
         broken,
     }))
+}
+
+/// Reads the recordings kept in a state directory: a fingerprint, and the
+/// recordings when asked (`crate::record::kept_recordings`).
+pub type ReadRecordings = fn(&Path, bool) -> (u64, Vec<Recording>);
+
+/// The guard as the pods' judge holds it: the daemon's profile versions,
+/// where recordings are kept, and what it last judged of each profile.
+pub struct RolloutGuard {
+    versions: Arc<Mutex<ProfileVersions>>,
+    state_dir: PathBuf,
+    read: ReadRecordings,
+    /// The recordings as of `fingerprint`.
+    recordings: Option<(u64, Vec<Recording>)>,
+    /// profile → (previous, current, recordings' fingerprint) and the hold.
+    judged: HashMap<String, ((String, String, u64), Option<Hold>)>,
+}
+
+impl RolloutGuard {
+    pub fn new(
+        versions: Arc<Mutex<ProfileVersions>>,
+        state_dir: PathBuf,
+        read: ReadRecordings,
+    ) -> Self {
+        RolloutGuard {
+            versions,
+            state_dir,
+            read,
+            recordings: None,
+            judged: HashMap::new(),
+        }
+    }
+
+    /// The hold on `profile` (relative to the seccomp root) now, as one
+    /// sentence: its latest version against the one before, in the node's
+    /// mode, against the kept recordings. Judged again only when a version
+    /// or a recording file changed.
+    pub fn cause(&mut self, profile: &str, lint: &LintOptions) -> Option<String> {
+        let key = crate::checks::versions::key(Path::new(profile));
+        let (previous, current) = {
+            let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+            match versions.versions(&key) {
+                [.., p, c] => (p.clone(), c.clone()),
+                _ => return None,
+            }
+        };
+        let (Some(old), Some(new)) = (&previous.program, &current.program) else {
+            return None;
+        };
+        let (fingerprint, _) = (self.read)(&self.state_dir, false);
+        if self
+            .recordings
+            .as_ref()
+            .is_none_or(|(f, _)| *f != fingerprint)
+        {
+            self.recordings = Some((self.read)(&self.state_dir, true));
+        }
+        let (fingerprint, recordings) = self.recordings.as_ref().expect("read above");
+        let stamp = (
+            previous.sha256.clone(),
+            current.sha256.clone(),
+            *fingerprint,
+        );
+        if let Some((s, hold)) = self.judged.get(&key) {
+            if *s == stamp {
+                return hold.as_ref().map(Hold::cause);
+            }
+        }
+        let hold = judge(
+            &key,
+            Version {
+                sha256: &previous.sha256,
+                program: old,
+            },
+            Version {
+                sha256: &current.sha256,
+                program: new,
+            },
+            lint.oci_runtime.behaviour().libseccomp,
+            Mode::of(lint),
+            recordings,
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!(profile = %key, error = %e, "the rollout guard cannot compare the profile's versions");
+            None
+        });
+        if let Some(h) = &hold {
+            tracing::warn!(
+                profile = %key,
+                version = %h.version,
+                previous_version = %h.previous,
+                calls = h.broken.len(),
+                "the rollout guard holds the profile's classes: {}",
+                h.cause()
+            );
+        }
+        let cause = hold.as_ref().map(Hold::cause);
+        self.judged.insert(key, (stamp, hold));
+        cause
+    }
 }
 
 #[cfg(test)]

@@ -179,6 +179,8 @@ pub type ReadProfile = fn(root: &Path, path: &Path) -> ProfileRead;
 pub struct Judge {
     lints: Arc<LintCache>,
     read: ReadProfile,
+    /// The rollout guard, where the config turns it on.
+    guard: Option<super::rollout_guard::RolloutGuard>,
 }
 
 /// What a profile file is worth on this node, in one noNewPrivileges mode.
@@ -192,7 +194,22 @@ pub(crate) enum FileVerdict {
 
 impl Judge {
     pub fn new(lints: Arc<LintCache>, read: ReadProfile) -> Self {
-        Judge { lints, read }
+        Judge {
+            lints,
+            read,
+            guard: None,
+        }
+    }
+
+    /// Contracts also held by the rollout guard.
+    pub fn with_guard(mut self, guard: super::rollout_guard::RolloutGuard) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// The rollout guard's hold on `rel`, as a contract's cause.
+    pub(crate) fn guard_cause(&mut self, rel: &str, lint: &LintOptions) -> Option<String> {
+        self.guard.as_mut()?.cause(rel, lint)
     }
 
     /// Every unusable reference of `pod`, in container order (RuntimeClass first).

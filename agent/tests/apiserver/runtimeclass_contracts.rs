@@ -475,3 +475,111 @@ async fn the_node_identity_may_set_contract_labels_and_no_restricted_ones() {
         );
     }
 }
+
+/// A recording of `pod` (namespace ml) whose container `app` ran under
+/// Localhost `profile` and called `read` and `mkdir`, as `[record]` keeps it.
+fn kept_recording(state: &Path, pod: &str, profile: &str) {
+    let dir = state.join("recordings/ml");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{pod}.json")),
+        json!({"format": "nodeproof.recording/v1", "node": "n1",
+               "pod": {"namespace": "ml", "name": pod},
+               "started": "2026-12-06T01:00:00Z", "ended": "2026-12-06T01:10:00Z",
+               "containers": [{"name": "app", "profile": format!("localhost/{profile}"),
+                   "arches": [{"arch": "SCMP_ARCH_X86_64",
+                               "syscalls": [{"nr": 0, "name": "read"}, {"nr": 83, "name": "mkdir"}]}],
+                   "lost": 0}]})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// The rollout guard (`[record] rollout-guard = true`): a profile edit that
+/// stops a call recorded by a pod running under it turns the classes that
+/// list it not-ready, naming profile, call and pod; an edit that stops only
+/// what no recorded pod of the profile calls does not; putting the call back
+/// makes the class ready again.
+#[test]
+fn the_rollout_guard_holds_a_class_whose_profile_change_stops_a_recorded_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, config) = setup(dir.path());
+    let state = dir.path().join("state");
+    let root = dir.path().join("seccomp");
+    let v1 = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiles/runtime-default-x86_64.json"
+    ))
+    .unwrap();
+    let without_mkdir = v1.replacen("\"mkdir\",", "", 1);
+    assert_ne!(v1, without_mkdir);
+    std::fs::write(root.join("profiles/app.json"), &v1).unwrap();
+    std::fs::write(root.join("profiles/db.json"), &v1).unwrap();
+    // web-0 ran under app.json and called mkdir; no pod of db.json is recorded.
+    kept_recording(&state, "web-0", "profiles/app.json");
+    kept_recording(&state, "other-0", "profiles/elsewhere.json");
+    server.put(
+        "runtimeclasses",
+        tolerant("web", "profiles/app.json", json!({})),
+    );
+    server.put(
+        "runtimeclasses",
+        tolerant("db", "profiles/db.json", json!({})),
+    );
+    let config = format!(
+        "{config}[daemon]\nstate-dir = \"{}\"\n[record]\nrollout-guard = true\n",
+        state.display()
+    );
+    let mut agent = Agent::start(dir.path(), &config);
+    agent.wait_ready(Duration::from_secs(30));
+    within_for(
+        Duration::from_secs(15),
+        "both classes ready",
+        &agent,
+        || {
+            label(&server, "web").as_deref() == Some("ready")
+                && label(&server, "db").as_deref() == Some("ready")
+        },
+    );
+
+    // Both profiles lose mkdir: only web's pods were recorded making it.
+    std::fs::write(root.join("profiles/app.json"), &without_mkdir).unwrap();
+    std::fs::write(root.join("profiles/db.json"), &without_mkdir).unwrap();
+    let t = within_for(
+        Duration::from_secs(15),
+        "web held not-ready",
+        &agent,
+        || label(&server, "web").as_deref() == Some("not-ready"),
+    );
+    eprintln!("FIGURE rollout guard: web not-ready {t:?} after the edit");
+    within("web's RuntimeClassNotReady Event", &agent, || {
+        node_events(&server, "RuntimeClassNotReady")
+            .iter()
+            .any(|m| m.starts_with("RuntimeClass web is not ready on this node: "))
+    });
+    let said = node_events(&server, "RuntimeClassNotReady");
+    let web = said
+        .iter()
+        .find(|m| m.starts_with("RuntimeClass web "))
+        .unwrap();
+    assert!(
+        web.contains("profiles/app.json changed (sha256 ")
+            && web
+                .contains(") and stops mkdir that pod ml/web-0 made: new pods of this class wait"),
+        "{web}"
+    );
+    assert_eq!(label(&server, "db").as_deref(), Some("ready"), "{said:#?}");
+    assert!(
+        agent
+            .log_text()
+            .contains("the rollout guard holds the profile's classes"),
+        "{}",
+        agent.log_text()
+    );
+
+    // mkdir allowed again: nothing recorded is stopped, web is ready again.
+    std::fs::write(root.join("profiles/app.json"), &v1).unwrap();
+    within_for(Duration::from_secs(15), "web ready again", &agent, || {
+        label(&server, "web").as_deref() == Some("ready")
+    });
+}
