@@ -151,6 +151,10 @@ pub fn judge(
 /// recordings when asked (`crate::record::kept_recordings`).
 pub type ReadRecordings = fn(&Path, bool) -> (u64, Vec<Recording>);
 
+/// What a profile's hold was judged on: the previous and current
+/// versions' sha256 and the recordings' fingerprint.
+type Stamp = (String, String, u64);
+
 /// The guard as the pods' judge holds it: the daemon's profile versions,
 /// where recordings are kept, and what it last judged of each profile.
 pub struct RolloutGuard {
@@ -159,8 +163,8 @@ pub struct RolloutGuard {
     read: ReadRecordings,
     /// The recordings as of `fingerprint`.
     recordings: Option<(u64, Vec<Recording>)>,
-    /// profile → (previous, current, recordings' fingerprint) and the hold.
-    judged: HashMap<String, ((String, String, u64), Option<Hold>)>,
+    /// profile → what it was judged on, and the hold.
+    judged: HashMap<String, (Stamp, Option<Hold>)>,
 }
 
 impl RolloutGuard {
