@@ -28,7 +28,9 @@ use crate::compiler::Compiler;
 use crate::diagnostic::Severity;
 use crate::filter::Arch;
 use crate::lint::{self, LintOptions, Outcome, ProfileReport};
+use crate::oci_runtime::InitCaller;
 use crate::recording::Recording;
+use crate::runc_init::{GO_RUNTIME_CALLS, INTERMITTENT_CAUSES};
 use crate::syscalls::syscall_name_in;
 
 /// The most values of an argument an allow rule is conditioned on; past it
@@ -128,8 +130,30 @@ pub fn allowlist(
         .filter(|s| s.in_mode(opts.no_new_privileges))
         .map(|s| s.name)
         .collect();
+    // Go's runtime on runc init's locked thread (futex wakes, signal
+    // returns, yields, ...) calls when its scheduler does, not when the
+    // model's one traced start did: a list dropped by lint's word started
+    // 3 of 3 alone and died of a denied futex wake under load (runc 1.1.15,
+    // noNewPrivileges). Always allowed, never dropped, where init is Go.
+    let go_runtime: BTreeSet<&str> = match behaviour.init_caller {
+        InitCaller::Go => GO_RUNTIME_CALLS
+            .iter()
+            .chain(INTERMITTENT_CAUSES.iter().map(|(n, _)| n))
+            .copied()
+            .collect(),
+        InitCaller::C => BTreeSet::new(),
+    };
     let mut added: BTreeSet<String> = BTreeSet::new();
-    for n in &init {
+    let mut kept: BTreeSet<String> = BTreeSet::new();
+    for n in &go_runtime {
+        match names.get_mut(*n) {
+            Some(rule) => *rule = None,
+            None => {
+                kept.insert((*n).to_string());
+            }
+        }
+    }
+    for n in init.iter().filter(|n| !go_runtime.contains(*n)) {
         match names.get_mut(*n) {
             Some(rule) => *rule = None,
             None => {
@@ -140,7 +164,8 @@ pub fn allowlist(
     let mut arch_list: Vec<Arch> = vec![native];
     arch_list.extend(arches.iter().copied().filter(|a| *a != native));
     let build = |added: &BTreeSet<String>| -> (Value, ProfileReport) {
-        let profile = render(&arch_list, &names, added);
+        let all: BTreeSet<String> = added.union(&kept).cloned().collect();
+        let profile = render(&arch_list, &names, &all);
         let bytes = serde_json::to_vec_pretty(&profile).expect("a JSON value serializes");
         let report = lint::lint_source("allow-list", &bytes, opts, compiler);
         (profile, report)
@@ -179,7 +204,7 @@ pub fn allowlist(
         profile,
         containers: chosen.iter().map(|c| c.name.clone()).collect(),
         recorded: names.keys().cloned().collect(),
-        added_for_runtime: added.into_iter().collect(),
+        added_for_runtime: added.union(&kept).cloned().collect(),
         unnamed,
         incomplete,
         report,
