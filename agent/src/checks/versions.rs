@@ -116,13 +116,30 @@ mod program_words {
     }
 }
 
+/// A version as a change names it: its hash and when it was first seen,
+/// not its program (a root of 10,000 new files makes 10,000 changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionStamp {
+    pub sha256: String,
+    pub first_seen: SystemTime,
+}
+
+impl From<&Version> for VersionStamp {
+    fn from(v: &Version) -> Self {
+        VersionStamp {
+            sha256: v.sha256.clone(),
+            first_seen: v.first_seen,
+        }
+    }
+}
+
 /// A profile's contents changed: the version before (none for a file seen
 /// for the first time) and the new one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionChange {
     pub path: String,
-    pub previous: Option<Version>,
-    pub current: Version,
+    pub previous: Option<VersionStamp>,
+    pub current: VersionStamp,
 }
 
 /// The version a container started under, and the one before it.
@@ -220,7 +237,7 @@ impl ProfileVersions {
         let after_restart = self.unobserved.remove(path);
         let sha256 = sha256_hex(bytes);
         let versions = self.profiles.entry(path.to_string()).or_default();
-        let previous = versions.last().cloned();
+        let previous = versions.last().map(VersionStamp::from);
         if previous.as_ref().is_some_and(|p| p.sha256 == sha256) {
             return None;
         }
@@ -235,7 +252,8 @@ impl ProfileVersions {
             first_seen,
             program: program(),
         };
-        versions.push(current.clone());
+        let stamp = VersionStamp::from(&current);
+        versions.push(current);
         if versions.len() > self.max_versions {
             let excess = versions.len() - self.max_versions;
             versions.drain(..excess);
@@ -244,7 +262,7 @@ impl ProfileVersions {
         Some(VersionChange {
             path: path.to_string(),
             previous,
-            current,
+            current: stamp,
         })
     }
 
@@ -271,6 +289,36 @@ impl ProfileVersions {
             if let Some(v) = self.profiles.get_mut(&path) {
                 total -= v[0].bytes(&path);
                 v.remove(0);
+            }
+        }
+    }
+
+    /// Past the budget with only latest versions left (a root of thousands
+    /// of profiles), the least recently changed keep their hash and time
+    /// but not their program: a denial under them is judged `unknown`. Once
+    /// a pass over the root, not per file: it sorts every profile.
+    pub fn fit_programs(&mut self) {
+        let mut total = self.bytes();
+        if total <= self.max_bytes {
+            return;
+        }
+        let mut latest: Vec<(SystemTime, String)> = self
+            .profiles
+            .iter()
+            .filter_map(|(p, v)| {
+                let l = v.last()?;
+                l.program.as_ref().map(|_| (l.first_seen, p.clone()))
+            })
+            .collect();
+        latest.sort();
+        for (_, path) in latest {
+            if total <= self.max_bytes {
+                return;
+            }
+            if let Some(l) = self.profiles.get_mut(&path).and_then(|v| v.last_mut()) {
+                let before = l.bytes(&path);
+                l.program = None;
+                total -= before - l.bytes(&path);
             }
         }
     }
@@ -439,6 +487,32 @@ mod tests {
             "seen while running: the agent's clock"
         );
         assert_eq!(v.versions("p.json").len(), 2);
+    }
+
+    #[test]
+    fn past_the_budget_the_least_recently_changed_latest_versions_lose_their_programs() {
+        let t = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let one = {
+            let mut v = ProfileVersions::with_limits(8, usize::MAX);
+            v.observe("a", V1, None, t(0), || program(V1));
+            v.bytes()
+        };
+        let prog = program(V1).unwrap().len() * SockFilter::SIZE;
+        // Room for five profiles' hashes and times, and three programs.
+        let budget = 5 * (one - prog) + 3 * prog;
+        let mut v = ProfileVersions::with_limits(8, budget);
+        for (i, p) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            v.observe(p, V1, None, t(i as u64), || program(V1));
+        }
+        assert!(v.bytes() > budget, "latest versions are never dropped");
+        v.fit_programs();
+        assert!(v.bytes() <= budget, "{} bytes", v.bytes());
+        let kept: Vec<bool> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|p| v.latest(p).unwrap().program.is_some())
+            .collect();
+        assert_eq!(kept, [false, false, true, true, true], "oldest first");
+        assert_eq!(v.len(), 5, "every profile keeps its hash and time");
     }
 
     #[test]

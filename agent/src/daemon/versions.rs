@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use nodeproof_bpfgen::Native;
+use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::lint::{loaded_program, LintOptions};
 use nodeproof_seccomp::scan::ProfileFile;
 
@@ -92,6 +93,9 @@ pub fn observe_files(
 ) -> Vec<VersionChange> {
     let mut present = std::collections::HashSet::new();
     let mut changes = Vec::new();
+    // Copies of one profile (a file per team) compile once.
+    let mut compiled: std::collections::HashMap<String, Option<Vec<SockFilter>>> =
+        std::collections::HashMap::new();
     for f in files {
         let Ok(bytes) = &f.contents else {
             continue;
@@ -103,13 +107,17 @@ pub fn observe_files(
         // A stat, not a second read: the contents are the scan's.
         let mtime = std::fs::metadata(&f.path).and_then(|m| m.modified()).ok();
         if let Some(c) = versions.observe(&key, bytes, mtime, now, || {
-            loaded_program(bytes, opts, &Native).map(|(_, p)| p)
+            compiled
+                .entry(versions::sha256_hex(bytes))
+                .or_insert_with(|| loaded_program(bytes, opts, &Native).map(|(_, p)| p))
+                .clone()
         }) {
             changes.push(c);
         }
         present.insert(key);
     }
     versions.retain(&present);
+    versions.fit_programs();
     changes
 }
 
@@ -135,7 +143,7 @@ mod tests {
         let changes = observe_files(&mut v, &root, &files, &LintOptions::default(), now);
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].path, "profiles/a.json");
-        assert!(changes[0].current.program.is_some());
+        assert!(v.latest("profiles/a.json").unwrap().program.is_some());
         save(&file, &v).unwrap();
         let back = load(&file);
         assert_eq!(back, ProfileVersions::decode(&v.encode()).unwrap());

@@ -232,15 +232,14 @@ impl RolloutGuard {
             recordings,
         )
         .unwrap_or_else(|e| {
-            tracing::warn!(profile = %key, error = %e, "the rollout guard cannot compare the profile's versions");
+            tracing::warn!(seccomp_profile = %key, error = %e, "the rollout guard cannot compare the profile's versions");
             None
         });
         if let Some(h) = &hold {
             tracing::warn!(
-                profile = %key,
-                version = %h.version,
+                seccomp_profile = %key,
+                profile_version = %h.version,
                 previous_version = %h.previous,
-                calls = h.broken.len(),
                 "the rollout guard holds the profile's classes: {}",
                 h.cause()
             );
