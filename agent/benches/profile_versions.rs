@@ -175,6 +175,7 @@ fn run() -> Figures {
             container: None,
             pod_uid: Some(format!("u{i}")),
             pod: None,
+            change: None,
         })
         .collect();
     let time = |agg: &mut DenialAggregator, attributed: bool| {

@@ -419,7 +419,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run => unreachable!("handled by daemon::run"),
         Command::Preflight { out } => check::preflight(&root, &config, out.output),
         Command::Profile { command } => profile::run(command, &root, &config),
-        Command::Trace(args) => trace::trace(&args),
+        Command::Trace(args) => trace::trace(&args, &config, &root),
         Command::Advise(args) => advise::advise(&args, &config, &root),
         Command::Record(args) => record::record(&args, &config, &root),
         Command::Pods {

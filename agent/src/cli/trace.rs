@@ -1,10 +1,14 @@
 //! `nodeproof trace`: stream denials, then the exact counts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use nodeproof::config::Config;
+use nodeproof::pods::denials::{PodIndex, TraceChanges};
 use nodeproof_trace::{KubeletLogs, OutputFormat, TraceOptions};
 
 use super::{parse_duration, stop_on_sigint_sigterm, Format, OutputArgs, STOP};
@@ -64,7 +68,7 @@ impl TraceArgs {
     }
 }
 
-pub(crate) fn trace(args: &TraceArgs) -> Result<ExitCode> {
+pub(crate) fn trace(args: &TraceArgs, config: &Config, root: &Path) -> Result<ExitCode> {
     let opts = args.options();
     // Pod and container names come from the kubelet's log directories, so
     // a node without API credentials can filter by them too.
@@ -82,7 +86,48 @@ pub(crate) fn trace(args: &TraceArgs) -> Result<ExitCode> {
         );
     }
     stop_on_sigint_sigterm()?;
-    nodeproof_trace::run(&opts, &mut std::io::stdout().lock(), &STOP, &pods)
+    // Where the agent keeps the profiles' versions (its state directory,
+    // else where nodeproof.service's StateDirectory= puts it): a denied
+    // container that started after an edit is named with the change.
+    let state = config
+        .daemon
+        .state_dir()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let versions =
+        nodeproof::daemon::versions::load(&state.join(nodeproof::daemon::versions::STATE_FILE));
+    let opts_pods = nodeproof::oneshot::pods_options(config, root);
+    let lookup = TraceChanges::new(&pods, versions, || node_pods(&opts_pods));
+    nodeproof_trace::run(&opts, &mut std::io::stdout().lock(), &STOP, &lookup)
         .context("seccomp tracing failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where nodeproof.service keeps its state (`StateDirectory=nodeproof`).
+const DEFAULT_STATE_DIR: &str = "/var/lib/nodeproof";
+
+/// This node's pods from the API server, for their profiles and their
+/// containers' starts; none (said once) without an API server.
+fn node_pods(opts: &nodeproof::pods::node::PodsOptions) -> PodIndex {
+    let mut index = PodIndex::default();
+    let listed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(async {
+                let (client, node) = nodeproof::pods::node::connect(opts)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+                Api::<Pod>::all(client)
+                    .list(&lp)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        });
+    match listed {
+        Ok(list) => list.items.iter().for_each(|p| index.upsert(p)),
+        Err(e) => eprintln!("profile changes are not named: this node's pods cannot be read ({e})"),
+    }
+    index
 }

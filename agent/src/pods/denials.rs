@@ -264,6 +264,79 @@ struct Attribution {
     since: SystemTime,
 }
 
+/// The change a row's denials followed: the container's version at its
+/// start is not the oldest known, and the version before it is judged on
+/// the denied number. Pure.
+fn attribution(
+    r: &SummaryRow,
+    uid: &str,
+    id: &str,
+    pods: &PodIndex,
+    versions: &ProfileVersions,
+) -> Option<Attribution> {
+    let (started, path) = pods.start_and_profile(uid, id)?;
+    let at = versions.at_start(&path, started)?;
+    let previous = at.previous?;
+    Some(Attribution {
+        change: DenialChange {
+            profile: path,
+            syscall: r.syscall.clone(),
+            version: at.current.sha256.clone(),
+            version_since: nodeproof_report::conditions::rfc3339(at.current.first_seen),
+            previous: previous.sha256.clone(),
+            previous_verdict: versions::judge(previous, r.arch, r.nr),
+        },
+        since: at.current.first_seen,
+    })
+}
+
+/// What `nodeproof trace` resolves rows with on a node: names from `names`
+/// (the kubelet's log directories), and the profile change a pod's
+/// container started after from the pods `read` returns (the API server's,
+/// read once, when the first row asks: at the end of the trace, so that a
+/// container started during it is known) and the versions the agent keeps.
+pub struct TraceChanges<'a> {
+    pub names: &'a dyn PodLookup,
+    pub read: Box<dyn Fn() -> PodIndex + 'a>,
+    pub pods: std::cell::OnceCell<PodIndex>,
+    pub versions: ProfileVersions,
+}
+
+impl<'a> TraceChanges<'a> {
+    pub fn new(
+        names: &'a dyn PodLookup,
+        versions: ProfileVersions,
+        read: impl Fn() -> PodIndex + 'a,
+    ) -> Self {
+        TraceChanges {
+            names,
+            read: Box::new(read),
+            pods: std::cell::OnceCell::new(),
+            versions,
+        }
+    }
+}
+
+impl PodLookup for TraceChanges<'_> {
+    fn pod(&self, uid: &str) -> Option<PodRef> {
+        self.names.pod(uid)
+    }
+
+    fn container_name(&self, container_id: &str) -> Option<String> {
+        self.names.container_name(container_id)
+    }
+
+    fn change(&self, row: &SummaryRow) -> Option<DenialChange> {
+        let uid = row.pod_uid.as_deref()?;
+        let id = row.container_id.as_deref()?;
+        if self.versions.is_empty() {
+            return None;
+        }
+        let pods = self.pods.get_or_init(|| (self.read)());
+        attribution(row, uid, id, pods, &self.versions).map(|a| a.change)
+    }
+}
+
 /// Attributions kept (per container, arch and number) before the cache is
 /// cleared: a node's containers times the calls denied in them stay far
 /// below; a churn of containers would otherwise grow it.
@@ -349,20 +422,7 @@ impl DenialAggregator {
         if let Some(a) = self.judged.get(&key) {
             return Some(a.clone());
         }
-        let (started, path) = pods.start_and_profile(uid, id)?;
-        let at = versions?.at_start(&path, started)?;
-        let previous = at.previous?;
-        let a = Attribution {
-            change: DenialChange {
-                profile: path,
-                syscall: r.syscall.clone(),
-                version: at.current.sha256.clone(),
-                version_since: nodeproof_report::conditions::rfc3339(at.current.first_seen),
-                previous: previous.sha256.clone(),
-                previous_verdict: versions::judge(previous, r.arch, r.nr),
-            },
-            since: at.current.first_seen,
-        };
+        let a = attribution(r, uid, id, pods, versions?)?;
         if self.judged.len() >= MAX_JUDGED {
             self.judged.clear();
         }
@@ -615,6 +675,7 @@ mod tests {
             container: None,
             pod_uid: uid.map(str::to_string),
             pod: None,
+            change: None,
         }
     }
 

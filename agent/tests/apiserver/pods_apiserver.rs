@@ -297,6 +297,7 @@ async fn pods_referencing_missing_invalid_and_valid_profiles() {
         container: None,
         pod_uid: Some("uid-vllm-0".into()),
         pod: None,
+        change: None,
     };
     rows_tx.send(vec![row.clone()]).await.unwrap();
     rows_tx.send(vec![row]).await.unwrap(); // the same counts again: nothing new

@@ -254,3 +254,109 @@ fn advise_traces_a_pod_read_from_the_api_server_live() {
     assert_eq!(v["outcome"], "ok");
     assert!(stderr.contains("container vllm"), "{stderr}");
 }
+
+/// `nodeproof trace` on a node where the agent keeps the profiles'
+/// versions: a container that started after its profile's edit, denied a
+/// call the version before allowed, has its rows name the change (`-o json`
+/// `change`, and a line of the text summary), through the same lookup the
+/// command builds (`TraceChanges`: names from the kubelet's logs, the pods
+/// read once when the first row asks).
+#[test]
+fn trace_rows_name_the_profile_change_the_container_started_after() {
+    use nodeproof::checks::versions::ProfileVersions;
+    use nodeproof::pods::denials::TraceChanges;
+    use nodeproof_bpfgen::Native;
+    use nodeproof_findings::denial_change::PreviousVerdict;
+    use nodeproof_seccomp::lint::loaded_program;
+
+    let uid = "7c0ffee0-1234-4abc-9def-00000000c4a9";
+    let id = "ce".repeat(32);
+    let Some(cg) = traceable_kubepods(uid, &id) else {
+        return;
+    };
+    // v1 allowed mkdir, v2 (what the child's filter does) denies it; the
+    // container started a minute after v2 was first seen.
+    let v1 = br#"{"defaultAction":"SCMP_ACT_ALLOW"}"#;
+    let v2 = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO"}]}"#;
+    let now = SystemTime::now();
+    let t = |ago: u64| now - Duration::from_secs(ago);
+    let program = |b: &[u8]| loaded_program(b, &LintOptions::default(), &Native).map(|(_, p)| p);
+    let mut versions = ProfileVersions::default();
+    versions.observe("profiles/app.json", v1, None, t(600), || program(v1));
+    versions.observe("profiles/app.json", v2, None, t(120), || program(v2));
+    let started = nodeproof_report::conditions::rfc3339(t(60));
+    let reads = std::cell::Cell::new(0);
+    let read = || {
+        reads.set(reads.get() + 1);
+        let mut pods = PodIndex::default();
+        pods.upsert(
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web-0", "namespace": "ml", "uid": uid},
+                "spec": {"nodeName": "n1", "containers": [{"name": "app", "securityContext": {
+                    "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/app.json"}}}]},
+                "status": {"containerStatuses": [{"name": "app", "containerID": format!("containerd://{id}"),
+                    "image": "app", "imageID": "", "ready": true, "restartCount": 1,
+                    "state": {"running": {"startedAt": started}}}]}
+            }))
+            .unwrap(),
+        );
+        pods
+    };
+    let names = trace::NoPodLookup;
+    let lookup = TraceChanges::new(&names, versions, read);
+
+    let mut tracer = Tracer::start(&TracerConfig::default()).expect("tracer");
+    let stop = AtomicBool::new(false);
+    let child = AtomicU32::new(0);
+    let opts = TraceOptions {
+        comm: Some("np-trace-chg".into()),
+        format: OutputFormat::Text,
+        duration: Some(Duration::from_secs(30)),
+        ..TraceOptions::default()
+    };
+    let mut out = Vec::new();
+    let summary = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            let pid = deny_mkdir_in(&cg, c"np-trace-chg", N);
+            child.store(pid, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, Ordering::SeqCst);
+        });
+        trace::run_with(
+            &mut tracer,
+            &opts,
+            &mut out,
+            &stop,
+            CgroupResolver::host(),
+            &lookup,
+        )
+    })
+    .expect("trace");
+    let row = summary
+        .summary
+        .iter()
+        .find(|r| r.pid == child.load(Ordering::SeqCst))
+        .expect("the child's row");
+    assert_eq!(row.count, N as u64);
+    let change = row.change.as_ref().expect("the row names the change");
+    assert_eq!(change.profile, "profiles/app.json");
+    assert_eq!(change.previous_verdict, PreviousVerdict::Allowed);
+    assert_eq!(reads.get(), 1, "the pods are read once, at the end");
+    let json = serde_json::to_value(&summary).unwrap();
+    let rows = json["summary"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["change"]["previous_verdict"] == "allowed"
+                && r["change"]["syscall"] == "mkdir"),
+        "{json}"
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(&format!(
+            "pid {} mkdir: profile profiles/app.json as of ",
+            row.pid
+        )) && text.contains("allowed mkdir\n"),
+        "{text}"
+    );
+}

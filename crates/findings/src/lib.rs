@@ -8,6 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr};
 
+pub mod denial_change;
 pub mod errors;
 pub mod reason;
 

@@ -31,7 +31,7 @@ pub mod config;
 pub mod contract;
 pub mod contract_labels;
 pub mod credentials;
-pub mod denial_change;
+pub use nodeproof_findings::denial_change;
 pub mod device_health;
 pub mod driver;
 pub mod events;

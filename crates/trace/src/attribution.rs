@@ -51,6 +51,14 @@ pub trait PodLookup {
     fn container_name(&self, _container_id: &str) -> Option<String> {
         None
     }
+    /// The profile change a row's container started after, if the lookup
+    /// knows the container's profile, start and the profile's versions.
+    fn change(
+        &self,
+        _row: &super::SummaryRow,
+    ) -> Option<nodeproof_findings::denial_change::DenialChange> {
+        None
+    }
 }
 
 /// No API server: pods stay identified by UID only.

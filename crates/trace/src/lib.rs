@@ -430,7 +430,10 @@ pub fn run_with(
     if let Some(source) = write_err {
         return Err(TraceError::Write { source });
     }
-    let (rows, stats) = pump.rows(pods)?;
+    let (mut rows, stats) = pump.rows(pods)?;
+    for r in &mut rows {
+        r.change = pods.change(r);
+    }
     let s = summary::summarize(rows, &stats, pump.source().strategy());
     let text = match opts.format {
         OutputFormat::Json => format!("{}\n", summary::summary_json(&s)),

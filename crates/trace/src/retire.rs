@@ -163,6 +163,7 @@ mod tests {
             container: None,
             pod_uid: Some("u1".into()),
             pod: None,
+            change: None,
         }
     }
 

@@ -109,6 +109,11 @@ pub struct SummaryRow {
     pub pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<super::attribution::PodRef>,
+    /// The profile change the container started after, where the caller's
+    /// [`super::PodLookup::change`] knows it (the agent: the pod's profile
+    /// and start from the API server, the versions it keeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<nodeproof_findings::denial_change::DenialChange>,
 }
 
 impl SummaryRow {
@@ -200,6 +205,7 @@ impl Sample {
             container: self.container,
             pod_uid: self.pod_uid,
             pod: self.pod,
+            change: None,
         }
     }
 }
@@ -264,6 +270,7 @@ pub fn aggregate(
                 container: a.container,
                 pod_uid: a.pod_uid,
                 pod: a.pod,
+                change: None,
             })
         })
         .collect();
@@ -494,6 +501,17 @@ pub fn summary_text(s: &TraceSummary) -> String {
             &row[0], &row[1], &row[2], &row[3], &row[4], &row[5],
         ]));
     }
+    // The change each denied container started after, where it is known.
+    for r in &s.summary {
+        if let Some(c) = &r.change {
+            out.push_str(&format!(
+                "pid {} {}: {}\n",
+                r.pid,
+                r.syscall,
+                change_text(c)
+            ));
+        }
+    }
     out.push_str(&format!(
         "strategy {}; {} samples, {} dropped; counts exact{}\n",
         s.strategy,
@@ -529,6 +547,25 @@ pub fn rfc3339(ns: u64) -> String {
         rem / 3600,
         (rem / 60) % 60,
         rem % 60
+    )
+}
+
+/// What a row's change says: the version the container started under and
+/// what the one before did with the call.
+pub fn change_text(c: &nodeproof_findings::denial_change::DenialChange) -> String {
+    use nodeproof_findings::denial_change::PreviousVerdict;
+    let said = match c.previous_verdict {
+        PreviousVerdict::Allowed => format!("allowed {}", c.syscall),
+        PreviousVerdict::Denied => "denied it too".to_string(),
+        PreviousVerdict::Unknown => "cannot be judged".to_string(),
+    };
+    format!(
+        "profile {} as of {} (sha256 {}…); the previous version (sha256 {}…, until {}) {said}",
+        c.profile,
+        c.version_since,
+        &c.version[..c.version.len().min(8)],
+        &c.previous[..c.previous.len().min(8)],
+        c.version_since,
     )
 }
 

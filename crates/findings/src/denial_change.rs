@@ -30,7 +30,9 @@ pub const SYSCALL: &str = "seccomp.nodeproof.dev/syscall";
 
 /// What the previous version of the profile did with the call the current
 /// one denied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum PreviousVerdict {
     /// It allowed it: the change broke this call.
@@ -63,7 +65,9 @@ impl PreviousVerdict {
 }
 
 /// The change one Event's denials followed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct DenialChange {
     pub profile: String,
     pub syscall: String,
