@@ -407,12 +407,12 @@ pub fn recording_path(state_dir: &Path, namespace: &str, pod: &str) -> PathBuf {
         .join(format!("{pod}.json"))
 }
 
-/// The recordings kept under `state_dir` (`recordings/<namespace>/<pod>.json`),
-/// and a fingerprint of the files (their paths, sizes and modification
-/// times): the same fingerprint, the same recordings, without reading them.
-/// A file that cannot be read or is not a recording is left out with a
-/// warning (one a pass: the rollout guard reads again when files change).
-pub fn kept_recordings(state_dir: &Path, read: bool) -> (u64, Vec<Recording>) {
+/// The recordings kept under `state_dir` (`recordings/<namespace>/<pod>.json`)
+/// with a fingerprint of the files (their paths, sizes and modification
+/// times); `None`, without reading a file, when the fingerprint is still
+/// `known`. A file that cannot be read or is not a recording is left out
+/// with a warning (once a change: the rollout guard reads again only then).
+pub fn kept_recordings(state_dir: &Path, known: Option<u64>) -> Option<(u64, Vec<Recording>)> {
     use std::hash::{Hash, Hasher};
     let mut files: Vec<(PathBuf, u64, std::time::SystemTime)> = Vec::new();
     let root = state_dir.join("recordings");
@@ -431,8 +431,8 @@ pub fn kept_recordings(state_dir: &Path, read: bool) -> (u64, Vec<Recording>) {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     files.hash(&mut h);
     let fingerprint = h.finish();
-    if !read {
-        return (fingerprint, Vec::new());
+    if known == Some(fingerprint) {
+        return None;
     }
     let recordings = files
         .iter()
@@ -447,7 +447,7 @@ pub fn kept_recordings(state_dir: &Path, read: bool) -> (u64, Vec<Recording>) {
                 .ok()
         })
         .collect();
-    (fingerprint, recordings)
+    Some((fingerprint, recordings))
 }
 
 /// Writes `recording` (indented JSON) to `path` through `<path>.tmp` and a

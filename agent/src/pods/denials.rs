@@ -296,10 +296,10 @@ fn attribution(
 /// read once, when the first row asks: at the end of the trace, so that a
 /// container started during it is known) and the versions the agent keeps.
 pub struct TraceChanges<'a> {
-    pub names: &'a dyn PodLookup,
-    pub read: Box<dyn Fn() -> PodIndex + 'a>,
-    pub pods: std::cell::OnceCell<PodIndex>,
-    pub versions: ProfileVersions,
+    names: &'a dyn PodLookup,
+    read: Box<dyn Fn() -> PodIndex + 'a>,
+    pods: std::cell::OnceCell<PodIndex>,
+    versions: ProfileVersions,
 }
 
 impl<'a> TraceChanges<'a> {

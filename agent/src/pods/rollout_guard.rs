@@ -147,9 +147,9 @@ pub fn judge(
     }))
 }
 
-/// Reads the recordings kept in a state directory: a fingerprint, and the
-/// recordings when asked (`crate::record::kept_recordings`).
-pub type ReadRecordings = fn(&Path, bool) -> (u64, Vec<Recording>);
+/// Reads the recordings kept in a state directory with their fingerprint,
+/// or `None` when it is still the one given (`crate::record::kept_recordings`).
+pub type ReadRecordings = fn(&Path, Option<u64>) -> Option<(u64, Vec<Recording>)>;
 
 /// What a profile's hold was judged on: the previous and current
 /// versions' sha256 and the recordings' fingerprint.
@@ -198,15 +198,11 @@ impl RolloutGuard {
         let (Some(old), Some(new)) = (&previous.program, &current.program) else {
             return None;
         };
-        let (fingerprint, _) = (self.read)(&self.state_dir, false);
-        if self
-            .recordings
-            .as_ref()
-            .is_none_or(|(f, _)| *f != fingerprint)
-        {
-            self.recordings = Some((self.read)(&self.state_dir, true));
+        let known = self.recordings.as_ref().map(|(f, _)| *f);
+        if let Some(read) = (self.read)(&self.state_dir, known) {
+            self.recordings = Some(read);
         }
-        let (fingerprint, recordings) = self.recordings.as_ref().expect("read above");
+        let (fingerprint, recordings) = self.recordings.as_ref()?;
         let stamp = (
             previous.sha256.clone(),
             current.sha256.clone(),
@@ -354,44 +350,23 @@ mod tests {
             hold.cause(),
             "profiles/app.json changed (sha256 9a8b7c6d5e4f → 1f2e3d4c5b6a) and stops mkdir that pod ml/web-0 made: new pods of this class wait; allow the calls or restore the previous version"
         );
-        // Back to allowing it, or no pod of the profile recorded making it: no hold.
+        // Back to allowing it, or no pod of the profile recorded making it,
+        // or the same version: no hold.
+        let held = |old: &[SockFilter], (sha, new): (&str, &[SockFilter]), recs: &[Recording]| {
+            let previous = Version {
+                sha256: "9a8b",
+                program: old,
+            };
+            let current = Version {
+                sha256: sha,
+                program: new,
+            };
+            judge("profiles/app.json", previous, current, lib, mode, recs).unwrap()
+        };
         let wider = program(&[&base[..], &["mkdir", "rmdir"]].concat());
-        assert_eq!(
-            judge(
-                "profiles/app.json",
-                v("9a8b", &old),
-                v("7777", &wider),
-                lib,
-                mode,
-                &recs
-            )
-            .unwrap(),
-            None
-        );
-        assert_eq!(
-            judge(
-                "profiles/app.json",
-                v("9a8b", &old),
-                v("1f2e", &new),
-                lib,
-                mode,
-                &recs[1..]
-            )
-            .unwrap(),
-            None
-        );
-        // The same version: nothing changed.
-        assert_eq!(
-            judge(
-                "profiles/app.json",
-                v("9a8b", &old),
-                v("9a8b", &new),
-                lib,
-                mode,
-                &recs
-            )
-            .unwrap(),
-            None
-        );
+        assert_eq!(held(&old, ("7777", &wider), &recs), None);
+        assert_eq!(held(&old, ("1f2e", &new), &recs[1..]), None);
+        assert_eq!(held(&old, ("9a8b", &new), &recs), None);
+        assert!(held(&old, ("1f2e", &new), &recs).is_some());
     }
 }

@@ -47,6 +47,47 @@ pub(crate) async fn node_report_loop(
     ReportLoop::new(reporter, config, 7)
 }
 
+/// A child in `cg` named `comm`, denied mkdir [`N`] times, traced by the
+/// real tracer with `pods` resolving rows: the summary, the child's pid and
+/// what the trace printed in `format`.
+fn trace_denied_child(
+    cg: &support::cgroup::CgroupDir,
+    comm: &'static std::ffi::CStr,
+    format: OutputFormat,
+    pods: &dyn trace::PodLookup,
+) -> (trace::TraceSummary, u32, Vec<u8>) {
+    let mut tracer = Tracer::start(&TracerConfig::default()).expect("tracer");
+    let stop = AtomicBool::new(false);
+    let child = AtomicU32::new(0);
+    let opts = TraceOptions {
+        comm: Some(comm.to_string_lossy().into_owned()),
+        format,
+        // Only a bound: the worker stops the trace once the child is done.
+        duration: Some(Duration::from_secs(30)),
+        ..TraceOptions::default()
+    };
+    let mut out = Vec::new();
+    let summary = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            let pid = deny_mkdir_in(cg, comm, N);
+            child.store(pid, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, Ordering::SeqCst);
+        });
+        trace::run_with(
+            &mut tracer,
+            &opts,
+            &mut out,
+            &stop,
+            CgroupResolver::host(),
+            pods,
+        )
+    })
+    .expect("trace");
+    (summary, child.load(Ordering::SeqCst), out)
+}
+
 #[test]
 fn real_denials_become_one_aggregated_pod_event() {
     let uid = "7c0ffee0-1234-4abc-9def-00000000beef";
@@ -68,38 +109,11 @@ fn real_denials_become_one_aggregated_pod_event() {
         .unwrap(),
     );
 
-    let mut tracer = Tracer::start(&TracerConfig::default()).expect("tracer");
-    let stop = AtomicBool::new(false);
-    let child = AtomicU32::new(0);
-    let opts = TraceOptions {
-        comm: Some("np-pods-e2e".into()),
-        format: OutputFormat::Json,
-        // Only a bound: the worker stops the trace once the child is done.
-        duration: Some(Duration::from_secs(30)),
-        ..TraceOptions::default()
-    };
-    let summary = std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(200));
-            let pid = deny_mkdir_in(&cg, c"np-pods-e2e", N);
-            child.store(pid, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(300));
-            stop.store(true, Ordering::SeqCst);
-        });
-        trace::run_with(
-            &mut tracer,
-            &opts,
-            &mut std::io::sink(),
-            &stop,
-            CgroupResolver::host(),
-            &pods,
-        )
-    })
-    .expect("trace");
+    let (summary, child, _) = trace_denied_child(&cg, c"np-pods-e2e", OutputFormat::Json, &pods);
     let rows: Vec<_> = summary
         .summary
         .iter()
-        .filter(|r| r.pid == child.load(Ordering::SeqCst))
+        .filter(|r| r.pid == child)
         .cloned()
         .collect();
     assert_eq!(
@@ -305,38 +319,12 @@ fn trace_rows_name_the_profile_change_the_container_started_after() {
     let names = trace::NoPodLookup;
     let lookup = TraceChanges::new(&names, versions, read);
 
-    let mut tracer = Tracer::start(&TracerConfig::default()).expect("tracer");
-    let stop = AtomicBool::new(false);
-    let child = AtomicU32::new(0);
-    let opts = TraceOptions {
-        comm: Some("np-trace-chg".into()),
-        format: OutputFormat::Text,
-        duration: Some(Duration::from_secs(30)),
-        ..TraceOptions::default()
-    };
-    let mut out = Vec::new();
-    let summary = std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(200));
-            let pid = deny_mkdir_in(&cg, c"np-trace-chg", N);
-            child.store(pid, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(300));
-            stop.store(true, Ordering::SeqCst);
-        });
-        trace::run_with(
-            &mut tracer,
-            &opts,
-            &mut out,
-            &stop,
-            CgroupResolver::host(),
-            &lookup,
-        )
-    })
-    .expect("trace");
+    let (summary, child, out) =
+        trace_denied_child(&cg, c"np-trace-chg", OutputFormat::Text, &lookup);
     let row = summary
         .summary
         .iter()
-        .find(|r| r.pid == child.load(Ordering::SeqCst))
+        .find(|r| r.pid == child)
         .expect("the child's row");
     assert_eq!(row.count, N as u64);
     let change = row.change.as_ref().expect("the row names the change");
