@@ -13,7 +13,7 @@ pub use crate::checks::profiles::SeccompConfig;
 mod daemon;
 mod record;
 pub use daemon::DaemonConfig;
-pub use record::{parse_selector, LabelRequirement, RecordConfig};
+pub use record::{parse_selector, RecordConfig};
 
 /// The configuration compiled into the binary, used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../../systemd/config.toml");

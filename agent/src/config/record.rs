@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use kube::core::{Expression, SelectorExt};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -48,48 +49,31 @@ impl Default for RecordConfig {
     }
 }
 
-/// One requirement of a label selector (equality-based, as kubectl's `-l`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LabelRequirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    Exists(String),
-    NotExists(String),
-}
-
-impl LabelRequirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        match self {
-            Self::Equals(k, v) => labels.get(k) == Some(v),
-            Self::NotEquals(k, v) => labels.get(k) != Some(v),
-            Self::Exists(k) => labels.contains_key(k),
-            Self::NotExists(k) => !labels.contains_key(k),
-        }
-    }
-}
-
-/// `app=vllm,tier!=batch,canary,!legacy` (also `==`); `Err` names the part
-/// that is none of these.
-pub fn parse_selector(s: &str) -> Result<Vec<LabelRequirement>, String> {
+/// `app=vllm,tier!=batch,canary,!legacy` (also `==`) as kube-core's
+/// selector expressions, whose matching is theirs (kube-core has no parser
+/// of the string form); `Err` names the part that is none of these.
+pub fn parse_selector(s: &str) -> Result<Vec<Expression>, String> {
     s.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| {
             let valid = |k: &str| !k.is_empty() && !k.contains(['=', '!', ' ']);
             let r = if let Some((k, v)) = p.split_once("!=") {
-                LabelRequirement::NotEquals(k.trim().into(), v.trim().into())
+                Expression::NotEqual(k.trim().into(), v.trim().into())
             } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
-                LabelRequirement::Equals(k.trim().into(), v.trim().into())
+                Expression::Equal(k.trim().into(), v.trim().into())
             } else if let Some(k) = p.strip_prefix('!') {
-                LabelRequirement::NotExists(k.trim().into())
+                Expression::DoesNotExist(k.trim().into())
             } else {
-                LabelRequirement::Exists(p.into())
+                Expression::Exists(p.into())
             };
             let key = match &r {
-                LabelRequirement::Equals(k, _)
-                | LabelRequirement::NotEquals(k, _)
-                | LabelRequirement::Exists(k)
-                | LabelRequirement::NotExists(k) => k,
+                Expression::Equal(k, _)
+                | Expression::NotEqual(k, _)
+                | Expression::Exists(k)
+                | Expression::DoesNotExist(k)
+                | Expression::In(k, _)
+                | Expression::NotIn(k, _) => k,
             };
             if valid(key) {
                 Ok(r)
