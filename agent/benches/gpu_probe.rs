@@ -13,7 +13,7 @@ mod fake_nvml_support;
 
 use std::time::{Duration, Instant};
 
-use nodeproof::checks::gpu as gpu_check;
+use nodeproof::judge::gpu as gpu_check;
 use nodeproof_gpu::faults::{attribute, FaultTracker};
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::views::{DraAllocation, DraView, SliceDevice};

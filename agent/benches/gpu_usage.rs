@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodeproof::checks::gpu as gpu_check;
 use nodeproof::daemon::{metrics, state::Shared};
+use nodeproof::judge::gpu as gpu_check;
 use nodeproof_gpu::nvml::NvmlProbe;
 use nodeproof_gpu::usage::UsageRow;
 use nodeproof_gpu::{self as gpu, GpuConfig, PolicyState};

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use nodeproof::checks::versions::{ProfileVersions, MAX_BYTES, MAX_VERSIONS};
+use nodeproof::judge::versions::{ProfileVersions, MAX_BYTES, MAX_VERSIONS};
 use nodeproof::pods::denials::{DenialAggregator, PodIndex};
 use nodeproof_bpfgen::Native;
 use nodeproof_seccomp::lint::{loaded_program, LintOptions};

@@ -8,11 +8,11 @@ pub mod advise;
 pub mod checks;
 pub mod config;
 pub mod daemon;
+pub mod judge;
 pub mod memory;
 pub mod observe;
 pub mod oneshot;
 pub mod pods;
-pub mod preflight;
 pub mod record;
 pub mod sandbox;
 // Included by build.rs, which embeds the line; compiled here for its tests.

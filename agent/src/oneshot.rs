@@ -1,27 +1,25 @@
-//! The one-shot commands' drive (`check`, `gpu`, `pods --once`,
-//! `preflight`): one round of the checks with the I/O they need done here
-//! (the pods bound to this node listed once, the kubelet's pod-resources
-//! and the DRA view read once), above `checks` (pure judgement) and
-//! `pods` (the pods' judgement and the daemon's watch), so neither of
-//! those reads the API server for the other.
+//! The one-shot commands' drive (`check`, `preflight`, `pods --once`):
+//! one round of every check of `crate::checks::REGISTRY` the command runs,
+//! with the API server read through this command's one connection (the
+//! pods bound to this node listed once, the DRA view read once).
 //!
 //! A [`Session`] is the one runtime and the one connection a command
 //! makes: `check --report` lists the pods, reads DRA and writes its report
 //! with it, instead of connecting once for each.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
-use nodeproof_gpu::{GpuReport, PolicyState};
 use nodeproof_kube::connect::ConnectError;
 use nodeproof_kube::{Connection, OnceError, OnceSummary};
 use nodeproof_report::events::PodEvent;
 
-use crate::checks::lint_cache::LintCache;
-use crate::checks::{self, gpu, profiles, Subsystem};
+use crate::checks::{ApiSession, Command, Context, REGISTRY};
 use crate::config::Config;
-use crate::observe;
+use crate::judge;
+use crate::observe::kubelet::Layout;
+use crate::observe::lint_cache::LintCache;
 use crate::pods::node::{self, PodsOnce, PodsOptions, PodsRunError, ONCE_DEADLINE};
 use nodeproof_gpu::views::NodeDra;
 
@@ -112,9 +110,9 @@ impl Session {
     }
 }
 
-/// One round of every check ([`node_round`]): the node's findings and
-/// conditions, the Events the agent writes on pods for them, and what was
-/// not judged and why.
+/// One round of every check a command runs ([`node_round`]): the node's
+/// findings and conditions, the Events the agent writes on pods for them,
+/// and what was not judged and why.
 #[derive(Debug, Clone, Default)]
 pub struct NodeRound {
     pub findings: Vec<Finding>,
@@ -125,59 +123,65 @@ pub struct NodeRound {
     pub not_judged: Vec<NotJudged>,
 }
 
-/// One round of every check, as the agent runs them: the profiles under
-/// `seccomp_root`, the tracer (loaded, judged, detached), one GPU cycle
-/// and, when credentials are found, the pods bound to this node. The
-/// conditions are folded by [`node_conditions`], as the daemon folds its
-/// subsystems' latest rounds.
-pub fn node_round(seccomp_root: &Path, config: &Config, session: &Session) -> NodeRound {
-    let (lint, runtime) = observe::profiles::lint_setup(&config.seccomp);
-    // One lint per file: the pods' judge finds the root's reports here.
+/// One round of every check `command` runs, in the registry's order, as
+/// the agent runs them: the conditions folded by
+/// [`judge::node_conditions`], as the daemon folds its checks' latest
+/// rounds. `session`: the API server (`check`); `None` reads nothing from
+/// it (`preflight`).
+pub fn node_round(
+    command: Command,
+    seccomp_root: &Path,
+    config: &Config,
+    session: Option<&Session>,
+) -> NodeRound {
+    let kubelet = kubelet_layout(config);
+    // One lint per file: the later checks find the root's reports here.
     let lints = Arc::new(LintCache::default());
-    let mut files = profiles::round(
+    let api = session.map(|s| Api {
+        session: s,
+        opts: PodsOptions::from_config(config, seccomp_root),
+    });
+    let cx = Context {
+        config,
         seccomp_root,
-        &observe::profiles::lint_root_cached(seccomp_root, &lint, &lints),
-    );
-    files.findings.push(runtime);
-    let opts = pods_options(config, seccomp_root);
-    let pods = session.judge_pods(&opts, lints);
-    let tracing = observe::tracing::probe();
-    let gpu = gpu::round(&gpu_cycle(config, || session.dra(&opts)));
-    let mut rounds = vec![
-        (Subsystem::Profiles, files),
-        (Subsystem::Tracing, tracing),
-        (Subsystem::Gpu, gpu),
-    ];
-    let mut events = Vec::new();
-    let mut not_judged = Vec::new();
-    match pods {
-        Ok(once) => {
-            events.extend(once.findings.iter().map(crate::pods::state::finding_event));
-            rounds.push((Subsystem::Pods, crate::pods::round::round(&once)));
-        }
-        Err(n) => not_judged.push(n),
+        kubelet: &kubelet,
+        lints: &lints,
+        api: api.as_ref().map(|a| a as &dyn ApiSession),
+    };
+    let mut out = NodeRound::default();
+    let mut conditions = Vec::new();
+    for check in REGISTRY.iter().filter(|c| c.commands().contains(&command)) {
+        let o = check.round(&cx, command);
+        out.findings.extend(o.round.findings);
+        conditions.push((check.origin(), o.round.conditions));
+        out.events.extend(o.events);
+        out.not_judged.extend(o.not_judged);
     }
-    rounds.sort_by_key(|(s, _)| *s);
-    NodeRound {
-        conditions: checks::node_conditions(rounds.iter().map(|(s, r)| (*s, &r.conditions[..]))),
-        findings: rounds.into_iter().flat_map(|(_, r)| r.findings).collect(),
-        events,
-        not_judged,
+    out.conditions = judge::node_conditions(conditions.iter().map(|(o, c)| (*o, &c[..])));
+    out
+}
+
+/// The kubelet's files on this host (under `report.host-root` when set:
+/// the DaemonSet's host mount).
+pub fn kubelet_layout(config: &Config) -> Layout {
+    match &config.report.host_root {
+        Some(host) => Layout::under(host),
+        None => Layout::default(),
     }
 }
 
-/// The pods check's settings from the config: the reporter's credentials
-/// and node name, the profiles' lint settings, the runtime's config under
-/// `/etc`. The CLI and the daemon both start from this.
-pub fn pods_options(config: &Config, seccomp_root: &Path) -> PodsOptions {
-    PodsOptions {
-        kubeconfig: config.report.kubeconfig.clone(),
-        context: config.report.context.clone(),
-        node_name: config.report.node_name.clone(),
-        host_root: config.report.host_root.clone(),
-        seccomp_root: seccomp_root.to_path_buf(),
-        lint: observe::profiles::lint_options(&config.seccomp),
-        etc: PathBuf::from("/etc"),
+/// The API server through a command's session.
+struct Api<'a> {
+    session: &'a Session,
+    opts: PodsOptions,
+}
+
+impl ApiSession for Api<'_> {
+    fn pods(&self, lints: Arc<LintCache>) -> Result<PodsOnce, NotJudged> {
+        self.session.judge_pods(&self.opts, lints)
+    }
+    fn dra(&self) -> NodeDra {
+        self.session.dra(&self.opts)
     }
 }
 
@@ -188,10 +192,10 @@ pub const PODS_SUBJECT: &str = "pods";
 fn said(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
     let not_judged = not_judged(e, opts);
     if not_judged.fails {
-        tracing::warn!(nodeproof_check = Subsystem::Pods.as_str(), error = %nodeproof_findings::errors::error_chain(e), "pods could not be judged");
+        tracing::warn!(nodeproof_check = crate::pods::CHECK_NAME, error = %nodeproof_findings::errors::error_chain(e), "pods could not be judged");
     } else {
         tracing::info!(
-            nodeproof_check = Subsystem::Pods.as_str(),
+            nodeproof_check = crate::pods::CHECK_NAME,
             "{e}; pods are not judged"
         );
     }
@@ -265,7 +269,7 @@ pub fn not_judged(e: &PodsRunError, opts: &PodsOptions) -> NotJudged {
             nodeproof_findings::errors::error_chain(e),
         ),
     };
-    NotJudged::new(Check::PodProfile, PODS_SUBJECT, cause, message)
+    NotJudged::new(Check::POD_PROFILE, PODS_SUBJECT, cause, message)
 }
 
 /// The last cause of `e`: what a person can act on (the file that is
@@ -286,29 +290,85 @@ fn api_text(e: &kube::Error) -> String {
         e => innermost(e),
     }
 }
-/// One cycle with a fresh probe and policy state (a one-shot command), the
-/// kubelet's pod-resources when its socket is there, and on a node with
-/// NVIDIA devices the DRA view `dra` reads (asked only then).
-pub fn gpu_cycle(config: &Config, dra: impl FnOnce() -> NodeDra) -> GpuReport {
-    let gpu = &config.gpu;
-    let mut report = nodeproof_gpu::cycle(
-        gpu,
-        &mut observe::gpu::probe(gpu),
-        &mut PolicyState::default(),
-    );
-    if report.no_gpu() {
-        return report;
-    }
-    let kubelet =
-        observe::gpu::pod_resources(gpu).and_then(|mut s| observe::gpu::read_kubelet(&mut s));
-    gpu::compare(&mut report, &kubelet, None, &dra());
-    report
-}
 
-/// [`gpu_cycle`] for a command that reads nothing else from the API
-/// server (`gpu`, `preflight`): the DRA view with a connection of its own.
-pub fn gpu_cycle_alone(config: &Config) -> GpuReport {
-    gpu_cycle(config, || {
-        node::dra_once(&pods_options(config, &config.seccomp.root))
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeproof_findings::Status;
+
+    /// On a bare host every check preflight runs is listed, each skipped
+    /// with why, in the registry's order.
+    #[test]
+    fn preflight_on_a_bare_host_lists_every_check_skipped_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, host) = (dir.path().join("seccomp"), dir.path().join("host"));
+        let mut config =
+            Config::parse(crate::config::EMBEDDED_DEFAULT, Path::new("config.toml")).unwrap();
+        config.report.host_root = Some(host.clone());
+        // A PCI bus with no device on it.
+        std::fs::create_dir_all(host.join("bus/pci/devices")).unwrap();
+        config.gpu.sysfs_root = host.clone();
+        config.gpu.nvml_library = host.join("libnvidia-ml.so.1").display().to_string();
+        let said = |config: &Config| -> Vec<(Check, Status, String)> {
+            let findings = node_round(Command::Preflight, &root, config, None).findings;
+            // Each finding names a check of the registry.
+            assert!(
+                findings.iter().all(|f| crate::checks::registered(f.check)),
+                "{findings:?}"
+            );
+            findings
+                .into_iter()
+                .map(|f| {
+                    let m = f.message.replace(&host.display().to_string(), "HOST");
+                    (
+                        f.check,
+                        f.status,
+                        m.replace(&dir.path().display().to_string(), "DIR"),
+                    )
+                })
+                .collect()
+        };
+        let skipped = |check, m: &str| (check, Status::Skipped, m.to_string());
+        use crate::checks::{kubelet_access, seccomp_default, static_pods};
+        assert_eq!(
+            said(&config),
+            [
+                skipped(Check::SECCOMP_PROFILE, "DIR/seccomp does not exist: nothing to check"),
+                skipped(Check::GPU_DRIVER, "no NVIDIA PCI device on this node: no GPU driver to check"),
+                skipped(static_pods::CHECK, "HOST/etc/kubernetes/manifests does not exist: nothing to check"),
+                skipped(
+                    kubelet_access::CHECK,
+                    "no kubelet.service in HOST/usr/lib/systemd/system, HOST/lib/systemd/system, HOST/run/systemd/system, HOST/etc/systemd/system: no rootless kubelet to check"
+                ),
+                skipped(
+                    seccomp_default::CHECK,
+                    "no kubelet.service on this host: no kubelet whose seccompDefault to check"
+                ),
+            ]
+        );
+        // Present but empty, and a kubelet running as root with no --config.
+        let layout = Layout::under(&host);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&layout.manifests).unwrap();
+        std::fs::create_dir_all(&layout.unit_dirs[3]).unwrap();
+        std::fs::write(
+            layout.unit_dirs[3].join("kubelet.service"),
+            "[Service]\nExecStart=/k\n",
+        )
+        .unwrap();
+        let messages: Vec<String> = said(&config)
+            .into_iter()
+            .filter(|(c, _, _)| *c != Check::GPU_DRIVER)
+            .map(|(_, _, m)| m)
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "no profiles under DIR/seccomp",
+                "no static pod in HOST/etc/kubernetes/manifests names a localhostProfile",
+                "the kubelet runs as root (no User= in kubelet.service or its drop-ins): no rootless access to check",
+                "seccompDefault is not set (the kubelet's default is false): containers that name no seccomp profile run Unconfined; start the kubelet with --seccomp-default and restart the kubelet",
+            ]
+        );
+    }
 }

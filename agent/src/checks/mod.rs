@@ -1,201 +1,222 @@
-//! The checks, assembled once. Each check is a function from what it
-//! observed (lint reports, the tracer's start, a GPU cycle, the pods'
-//! judgement) to one [`Round`] of findings and conditions, and
-//! [`node_conditions`] folds the latest rounds into the Node's conditions.
-//! `check`, `preflight`, `pods` and the daemon (`run`) all call these, so
-//! what `nodeproof check` prints is what the agent writes. Nothing here does
-//! I/O: what the checks judge is observed by `crate::observe` (files, lints,
-//! probes) and by `crate::pods` (the API server), and driven by
-//! `crate::oneshot` and `crate::daemon`.
+//! The checks, one module each: what it observes (through
+//! `crate::observe`, and for the pods the API server), how it judges (a
+//! pure function of its own or of `crate::judge`), when `run` runs it, and
+//! its vocabulary (the CHECK column's names, its reasons). [`REGISTRY`]
+//! lists them once; `check`, `preflight`, `run` (`/healthz/<name>`,
+//! `STATUS=`, `/metrics`) and docs/operations.md's table of checks iterate
+//! it, so a check added to it is run, served and documented everywhere,
+//! and `agent/tests/cli_and_docs/operations_reference.rs` fails while the
+//! docs lack it.
+//!
+//! Adding a check: a module here implementing [`NodeCheck`], its line in
+//! [`REGISTRY`], its tests and its docs row (CONTRIBUTING.md walks
+//! `seccomp_default` through it).
 
 pub mod gpu;
-pub mod lint_cache;
-pub mod oci_runtime;
+pub mod kubelet_access;
+pub mod pods;
 pub mod profiles;
+pub mod seccomp_default;
+pub mod static_pods;
 pub mod tracing;
-pub mod versions;
 
-use nodeproof_findings::{Condition, ConditionStatus, Finding};
-use strum::{EnumString, IntoStaticStr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// One round of one check.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Round {
-    pub findings: Vec<Finding>,
-    /// The conditions it backs (none: nothing to report, e.g. no GPU).
-    pub conditions: Vec<Condition>,
+use nodeproof_findings::{Check, ConditionType, Finding, NotJudged};
+use nodeproof_gpu::views::NodeDra;
+use nodeproof_report::events::PodEvent;
+use strum::IntoStaticStr;
+
+use crate::config::Config;
+use crate::judge::{Origin, Round};
+use crate::observe::kubelet::Layout;
+use crate::observe::lint_cache::LintCache;
+use crate::pods::node::PodsOnce;
+
+/// Every check, in the order `check` and `preflight` list their findings
+/// and `STATUS=` lists them.
+pub static REGISTRY: &[&dyn NodeCheck] = &[
+    &profiles::Profiles,
+    &pods::Pods,
+    &tracing::Tracing,
+    &gpu::Gpu,
+    &static_pods::StaticPods,
+    &kubelet_access::KubeletAccess,
+    &seccomp_default::SeccompDefault,
+];
+
+/// The registered check named `name` (`/healthz/<name>`).
+pub fn named(name: &str) -> Option<&'static dyn NodeCheck> {
+    REGISTRY.iter().copied().find(|c| c.name() == name)
 }
 
-/// The subsystems whose rounds make up the node's picture, by the name
-/// `/healthz/<check>`, `STATUS=` and `NODEPROOF_CHECK=` use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, EnumString)]
+/// The commands that run checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, IntoStaticStr)]
 #[strum(serialize_all = "lowercase")]
-pub enum Subsystem {
-    Profiles,
-    Pods,
-    Tracing,
-    Gpu,
-    Reporter,
+pub enum Command {
+    /// `nodeproof check`: one round of what `run` does.
+    Check,
+    /// `nodeproof preflight`: before the kubelet starts, this node alone.
+    Preflight,
+    /// `nodeproof run`: the agent.
+    Run,
 }
 
-impl Subsystem {
-    /// In the order `STATUS=` lists them.
-    pub const ALL: [Subsystem; 5] = [
-        Subsystem::Profiles,
-        Subsystem::Pods,
-        Subsystem::Tracing,
-        Subsystem::Gpu,
-        Subsystem::Reporter,
-    ];
-
+impl Command {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
-
-    pub fn parse(name: &str) -> Option<Subsystem> {
-        name.parse().ok()
-    }
 }
 
-impl std::fmt::Display for Subsystem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
+/// How `nodeproof run` runs a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// A task of its own in the daemon drives it (a file watch, the
+    /// tracer's thread, the GPU probe's cycle, the API server's watch).
+    OwnTask,
+    /// The daemon's check runner, at start, every period and on a reload.
+    Every(Duration),
+    /// Not in the daemon: only the commands in [`NodeCheck::commands`] run it.
+    NotRun,
 }
 
-/// The Node's conditions from each subsystem's latest conditions: the
-/// pods' part of `SeccompProfilesReady` is folded into the files' one
-/// ([`combine`]); every other condition is its check's own. In
-/// [`Subsystem::ALL`] order, so `check` and the daemon list them alike.
-pub fn node_conditions<'a>(
-    rounds: impl IntoIterator<Item = (Subsystem, &'a [Condition])>,
-) -> Vec<Condition> {
-    let mut rounds: Vec<(Subsystem, &[Condition])> = rounds.into_iter().collect();
-    rounds.sort_by_key(|(s, _)| *s);
-    let mut out: Vec<Condition> = rounds
-        .iter()
-        .filter(|(s, _)| *s != Subsystem::Pods)
-        .flat_map(|(_, c)| c.iter().cloned())
-        .collect();
-    let pods = rounds
-        .iter()
-        .filter(|(s, _)| *s == Subsystem::Pods)
-        .flat_map(|(_, c)| c.iter());
-    for pods in pods {
-        match out.iter_mut().find(|c| c.kind == pods.kind) {
-            Some(files) => *files = combine(files.clone(), pods.clone()),
-            None => out.push(pods.clone()),
+/// What a command's round may observe through: the settings, the host's
+/// kubelet layout, the round's one lint per file, and the API server when
+/// the command has a connection.
+pub struct Context<'a> {
+    pub config: &'a Config,
+    /// The kubelet's seccomp root (`--seccomp-root` or `seccomp.root`).
+    pub seccomp_root: &'a Path,
+    pub kubelet: &'a Layout,
+    /// The round's lint reports: the profiles check fills it, the others
+    /// (pods, static pods) find the same files here instead of linting
+    /// them again.
+    pub lints: &'a Arc<LintCache>,
+    /// `None`: the command reads nothing from the API server (preflight,
+    /// the daemon's runner).
+    pub api: Option<&'a dyn ApiSession>,
+}
+
+/// The API server as a one-shot command reads it (the real edge: one
+/// connection per command, `crate::oneshot::Session`).
+pub trait ApiSession {
+    /// The pods bound to this node judged once, or why not.
+    fn pods(&self, lints: Arc<LintCache>) -> Result<PodsOnce, NotJudged>;
+    /// This node's DRA view once.
+    fn dra(&self) -> NodeDra;
+}
+
+/// One round of one check, with what it could not judge and the Events
+/// the agent writes for it.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub round: Round,
+    pub events: Vec<PodEvent>,
+    pub not_judged: Vec<NotJudged>,
+}
+
+impl From<Round> for Outcome {
+    fn from(round: Round) -> Outcome {
+        Outcome {
+            round,
+            ..Outcome::default()
         }
     }
-    out
 }
 
-/// One condition from the node's own profile lint and the pods' references:
-/// a pod that cannot start is the more urgent, more concrete cause, so its
-/// reason leads; the files' problem, if any, is still named.
-pub fn combine(node_files: Condition, pods: Condition) -> Condition {
-    if pods.status == ConditionStatus::False {
-        if node_files.status == ConditionStatus::True {
-            return pods;
-        }
-        return Condition {
-            message: format!("{}; node profiles: {}", pods.message, node_files.message),
-            ..pods
-        };
+/// A check, as the registry holds it.
+pub trait NodeCheck: Sync {
+    /// Its name: `/healthz/<name>`, `STATUS=`, journald's `NODEPROOF_CHECK=`.
+    fn name(&self) -> &'static str;
+    /// What it judges, one line for the docs' table.
+    fn about(&self) -> &'static str;
+    /// The CHECK column of the findings it makes.
+    fn findings(&self) -> &'static [Check];
+    /// Its reasons, each with what it means (empty: listed in the
+    /// reference's tables of its condition).
+    fn reasons(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
     }
-    // Files that say nothing (there are none) give way to what the pods say.
-    if profiles::Reason::of(&node_files) == Some(profiles::Reason::NoProfiles) {
-        pods
+    /// The Node conditions it backs.
+    fn conditions(&self) -> &'static [ConditionType] {
+        &[]
+    }
+    /// How its conditions fold with another check's of the same type.
+    fn origin(&self) -> Origin {
+        Origin::Own
+    }
+    /// The commands that run it.
+    fn commands(&self) -> &'static [Command];
+    /// How `run` runs it.
+    fn schedule(&self) -> Schedule;
+    /// One round, as `command` runs it.
+    fn round(&self, cx: &Context<'_>, command: Command) -> Outcome;
+}
+
+/// Every finding of `findings` says a check of [`REGISTRY`] made it.
+pub fn registered(check: Check) -> bool {
+    REGISTRY.iter().any(|c| c.findings().contains(&check))
+}
+
+/// A finding for a check that did not apply here, and why.
+pub fn skipped(
+    check: Check,
+    subject: &Path,
+    reason: impl Into<nodeproof_findings::Reason>,
+    message: String,
+) -> Finding {
+    Finding {
+        detail: None,
+        check,
+        subject: subject.display().to_string(),
+        status: nodeproof_findings::Status::Skipped,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Why a directory a check reads holds nothing to check.
+pub fn absent_or(dir: &Path, empty: String) -> String {
+    if dir.exists() {
+        empty
     } else {
-        node_files
+        format!("{} does not exist: nothing to check", dir.display())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodeproof_findings::{ConditionStatus, ConditionType};
-
-    fn cond(kind: ConditionType, status: ConditionStatus, reason: &str) -> Condition {
-        Condition::new(kind, status, reason, "m")
-    }
 
     #[test]
-    fn pods_fold_into_the_files_condition_and_the_order_is_fixed() {
-        use ConditionStatus::*;
-        use ConditionType::*;
-        let files = [cond(SeccompProfilesReady, True, "NoProfiles")];
-        let pods = [cond(SeccompProfilesReady, False, "ProfileMissing")];
-        let tracing = [cond(SeccompTracingReady, True, "StrategyLoaded")];
-        let got = node_conditions([
-            (Subsystem::Tracing, &tracing[..]),
-            (Subsystem::Pods, &pods[..]),
-            (Subsystem::Profiles, &files[..]),
-        ]);
-        let got: Vec<_> = got
+    fn names_and_finding_checks_are_unique() {
+        let mut names: Vec<&str> = REGISTRY.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len());
+        let mut checks: Vec<Check> = REGISTRY
             .iter()
-            .map(|c| (c.kind, c.status, c.reason.as_str()))
+            .flat_map(|c| c.findings())
+            .copied()
             .collect();
-        assert_eq!(
-            got,
-            [
-                (SeccompProfilesReady, False, "ProfileMissing"),
-                (SeccompTracingReady, True, "StrategyLoaded")
-            ]
-        );
-        // Pods without a files round (the profiles task not done yet) still count.
-        let got = node_conditions([(Subsystem::Pods, &pods[..])]);
-        assert_eq!(got, pods);
-        assert_eq!(Subsystem::parse("gpu"), Some(Subsystem::Gpu));
-    }
-
-    #[test]
-    fn combine_prefers_pod_problems() {
-        let ok = |reason: &str| Condition {
-            kind: ConditionType::SeccompProfilesReady,
-            status: ConditionStatus::True,
-            reason: reason.into(),
-            message: String::new(),
-        };
-        let bad = Condition {
-            status: ConditionStatus::False,
-            reason: "ProfileMissing".into(),
-            ..ok("")
-        };
-        assert_eq!(
-            combine(ok("ProfilesValid"), bad.clone()).reason,
-            "ProfileMissing"
-        );
-        assert_eq!(
-            combine(ok("ProfilesValid"), ok("PodProfilesReady")).reason,
-            "ProfilesValid"
-        );
-        assert_eq!(
-            combine(ok("NoProfiles"), ok("PodProfilesReady")).reason,
-            "PodProfilesReady"
-        );
-        let files_bad = Condition {
-            status: ConditionStatus::False,
-            reason: "ProfileRejected".into(),
-            message: "1 of 2 profiles fails".into(),
-            ..ok("")
-        };
-        assert_eq!(
-            combine(files_bad.clone(), ok("PodProfilesReady")),
-            files_bad
-        );
-        let pods_bad = Condition {
-            message: "1 of 3 pods references unusable seccomp profiles".into(),
-            ..bad
-        };
-        let both = combine(files_bad, pods_bad);
-        assert_eq!(
-            (both.status, both.reason.as_str()),
-            (ConditionStatus::False, "ProfileMissing")
-        );
-        assert_eq!(
-            both.message,
-            "1 of 3 pods references unusable seccomp profiles; node profiles: 1 of 2 profiles fails"
-        );
+        let n = checks.len();
+        checks.sort_unstable();
+        checks.dedup();
+        assert_eq!(checks.len(), n, "two checks claim one CHECK name");
+        for c in REGISTRY {
+            assert!(
+                !c.commands().is_empty(),
+                "{} is run by no command",
+                c.name()
+            );
+            assert_eq!(
+                c.commands().contains(&Command::Run),
+                c.schedule() != Schedule::NotRun,
+                "{}: run by `run` exactly when the daemon schedules it",
+                c.name()
+            );
+        }
     }
 }

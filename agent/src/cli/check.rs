@@ -12,8 +12,8 @@ use nodeproof_findings::{Condition, Finding, NotJudged, Status};
 use nodeproof_report::credentials::Lookup;
 use nodeproof_report::events::PodEvent;
 
-use super::gpu::gpu_cycle;
 use super::{exit, Format};
+use nodeproof::checks::Command;
 
 /// `check --report`: where and as whom to report (docs/reporting.md).
 #[derive(clap::Args, Clone)]
@@ -58,7 +58,7 @@ pub(crate) fn check(
     }
     // One runtime and one connection: the pods, DRA and the report share it.
     let session = nodeproof::oneshot::Session::open(&config);
-    let round = nodeproof::oneshot::node_round(root, &config, &session);
+    let round = nodeproof::oneshot::node_round(Command::Check, root, &config, Some(&session));
     // The lookup `connect` makes for the pods and the report (the same inputs,
     // the same answer): said on stderr, and in `-o json` as `credentials`.
     let credentials = nodeproof_kube::connect::lookup(&config.report);
@@ -86,10 +86,12 @@ fn check_exit(conditions: &[Condition], not_judged: &[NotJudged]) -> ExitCode {
     }
 }
 
+/// What the kubelet needs before it starts, as far as this node alone can
+/// tell: every check of the registry that preflight runs, the API server
+/// not asked.
 pub(crate) fn preflight(root: &Path, config: &Config, output: Format) -> Result<ExitCode> {
-    let opts = nodeproof::observe::profiles::lint_options(&config.seccomp);
-    let layout = nodeproof::preflight::Layout::default();
-    let findings = nodeproof::preflight::run(root, &opts, gpu_cycle(config), &layout);
+    let round = nodeproof::oneshot::node_round(Command::Preflight, root, config, None);
+    let findings = round.findings;
     print_check(&findings, &[], &[], None, output)?;
     Ok(exit(findings.iter().all(|f| f.status != Status::Failed)))
 }

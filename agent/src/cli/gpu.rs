@@ -5,14 +5,14 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use nodeproof::checks::gpu as gpu_check;
 use nodeproof::config::Config;
+use nodeproof::judge::gpu as gpu_check;
 
 use super::{exit, Format};
 
 /// One GPU probe cycle with the configured NVML library and policy.
 pub(crate) fn gpu_cycle(config: &Config) -> nodeproof_gpu::GpuReport {
-    nodeproof::oneshot::gpu_cycle_alone(config)
+    nodeproof::checks::gpu::gpu_cycle_alone(config)
 }
 
 pub(crate) fn gpu(config: &Config, output: Format) -> Result<ExitCode> {

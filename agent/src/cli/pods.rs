@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use nodeproof::checks::lint_cache::LintCache;
-use nodeproof::checks::{profiles, Subsystem};
 use nodeproof::config::Config;
+use nodeproof::judge::{profiles, Origin};
+use nodeproof::observe::lint_cache::LintCache;
 use nodeproof_findings::ConditionStatus;
 
 use super::{exit, stop_on_sigint_sigterm, Format, STOP};
@@ -21,7 +21,7 @@ pub(crate) fn pods(
     output: Format,
 ) -> Result<ExitCode> {
     use nodeproof::pods::node as pods;
-    let mut opts = nodeproof::oneshot::pods_options(config, root);
+    let mut opts = nodeproof::pods::node::PodsOptions::from_config(config, root);
     if kubeconfig.is_some() {
         opts.context = context;
     }
@@ -45,9 +45,9 @@ pub(crate) fn pods(
         root,
         &nodeproof::observe::profiles::lint_root_cached(root, &opts.lint, &lints),
     );
-    let node_condition = nodeproof::checks::node_conditions([
-        (Subsystem::Profiles, &files.conditions[..]),
-        (Subsystem::Pods, std::slice::from_ref(&r.condition)),
+    let node_condition = nodeproof::judge::node_conditions([
+        (Origin::Own, &files.conditions[..]),
+        (Origin::PodReferences, std::slice::from_ref(&r.condition)),
     ])
     .into_iter()
     .find(|c| c.kind == r.condition.kind);

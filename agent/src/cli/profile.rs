@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
 
-use nodeproof::checks::profiles;
 use nodeproof::config::Config;
+use nodeproof::judge::profiles;
 use nodeproof::sandbox;
 use nodeproof_bpfgen::{libseccomp, Native};
 use nodeproof_findings::count;

@@ -95,7 +95,7 @@ pub(crate) fn trace(args: &TraceArgs, config: &Config, root: &Path) -> Result<Ex
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
     let versions =
         nodeproof::daemon::versions::load(&state.join(nodeproof::daemon::versions::STATE_FILE));
-    let opts_pods = nodeproof::oneshot::pods_options(config, root);
+    let opts_pods = nodeproof::pods::node::PodsOptions::from_config(config, root);
     let lookup = TraceChanges::new(&pods, versions, || node_pods(&opts_pods));
     nodeproof_trace::run(&opts, &mut std::io::stdout().lock(), &STOP, &lookup)
         .context("seccomp tracing failed")?;

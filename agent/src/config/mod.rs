@@ -9,7 +9,7 @@ use nodeproof_cluster::gate::config::GateConfig;
 use nodeproof_gpu::GpuConfig;
 use nodeproof_report::config::ReportConfig;
 
-pub use crate::checks::profiles::SeccompConfig;
+pub use crate::judge::profiles::SeccompConfig;
 mod daemon;
 mod record;
 pub use daemon::DaemonConfig;

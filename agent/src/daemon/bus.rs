@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use super::state::Shared;
-use crate::checks::lint_cache::LintCache;
-use crate::checks::versions::ProfileVersions;
 use crate::config::Config;
+use crate::judge::versions::ProfileVersions;
+use crate::observe::lint_cache::LintCache;
 use nodeproof_gpu::faults::PodFault;
 use nodeproof_gpu::views::{NodeDra, NodeGpus};
 use nodeproof_report::reporter::NodeState;

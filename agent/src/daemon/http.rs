@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 
-use crate::checks::Subsystem;
+use crate::judge::Subsystem;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

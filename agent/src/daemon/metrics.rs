@@ -4,7 +4,7 @@
 //! collector reads them at each scrape and encodes const metrics; nothing
 //! here counts.
 
-use crate::checks::Subsystem;
+use crate::judge::Subsystem;
 use nodeproof_findings::ConditionStatus;
 use std::fmt;
 use std::sync::Arc;

@@ -31,7 +31,7 @@ pub mod subsystems;
 pub mod versions;
 pub mod watch;
 
-use crate::checks::Subsystem;
+use crate::judge::Subsystem;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

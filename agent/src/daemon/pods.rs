@@ -6,7 +6,7 @@
 //! denials resolved to them go to the reporter. Without credentials
 //! nothing here runs and the agent reports as before.
 
-use crate::checks::Subsystem;
+use crate::judge::Subsystem;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,7 @@ const NODE_RETRY: Duration = Duration::from_secs(5);
 /// `seccomp.root`, as for the profile lint).
 fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
     let root = seccomp_root.unwrap_or_else(|| config.seccomp.root.clone());
-    crate::oneshot::pods_options(config, &root)
+    crate::pods::node::PodsOptions::from_config(config, &root)
 }
 
 /// A watcher's settings and what they connected to.
@@ -129,7 +129,7 @@ async fn watch_pods(bus: Bus, first: Watched) {
         while let Some(round) = round_rx.recv().await {
             publish(&bus.shared, round);
             bus.shared
-                .metrics(|m| m.profile_lints = crate::checks::lint_cache::lints_made());
+                .metrics(|m| m.profile_lints = crate::observe::lint_cache::lints_made());
             bus.pods_follow_lints
                 .store(true, std::sync::atomic::Ordering::Relaxed);
             // The main loop hands the merged condition, with this round's

@@ -47,7 +47,7 @@ pub fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
         .seccomp_root
         .clone()
         .unwrap_or_else(|| config.seccomp.root.clone());
-    let opts = crate::oneshot::pods_options(config, &root);
+    let opts = crate::pods::node::PodsOptions::from_config(config, &root);
     let cfg = config.record.clone();
     let Some(state_dir) = config.daemon.state_dir() else {
         tracing::warn!("pods are not recorded: no state directory to keep their recordings in (daemon.state-dir, or systemd's StateDirectory=)");

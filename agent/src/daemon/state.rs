@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::checks::Subsystem;
+use crate::judge::Subsystem;
 use crate::pods::denials::PodDenialTotal;
 use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_gpu::GpuMetrics;
@@ -450,7 +450,7 @@ impl Shared {
 /// write PodProfilesReady=True for the 100 s its first lint took).
 fn merged(checks: &BTreeMap<Subsystem, CheckState>) -> Vec<Condition> {
     let mut out =
-        crate::checks::node_conditions(checks.iter().map(|(s, c)| (*s, &c.conditions[..])));
+        crate::judge::node_conditions(checks.iter().map(|(s, c)| (s.origin(), &c.conditions[..])));
     let files_judged = checks
         .get(&Subsystem::Profiles)
         .is_some_and(|c| c.progress.is_some());

@@ -17,9 +17,10 @@ use tokio::task::JoinHandle;
 
 use super::bus::Bus;
 use super::state::{CheckState, Shared};
-use crate::checks::{self, lint_cache, profiles, Subsystem};
 use crate::config::Config;
+use crate::judge::{self, profiles, Subsystem};
 use crate::observe;
+use crate::observe::lint_cache;
 use nodeproof_findings::{Condition, Reason, Status};
 use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
@@ -166,7 +167,7 @@ async fn profiles(bus: Bus) {
 /// each edit logged, and the versions written to the state file when any
 /// changed.
 fn record_versions(
-    versions: &std::sync::Mutex<crate::checks::versions::ProfileVersions>,
+    versions: &std::sync::Mutex<crate::judge::versions::ProfileVersions>,
     file: Option<&Path>,
     root: &Path,
     files: &[nodeproof_seccomp::scan::ProfileFile],
@@ -266,7 +267,7 @@ fn tracer(bus: &Bus) {
         bus.shared.set_check(
             Subsystem::Tracing,
             CheckState {
-                conditions: checks::tracing::round(&readiness).conditions,
+                conditions: judge::tracing::round(&readiness).conditions,
                 summary,
                 progress: Some(Instant::now()),
                 period: Duration::from_secs(1),
@@ -479,11 +480,11 @@ fn gpu_probe(bus: &Bus) {
             }
             let node_allocatable = bus.node_gpus.latest().clone();
             let dra = bus.dra.latest().clone();
-            checks::gpu::compare(&mut report, &read, node_allocatable, &dra);
+            judge::gpu::compare(&mut report, &read, node_allocatable, &dra);
             let view = dra.view();
             // One attribution for faults and usage: pod-resources and DRA.
-            let allocations = checks::gpu::allocations(read.as_ref().ok(), view);
-            usage = checks::gpu::usage(
+            let allocations = judge::gpu::allocations(read.as_ref().ok(), view);
+            usage = judge::gpu::usage(
                 report.snapshot.as_ref(),
                 &allocations,
                 bus.shared.metrics(|m| m.running_pods.clone()).as_ref(),
@@ -499,7 +500,7 @@ fn gpu_probe(bus: &Bus) {
                 }
             }
         }
-        for f in checks::gpu::findings(&report) {
+        for f in judge::gpu::findings(&report) {
             let was = failed.get(&f.subject).copied();
             if f.status != Status::Ok && was != Some(f.reason) {
                 tracing::warn!(nodeproof_check = Subsystem::Gpu.as_str(), gpu_uuid = %f.subject, reason = %f.reason, "{}", f.message);
@@ -518,7 +519,7 @@ fn gpu_probe(bus: &Bus) {
         };
         // The GPUs judged unhealthy, for the Node's annotation, with this
         // round when the set changed.
-        let devices = checks::gpu::unhealthy_devices(&report);
+        let devices = judge::gpu::unhealthy_devices(&report);
         let mut news = Vec::new();
         if devices_sent.as_ref() != Some(&devices) {
             news.push(PodsNews::UnhealthyDevices(devices.clone()));
@@ -534,7 +535,7 @@ fn gpu_probe(bus: &Bus) {
         bus.shared.set_check_with_news(
             Subsystem::Gpu,
             CheckState {
-                conditions: checks::gpu::round(&report).conditions,
+                conditions: judge::gpu::round(&report).conditions,
                 summary,
                 progress: Some(Instant::now()),
                 period: interval,

@@ -1,5 +1,5 @@
 //! The GPUs observed: the configured NVML (and CUDA) probe built, and the
-//! kubelet's pod-resources read; `crate::checks::gpu` judges what they say.
+//! kubelet's pod-resources read; `crate::judge::gpu` judges what they say.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The CRI runtime's configuration files read on this node, and crun's
-//! `--version` asked; the parsing is pure (`crate::checks::oci_runtime`).
+//! `--version` asked; the parsing is pure (`crate::judge::oci_runtime`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nodeproof_seccomp::lint::Runtime;
 use nodeproof_seccomp::oci_runtime::OciRuntimeKind;
 
-use crate::checks::oci_runtime::{
+use crate::judge::oci_runtime::{
     containerd_runtime, crio_runtime, crun_release, Configured, CrunRelease, OciRuntimeSetting,
     VersionError, CONTAINERD_CONF, CRIO_CONF, CRIO_CONF_D,
 };
@@ -95,7 +95,7 @@ pub fn crun_version(binary: &str, timeout: Duration) -> Result<CrunRelease, Vers
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::oci_runtime::VERSION_TIMEOUT;
+    use crate::judge::oci_runtime::VERSION_TIMEOUT;
 
     #[test]
     fn a_version_that_never_comes_is_a_timeout() {

@@ -13,9 +13,9 @@ use nodeproof_seccomp::lint::{lint_source, LintOptions, ProfileReport, Runtime};
 use nodeproof_seccomp::scan::{self, ProfileFile};
 
 use super::oci_runtime;
-use crate::checks::lint_cache::LintCache;
-use crate::checks::oci_runtime::OciRuntimeSetting;
-use crate::checks::profiles::{self, RuntimeOnNode, SeccompConfig};
+use crate::judge::oci_runtime::OciRuntimeSetting;
+use crate::judge::profiles::{self, RuntimeOnNode, SeccompConfig};
+use crate::observe::lint_cache::LintCache;
 
 /// What reading a profile a pod references found: the pods' judge's one
 /// input from the node's disk.
@@ -92,7 +92,7 @@ pub fn on_node(setting: OciRuntimeSetting, cri: Runtime) -> RuntimeOnNode {
         setting,
         cri,
         &oci_runtime::resolve(setting, cri),
-        |binary| oci_runtime::crun_version(binary, crate::checks::oci_runtime::VERSION_TIMEOUT),
+        |binary| oci_runtime::crun_version(binary, crate::judge::oci_runtime::VERSION_TIMEOUT),
     )
 }
 

@@ -2,8 +2,8 @@
 
 use nodeproof_trace::{Readiness, Tracer, TracerConfig};
 
-use crate::checks::tracing::round;
-use crate::checks::Round;
+use crate::judge::tracing::round;
+use crate::judge::Round;
 
 /// Load the programs, judge them and detach: what a one-shot `check` does
 /// in place of the daemon's long-running tracer.

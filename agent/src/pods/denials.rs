@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 
-use crate::checks::versions::{self, ProfileVersions};
+use crate::judge::versions::{self, ProfileVersions};
 use nodeproof_report::denial_change::{DenialChange, PreviousVerdict};
 use nodeproof_report::refs::Profile;
 
@@ -845,7 +845,7 @@ mod tests {
     /// known, gets the plain message.
     #[test]
     fn denials_after_a_profile_change_name_it_and_are_counted_by_verdict() {
-        use crate::checks::versions::{sha256_hex, ProfileVersions};
+        use crate::judge::versions::{sha256_hex, ProfileVersions};
         use nodeproof_bpfgen::Native;
         use nodeproof_seccomp::lint::{loaded_program, LintOptions};
         let v1: &[u8] = br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["rmdir"],"action":"SCMP_ACT_ERRNO"}]}"#;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nodeproof_kube::dra::{DraReader, PodClaims};
 use tokio::sync::watch;
 
-use crate::checks::Subsystem;
+use crate::judge::gpu::CHECK_NAME;
 use nodeproof_gpu::views::NodeDra;
 
 /// Reads at most this often when the pods' claims keep changing.
@@ -63,24 +63,24 @@ pub async fn follow(
         if now != said {
             match &read {
                 NodeDra::NotServed => tracing::info!(
-                    nodeproof_check = Subsystem::Gpu.as_str(),
+                    nodeproof_check = CHECK_NAME,
                     "resource.k8s.io is not served: GPUs are compared without DRA"
                 ),
                 NodeDra::Read(v) if v.notes.is_empty() => tracing::info!(
-                    nodeproof_check = Subsystem::Gpu.as_str(),
+                    nodeproof_check = CHECK_NAME,
                     version = %v.version,
                     devices = v.devices.len(),
                     allocations = v.allocations.len(),
                     "reading this node's DRA ResourceSlices and the pods' ResourceClaims"
                 ),
                 NodeDra::Read(v) => tracing::warn!(
-                    nodeproof_check = Subsystem::Gpu.as_str(),
+                    nodeproof_check = CHECK_NAME,
                     version = %v.version,
                     error = %v.notes.join("; "),
                     "some ResourceClaims of pods here cannot be read; their devices are not attributed"
                 ),
                 NodeDra::Failed(e) => tracing::warn!(
-                    nodeproof_check = Subsystem::Gpu.as_str(),
+                    nodeproof_check = CHECK_NAME,
                     error = %e,
                     "this node's DRA ResourceSlices cannot be read; GPUs are compared without DRA"
                 ),

@@ -4,8 +4,11 @@
 //! this node, whose labels steer the scheduler. The judgement is apart
 //! from the API server: `state` takes the watches' changes in and judges
 //! them (`verdict`, `contract`; it reads the profile files pods reference),
-//! `round` turns the judgement into a `checks::Round`; `node` lists the pods
+//! `round` turns the judgement into a `judge::Round`; `node` lists the pods
 //! once, `watch` keeps watching them for the daemon and feeds `state`.
+
+/// The pods check's name (`/healthz/pods`, `NODEPROOF_CHECK=pods`).
+pub const CHECK_NAME: &str = "pods";
 
 pub mod contract;
 pub mod denials;

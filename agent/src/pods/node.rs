@@ -18,8 +18,8 @@ use super::state::{Change, PodsState};
 use super::verdict::{self, Judge, NodeContext, PodFinding};
 use super::watch::{self, DenialFeed, WatchOptions};
 
-use crate::checks::lint_cache::LintCache;
 use crate::observe;
+use crate::observe::lint_cache::LintCache;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::views::NodeDra;
 use nodeproof_kube::client::{Answered, KubeReporter};
@@ -83,6 +83,24 @@ pub struct PodsOptions {
     pub lint: LintOptions,
     /// Where the runtime's config lives (`/etc`).
     pub etc: PathBuf,
+}
+
+impl PodsOptions {
+    /// The pods check's settings from the config: the reporter's
+    /// credentials and node name, the profiles' lint settings, the
+    /// runtime's config under `/etc`. The CLI and the daemon both start
+    /// from this.
+    pub fn from_config(config: &crate::config::Config, seccomp_root: &Path) -> PodsOptions {
+        PodsOptions {
+            kubeconfig: config.report.kubeconfig.clone(),
+            context: config.report.context.clone(),
+            node_name: config.report.node_name.clone(),
+            host_root: config.report.host_root.clone(),
+            seccomp_root: seccomp_root.to_path_buf(),
+            lint: crate::observe::profiles::lint_options(&config.seccomp),
+            etc: PathBuf::from("/etc"),
+        }
+    }
 }
 
 /// What one judgement found.

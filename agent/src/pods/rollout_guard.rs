@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::checks::versions::ProfileVersions;
+use crate::judge::versions::ProfileVersions;
 use nodeproof_seccomp::against::{self, BrokenCall, Certainty};
 use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::diff::{self, DiffError, Mode};
@@ -187,7 +187,7 @@ impl RolloutGuard {
     /// mode, against the kept recordings. Judged again only when a version
     /// or a recording file changed.
     pub fn cause(&mut self, profile: &str, lint: &LintOptions) -> Option<String> {
-        let key = crate::checks::versions::key(Path::new(profile));
+        let key = crate::judge::versions::key(Path::new(profile));
         let (previous, current) = {
             let versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
             match versions.versions(&key) {

@@ -9,7 +9,7 @@ use nodeproof_report::contract_labels::ContractVerdict;
 
 use super::node::PodsOnce;
 use super::verdict::PodFinding;
-use crate::checks::Round;
+use crate::judge::Round;
 
 /// One pod reference that cannot be used here, as a finding of `check`.
 pub fn finding(f: &PodFinding) -> Finding {
@@ -20,7 +20,7 @@ pub fn finding(f: &PodFinding) -> Finding {
         .unwrap_or_default();
     Finding {
         detail: None,
-        check: Check::PodProfile,
+        check: Check::POD_PROFILE,
         subject: format!("{}/{}{container}", f.namespace, f.pod),
         status: Status::Failed,
         reason: f.reason.into(),
@@ -40,7 +40,7 @@ pub fn contract_finding(v: &ContractVerdict) -> Finding {
     };
     Finding {
         detail: None,
-        check: Check::RuntimeClassContract,
+        check: Check::RUNTIMECLASS_CONTRACT,
         subject: v.class.clone(),
         status,
         reason: match v.state {

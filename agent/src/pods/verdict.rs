@@ -16,8 +16,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-use crate::checks::lint_cache::LintCache;
-use crate::checks::profiles::passes;
+use crate::judge::profiles::passes;
+use crate::observe::lint_cache::LintCache;
 use crate::observe::profiles::ProfileRead;
 use nodeproof_findings::{count, Condition, ConditionStatus, ConditionType};
 use nodeproof_report::contract::{self, Contract, ContractError};

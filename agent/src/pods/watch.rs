@@ -28,7 +28,7 @@ use tracing::Instrument;
 use super::denials::DenialAggregator;
 use super::gpu_faults::GpuFaultAggregator;
 use super::state::{denial_event, finding_event, gpu_fault_event, Change, PodsState, Round};
-use crate::checks::Subsystem;
+use super::CHECK_NAME;
 use nodeproof_gpu::faults::PodFault;
 use nodeproof_kube::client::Answered;
 use nodeproof_report::driver::ReportLoop;
@@ -125,7 +125,7 @@ async fn next_faults(
             Ok(batch) => return Some(batch),
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                 tracing::warn!(
-                    nodeproof_check = Subsystem::Pods.as_str(),
+                    nodeproof_check = CHECK_NAME,
                     batches = n,
                     "GPU fault batches lost: the pods watcher fell behind"
                 );
@@ -215,7 +215,7 @@ fn take(state: &mut PodsState, opts: &WatchOptions, c: Change) -> bool {
         let _ = tx.try_send(nodeproof_kube::client::node_state(n));
     }
     if let (Some(tx), Some(n)) = (&opts.node_gpus, seen) {
-        tx.send_replace(Some(crate::checks::gpu::nvidia_allocatable(n)));
+        tx.send_replace(Some(crate::judge::gpu::nvidia_allocatable(n)));
     }
     state.apply(c)
 }

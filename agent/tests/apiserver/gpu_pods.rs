@@ -10,7 +10,7 @@ use crate::support;
 use std::time::{Duration, SystemTime};
 
 use fake_nvml_support::Scenario;
-use nodeproof::checks::gpu as gpu_check;
+use nodeproof::judge::gpu as gpu_check;
 use nodeproof::pods::denials::PodIndex;
 use nodeproof::pods::gpu_faults::GpuFaultAggregator;
 use nodeproof_findings::{Check, ConditionStatus, Status};
@@ -117,7 +117,7 @@ fn watched(pods: &[(&str, &str, &str)]) -> PodIndex {
 fn advertised(r: &GpuReport) -> (Status, String, String) {
     let f = gpu_check::findings(r)
         .into_iter()
-        .find(|f| f.check == Check::GpuAdvertised)
+        .find(|f| f.check == Check::GPU_ADVERTISED)
         .expect("a gpu-advertised finding");
     (f.status, f.reason.to_string(), f.message)
 }

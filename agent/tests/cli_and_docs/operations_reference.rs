@@ -17,12 +17,13 @@ use std::fmt::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nodeproof::checks::profiles::Reason as ProfileReason;
-use nodeproof::checks::profiles::RuntimeReason;
-use nodeproof::checks::Subsystem;
+use nodeproof::checks::{registered, Schedule, REGISTRY};
 use nodeproof::daemon::logs::JOURNAL_FIELDS;
 use nodeproof::daemon::metrics;
 use nodeproof::daemon::state::Shared;
+use nodeproof::judge::profiles::Reason as ProfileReason;
+use nodeproof::judge::profiles::RuntimeReason;
+use nodeproof::judge::Subsystem;
 use nodeproof::pods::denials::PodDenialTotal;
 use nodeproof::pods::gpu_faults::GpuFaultTotal;
 use nodeproof::pods::verdict::Reason as PodReason;
@@ -87,30 +88,6 @@ fn tracing_failures() -> Vec<FailureReason> {
     for r in &all {
         match r {
             BpfPermissionDenied | KernelUnsupported | ProgramsNotBuilt | LoadFailed => {}
-        }
-    }
-    all
-}
-
-fn checks() -> Vec<Check> {
-    use Check::*;
-    let all = vec![
-        SeccompProfile,
-        SeccompTracing,
-        GpuDriver,
-        GpuHealth,
-        GpuAdvertised,
-        KubeletAccess,
-        StaticPodProfile,
-        PodProfile,
-        RuntimeClassContract,
-        OciRuntime,
-    ];
-    for c in &all {
-        match c {
-            SeccompProfile | SeccompTracing | GpuDriver | GpuHealth | GpuAdvertised
-            | KubeletAccess | StaticPodProfile | PodProfile | RuntimeClassContract | OciRuntime => {
-            }
         }
     }
     all
@@ -275,11 +252,52 @@ fn generate() -> String {
         let _ = writeln!(s, "| `{}` | `{}` |", r.as_str(), r.event_reason());
     }
     s.push_str("\n### Checks and subsystems\n\n");
-    let _ = writeln!(
-        s,
-        "Findings' `CHECK` column (`nodeproof check`, `-o json` `check`): {}.\n",
-        code(checks().into_iter().map(Check::as_str))
-    );
+    s.push_str("Every check, from the registry (`agent/src/checks/mod.rs`, `REGISTRY`), in the order `check` and \
+                `preflight` list their findings. `run`: how `nodeproof run` runs it (its own task, or the check \
+                runner every period), each with `/healthz/<check>`, its part of `STATUS=` and \
+                `nodeproof_check_findings{check,status}`:\n\n");
+    s.push_str("| check | run by | `run` | findings' `CHECK` | conditions | what it judges |\n| --- | --- | --- | --- | --- | --- |\n");
+    for c in REGISTRY {
+        let run = match c.schedule() {
+            Schedule::OwnTask => "its own task".to_string(),
+            Schedule::Every(p) => format!("every {} s", p.as_secs()),
+            Schedule::NotRun => "—".to_string(),
+        };
+        let conditions = if c.conditions().is_empty() {
+            "—".to_string()
+        } else {
+            code(c.conditions().iter().map(|t| t.as_str()))
+        };
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {run} | {} | {conditions} | {} |",
+            c.name(),
+            c.commands()
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            code(c.findings().iter().map(|f| f.as_str())),
+            c.about()
+        );
+    }
+    s.push('\n');
+    for c in REGISTRY.iter().filter(|c| !c.reasons().is_empty()) {
+        let _ = writeln!(
+            s,
+            "`{}` findings' reasons: {}.\n",
+            c.findings()
+                .iter()
+                .map(|f| f.as_str())
+                .collect::<Vec<_>>()
+                .join("`, `"),
+            c.reasons()
+                .iter()
+                .map(|(r, m)| format!("`{r}`: {m}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     let _ = writeln!(
         s,
         "`oci-runtime` findings' reasons (which runtime and release profiles are judged for, and how it was chosen; \
@@ -466,6 +484,23 @@ fn the_reference_in_operations_md_is_the_codes() {
          NODEPROOF_BLESS=1 cargo test -p nodeproof --test cli_and_docs operations_reference\n\
          --- generated:\n{generated}"
     );
+}
+
+/// Every check the crates name is one a registered check makes, and every
+/// registered check is in the reference's table.
+#[test]
+fn every_check_is_registered_and_in_the_reference() {
+    for c in Check::BUILT_IN {
+        assert!(registered(c), "{c} is made by no check of the registry");
+    }
+    let text = std::fs::read_to_string(doc()).unwrap();
+    for c in REGISTRY {
+        assert!(
+            text.contains(&format!("| `{}` |", c.name())),
+            "docs/operations.md's table of checks lacks {}",
+            c.name()
+        );
+    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-use nodeproof::checks::versions::{sha256_hex, ProfileVersions};
+use nodeproof::judge::versions::{sha256_hex, ProfileVersions};
 use nodeproof_report::conditions::rfc3339;
 use nodeproof_report::denial_change::{DenialChange, PreviousVerdict};
 use support::agent::{reporting_config, seccomp_root, Agent};

@@ -9,7 +9,7 @@ use crate::fake_nvml_support;
 use std::time::{Duration, Instant};
 
 use fake_nvml_support::Scenario;
-use nodeproof::checks::gpu as gpu_check;
+use nodeproof::judge::gpu as gpu_check;
 use nodeproof::observe::gpu::probe;
 use nodeproof_findings::{ConditionStatus, Status};
 use nodeproof_gpu::nvml::NvmlProbe;

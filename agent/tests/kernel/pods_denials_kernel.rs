@@ -277,7 +277,7 @@ fn advise_traces_a_pod_read_from_the_api_server_live() {
 /// read once when the first row asks).
 #[test]
 fn trace_rows_name_the_profile_change_the_container_started_after() {
-    use nodeproof::checks::versions::ProfileVersions;
+    use nodeproof::judge::versions::ProfileVersions;
     use nodeproof::pods::denials::TraceChanges;
     use nodeproof_bpfgen::Native;
     use nodeproof_findings::denial_change::PreviousVerdict;

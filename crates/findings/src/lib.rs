@@ -36,38 +36,70 @@ impl Status {
     }
 }
 
-/// Which check produced a finding (the CHECK column of `nodeproof check`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, IntoStaticStr)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum Check {
-    /// One profile under the kubelet seccomp root.
-    SeccompProfile,
-    /// Whether the eBPF tracer loads.
-    SeccompTracing,
-    /// The NVIDIA driver as NVML and the PCI bus see it.
-    GpuDriver,
-    /// One GPU's health.
-    GpuHealth,
-    /// What the kubelet offers against the GPUs NVML calls healthy.
-    GpuAdvertised,
-    /// Whether a rootless kubelet can read what it needs (preflight).
-    KubeletAccess,
-    /// A static pod's seccomp profile (preflight).
-    StaticPodProfile,
-    /// A seccomp reference of a pod bound to this node.
-    PodProfile,
-    /// An annotated RuntimeClass's contract on this node.
-    #[serde(rename = "runtimeclass-contract")]
-    #[strum(serialize = "runtimeclass-contract")]
-    RuntimeClassContract,
-    /// The OCI runtime (and its release) whose behaviour profiles are judged by.
-    OciRuntime,
-}
+/// Which check produced a finding (the CHECK column of `nodeproof check`,
+/// `check` in `-o json`): a kebab-case name, defined once as a constant by
+/// the code that makes the finding. The checks the crates below the agent
+/// judge (a profile's lint, the tracer, NVML) are named here; a check of the
+/// agent's own names itself in its module (`Check::named`), so adding one
+/// touches no list here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Check(&'static str);
 
 impl Check {
+    /// One profile under the kubelet seccomp root.
+    pub const SECCOMP_PROFILE: Check = Check::named("seccomp-profile");
+    /// Whether the eBPF tracer loads.
+    pub const SECCOMP_TRACING: Check = Check::named("seccomp-tracing");
+    /// The NVIDIA driver as NVML and the PCI bus see it.
+    pub const GPU_DRIVER: Check = Check::named("gpu-driver");
+    /// One GPU's health.
+    pub const GPU_HEALTH: Check = Check::named("gpu-health");
+    /// What the kubelet offers against the GPUs NVML calls healthy.
+    pub const GPU_ADVERTISED: Check = Check::named("gpu-advertised");
+    /// A seccomp reference of a pod bound to this node.
+    pub const POD_PROFILE: Check = Check::named("pod-profile");
+    /// An annotated RuntimeClass's contract on this node.
+    pub const RUNTIMECLASS_CONTRACT: Check = Check::named("runtimeclass-contract");
+    /// The OCI runtime (and its release) whose behaviour profiles are judged by.
+    pub const OCI_RUNTIME: Check = Check::named("oci-runtime");
+
+    /// Every check named here, for the tests that hold each one to a check
+    /// that makes it.
+    pub const BUILT_IN: [Check; 8] = [
+        Check::SECCOMP_PROFILE,
+        Check::SECCOMP_TRACING,
+        Check::GPU_DRIVER,
+        Check::GPU_HEALTH,
+        Check::GPU_ADVERTISED,
+        Check::POD_PROFILE,
+        Check::RUNTIMECLASS_CONTRACT,
+        Check::OCI_RUNTIME,
+    ];
+
+    /// A check's name: lower-case ASCII letters and digits in words joined
+    /// by `-` (refused at compile time otherwise, in a `const`).
+    pub const fn named(name: &'static str) -> Check {
+        let b = name.as_bytes();
+        assert!(!b.is_empty(), "a check's name is not empty");
+        assert!(
+            b[0] != b'-' && b[b.len() - 1] != b'-',
+            "a check's name neither starts nor ends with '-'"
+        );
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            assert!(
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-',
+                "a check's name is kebab-case"
+            );
+            i += 1;
+        }
+        Check(name)
+    }
+
     pub fn as_str(self) -> &'static str {
-        self.into()
+        self.0
     }
 }
 
@@ -322,7 +354,7 @@ mod tests {
     #[test]
     fn only_a_node_without_credentials_is_not_judged_without_failing() {
         let offline = NotJudged::new(
-            Check::PodProfile,
+            Check::POD_PROFILE,
             "pods",
             NotJudgedCause::NoCredentials,
             "no API credentials found",
@@ -341,7 +373,7 @@ mod tests {
             NotJudgedCause::OtherNode,
             NotJudgedCause::ApiServer,
         ] {
-            assert!(NotJudged::new(Check::PodProfile, "pods", cause, "m").fails);
+            assert!(NotJudged::new(Check::POD_PROFILE, "pods", cause, "m").fails);
         }
         assert_eq!(serde_json::to_value(Status::Skipped).unwrap(), "skipped");
         assert_eq!(serde_json::to_value(Status::Failed).unwrap(), "failed");
@@ -372,13 +404,13 @@ mod tests {
         }
         assert_eq!(ConditionStatus::parse("true"), ConditionStatus::Unknown);
         assert_eq!(
-            serde_json::to_value(Check::StaticPodProfile).unwrap(),
+            serde_json::to_value(Check::named("static-pod-profile")).unwrap(),
             "static-pod-profile"
         );
         // JSON says what the table says.
         assert_eq!(
-            serde_json::to_value(Check::RuntimeClassContract).unwrap(),
-            Check::RuntimeClassContract.as_str()
+            serde_json::to_value(Check::RUNTIMECLASS_CONTRACT).unwrap(),
+            Check::RUNTIMECLASS_CONTRACT.as_str()
         );
     }
 }

@@ -330,33 +330,6 @@ impl GpuReason {
     }
 }
 
-/// `kubelet-access` findings (preflight): whether a rootless kubelet can
-/// read what it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, IntoStaticStr)]
-#[serde(into = "&'static str")]
-pub enum KubeletAccessReason {
-    /// The kubelet's user has the access the path needs.
-    Accessible,
-    AccessDenied,
-    /// `User=` names a user this host does not have.
-    UnknownUser,
-    /// The kubelet runs as root: nothing to check (skipped).
-    NotRootless,
-}
-
-/// `static-pod-profile` findings (preflight): the profiles local static
-/// pods name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, IntoStaticStr)]
-#[serde(into = "&'static str")]
-pub enum StaticPodReason {
-    ProfileMissing,
-    /// Present, but it does not pass the lint.
-    ProfileFails,
-    ProfilePresent,
-    /// No static pod names a `localhostProfile` (skipped).
-    NoStaticPodProfiles,
-}
-
 /// A finding's reason: one of its check's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, IntoStaticStr)]
 #[serde(into = "&'static str")]
@@ -373,10 +346,46 @@ pub enum Reason {
     Tracing(TracingReason),
     #[strum(transparent)]
     Gpu(GpuReason),
+    /// A reason of a check the agent defines in its own module (its own
+    /// enum, converted with [`Named::of`]).
     #[strum(transparent)]
-    KubeletAccess(KubeletAccessReason),
-    #[strum(transparent)]
-    StaticPod(StaticPodReason),
+    Named(Named),
+}
+
+/// A reason named by the check that gives it: the check's module keeps the
+/// enum (`impl From<ItsReason> for Reason`, through [`Named::of`]), so a
+/// new check's reasons need no variant here. Reads back into that enum with
+/// its `FromStr` ([`Reason::named`]), never by comparing text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Named(&'static str);
+
+impl Named {
+    /// `reason`'s spelling (CamelCase, as conditions and `-o json` spell it).
+    pub fn of(reason: impl Into<&'static str>) -> Named {
+        Named(reason.into())
+    }
+}
+
+impl From<Named> for &'static str {
+    fn from(n: Named) -> &'static str {
+        n.0
+    }
+}
+
+impl From<&Named> for &'static str {
+    fn from(n: &Named) -> &'static str {
+        n.0
+    }
+}
+
+impl Reason {
+    /// This reason as a check's own enum `R`, when it is one of `R`'s.
+    pub fn named<R: std::str::FromStr>(self) -> Option<R> {
+        match self {
+            Reason::Named(n) => n.0.parse().ok(),
+            _ => None,
+        }
+    }
 }
 
 /// `as_str`, `Display` (padded, as `{:<20}` of a string is) and equality
@@ -413,8 +422,6 @@ spelled!(
     FailureReason,
     TracingReason,
     GpuReason,
-    KubeletAccessReason,
-    StaticPodReason,
 );
 
 /// `Reason::from(GpuReason::GpuLost)`, and `.into()` where a check builds
@@ -436,8 +443,6 @@ sum_of!(
     Contract(ContractReason),
     Tracing(TracingReason),
     Gpu(GpuReason),
-    KubeletAccess(KubeletAccessReason),
-    StaticPod(StaticPodReason),
 );
 
 impl From<FailureReason> for TracingReason {
@@ -482,7 +487,10 @@ mod tests {
             (FailureReason::LoadFailed.into(), "BPFLoadFailed"),
             (TracingReason::StrategyLoaded.into(), "StrategyLoaded"),
             (GpuReason::GpusMissingFromNvml.into(), "GPUsMissingFromNVML"),
-            (KubeletAccessReason::NotRootless.into(), "NotRootless"),
+            (
+                Reason::Named(Named::of("SeccompDefaultOff")),
+                "SeccompDefaultOff",
+            ),
         ];
         for (reason, name) in cases {
             assert_eq!(reason.as_str(), name);
@@ -491,9 +499,17 @@ mod tests {
             assert_eq!(serde_json::to_value(reason).unwrap(), name);
         }
         assert_eq!(
-            serde_json::to_value(StaticPodReason::NoStaticPodProfiles).unwrap(),
-            "NoStaticPodProfiles"
+            serde_json::to_value(ProfileReason::NoProfiles).unwrap(),
+            "NoProfiles"
         );
+        // A check's own enum reads back from its named reason, no other enum does.
+        #[derive(Debug, PartialEq, strum::EnumString)]
+        enum Own {
+            SeccompDefaultOff,
+        }
+        let named = Reason::Named(Named::of("SeccompDefaultOff"));
+        assert_eq!(named.named::<Own>(), Some(Own::SeccompDefaultOff));
+        assert_eq!(Reason::from(ProfileReason::NoProfiles).named::<Own>(), None);
     }
 
     #[test]
