@@ -1,4 +1,4 @@
-//! Builds the eBPF programs in `agent-ebpf/` with clang into OUT_DIR; the
+//! Builds the eBPF programs in `bpf/` with clang into OUT_DIR; the
 //! agent embeds the objects (see `src/trace/bpf.rs`). Without clang (a
 //! `cargo check` host) it writes empty stub objects and sets
 //! `cfg(nodeproof_bpf_stub)`, so the library still type-checks and the loader
@@ -25,7 +25,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(nodeproof_bpf_stub)");
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let src = manifest.join("../../agent-ebpf");
+    let src = manifest.join("bpf");
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     println!("cargo::rerun-if-changed={}", src.display());
     println!("cargo::rerun-if-env-changed=NODEPROOF_CLANG");

@@ -1,4 +1,4 @@
-//! The eBPF objects built by `build.rs` from `agent-ebpf/`, embedded 8-byte
+//! The eBPF objects built by `build.rs` from `bpf/`, embedded 8-byte
 //! aligned (ELF64 headers and BPF instructions need it).
 
 /// The nodeproof programs (all strategies; the loader picks which to attach).
@@ -14,7 +14,7 @@ pub static SECCOMP_TRACE_CLASSIC: &[u8] =
 pub static EMPTY_PAIR: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/empty.bpf.o"));
 
-/// The syscall recorder of `nodeproof record` (`agent-ebpf/record.bpf.c`): a
+/// The syscall recorder of `nodeproof record` (`bpf/record.bpf.c`): a
 /// sys_enter program on tp_btf and on the classic tracepoint, and its sets.
 pub static RECORD: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
 

@@ -1,4 +1,4 @@
-//! The records the eBPF programs write, mirrored from `agent-ebpf/np_trace.h`,
+//! The records the eBPF programs write, mirrored from `bpf/np_trace.h`,
 //! and their decoding into plain Rust values. Pure: tested without a kernel.
 
 use serde::Serialize;

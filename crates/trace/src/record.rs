@@ -1,5 +1,5 @@
 //! `nodeproof record`'s kernel side from user space: loads
-//! `agent-ebpf/record.bpf.c`, gives cgroups a slot, sets the watch (which
+//! `bpf/record.bpf.c`, gives cgroups a slot, sets the watch (which
 //! arguments of which syscalls to keep), and reads a slot's sets back as a
 //! plain [`SlotRecord`]. The decoding of the maps is pure (tests below); the
 //! aya calls are the edge, as in the loader.
