@@ -9,6 +9,7 @@
 //! falls back from (ENOSYS on `clone3`) from a real one; `record` is the
 //! syscall recorder of `nodeproof record`, a program of its own. The C programs live in `bpf/`.
 
+pub mod abi;
 pub mod attribution;
 pub mod bpf;
 pub mod event;
