@@ -198,7 +198,7 @@ fn counts(summary: &serde_json::Value) -> BTreeMap<(String, String, String, i64)
 fn expected_counts(strategy: &str) -> BTreeMap<(String, String, String, i64), u64> {
     // The pairing strategies tell a notified call answered with an error by
     // the supervisor's RECV, even answered at once; fexit sees only __secure_computing's -1 and
-    // the errno in ax (see the top comment of agent-ebpf/seccomp_trace.bpf.c).
+    // the errno in ax (see the top comment of crates/trace/bpf/seccomp_trace.bpf.c).
     let notify = if strategy == "fexit" {
         "errno"
     } else {

@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use nodeproof_trace::attribution::{parse_cgroup_path, parse_proc_cgroup};
 use nodeproof_trace::event::{
-    decode_cgroup_event, decode_count_key, decode_event, RawCountKey, CGROUP_PATH_MAX,
+    decode_cgroup_event, decode_count_key, decode_event, NpCountKey, CGROUP_PATH_MAX,
 };
 use nodeproof_trace::names;
 
@@ -51,14 +51,14 @@ fuzz_target!(|data: &[u8]| {
     }
     // struct np_count_key: 48 bytes.
     if data.len() >= 48 {
-        let key = RawCountKey {
+        let key = NpCountKey {
             cgroup_id: u64_at(data, 0),
             tgid: u32_at(data, 8),
             nr: u32_at(data, 12) as i32,
             err: u32_at(data, 16) as i32,
             action: u32_at(data, 20),
             arch: u32_at(data, 24),
-            pad: u32_at(data, 28),
+            _pad: u32_at(data, 28),
             comm: data[32..48].try_into().unwrap(),
         };
         if let Ok(k) = decode_count_key(&key) {

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 
 /// Debian packages the build and the tests need, with why.
 pub const PACKAGES: &[(&str, &str)] = &[
-    ("clang", "compiles the eBPF programs in agent-ebpf/"),
+    ("clang", "compiles the eBPF programs in crates/trace/bpf/"),
     (
         "libbpf-dev",
         "bpf_helpers.h and friends for the eBPF programs",

@@ -1,4 +1,4 @@
-//! The eBPF objects built by `build.rs` from `agent-ebpf/`, embedded 8-byte
+//! The eBPF objects built by `build/main.rs` from `bpf/`, embedded 8-byte
 //! aligned (ELF64 headers and BPF instructions need it).
 
 /// The nodeproof programs (all strategies; the loader picks which to attach).
@@ -14,9 +14,24 @@ pub static SECCOMP_TRACE_CLASSIC: &[u8] =
 pub static EMPTY_PAIR: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/empty.bpf.o"));
 
-/// The syscall recorder of `nodeproof record` (`agent-ebpf/record.bpf.c`): a
+/// The syscall recorder of `nodeproof record` (`bpf/record.bpf.c`): a
 /// sys_enter program on tp_btf and on the classic tracepoint, and its sets.
 pub static RECORD: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/record.bpf.o"));
+
+/// Every shared struct of the layout headers, one global each, and no
+/// program: its BTF is clang's layout of them (see `abi`'s tests).
+#[cfg(test)]
+pub(crate) static LAYOUT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/layout.bpf.o"));
+
+/// The program objects, named.
+#[cfg(test)]
+pub(crate) const PROGRAMS: [(&str, &[u8]); 4] = [
+    ("seccomp_trace.bpf.o", SECCOMP_TRACE),
+    ("seccomp_trace_classic.bpf.o", SECCOMP_TRACE_CLASSIC),
+    ("empty.bpf.o", EMPTY_PAIR),
+    ("record.bpf.o", RECORD),
+];
 
 /// True when the build had no clang and embedded empty stubs.
 pub const fn is_stub() -> bool {

@@ -1,27 +1,20 @@
-//! The records the eBPF programs write, mirrored from `agent-ebpf/np_trace.h`,
-//! and their decoding into plain Rust values. Pure: tested without a kernel.
+//! The records the eBPF programs write (their layout generated from
+//! `bpf/np_trace.h`, see [`crate::abi`]) and their decoding into plain Rust
+//! values. Pure: tested without a kernel.
 
 use serde::Serialize;
 use std::fmt;
 use strum::IntoStaticStr;
 
+pub use crate::abi::trace::{NpCgroupEvent, NpCountKey, NpEvent};
+use crate::abi::trace::{
+    NP_ACT_ERRNO, NP_ACT_KILL, NP_ACT_NOTIFY_ERROR, NP_ACT_TRAP, NP_CGROUP_PATH_MAX,
+};
+
 /// Audit arch values (`include/uapi/linux/audit.h`) the programs report.
 pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 pub const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 pub const AUDIT_ARCH_AARCH64: u32 = 0xC000_00B7;
-
-/// Indices of the programs' per-CPU `np_stats` array.
-pub(crate) mod stat {
-    pub const SAMPLES: u32 = 0;
-    pub const DROP_RATELIMIT: u32 = 1;
-    pub const DROP_RINGBUF: u32 = 2;
-    pub const COUNT_MAP_FULL: u32 = 3;
-    pub const UNPAIRED_FIRST: u32 = 4;
-    pub const STATE_FAIL: u32 = 5;
-    pub const NOTIFY_EMULATED: u32 = 6;
-    pub const CGROUP_DROP: u32 = 7;
-    pub const MAX: u32 = 8;
-}
 
 /// How seccomp refused the syscall.
 #[derive(
@@ -54,10 +47,10 @@ pub enum Action {
 impl Action {
     pub fn from_raw(raw: u32) -> Option<Self> {
         match raw {
-            1 => Some(Self::Errno),
-            2 => Some(Self::Kill),
-            3 => Some(Self::Trap),
-            4 => Some(Self::NotifyError),
+            NP_ACT_ERRNO => Some(Self::Errno),
+            NP_ACT_KILL => Some(Self::Kill),
+            NP_ACT_TRAP => Some(Self::Trap),
+            NP_ACT_NOTIFY_ERROR => Some(Self::NotifyError),
             _ => None,
         }
     }
@@ -73,58 +66,8 @@ impl fmt::Display for Action {
     }
 }
 
-/// `struct np_count_key`: the key of the in-kernel exact counts.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RawCountKey {
-    pub cgroup_id: u64,
-    pub tgid: u32,
-    pub nr: i32,
-    pub err: i32,
-    pub action: u32,
-    pub arch: u32,
-    pub pad: u32,
-    pub comm: [u8; 16],
-}
-
-/// `struct np_event`: one sample from the ring buffer.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawEvent {
-    pub ts_ns: u64,
-    pub cgroup_id: u64,
-    pub tgid: u32,
-    pub tid: u32,
-    pub mnt_ns: u32,
-    pub nr: i32,
-    pub arch: u32,
-    pub err: i32,
-    pub action: u32,
-    pub pad: u32,
-    pub comm: [u8; 16],
-}
-
-/// `NP_CGROUP_PATH_MAX`: the path bytes of a `struct np_cgroup_event`.
-pub const CGROUP_PATH_MAX: usize = 512;
-
-/// `struct np_cgroup_event`: a cgroup2 directory as it was created.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawCgroupEvent {
-    pub id: u64,
-    pub level: u32,
-    /// Bytes of `path` with the NUL; 0 when the kernel could not read it.
-    pub len: u32,
-    pub path: [u8; CGROUP_PATH_MAX],
-}
-
-// The C side static-asserts the same sizes: a drift on either side breaks the build.
-const _: () = assert!(std::mem::size_of::<RawCountKey>() == 48);
-const _: () = assert!(std::mem::size_of::<RawEvent>() == 64);
-const _: () = assert!(std::mem::size_of::<RawCgroupEvent>() == 16 + CGROUP_PATH_MAX);
-
-// SAFETY: plain-old-data, `repr(C)`, no padding the compiler adds (sizes asserted above).
-unsafe impl aya::Pod for RawCountKey {}
+/// `NP_CGROUP_PATH_MAX`: the path bytes of a [`NpCgroupEvent`].
+pub const CGROUP_PATH_MAX: usize = NP_CGROUP_PATH_MAX as usize;
 
 /// A decoded denial sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,15 +125,15 @@ pub fn comm_to_string(comm: &[u8; 16]) -> String {
 /// Decodes one ring-buffer record. Reads unaligned: ring-buffer records are
 /// 8-byte aligned in practice, but nothing in the API promises it.
 pub fn decode_event(bytes: &[u8]) -> Result<Denial, DecodeError> {
-    let expected = std::mem::size_of::<RawEvent>();
+    let expected = std::mem::size_of::<NpEvent>();
     if bytes.len() < expected {
         return Err(DecodeError::Length {
             len: bytes.len(),
             expected,
         });
     }
-    // SAFETY: length checked; RawEvent is POD, every bit pattern is valid.
-    let raw: RawEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    // SAFETY: length checked; NpEvent is POD, every bit pattern is valid.
+    let raw: NpEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
     let action = Action::from_raw(raw.action).ok_or(DecodeError::Action { raw: raw.action })?;
     Ok(Denial {
         ts_ns: raw.ts_ns,
@@ -211,15 +154,15 @@ pub fn decode_event(bytes: &[u8]) -> Result<Denial, DecodeError> {
 /// one (length 0, or the whole buffer with no room left) is refused rather
 /// than cached wrong.
 pub fn decode_cgroup_event(bytes: &[u8]) -> Result<CgroupCreated, DecodeError> {
-    let expected = std::mem::size_of::<RawCgroupEvent>();
+    let expected = std::mem::size_of::<NpCgroupEvent>();
     if bytes.len() < expected {
         return Err(DecodeError::Length {
             len: bytes.len(),
             expected,
         });
     }
-    // SAFETY: length checked; RawCgroupEvent is POD, every bit pattern is valid.
-    let raw: RawCgroupEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    // SAFETY: length checked; NpCgroupEvent is POD, every bit pattern is valid.
+    let raw: NpCgroupEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
     let len = raw.len as usize;
     // At least "/" and its NUL; a path that filled the buffer may have been cut.
     if !(2..CGROUP_PATH_MAX).contains(&len) || raw.path[len - 1] != 0 {
@@ -236,7 +179,7 @@ pub fn decode_cgroup_event(bytes: &[u8]) -> Result<CgroupCreated, DecodeError> {
 }
 
 /// Decodes one count key.
-pub fn decode_count_key(raw: &RawCountKey) -> Result<CountKey, DecodeError> {
+pub fn decode_count_key(raw: &NpCountKey) -> Result<CountKey, DecodeError> {
     let action = Action::from_raw(raw.action).ok_or(DecodeError::Action { raw: raw.action })?;
     Ok(CountKey {
         cgroup_id: raw.cgroup_id,
@@ -259,8 +202,8 @@ mod tests {
         c
     }
 
-    fn raw_event() -> RawEvent {
-        RawEvent {
+    fn raw_event() -> NpEvent {
+        NpEvent {
             ts_ns: 42,
             cgroup_id: 7,
             tgid: 100,
@@ -269,15 +212,15 @@ mod tests {
             nr: 83,
             arch: AUDIT_ARCH_X86_64,
             err: 1,
-            action: 1,
-            pad: 0,
+            action: NP_ACT_ERRNO,
+            _pad: 0,
             comm: comm("mkdir"),
         }
     }
 
-    fn bytes_of(ev: &RawEvent) -> Vec<u8> {
+    fn bytes_of(ev: &NpEvent) -> Vec<u8> {
         // SAFETY: reading a POD value's bytes.
-        unsafe { std::slice::from_raw_parts((ev as *const RawEvent).cast::<u8>(), 64) }.to_vec()
+        unsafe { std::slice::from_raw_parts((ev as *const NpEvent).cast::<u8>(), 64) }.to_vec()
     }
 
     #[test]
@@ -316,7 +259,7 @@ mod tests {
     }
 
     fn cgroup_record(id: u64, path: &[u8], len: u32) -> Vec<u8> {
-        let mut raw = RawCgroupEvent {
+        let mut raw = NpCgroupEvent {
             id,
             level: 3,
             len,
@@ -326,8 +269,8 @@ mod tests {
         // SAFETY: reading a POD value's bytes.
         unsafe {
             std::slice::from_raw_parts(
-                (&raw as *const RawCgroupEvent).cast::<u8>(),
-                std::mem::size_of::<RawCgroupEvent>(),
+                (&raw as *const NpCgroupEvent).cast::<u8>(),
+                std::mem::size_of::<NpCgroupEvent>(),
             )
         }
         .to_vec()

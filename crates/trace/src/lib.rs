@@ -7,8 +7,9 @@
 //! `summary` aggregates and renders; `names` turns
 //! numbers into syscall and errno names; `intended` tells a denial libc
 //! falls back from (ENOSYS on `clone3`) from a real one; `record` is the
-//! syscall recorder of `nodeproof record`, a program of its own. The C programs live in `agent-ebpf/`.
+//! syscall recorder of `nodeproof record`, a program of its own. The C programs live in `bpf/`.
 
+pub mod abi;
 pub mod attribution;
 pub mod bpf;
 pub mod event;

@@ -1,10 +1,15 @@
 //! The real edge: loads the embedded programs with aya, probes the strategies
 //! in order (or the forced one), attaches, and reads samples, counts and stats.
 
+use super::abi::trace::{
+    NP_STAT_CGROUP_DROP, NP_STAT_COUNT_MAP_FULL, NP_STAT_DROP_RATELIMIT, NP_STAT_DROP_RINGBUF,
+    NP_STAT_MAX, NP_STAT_NOTIFY_EMULATED, NP_STAT_SAMPLES, NP_STAT_STATE_FAIL,
+    NP_STAT_UNPAIRED_FIRST,
+};
 use super::bpf;
 use super::event::{
-    decode_cgroup_event, decode_count_key, decode_event, stat, CgroupCreated, CountKey,
-    DecodeError, Denial, RawCountKey,
+    decode_cgroup_event, decode_count_key, decode_event, CgroupCreated, CountKey, DecodeError,
+    Denial, NpCountKey,
 };
 use super::{EventSource, Stats, Strategy, TraceError};
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
@@ -153,7 +158,7 @@ pub struct Tracer {
     ring: RingBuf<MapData>,
     /// Cgroup2 creations (`np_cgroups`); `None` when the feed did not attach.
     cgroups: Option<RingBuf<MapData>>,
-    counts: PerCpuHashMap<MapData, RawCountKey, u64>,
+    counts: PerCpuHashMap<MapData, NpCountKey, u64>,
     stats: PerCpuArray<MapData, u64>,
     strategy: Strategy,
     attempts: Vec<ProbeAttempt>,
@@ -1015,7 +1020,7 @@ impl EventSource for Tracer {
         };
         // Keys first: deleting while iterating would make the kernel's
         // get_next_key restart from the first key.
-        let gone: Vec<RawCountKey> = self
+        let gone: Vec<NpCountKey> = self
             .counts
             .keys()
             .filter_map(Result::ok)
@@ -1043,7 +1048,7 @@ impl EventSource for Tracer {
     }
 
     fn stats(&self) -> Result<Stats, TraceError> {
-        let mut v = [0u64; stat::MAX as usize];
+        let mut v = [0u64; NP_STAT_MAX as usize];
         for (i, slot) in v.iter_mut().enumerate() {
             let per_cpu = self
                 .stats
@@ -1055,14 +1060,14 @@ impl EventSource for Tracer {
             *slot = per_cpu.iter().sum();
         }
         Ok(Stats {
-            samples: v[stat::SAMPLES as usize],
-            dropped_ratelimit: v[stat::DROP_RATELIMIT as usize],
-            dropped_ringbuf: v[stat::DROP_RINGBUF as usize],
-            lost_counts: v[stat::COUNT_MAP_FULL as usize],
-            unjudged_first_exits: v[stat::UNPAIRED_FIRST as usize],
-            state_failures: v[stat::STATE_FAIL as usize],
-            notify_emulated: v[stat::NOTIFY_EMULATED as usize],
-            cgroup_feed_dropped: v[stat::CGROUP_DROP as usize],
+            samples: v[NP_STAT_SAMPLES as usize],
+            dropped_ratelimit: v[NP_STAT_DROP_RATELIMIT as usize],
+            dropped_ringbuf: v[NP_STAT_DROP_RINGBUF as usize],
+            lost_counts: v[NP_STAT_COUNT_MAP_FULL as usize],
+            unjudged_first_exits: v[NP_STAT_UNPAIRED_FIRST as usize],
+            state_failures: v[NP_STAT_STATE_FAIL as usize],
+            notify_emulated: v[NP_STAT_NOTIFY_EMULATED as usize],
+            cgroup_feed_dropped: v[NP_STAT_CGROUP_DROP as usize],
         })
     }
 

@@ -1,5 +1,6 @@
 //! `nodeproof record`'s kernel side from user space: loads
-//! `agent-ebpf/record.bpf.c`, gives cgroups a slot, sets the watch (which
+//! `bpf/record.bpf.c` (its maps' keys and values generated from
+//! `bpf/np_record.h`, see [`crate::abi`]), gives cgroups a slot, sets the watch (which
 //! arguments of which syscalls to keep), and reads a slot's sets back as a
 //! plain [`SlotRecord`]. The decoding of the maps is pure (tests below); the
 //! aya calls are the edge, as in the loader.
@@ -16,6 +17,10 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 
+use crate::abi::record::{
+    NpRecArg, NpRecBits, NpRecCount, NpRecValue, NP_REC_I386, NP_REC_MAX_VALUES, NP_REC_NRS,
+    NP_REC_SLOTS, NP_REC_VALUE_CAP, NP_REC_WORDS, NP_REC_X32, NP_REC_X86_64, NP_X32_BIT,
+};
 use crate::bpf;
 use crate::loader::{
     effective_capabilities, error_chain, missing_capabilities, raise_memlock, step_error,
@@ -23,20 +28,20 @@ use crate::loader::{
 };
 use crate::{caps_hint, ProbeAttempt, Strategy};
 
-/// Containers recorded at once (`NP_REC_SLOTS`).
-pub const SLOTS: u32 = 256;
-/// Syscall numbers a bitmap holds (`NP_REC_NRS`), the x32 bit stripped.
-pub const NRS: u32 = 1024;
+/// Containers recorded at once.
+pub const SLOTS: u32 = NP_REC_SLOTS;
+/// Syscall numbers a bitmap holds, the x32 bit stripped.
+pub const NRS: u32 = NP_REC_NRS;
 /// x32's `__X32_SYSCALL_BIT`, which its numbers carry in `seccomp_data.nr`.
-pub const X32_BIT: u32 = 0x4000_0000;
+pub const X32_BIT: u32 = NP_X32_BIT;
 /// Values kept per argument by default (`np_rec_value_cap`).
-pub const DEFAULT_VALUE_CAP: u32 = 64;
+pub const DEFAULT_VALUE_CAP: u32 = NP_REC_VALUE_CAP;
 /// Entries of the value set when not configured (`np_rec_values`).
-pub const DEFAULT_MAX_VALUES: u32 = 16384;
-const WORDS: usize = (NRS / 64) as usize;
+pub const DEFAULT_MAX_VALUES: u32 = NP_REC_MAX_VALUES;
+const WORDS: usize = NP_REC_WORDS as usize;
 
 /// The kinds of call an x86_64 task makes, each an arch of its own in
-/// `seccomp_data` (the index order is `NP_REC_*` in record.bpf.c).
+/// `seccomp_data` (its index in the maps is `NP_REC_*` of np_record.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RecArch {
     X86_64,
@@ -51,14 +56,14 @@ impl RecArch {
 
     fn index(self) -> u32 {
         match self {
-            RecArch::X86_64 => 0,
-            RecArch::I386 => 1,
-            RecArch::X32 => 2,
+            RecArch::X86_64 => NP_REC_X86_64,
+            RecArch::I386 => NP_REC_I386,
+            RecArch::X32 => NP_REC_X32,
         }
     }
 
     fn from_index(i: u8) -> Option<RecArch> {
-        RecArch::ALL.get(usize::from(i)).copied()
+        RecArch::ALL.into_iter().find(|a| a.index() == u32::from(i))
     }
 
     /// The number `seccomp_data.nr` carries for the bitmap's `nr`.
@@ -143,49 +148,6 @@ pub enum RecordError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slot(u32);
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct RawBits {
-    w: [u64; WORDS],
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct RawArg {
-    slot: u32,
-    nr: u16,
-    arch: u8,
-    index: u8,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct RawValue {
-    value: u64,
-    arg: RawArg,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct RawCount {
-    n: u32,
-    over: u32,
-}
-
-const _: () = assert!(std::mem::size_of::<RawBits>() == 128);
-const _: () = assert!(std::mem::size_of::<RawArg>() == 8);
-const _: () = assert!(std::mem::size_of::<RawValue>() == 16);
-const _: () = assert!(std::mem::size_of::<RawCount>() == 8);
-
-// SAFETY: plain C structs of integers, no padding (sizes asserted above).
-unsafe impl aya::Pod for RawBits {}
-// SAFETY: as above.
-unsafe impl aya::Pod for RawArg {}
-// SAFETY: as above.
-unsafe impl aya::Pod for RawValue {}
-// SAFETY: as above.
-unsafe impl aya::Pod for RawCount {}
-
 /// One argument's recorded values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ArgValues {
@@ -238,7 +200,7 @@ impl SlotRecord {
 }
 
 /// The syscall numbers set in a bitmap, as `seccomp_data.nr` carries them.
-fn numbers(arch: RecArch, bits: &RawBits) -> BTreeSet<u32> {
+fn numbers(arch: RecArch, bits: &NpRecBits) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
     for (i, w) in bits.w.iter().enumerate() {
         let mut w = *w;
@@ -254,12 +216,12 @@ fn numbers(arch: RecArch, bits: &RawBits) -> BTreeSet<u32> {
 /// One slot's arguments from the value set and the per-argument counts.
 fn decode_args(
     slot: u32,
-    values: impl IntoIterator<Item = RawValue>,
-    counts: impl IntoIterator<Item = (RawArg, RawCount)>,
+    values: impl IntoIterator<Item = NpRecValue>,
+    counts: impl IntoIterator<Item = (NpRecArg, NpRecCount)>,
     cap: u32,
 ) -> BTreeMap<(RecArch, u32, u8), ArgValues> {
     let mut out: BTreeMap<(RecArch, u32, u8), ArgValues> = BTreeMap::new();
-    let key = |a: &RawArg| {
+    let key = |a: &NpRecArg| {
         RecArch::from_index(a.arch).map(|arch| (arch, arch.full_nr(u32::from(a.nr)), a.index))
     };
     for v in values.into_iter().filter(|v| v.arg.slot == slot) {
@@ -292,12 +254,12 @@ fn decode_args(
 pub struct Recorder {
     _bpf: Ebpf,
     cgroups: HashMap<MapData, u64, u32>,
-    bits: Array<MapData, RawBits>,
+    bits: Array<MapData, NpRecBits>,
     watch: Array<MapData, u32>,
-    values: HashMap<MapData, RawValue, u8>,
-    counts: HashMap<MapData, RawArg, RawCount>,
+    values: HashMap<MapData, NpRecValue, u8>,
+    counts: HashMap<MapData, NpRecArg, NpRecCount>,
     lost: Array<MapData, u64>,
-    last: PerCpuArray<MapData, RawValue>,
+    last: PerCpuArray<MapData, NpRecValue>,
     used: Vec<bool>,
     attach: RecordAttach,
     value_cap: u32,
@@ -388,9 +350,9 @@ impl Recorder {
     /// argument has, so no call matches it; a cleared slot must not find
     /// its old values there.
     fn forget_last(&mut self) -> Result<(), RecordError> {
-        let none = RawValue {
+        let none = NpRecValue {
             value: 0,
-            arg: RawArg {
+            arg: NpRecArg {
                 slot: u32::MAX,
                 nr: 0,
                 arch: 0,
@@ -450,7 +412,7 @@ impl Recorder {
     }
 
     fn clear(&mut self, slot: Slot) -> Result<(), RecordError> {
-        let zero = RawBits { w: [0; WORDS] };
+        let zero = NpRecBits { w: [0; WORDS] };
         for arch in RecArch::ALL {
             self.bits
                 .set(slot.0 * 3 + arch.index(), zero, 0)
@@ -459,7 +421,7 @@ impl Recorder {
         self.lost
             .set(slot.0, 0, 0)
             .map_err(map_err("np_rec_lost"))?;
-        let values: Vec<RawValue> = self
+        let values: Vec<NpRecValue> = self
             .values
             .keys()
             .filter_map(Result::ok)
@@ -468,7 +430,7 @@ impl Recorder {
         for k in values {
             let _ = self.values.remove(&k);
         }
-        let counts: Vec<RawArg> = self
+        let counts: Vec<NpRecArg> = self
             .counts
             .keys()
             .filter_map(Result::ok)
@@ -507,8 +469,9 @@ impl Recorder {
                 calls.insert(arch, nrs);
             }
         }
-        let values: Vec<RawValue> = self.values.keys().filter_map(Result::ok).collect();
-        let counts: Vec<(RawArg, RawCount)> = self.counts.iter().filter_map(Result::ok).collect();
+        let values: Vec<NpRecValue> = self.values.keys().filter_map(Result::ok).collect();
+        let counts: Vec<(NpRecArg, NpRecCount)> =
+            self.counts.iter().filter_map(Result::ok).collect();
         Ok(SlotRecord {
             calls,
             args: decode_args(slot.0, values, counts, self.value_cap),
@@ -556,8 +519,8 @@ fn attach(bpf: &mut Ebpf, a: RecordAttach) -> Result<(), (FailureReason, String)
 mod tests {
     use super::*;
 
-    fn arg(slot: u32, arch: u8, nr: u16, index: u8) -> RawArg {
-        RawArg {
+    fn arg(slot: u32, arch: u8, nr: u16, index: u8) -> NpRecArg {
+        NpRecArg {
             slot,
             nr,
             arch,
@@ -567,7 +530,7 @@ mod tests {
 
     #[test]
     fn bitmaps_decode_to_numbers_with_the_x32_bit_put_back() {
-        let mut b = RawBits { w: [0; WORDS] };
+        let mut b = NpRecBits { w: [0; WORDS] };
         b.w[0] = 1 | 1 << 39;
         b.w[2] = 1 << 7; // 135
         b.w[WORDS - 1] = 1 << 63; // 1023
@@ -581,34 +544,34 @@ mod tests {
     #[test]
     fn values_are_grouped_per_argument_of_one_slot_and_capped() {
         let values = vec![
-            RawValue {
+            NpRecValue {
                 value: 8,
                 arg: arg(1, 0, 135, 0),
             },
-            RawValue {
+            NpRecValue {
                 value: 0,
                 arg: arg(1, 0, 135, 0),
             },
-            RawValue {
+            NpRecValue {
                 value: 99,
                 arg: arg(2, 0, 135, 0), // another slot
             },
-            RawValue {
+            NpRecValue {
                 value: 5,
                 arg: arg(1, 2, 41, 1), // x32 socket
             },
-            RawValue {
+            NpRecValue {
                 value: 6,
                 arg: arg(1, 2, 41, 1),
             },
-            RawValue {
+            NpRecValue {
                 value: 7,
                 arg: arg(1, 2, 41, 1),
             },
         ];
         let counts = vec![
-            (arg(1, 0, 135, 0), RawCount { n: 2, over: 0 }),
-            (arg(1, 1, 136, 0), RawCount { n: 0, over: 1 }),
+            (arg(1, 0, 135, 0), NpRecCount { n: 2, over: 0 }),
+            (arg(1, 1, 136, 0), NpRecCount { n: 0, over: 1 }),
         ];
         let a = decode_args(1, values, counts, 2);
         let p = &a[&(RecArch::X86_64, 135, 0)];

@@ -30,32 +30,16 @@
 #include "include/np_core.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "np_record.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #define TS_COMPAT 0x0002U
-#define NP_X32_BIT 0x40000000U
 #define EEXIST 17
-
-/* Arch indexes, shared with record.rs. */
-#define NP_REC_X86_64 0
-#define NP_REC_I386 1
-#define NP_REC_X32 2
-#define NP_REC_ARCHES 3
-
-/* Containers recorded at once: one slot each (a restarted container's old
- * slot is read out and freed). Recordings are asked for a few pods, not a
- * node's every pod: 256 is a few dozen pods' containers with room to spare;
- * beyond it user space refuses the next container (RecordError::SlotsFull). */
-#define NP_REC_SLOTS 256
-/* Syscall numbers a bitmap holds: x86_64's table ends below 470, i386's
- * below 470, x32's (bit stripped) below 550. A number beyond is lost. */
-#define NP_REC_NRS 1024
-#define NP_REC_WORDS (NP_REC_NRS / 64)
 
 /* Values kept per (slot, arch, syscall, argument): beyond it the argument
  * is marked incomplete. Set by the loader (aya override_global). */
-const volatile __u32 np_rec_value_cap = 64;
+const volatile __u32 np_rec_value_cap = NP_REC_VALUE_CAP;
 
 /* cgroup v2 id (the inode of the cgroup directory, what
  * bpf_get_current_cgroup_id() returns) -> slot. A container's own cgroup
@@ -67,10 +51,6 @@ struct {
 	__type(key, __u64);
 	__type(value, __u32);
 } np_rec_cgroups SEC(".maps");
-
-struct np_rec_bits {
-	__u64 w[NP_REC_WORDS];
-};
 
 /* [slot * NP_REC_ARCHES + arch]: the syscalls seen, a bit each;
  * 768 entries of 128 bytes, 96 KiB. */
@@ -90,32 +70,15 @@ struct {
 	__type(value, __u32);
 } np_rec_watch SEC(".maps");
 
-struct np_rec_arg {
-	__u32 slot;
-	__u16 nr;
-	__u8 arch;
-	__u8 index;
-};
-
-struct np_rec_value {
-	__u64 value;
-	struct np_rec_arg arg;
-};
-
 /* The set of (slot, arch, nr, index, value); the loader may shrink it
  * (aya set_max_entries). 16384 entries of 16 + 8 bytes, preallocated:
  * about 1.5 MiB with the hash's own overhead. A full set counts lost. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, NP_REC_MAX_VALUES);
 	__type(key, struct np_rec_value);
 	__type(value, __u8);
 } np_rec_values SEC(".maps");
-
-struct np_rec_count {
-	__u32 n;    /* values in np_rec_values for this argument */
-	__u32 over; /* 1: a value beyond np_rec_value_cap was not kept */
-};
 
 /* Per (slot, arch, nr, index): how many values are kept, so that one
  * argument (an mmap length) cannot fill the set for every other. */
