@@ -234,6 +234,14 @@ pub fn route(
         (_, ["apis", "events.k8s.io", ..]) if who.node().is_some() => {
             status(403, "Forbidden", "events.k8s.io is forbidden for nodes")
         }
+        ("POST", ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"]) => {
+            let (store, events) = s.store_and::<events::EventsV1>();
+            events::create_v1(store, events, ns, body)
+        }
+        ("PATCH", ["apis", "events.k8s.io", "v1", "namespaces", ns, "events", name]) => {
+            let (store, events) = s.store_and::<events::EventsV1>();
+            events::patch_v1(store, events, ns, name, content_type, body)
+        }
         _ => status(404, "NotFound", "not served by the test API server"),
     }
 }

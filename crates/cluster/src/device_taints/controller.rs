@@ -16,6 +16,13 @@
 //! finds the rule (409) takes it as done, a delete that finds none (404)
 //! too, and a delete carries the rule's UID as a precondition, so a rule
 //! someone made again under that name meanwhile is not deleted.
+//!
+//! The three watches are kube-runtime's `watcher`; what is kept is the
+//! facts read of each object (the parsed annotation of the Nodes that carry
+//! one, `SliceFacts`, `RuleFacts`), not a `reflector` store of the whole
+//! objects: for 5,000 Nodes, one in a hundred with an unhealthy GPU, that
+//! is 0.03 MiB against the store's 72.7 MiB, for the same requests
+//! (`cargo test -p nodeproof-cluster --test runtime_fit -- --nocapture`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::pin::Pin;

@@ -14,6 +14,20 @@
 //! controller removing its own) shifts the index, the `test` fails (422),
 //! nothing is removed, and the pod is judged again from what the watch
 //! delivers next: never another controller's gate, never one twice.
+//!
+//! The watches are kube-runtime's `watcher` (its backoff, re-lists and
+//! `Init`/`InitDone` bracketing); what is kept of each object is the
+//! [`Gatekeeper`]'s digest, not a kube-runtime `reflector` store of whole
+//! objects, nor its `Controller` (which reconciles one object at a time from
+//! such a store, where a pod is judged against every node). Measured by
+//! `cargo test -p nodeproof-cluster --test runtime_fit -- --nocapture`: a
+//! reflector store holds 72.7 MiB for 5,000 GPU Nodes (no managedFields)
+//! and 296.4 MiB for 20,000 gated Pods; the Gatekeeper holds 24.6 MiB for
+//! the Nodes (their facts and the label index) and 45.9 MiB with the Pods
+//! too; a store would come beside it, since the incremental judgement needs
+//! the digests and the changes, not the objects. A reflector makes the
+//! same requests as its watcher (one list, one watch per kind: measured
+//! there too), so it would save no connection either.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
