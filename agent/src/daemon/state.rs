@@ -695,7 +695,7 @@ mod tests {
         s.set_check(
             Subsystem::Pods,
             state(vec![Condition {
-                reason: "PodProfilesReady".into(),
+                reason: crate::pods::verdict::PODS_READY.into(),
                 ..cond("SeccompProfilesReady", "True")
             }]),
         );

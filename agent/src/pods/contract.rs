@@ -121,7 +121,7 @@ fn problems(
     // Only the class's tolerations: a contract is about the class, and the
     // scheduler merges the class's into every pod's, so a taint they do not
     // tolerate keeps the pods that rely on the class alone away.
-    if let Some(p) = verdict::runtime_class_problem(&contract.class, Some(&own), &[], node) {
+    if let Some((_, p)) = verdict::runtime_class_problem(&contract.class, Some(&own), &[], node) {
         let prefix = format!("RuntimeClass {}: ", contract.class);
         out.push(p.strip_prefix(&prefix).unwrap_or(&p).to_string());
     }

@@ -14,7 +14,9 @@ use kube::ResourceExt;
 use super::contract;
 use super::denials::{PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};
 use super::gpu_faults::{GpuFaultTotal, PodGpuFaultEvent, EVENT_REASON as GPU_FAULT_REASON};
-use super::verdict::{self, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo};
+use super::verdict::{
+    self, ClassProblem, Judge, NodeContext, PodFinding, Reason, RuntimeClassInfo,
+};
 use nodeproof_findings::Condition;
 use nodeproof_report::contract::ContractState;
 use nodeproof_report::contract_labels::ContractVerdict;
@@ -193,6 +195,7 @@ impl PodsState {
                             "RuntimeClass {} is not ready on this node: {}",
                             v.class, v.cause
                         ),
+                        class_problem: None,
                     })
                     .filter(|_| !p.finished);
                 let judged = self
@@ -200,9 +203,8 @@ impl PodsState {
                     .judge_pod(p, &self.classes, &self.node)
                     .into_iter()
                     .filter(move |f| {
-                        !(f.reason == Reason::RuntimeClassMismatch
-                            && held_class
-                                .is_some_and(|rc| f.message == verdict::missing_class_message(rc)))
+                        !(f.class_problem == Some(ClassProblem::Missing)
+                            && held_class.is_some_and(|rc| f.subject == *rc))
                     });
                 // The pod's own, more concrete findings lead.
                 judged.chain(unmet).collect::<Vec<_>>()

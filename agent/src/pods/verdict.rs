@@ -44,6 +44,22 @@ pub struct PodFinding {
     pub reason: Reason,
     /// One line: what is wrong (for a lint failure, the first diagnostic).
     pub message: String,
+    /// For a RuntimeClass that does not fit: which way (`None`: not about
+    /// the RuntimeClass).
+    pub class_problem: Option<ClassProblem>,
+}
+
+/// Why a pod's RuntimeClass does not fit this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassProblem {
+    /// Not in the cluster.
+    Missing,
+    /// Its handler is not configured in the container runtime.
+    Handler,
+    /// Its nodeSelector does not match this node.
+    NodeSelector,
+    /// A taint of this node it does not tolerate.
+    Untolerated,
 }
 
 impl PodFinding {
@@ -231,16 +247,16 @@ impl Judge {
             subject,
             reason,
             message,
+            class_problem: None,
         };
         if let Some(rc_name) = &pod.runtime_class {
             let rc = runtime_classes.get(rc_name);
-            if let Some(msg) = runtime_class_problem(rc_name, rc, &pod.tolerations, node) {
-                out.push(finding(
-                    None,
-                    rc_name.clone(),
-                    Reason::RuntimeClassMismatch,
-                    msg,
-                ));
+            if let Some((problem, msg)) = runtime_class_problem(rc_name, rc, &pod.tolerations, node)
+            {
+                out.push(PodFinding {
+                    class_problem: Some(problem),
+                    ..finding(None, rc_name.clone(), Reason::RuntimeClassMismatch, msg)
+                });
             }
         }
         for c in &pod.containers {
@@ -351,27 +367,28 @@ pub fn profile_path(root: &Path, rel: &str) -> Option<PathBuf> {
     Some(root.join(rel.trim_start_matches('/')))
 }
 
-/// What is said of a pod whose RuntimeClass is not in the cluster.
-pub fn missing_class_message(name: &str) -> String {
-    format!("RuntimeClass {name} does not exist")
-}
-
 pub(crate) fn runtime_class_problem(
     name: &str,
     rc: Option<&RuntimeClassInfo>,
     pod_tolerations: &[Toleration],
     node: &NodeContext,
-) -> Option<String> {
+) -> Option<(ClassProblem, String)> {
     let Some(rc) = rc else {
-        return Some(missing_class_message(name));
+        return Some((
+            ClassProblem::Missing,
+            format!("RuntimeClass {name} does not exist"),
+        ));
     };
     if let Some(handlers) = &node.handlers {
         if !handlers.contains(&rc.handler) {
             let known: Vec<&str> = handlers.iter().map(String::as_str).collect();
-            return Some(format!(
-                "RuntimeClass {name}: handler {:?} is not configured in the container runtime (configured: {})",
-                rc.handler,
-                known.join(", ")
+            return Some((
+                ClassProblem::Handler,
+                format!(
+                    "RuntimeClass {name}: handler {:?} is not configured in the container runtime (configured: {})",
+                    rc.handler,
+                    known.join(", ")
+                ),
             ));
         }
     }
@@ -382,9 +399,12 @@ pub(crate) fn runtime_class_problem(
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     if !unmatched.is_empty() {
-        return Some(format!(
-            "RuntimeClass {name}: nodeSelector {} does not match this node",
-            unmatched.join(",")
+        return Some((
+            ClassProblem::NodeSelector,
+            format!(
+                "RuntimeClass {name}: nodeSelector {} does not match this node",
+                unmatched.join(",")
+            ),
         ));
     }
     // What the scheduler sees: the class's tolerations merged into the pod's.
@@ -399,12 +419,20 @@ pub(crate) fn runtime_class_problem(
         .map(taints::display)
         .collect();
     (!left.is_empty()).then(|| {
-        format!(
-            "RuntimeClass {name}: this node's taint {} is not tolerated (by scheduling.tolerations nor the pod's)",
-            left.join(", ")
+        (
+            ClassProblem::Untolerated,
+            format!(
+                "RuntimeClass {name}: this node's taint {} is not tolerated (by scheduling.tolerations nor the pod's)",
+                left.join(", ")
+            ),
         )
     })
 }
+
+/// The reason of the pods' part of `SeccompProfilesReady` when every
+/// watched pod's references are usable (False takes its first finding's
+/// [`Reason`]).
+pub const PODS_READY: &str = "PodProfilesReady";
 
 /// The pods' contribution to `SeccompProfilesReady`: True with reason
 /// `PodProfilesReady` when every watched pod's references are usable, else
@@ -414,7 +442,7 @@ pub fn condition(findings: &[PodFinding], pods: usize) -> Condition {
         return Condition {
             kind: ConditionType::SeccompProfilesReady,
             status: ConditionStatus::True,
-            reason: "PodProfilesReady".into(),
+            reason: PODS_READY.into(),
             message: format!(
                 "seccomp references of {} on this node are usable",
                 count(pods, "pod", "pods")
