@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use nodeproof_findings::{Check, Finding, Reason, Status};
+use nodeproof_findings::reason::OwnReason;
+use nodeproof_findings::{Check, Finding, Status};
 use strum::{EnumString, IntoStaticStr, VariantArray};
 
 use super::{skipped, Command, Context, NodeCheck, Outcome, Schedule};
@@ -27,7 +28,7 @@ pub enum KubeletAccessReason {
     NotRootless,
 }
 
-impl KubeletAccessReason {
+impl OwnReason for KubeletAccessReason {
     fn meaning(self) -> &'static str {
         match self {
             KubeletAccessReason::Accessible => "the kubelet's user has the access the path needs",
@@ -39,12 +40,6 @@ impl KubeletAccessReason {
                 "the kubelet runs as root, or there is no kubelet.service (skipped)"
             }
         }
-    }
-}
-
-impl From<KubeletAccessReason> for Reason {
-    fn from(r: KubeletAccessReason) -> Reason {
-        Reason::Named(nodeproof_findings::reason::Named::of(r))
     }
 }
 
@@ -61,10 +56,7 @@ impl NodeCheck for KubeletAccess {
         &[CHECK]
     }
     fn reasons(&self) -> Vec<(&'static str, &'static str)> {
-        KubeletAccessReason::VARIANTS
-            .iter()
-            .map(|r| (r.into(), r.meaning()))
-            .collect()
+        KubeletAccessReason::all_with_meanings()
     }
     fn commands(&self) -> &'static [Command] {
         &[Command::Preflight]

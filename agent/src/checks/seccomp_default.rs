@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nodeproof_findings::{Check, Finding, Reason, Status};
+use nodeproof_findings::reason::OwnReason;
+use nodeproof_findings::{Check, Finding, Status};
 use serde::Deserialize;
 use strum::{EnumString, IntoStaticStr, VariantArray};
 
@@ -39,7 +40,7 @@ pub enum SeccompDefaultReason {
     NoKubelet,
 }
 
-impl SeccompDefaultReason {
+impl OwnReason for SeccompDefaultReason {
     fn meaning(self) -> &'static str {
         match self {
             SeccompDefaultReason::SeccompDefaultEnabled => {
@@ -56,12 +57,6 @@ impl SeccompDefaultReason {
     }
 }
 
-impl From<SeccompDefaultReason> for Reason {
-    fn from(r: SeccompDefaultReason) -> Reason {
-        Reason::Named(nodeproof_findings::reason::Named::of(r))
-    }
-}
-
 pub struct SeccompDefault;
 
 impl NodeCheck for SeccompDefault {
@@ -75,10 +70,7 @@ impl NodeCheck for SeccompDefault {
         &[CHECK]
     }
     fn reasons(&self) -> Vec<(&'static str, &'static str)> {
-        SeccompDefaultReason::VARIANTS
-            .iter()
-            .map(|r| (r.into(), r.meaning()))
-            .collect()
+        SeccompDefaultReason::all_with_meanings()
     }
     fn commands(&self) -> &'static [Command] {
         &[Command::Check, Command::Preflight, Command::Run]

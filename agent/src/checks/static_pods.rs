@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use nodeproof_findings::{Check, Finding, Reason, Status};
+use nodeproof_findings::reason::OwnReason;
+use nodeproof_findings::{Check, Finding, Status};
 use nodeproof_seccomp::lint::ProfileReport;
 use strum::{EnumString, IntoStaticStr, VariantArray};
 
@@ -28,7 +29,7 @@ pub enum StaticPodReason {
     NoStaticPodProfiles,
 }
 
-impl StaticPodReason {
+impl OwnReason for StaticPodReason {
     fn meaning(self) -> &'static str {
         match self {
             StaticPodReason::ProfileMissing => {
@@ -45,12 +46,6 @@ impl StaticPodReason {
     }
 }
 
-impl From<StaticPodReason> for Reason {
-    fn from(r: StaticPodReason) -> Reason {
-        Reason::Named(nodeproof_findings::reason::Named::of(r))
-    }
-}
-
 pub struct StaticPods;
 
 impl NodeCheck for StaticPods {
@@ -64,10 +59,7 @@ impl NodeCheck for StaticPods {
         &[CHECK]
     }
     fn reasons(&self) -> Vec<(&'static str, &'static str)> {
-        StaticPodReason::VARIANTS
-            .iter()
-            .map(|r| (r.into(), r.meaning()))
-            .collect()
+        StaticPodReason::all_with_meanings()
     }
     fn commands(&self) -> &'static [Command] {
         &[Command::Preflight]

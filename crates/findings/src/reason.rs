@@ -378,6 +378,27 @@ impl From<&Named> for &'static str {
     }
 }
 
+/// A check's own reason enum (its module's): converts into [`Reason`]
+/// through [`Named`], and says what each reason means for the docs.
+pub trait OwnReason: Copy + Into<&'static str> + strum::VariantArray + 'static {
+    /// What the reason means, one line.
+    fn meaning(self) -> &'static str;
+
+    /// Every reason with its meaning, in declaration order.
+    fn all_with_meanings() -> Vec<(&'static str, &'static str)> {
+        Self::VARIANTS
+            .iter()
+            .map(|r| ((*r).into(), r.meaning()))
+            .collect()
+    }
+}
+
+impl<R: OwnReason> From<R> for Reason {
+    fn from(r: R) -> Reason {
+        Reason::Named(Named::of(r))
+    }
+}
+
 impl Reason {
     /// This reason as a check's own enum `R`, when it is one of `R`'s.
     pub fn named<R: std::str::FromStr>(self) -> Option<R> {
