@@ -34,8 +34,9 @@ use nodeproof_trace::SummaryRow;
 /// kept (`send_replace`, not `send`, which drops it without receivers).
 pub struct Publisher<T>(Arc<watch::Sender<T>>);
 
-/// Cloned only where a flow has several publishers ([`RoundsDone`]) and
-/// for a task that `supervise` starts again.
+/// Cloned only where a flow has several publishers ([`RoundsDone`]), for
+/// a task that `supervise` starts again, and for a guard that publishes
+/// when its task ends (`daemon::pods`).
 impl<T> Clone for Publisher<T> {
     fn clone(&self) -> Self {
         Publisher(self.0.clone())
@@ -87,8 +88,8 @@ impl<T> Clone for Follower<T> {
 }
 
 impl<T> Follower<T> {
-    /// Waits for a value this follower has not looked at; `false` once
-    /// every publisher is gone and nothing new is left.
+    /// Waits for a value this follower has not looked at; `false` when
+    /// every publisher is gone (tokio's `changed` erring): no news will come.
     pub async fn changed(&mut self) -> bool {
         self.0.changed().await.is_ok()
     }

@@ -195,45 +195,32 @@ impl RoundQueue {
     /// the lint travels in the lint's round, before that judgement, never
     /// after it. With nothing waiting, it is a round of its own.
     pub fn push(&mut self, mut round: RoundNews, stamp: Stamp) {
-        let pods_judged = match stamp {
-            Stamp::Alone => None,
-            Stamp::Files(n) => {
-                let awaits = (n > self.pods_judged).then_some(n);
-                self.pending.push_back(Pending { round, awaits });
-                bound(&mut self.pending);
-                return;
-            }
-            Stamp::Pods(m) => Some(m),
+        let m = match stamp {
+            Stamp::Alone => return self.push_back(round, None),
+            Stamp::Files(n) => return self.push_back(round, (n > self.pods_judged).then_some(n)),
+            Stamp::Pods(m) => m,
         };
-        let target = pods_judged.and_then(|m| {
-            self.pods_judged = self.pods_judged.max(m);
-            let up_to_m = |p: &Pending| p.awaits.is_some_and(|n| n <= m);
-            self.pending
-                .iter()
-                .rposition(up_to_m)
-                .or_else(|| self.pending.iter().rposition(|p| p.awaits.is_some()))
-        });
-        match (target, pods_judged) {
-            (Some(t), Some(m)) => {
-                let kinds: Vec<ConditionType> = round.conditions.iter().map(|c| c.kind).collect();
-                let files = &mut self.pending[t].round;
-                files.conditions.retain(|c| !kinds.contains(&c.kind));
-                files.conditions.append(&mut round.conditions);
-                files.news.append(&mut round.news);
-                for p in &mut self.pending {
-                    if p.awaits.is_some_and(|n| n <= m) {
-                        p.awaits = None;
-                    }
-                }
-            }
-            _ => {
-                self.pending.push_back(Pending {
-                    round,
-                    awaits: None,
-                });
-                bound(&mut self.pending);
-            }
+        self.pods_judged = self.pods_judged.max(m);
+        let up_to_m = |p: &Pending| p.awaits.is_some_and(|n| n <= m);
+        let waiting = |p: &Pending| p.awaits.is_some();
+        let Some(target) = (self.pending.iter().rposition(up_to_m))
+            .or_else(|| self.pending.iter().rposition(waiting))
+        else {
+            return self.push_back(round, None);
+        };
+        let kinds: Vec<ConditionType> = round.conditions.iter().map(|c| c.kind).collect();
+        let files = &mut self.pending[target].round;
+        files.conditions.retain(|c| !kinds.contains(&c.kind));
+        files.conditions.append(&mut round.conditions);
+        files.news.append(&mut round.news);
+        for p in self.pending.iter_mut().filter(|p| up_to_m(p)) {
+            p.awaits = None;
         }
+    }
+
+    fn push_back(&mut self, round: RoundNews, awaits: Option<LintGeneration>) {
+        self.pending.push_back(Pending { round, awaits });
+        bound(&mut self.pending);
     }
 
     /// The rounds the reporter gets now, oldest first: up to the first that
