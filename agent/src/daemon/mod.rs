@@ -2,7 +2,7 @@
 //! (profiles, tracing, GPU, reporter, HTTP) on a single-threaded runtime;
 //! blocking work (lint, eBPF polling, NVML) on threads of its own.
 //!
-//! - `bus`: every flow between the tasks, one field each (`Bus`);
+//! - `bus`: every flow between the tasks, made once, each task given its ends;
 //! - `notify`: the systemd edge (`sd_notify`), behind the `Notifier` trait;
 //! - `state`: what each subsystem last found, read by the main loop and HTTP;
 //! - `http`: `/healthz`, `/healthz/<check>`, `/readyz`, `/metrics`;
@@ -33,15 +33,13 @@ pub mod watch;
 
 use crate::judge::Subsystem;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config::{Config, ConfigError};
-use bus::Bus;
-use nodeproof_report::driver::RoundNews;
+use bus::{MainEnds, Publisher};
 use notify::{Notifier, NotifyError, NotifyState};
 
 pub use nodeproof_findings::errors::error_chain;
@@ -77,9 +75,6 @@ pub struct Options {
 /// server may be down while the node is fine).
 const FIRST_CYCLE: [Subsystem; 3] = [Subsystem::Profiles, Subsystem::Tracing, Subsystem::Gpu];
 
-/// Check rounds handed to the reporter and not yet read by it.
-const ROUNDS_IN_FLIGHT: usize = 256;
-
 /// How often the main loop goes round at least: the watchdog gets a ping
 /// per round, so this is at most half the watchdog period.
 fn main_period(watchdog: Option<Duration>) -> Duration {
@@ -99,10 +94,9 @@ pub fn run(opts: &Options, notifier: Box<dyn Notifier>) -> Result<(), DaemonErro
     runtime.block_on(serve(opts.clone(), config, notifier))
 }
 
-/// Subsystems started, and the bus that tells them to stop.
+/// Subsystems started.
 struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    bus: Bus,
 }
 
 fn signal_stream(
@@ -124,40 +118,51 @@ async fn serve(
     notifier: Box<dyn Notifier>,
 ) -> Result<(), DaemonError> {
     let started = Instant::now();
-    let (mut bus, nodes_rx) = Bus::new(Arc::new(config.clone()), opts.seccomp_root.clone());
     // Read once, at start: a restart keeps the versions a container's
     // denials are judged against (a reload does not move the file).
-    bus.versions_file = versions::state_file(&config);
-    match &bus.versions_file {
-        Some(file) => {
-            *bus.versions.lock().unwrap_or_else(|p| p.into_inner()) = versions::load(file);
-        }
+    let mut versions = bus::Versions {
+        file: versions::state_file(&config),
+        ..Default::default()
+    };
+    match &versions.file {
+        Some(file) => versions.kept = Arc::new(std::sync::Mutex::new(versions::load(file))),
         None => tracing::info!(
             nodeproof_check = Subsystem::Profiles.as_str(),
             "no state directory (daemon.state-dir, $STATE_DIRECTORY): profile versions are kept in memory only"
         ),
     }
-    let shared = bus.shared.clone();
+    let wired = bus::wire(
+        Arc::new(config.clone()),
+        opts.seccomp_root.clone(),
+        versions,
+    );
+    let MainEnds {
+        board: shared,
+        config: config_publisher,
+        stop: stop_publisher,
+        http_stop,
+        mut tracer_settled,
+        mut round_done,
+        pods: pods_phase,
+        rounds: rounds_tx,
+    } = wired.main;
     let mut hup = signal_stream(SignalKind::hangup(), "SIGHUP")?;
     let mut term = signal_stream(SignalKind::terminate(), "SIGTERM")?;
     let mut int = signal_stream(SignalKind::interrupt(), "SIGINT")?;
     let listener = http::bind(config.daemon.listen)
         .await
         .map_err(DaemonError::Http)?;
-    let (http_stop, http_stop_rx) = tokio::sync::watch::channel(false);
     let http_task = tokio::spawn(http::serve(
         listener,
-        shared.clone(),
+        wired.http.board,
         http::Limits::default(),
-        http_stop_rx,
+        wired.http.stop.into_receiver(),
     ));
     tracing::info!(listen = %config.daemon.listen, "health endpoints up");
 
-    let _stop_on_exit = StopOnExit(bus.stop_flag.clone());
-    let mut tracer_settled = bus.tracer_settled.follow();
+    let stop_on_exit = StopOnExit(stop_publisher);
     let mut running = Running {
-        tasks: subsystems::spawn_checks(&bus),
-        bus: bus.clone(),
+        tasks: subsystems::spawn_checks(wired.profiles, wired.tracer, wired.gpu),
     };
     // The API client (TLS, the first lists) starts once the tracer's load
     // has parsed and freed the kernel's BTF, not beside it: the two at once
@@ -168,14 +173,11 @@ async fn serve(
         tracer_settled.wait_for(|settled| *settled),
     )
     .await;
-    let (rounds_tx, rounds_rx) = tokio::sync::mpsc::channel::<RoundNews>(ROUNDS_IN_FLIGHT);
-    let reporter =
-        subsystems::start_reporter(&config, bus.config.follow(), &shared, rounds_rx, nodes_rx)
-            .await;
+    let reporter = subsystems::start_reporter(&config, wired.reporter, &shared).await;
     if reporter.is_some() {
-        running.tasks.extend(pods::start(&config, &bus).await);
+        running.tasks.extend(pods::start(&config, wired.pods).await);
     }
-    running.tasks.extend(record::start(&config, &bus));
+    running.tasks.extend(record::start(&config, wired.record));
 
     let watchdog = notify::watchdog_from_env();
     let period = main_period(watchdog);
@@ -185,9 +187,9 @@ async fn serve(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
-            _ = bus.round_done.notified() => {}
+            _ = round_done_or_never(&mut round_done) => {}
             _ = hup.recv() => {
-                reload(&opts, &bus, &*notifier, ready);
+                reload(&opts, &config_publisher, &shared, &*notifier, ready);
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
@@ -238,7 +240,10 @@ async fn serve(
         // it is stuck; the checks go on, and what it could not take waits in
         // `shared` (its Events kept, the oldest conditions given up first).
         let mut waiting = Vec::new();
-        for round in shared.take_rounds() {
+        // A lint's round waits here for the pods' judgement of it while
+        // the pods are judged (daemon/state.rs, `RoundQueue`).
+        let pods = *pods_phase.latest();
+        for round in shared.take_rounds(pods) {
             // Closed (not reporting): nothing waits for these.
             if let Err(tokio::sync::mpsc::error::TrySendError::Full(round)) =
                 rounds_tx.try_send(round)
@@ -262,14 +267,14 @@ async fn serve(
     tracing::info!("stopping");
     send(&*notifier, &[NotifyState::Stopping]);
     shared.set_stopping();
-    stop(&mut running).await;
+    stop(&stop_on_exit.0, &mut running).await;
     drop(rounds_tx);
     if let Some(reporter) = reporter {
         subsystems::final_report(reporter, shared.conditions()).await;
     }
     // Served until here, so probes saw /readyz turn 503 while stopping;
     // responses in flight get the server's grace, then it closes the rest.
-    let _ = http_stop.send(true);
+    http_stop.publish(true);
     if let Err(e) = http_task.await {
         tracing::error!(error = %e, "the HTTP server task failed");
     }
@@ -277,22 +282,28 @@ async fn serve(
     Ok(())
 }
 
-/// Sets the stop flag however `serve` ends (an error such as a failed
+/// Publishes stop however `serve` ends (an error such as a failed
 /// READY=1, a panic): the runtime's drop waits for the blocking subsystems,
 /// which would otherwise poll on forever and hang the exit.
-struct StopOnExit(Arc<AtomicBool>);
+struct StopOnExit(Publisher<bool>);
 
 impl Drop for StopOnExit {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.publish(true);
+    }
+}
+
+/// A completed round; never, once no subsystem is left to complete one.
+async fn round_done_or_never(round_done: &mut bus::Follower<bus::RoundsDone>) {
+    if !round_done.changed().await {
+        std::future::pending::<()>().await;
     }
 }
 
 /// Tells the subsystems to stop and waits for them (the tracer detaches its
 /// eBPF programs on the way out), at most a few seconds.
-async fn stop(running: &mut Running) {
-    running.bus.stop_flag.store(true, Ordering::Relaxed);
-    running.bus.stop.publisher().send_replace(true);
+async fn stop(stop: &Publisher<bool>, running: &mut Running) {
+    stop.publish(true);
     let all = futures_join(std::mem::take(&mut running.tasks));
     if tokio::time::timeout(Duration::from_secs(5), all)
         .await
@@ -311,7 +322,13 @@ async fn futures_join(tasks: Vec<tokio::task::JoinHandle<()>>) {
 /// SIGHUP: re-read the config; a bad one is logged and the old one kept.
 /// Subsystems pick the new one up on their next round and keep their state
 /// (GPU policy windows, profile verdicts, the eBPF programs).
-fn reload(opts: &Options, bus: &Bus, notifier: &dyn Notifier, ready: bool) {
+fn reload(
+    opts: &Options,
+    config_publisher: &Publisher<Arc<Config>>,
+    shared: &state::Shared,
+    notifier: &dyn Notifier,
+    ready: bool,
+) {
     // Before the first READY=1 a reload must not announce readiness.
     if ready {
         // sd_notify(3): MONOTONIC_USEC= goes with RELOADING=1, so systemd can
@@ -324,11 +341,11 @@ fn reload(opts: &Options, bus: &Bus, notifier: &dyn Notifier, ready: bool) {
     }
     match Config::load(opts.config_path.as_deref()) {
         Ok(config) => {
-            if config.daemon.listen != bus.config.latest().daemon.listen {
+            if config.daemon.listen != config_publisher.latest().daemon.listen {
                 tracing::warn!(listen = %config.daemon.listen, "daemon.listen changes only on restart");
             }
-            bus.config.publisher().send_replace(Arc::new(config));
-            bus.shared.metrics(|m| m.reloads += 1);
+            config_publisher.publish(Arc::new(config));
+            shared.metrics(|m| m.reloads += 1);
             tracing::info!("configuration reloaded");
         }
         Err(e) => {

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
-use super::bus::Bus;
-use super::state::{CheckState, Shared};
+use super::bus::{Follower, PodsEnds, Publisher};
+use super::state::{CheckState, PodsPhase, Shared, Stamp};
 use super::subsystems::supervise;
 use crate::config::Config;
 use crate::observe;
@@ -66,9 +66,9 @@ async fn connect(opts: PodsOptions) -> Result<Watched, PodsRunError> {
 }
 
 /// Starts the watcher when credentials are found; `None` when the agent
-/// runs without them.
-pub async fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
-    let first = match connect(options(config, bus.seccomp_root.clone())).await {
+/// runs without them (its ends dropped: the phase stays `NotWatched`).
+pub async fn start(config: &Config, ends: PodsEnds) -> Option<JoinHandle<()>> {
+    let first = match connect(options(config, ends.seccomp_root.clone())).await {
         Ok(w) => w,
         // The reporter said why nothing is reported; here only what that means for pods.
         Err(e @ (PodsRunError::NoNodeName | PodsRunError::NoCredentials { .. })) => {
@@ -80,7 +80,7 @@ pub async fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
             return None;
         }
     };
-    bus.shared.set_check(
+    ends.board.set_check(
         Subsystem::Pods,
         CheckState {
             conditions: Vec::new(),
@@ -89,36 +89,40 @@ pub async fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
             period: RECHECK,
         },
     );
+    ends.phase.publish(PodsPhase::Listing);
     tracing::info!(nodeproof_check = Subsystem::Pods.as_str(), k8s_node = %first.node, "watching the pods bound to this node");
-    let b = bus.clone();
+    let (board, stop) = (ends.board.clone(), ends.stop.clone());
     Some(tokio::spawn(supervise(
         Subsystem::Pods,
-        bus.shared.clone(),
-        bus.stop_flag.clone(),
-        move || tokio::spawn(watch_pods(b.clone(), first.clone())),
+        board,
+        stop,
+        move || tokio::spawn(watch_pods(ends.clone(), first.clone())),
     )))
 }
 
 /// The watcher, started again whenever a reload changes its settings. The
 /// pods' state (findings already reported) and the denial aggregator
 /// (denials already reported) are kept across restarts.
-async fn watch_pods(bus: Bus, first: Watched) {
+async fn watch_pods(ends: PodsEnds, first: Watched) {
+    // However the watcher ends (stopped, panicked), no lint's round waits
+    // for it; started again, it lists first.
+    let _not_watched = NotWatchedOnDrop(ends.phase.clone());
     let (rows_tx, rows_rx) = mpsc::channel(1);
     let mut feed = DenialFeed::new(
         rows_rx,
-        DenialAggregator::new(DENIAL_INTERVAL).with_versions(bus.versions.clone()),
+        DenialAggregator::new(DENIAL_INTERVAL).with_versions(ends.versions.clone()),
     );
     feed.gpu = Some(GpuFaultFeed::new(
-        bus.gpu_faults.subscribe(),
+        ends.gpu_faults.subscribe(),
         GpuFaultAggregator::new(GPU_FAULT_INTERVAL),
     ));
     let (round_tx, mut round_rx) = mpsc::channel(4);
-    let mut rows = bus.pod_rows.follow();
+    let mut rows = ends.pod_rows.clone();
     // Forwarding ends only with the watch: without a tracer, or once the
     // watch dropped its feed, it just waits.
     let forward = async move {
-        while rows.changed().await.is_ok() {
-            let latest = rows.borrow_and_update().clone();
+        while rows.changed().await {
+            let latest = rows.take().clone();
             if rows_tx.send(latest).await.is_err() {
                 break;
             }
@@ -127,29 +131,27 @@ async fn watch_pods(bus: Bus, first: Watched) {
     };
     let publish = async {
         while let Some(round) = round_rx.recv().await {
-            publish(&bus.shared, round);
-            bus.shared
+            publish(&ends.board, round);
+            ends.board
                 .metrics(|m| m.profile_lints = crate::observe::lint_cache::lints_made());
-            bus.pods_follow_lints
-                .store(true, std::sync::atomic::Ordering::Relaxed);
             // The main loop hands the merged condition, with this round's
             // contract verdicts and Events after it, to the reporter now,
             // not at its next tick.
-            bus.round_done.notify_one();
+            ends.round_done.one_more();
         }
     };
     let watching = async {
         // Owned here: publishing ends when the watcher does.
         let round_tx = round_tx;
-        let mut config = bus.config.follow();
+        let mut config = ends.config.clone();
         // A reload after a panic restart still counts: compare with the settings in use.
         config.mark_changed();
         let mut current = first;
         let mut state: Option<PodsState> = None;
         loop {
             tokio::select! {
-                _ = watch_with(&bus, &current, &mut state, &mut feed, round_tx.clone()) => return,
-                next = reloaded(&mut config, &bus, &current) => current = next,
+                _ = watch_with(&ends, &current, &mut state, &mut feed, round_tx.clone()) => return,
+                next = reloaded(&mut config, &ends, &current) => current = next,
             }
         }
     };
@@ -159,19 +161,28 @@ async fn watch_pods(bus: Bus, first: Watched) {
     }
 }
 
+/// Publishes `PodsPhase::NotWatched` when the watcher is dropped.
+struct NotWatchedOnDrop(Publisher<PodsPhase>);
+
+impl Drop for NotWatchedOnDrop {
+    fn drop(&mut self) {
+        self.0.publish(PodsPhase::NotWatched);
+    }
+}
+
 /// Waits for a reload that changes the watcher's settings and connects with
 /// them. Settings that cannot be used are logged and the running watcher kept.
 async fn reloaded(
-    config: &mut channel::Receiver<std::sync::Arc<Config>>,
-    bus: &Bus,
+    config: &mut Follower<std::sync::Arc<Config>>,
+    ends: &PodsEnds,
     current: &Watched,
 ) -> Watched {
     loop {
-        if config.changed().await.is_err() {
+        if !config.changed().await {
             // No more reloads (the agent is stopping).
             return std::future::pending().await;
         }
-        let opts = options(&config.borrow_and_update(), bus.seccomp_root.clone());
+        let opts = options(&config.take(), ends.seccomp_root.clone());
         if opts == current.opts {
             continue;
         }
@@ -192,15 +203,17 @@ async fn reloaded(
     }
 }
 
-/// One watcher with `w`'s settings, until the agent stops.
+/// One watcher with `w`'s settings, until the agent stops. Its phase is
+/// `Listing` until its first round (its lists are in), `Judging` from then.
 async fn watch_with(
-    bus: &Bus,
+    ends: &PodsEnds,
     w: &Watched,
     state: &mut Option<PodsState>,
     feed: &mut DenialFeed,
     rounds: mpsc::Sender<Round>,
 ) {
-    let mut stop = bus.stop.follow();
+    ends.phase.publish_if_changed(PodsPhase::Listing);
+    let mut stop = ends.stop.clone();
     let node_ctx = loop {
         match pods_node::node_context(&w.client, &w.node, &w.opts).await {
             Ok(c) => break c,
@@ -218,36 +231,55 @@ async fn watch_with(
             s.restart(node_ctx);
             s
         }
-        None => state.insert(PodsState::new(node_ctx, judge(bus))),
+        None => state.insert(PodsState::new(node_ctx, judge(ends))),
     };
     let (claims_tx, claims_rx) = channel::channel(Vec::new());
     let wopts = WatchOptions {
         recheck: RECHECK,
-        wake: Some(bus.profiles_linted.clone()),
-        node_seen: Some(bus.nodes.clone()),
-        node_gpus: Some(bus.node_gpus.publisher().clone()),
+        lints: Some(ends.linted.clone().into_receiver()),
+        node_seen: Some(ends.nodes.clone()),
+        node_gpus: Some(ends.node_gpus.sender()),
         pod_claims: Some(claims_tx),
         answered: w.answered.clone(),
     };
-    let interval = Duration::from_secs(bus.config.latest().daemon.gpu_interval_s);
+    let interval = Duration::from_secs(ends.config.latest().daemon.gpu_interval_s);
     // The DRA reader lives as long as this watcher, with its client and node.
     let dra = crate::pods::dra::follow(
         nodeproof_kube::dra::DraReader::new(w.client.clone(), &w.node),
         claims_rx,
-        bus.dra_wanted.follow(),
-        bus.dra.publisher().clone(),
+        ends.dra_wanted.clone().into_receiver(),
+        ends.dra.sender(),
         interval,
     );
+    // This watcher's rounds, on to `rounds`: the first one says its lists
+    // are in, and from then on each lint is judged (`PodsPhase::Judging`).
+    // Set here, before the round is passed on, not by whoever publishes it:
+    // a round of a watcher a reload replaced must not mark its successor,
+    // still listing, as judging.
+    let (judged_tx, mut judged) = mpsc::channel::<Round>(1);
+    let forward = async {
+        while let Some(round) = judged.recv().await {
+            ends.phase.publish_if_changed(PodsPhase::Judging);
+            if rounds.send(round).await.is_err() {
+                break;
+            }
+        }
+    };
     tokio::select! {
-        _ = watch::rounds(
-            w.client.clone(),
-            state,
-            &wopts,
-            bus.stop.follow(),
-            &w.node,
-            Some(feed),
-            rounds,
-        ) => {}
+        _ = async {
+            tokio::join!(
+                watch::rounds(
+                    w.client.clone(),
+                    state,
+                    &wopts,
+                    ends.stop.clone().into_receiver(),
+                    &w.node,
+                    Some(feed),
+                    judged_tx,
+                ),
+                forward,
+            )
+        } => {}
         _ = dra => {}
     }
 }
@@ -275,6 +307,7 @@ fn journal_denial(e: &PodEvent) {
 }
 
 fn publish(shared: &Shared, round: Round) {
+    let judged_against = round.lint_generation;
     let summary = if round.failing_pods == 0 {
         format!("pods {} watched", round.pods)
     } else {
@@ -299,7 +332,7 @@ fn publish(shared: &Shared, round: Round) {
     let news = std::iter::once(PodsNews::Contracts(round.contracts))
         .chain(round.events.into_iter().map(PodsNews::Event))
         .collect();
-    shared.set_check_with_news(
+    shared.set_round(
         Subsystem::Pods,
         CheckState {
             conditions: vec![round.condition],
@@ -308,20 +341,21 @@ fn publish(shared: &Shared, round: Round) {
             period: RECHECK,
         },
         news,
+        Stamp::Pods(judged_against),
     );
 }
 
 /// The pods' judge, with the rollout guard when `[record] rollout-guard` is
 /// on and there is a state directory to read recordings from.
-fn judge(bus: &Bus) -> Judge {
-    let config = bus.config.latest();
-    let judge = Judge::new(bus.lints.clone(), observe::profiles::read_reference);
+fn judge(ends: &PodsEnds) -> Judge {
+    let config = ends.config.latest();
+    let judge = Judge::new(ends.lint_cache.clone(), observe::profiles::read_reference);
     if !config.record.rollout_guard {
         return judge;
     }
     match config.daemon.state_dir() {
         Some(dir) => judge.with_guard(crate::pods::rollout_guard::RolloutGuard::new(
-            bus.versions.clone(),
+            ends.versions.clone(),
             dir,
             crate::record::kept_recordings,
         )),

@@ -9,15 +9,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use tokio::task::JoinHandle;
 
-use super::bus::Bus;
+use super::bus::{Follower, RecordEnds};
 use crate::config::{Config, RecordConfig};
 use crate::pods::node::{self as pods_node, PodsOptions};
 use crate::record::{self as rec, PodContainer, Tracked};
@@ -39,11 +37,11 @@ struct Recorded {
 }
 
 /// Starts the recording thread when `[record]` is enabled.
-pub fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
+pub fn start(config: &Config, ends: RecordEnds) -> Option<JoinHandle<()>> {
     if !config.record.enabled {
         return None;
     }
-    let root = bus
+    let root = ends
         .seccomp_root
         .clone()
         .unwrap_or_else(|| config.seccomp.root.clone());
@@ -53,7 +51,7 @@ pub fn start(config: &Config, bus: &Bus) -> Option<JoinHandle<()>> {
         tracing::warn!("pods are not recorded: no state directory to keep their recordings in (daemon.state-dir, or systemd's StateDirectory=)");
         return None;
     };
-    let stop = bus.stop_flag.clone();
+    let stop = ends.stop;
     let rt = tokio::runtime::Handle::current();
     Some(tokio::task::spawn_blocking(move || {
         run(&cfg, &opts, &state_dir, &stop, &rt)
@@ -64,7 +62,7 @@ fn run(
     cfg: &RecordConfig,
     opts: &PodsOptions,
     state_dir: &std::path::Path,
-    stop: &Arc<AtomicBool>,
+    stop: &Follower<bool>,
     rt: &tokio::runtime::Handle,
 ) {
     let mut recorder = match Recorder::start(&RecorderConfig::default()) {
@@ -89,7 +87,7 @@ fn run(
     let mut watch = rec::Watch::new();
     let mut last_write: Option<Instant> = None;
     loop {
-        let stopping = stop.load(Ordering::Relaxed);
+        let stopping = *stop.latest();
         if stopping || last_write.is_none_or(|t| t.elapsed() >= interval) {
             if !stopping {
                 let listed = rt.block_on(async {
@@ -152,7 +150,7 @@ fn run(
             tracing::warn!(error = %super::error_chain(&e), "the recorder's cgroups were not updated");
         }
         let next = Instant::now() + rec::RESCAN;
-        while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+        while Instant::now() < next && !*stop.latest() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }

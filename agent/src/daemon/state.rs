@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::judge::Subsystem;
 use crate::pods::denials::PodDenialTotal;
+use crate::pods::state::LintGeneration;
 use nodeproof_findings::{Condition, ConditionType};
 use nodeproof_gpu::GpuMetrics;
 use nodeproof_report::driver::{PodsNews, RoundNews};
@@ -84,9 +85,7 @@ struct Inner {
     /// until the main loop hands them to the reporter: its hysteresis
     /// counts check results, so a result equal to the previous one still
     /// counts.
-    pending_rounds: VecDeque<RoundNews>,
-    /// Which check queued the newest pending round (`None` once taken).
-    newest_from: Option<Subsystem>,
+    rounds: RoundQueue,
     /// When each check first published: the start-up breakdown.
     first_rounds: BTreeMap<Subsystem, Instant>,
     metrics: Metrics,
@@ -136,6 +135,123 @@ pub struct Health {
     pub body: String,
 }
 
+/// Where the pods watcher stands, as it publishes it (`daemon::pods`):
+/// whether a lint of the profile files will be followed by the pods'
+/// judgement of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PodsPhase {
+    /// No pods watcher (no API credentials): nobody judges the pods, a
+    /// lint's round goes alone.
+    #[default]
+    NotWatched,
+    /// Watching, its lists not all in: it judges once they are, against
+    /// the latest lint then.
+    Listing,
+    /// Judging: each new lint generation wakes it, and its next round says
+    /// it judged against that generation (or a later one).
+    Judging,
+}
+
+/// What a queued round is to the merge ([`RoundQueue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    /// A round of its own (tracing, GPU, a reporter state).
+    Alone,
+    /// The profile files' round of this lint generation.
+    Files(LintGeneration),
+    /// The pods' round judged against this lint generation.
+    Pods(LintGeneration),
+}
+
+/// A round in the queue; `awaits`: a lint's round that waits for the pods'
+/// round judged against its generation (or a later one).
+#[derive(Debug)]
+struct Pending {
+    round: RoundNews,
+    awaits: Option<LintGeneration>,
+}
+
+/// The rounds for the reporter, merged by lint generation: the profile
+/// files' round of lint N and the pods' round judged against N are one
+/// round, so one profile edit is one result to the reporter's hysteresis
+/// and one status PATCH, although both halves change the condition. A pure
+/// queue: what waits is said by the generations and the pods' phase, never
+/// by which task woke whom first.
+#[derive(Debug, Default)]
+pub struct RoundQueue {
+    pending: VecDeque<Pending>,
+    /// The latest generation a pods round was judged against.
+    pods_judged: LintGeneration,
+}
+
+impl RoundQueue {
+    /// Queues a round. A files round of generation N waits for the pods
+    /// unless a pods round judged against N (or later) came already. A
+    /// pods round judged against M goes into the newest waiting files
+    /// round of a generation up to M and ends the wait of every one up to
+    /// M; judged against an older lint than any that waits (the pods were
+    /// judged while the lint was made), it goes into the newest waiting
+    /// one and ends no wait: what the pods said before the judgement of
+    /// the lint travels in the lint's round, before that judgement, never
+    /// after it. With nothing waiting, it is a round of its own.
+    pub fn push(&mut self, mut round: RoundNews, stamp: Stamp) {
+        let m = match stamp {
+            Stamp::Alone => return self.push_back(round, None),
+            Stamp::Files(n) => return self.push_back(round, (n > self.pods_judged).then_some(n)),
+            Stamp::Pods(m) => m,
+        };
+        self.pods_judged = self.pods_judged.max(m);
+        let up_to_m = |p: &Pending| p.awaits.is_some_and(|n| n <= m);
+        let waiting = |p: &Pending| p.awaits.is_some();
+        let Some(target) = (self.pending.iter().rposition(up_to_m))
+            .or_else(|| self.pending.iter().rposition(waiting))
+        else {
+            return self.push_back(round, None);
+        };
+        let kinds: Vec<ConditionType> = round.conditions.iter().map(|c| c.kind).collect();
+        let files = &mut self.pending[target].round;
+        files.conditions.retain(|c| !kinds.contains(&c.kind));
+        files.conditions.append(&mut round.conditions);
+        files.news.append(&mut round.news);
+        for p in self.pending.iter_mut().filter(|p| up_to_m(p)) {
+            p.awaits = None;
+        }
+    }
+
+    fn push_back(&mut self, round: RoundNews, awaits: Option<LintGeneration>) {
+        self.pending.push_back(Pending { round, awaits });
+        bound(&mut self.pending);
+    }
+
+    /// The rounds the reporter gets now, oldest first: up to the first that
+    /// waits, in order (a later round of the same condition must not pass
+    /// it). Unless the pods are judged, nothing waits: no judgement is
+    /// coming (not watched), or it comes when the lists are in, against
+    /// whatever lint is latest then.
+    pub fn take(&mut self, pods: PodsPhase) -> Vec<RoundNews> {
+        if pods != PodsPhase::Judging {
+            self.pending.iter_mut().for_each(|p| p.awaits = None);
+        }
+        let ready = self
+            .pending
+            .iter()
+            .position(|p| p.awaits.is_some())
+            .unwrap_or(self.pending.len());
+        self.pending.drain(..ready).map(|p| p.round).collect()
+    }
+
+    /// Rounds taken and not handed over, back in front, waiting for nothing.
+    pub fn requeue(&mut self, rounds: Vec<RoundNews>) {
+        for round in rounds.into_iter().rev() {
+            self.pending.push_front(Pending {
+                round,
+                awaits: None,
+            });
+        }
+        bound(&mut self.pending);
+    }
+}
+
 /// News kept for a stuck reporter, at most: beyond, the oldest pod Events
 /// are given up (said in the journal). Before, the pods watcher waited for
 /// the reporter; now the checks go on and the wait is bounded here.
@@ -146,18 +262,18 @@ const MAX_PENDING_NEWS: usize = 4096;
 /// At most [`MAX_PENDING_NEWS`] news: a contract verdict set or an
 /// unhealthy-device set that a later one replaces goes first, then the
 /// oldest Events.
-fn bound(rounds: &mut VecDeque<RoundNews>) {
+fn bound(rounds: &mut VecDeque<Pending>) {
     while rounds.len() > MAX_PENDING_ROUNDS {
         let Some(oldest) = rounds.pop_front() else {
             return;
         };
         if let Some(next) = rounds.front_mut() {
-            let mut news = oldest.news;
-            news.append(&mut next.news);
-            next.news = news;
+            let mut news = oldest.round.news;
+            news.append(&mut next.round.news);
+            next.round.news = news;
         }
     }
-    let total: usize = rounds.iter().map(|r| r.news.len()).sum();
+    let total: usize = rounds.iter().map(|r| r.round.news.len()).sum();
     if total <= MAX_PENDING_NEWS {
         return;
     }
@@ -165,7 +281,7 @@ fn bound(rounds: &mut VecDeque<RoundNews>) {
     let mut later_contracts = false;
     let mut later_devices = false;
     for r in rounds.iter_mut().rev() {
-        r.news.retain(|n| match n {
+        r.round.news.retain(|n| match n {
             PodsNews::Contracts(_) => !std::mem::replace(&mut later_contracts, true),
             PodsNews::UnhealthyDevices(_) => !std::mem::replace(&mut later_devices, true),
             PodsNews::Event(_) => true,
@@ -173,7 +289,7 @@ fn bound(rounds: &mut VecDeque<RoundNews>) {
     }
     let mut excess = rounds
         .iter()
-        .map(|r| r.news.len())
+        .map(|r| r.round.news.len())
         .sum::<usize>()
         .saturating_sub(MAX_PENDING_NEWS);
     let dropped = excess;
@@ -181,7 +297,7 @@ fn bound(rounds: &mut VecDeque<RoundNews>) {
         if excess == 0 {
             break;
         }
-        r.news.retain(|n| {
+        r.round.news.retain(|n| {
             if excess > 0 && matches!(n, PodsNews::Event(_)) {
                 excess -= 1;
                 false
@@ -208,13 +324,20 @@ impl Shared {
     /// Records a check's state; one with conditions and progress is a
     /// completed round, queued for the reporter (see [`Shared::take_rounds`]).
     pub fn set_check(&self, name: Subsystem, state: CheckState) {
-        self.set_check_with_news(name, state, Vec::new());
+        self.set_round(name, state, Vec::new(), Stamp::Alone);
     }
 
     /// [`Shared::set_check`], with what the round found for the reporter
     /// (pod Events, contract verdicts, unhealthy devices): queued in the
     /// same message as the round's conditions, after them.
     pub fn set_check_with_news(&self, name: Subsystem, state: CheckState, news: Vec<PodsNews>) {
+        self.set_round(name, state, news, Stamp::Alone);
+    }
+
+    /// [`Shared::set_check_with_news`], the round stamped with the lint
+    /// generation it belongs to ([`Stamp`]): the profile files' round of a
+    /// lint and the pods' round judged against it go to the reporter as one.
+    pub fn set_round(&self, name: Subsystem, state: CheckState, news: Vec<PodsNews>, stamp: Stamp) {
         let mut i = self.lock();
         i.first_rounds.entry(name).or_insert_with(Instant::now);
         let kinds: Vec<ConditionType> = state.conditions.iter().map(|c| c.kind).collect();
@@ -233,38 +356,20 @@ impl Shared {
         } else {
             Vec::new()
         };
-        let mut round = RoundNews { conditions, news };
-        // The pods judged again after a lint of the files (or with it) are
-        // the second half of the files' round, not a new result of their
-        // own: one message, so one profile edit is one round to the
-        // reporter (its hysteresis counts it once, its PATCH is one).
-        let follows_files = name == Subsystem::Pods && i.newest_from == Some(Subsystem::Profiles);
-        if let Some(files) = i.pending_rounds.back_mut().filter(|_| follows_files) {
-            files.conditions.retain(|c| !kinds.contains(&c.kind));
-            files.conditions.append(&mut round.conditions);
-            files.news.append(&mut round.news);
-        } else {
-            i.pending_rounds.push_back(round);
-        }
-        i.newest_from = Some(name);
-        bound(&mut i.pending_rounds);
+        i.rounds.push(RoundNews { conditions, news }, stamp);
     }
 
-    /// The check rounds completed since the last call, oldest first.
-    pub fn take_rounds(&self) -> Vec<RoundNews> {
-        let mut i = self.lock();
-        i.newest_from = None;
-        i.pending_rounds.drain(..).collect()
+    /// The check rounds ready for the reporter, oldest first: all of them,
+    /// but a lint's round that still waits for the pods' judgement of it
+    /// while `pods` are judged, and those after it ([`RoundQueue::take`]).
+    pub fn take_rounds(&self, pods: PodsPhase) -> Vec<RoundNews> {
+        self.lock().rounds.take(pods)
     }
 
     /// Rounds the main loop could not hand over (the reporter's channel was
     /// full), back in front of the queue in their order: sent next time.
     pub fn requeue(&self, rounds: Vec<RoundNews>) {
-        let mut i = self.lock();
-        for r in rounds.into_iter().rev() {
-            i.pending_rounds.push_front(r);
-        }
-        bound(&mut i.pending_rounds);
+        self.lock().rounds.requeue(rounds);
     }
 
     /// `profiles 12 ms, tracing 95 ms, ...`: how long after `start` each
@@ -474,6 +579,16 @@ mod tests {
         }
     }
 
+    /// A completed round's state with these conditions.
+    fn state(conditions: Vec<Condition>) -> CheckState {
+        CheckState {
+            conditions,
+            summary: String::new(),
+            progress: Some(Instant::now()),
+            period: Duration::from_secs(1),
+        }
+    }
+
     #[test]
     fn health_follows_progress_and_status_line_follows_check_order() {
         let s = Shared::default();
@@ -642,12 +757,12 @@ mod tests {
                 ..gpu("True")
             },
         );
-        let rounds = s.take_rounds();
+        let rounds = s.take_rounds(PodsPhase::NotWatched);
         assert_eq!(rounds.len(), 2, "{rounds:?}");
         assert!(rounds
             .iter()
             .all(|r| r.conditions == vec![cond("GPUHealthy", "False")]));
-        assert!(s.take_rounds().is_empty());
+        assert!(s.take_rounds(PodsPhase::NotWatched).is_empty());
 
         // A pods round re-observes the merged SeccompProfilesReady, only it
         // (after another check's round: one after the files' travels in it).
@@ -659,7 +774,7 @@ mod tests {
             },
         );
         s.set_check(Subsystem::Gpu, gpu("True"));
-        assert_eq!(s.take_rounds().len(), 2);
+        assert_eq!(s.take_rounds(PodsPhase::NotWatched).len(), 2);
         s.set_check(
             Subsystem::Pods,
             CheckState {
@@ -670,7 +785,7 @@ mod tests {
                 ..gpu("True")
             },
         );
-        let rounds = s.take_rounds();
+        let rounds = s.take_rounds(PodsPhase::NotWatched);
         assert_eq!(rounds.len(), 1, "{rounds:?}");
         assert_eq!(rounds[0].conditions.len(), 1);
         assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
@@ -680,18 +795,15 @@ mod tests {
         for _ in 0..MAX_PENDING_ROUNDS + 10 {
             s.set_check(Subsystem::Gpu, gpu("True"));
         }
-        assert_eq!(s.take_rounds().len(), MAX_PENDING_ROUNDS);
+        assert_eq!(
+            s.take_rounds(PodsPhase::NotWatched).len(),
+            MAX_PENDING_ROUNDS
+        );
     }
 
     #[test]
     fn no_seccomp_profiles_ready_before_the_files_are_judged() {
         let s = Shared::default();
-        let state = |conditions| CheckState {
-            conditions,
-            summary: String::new(),
-            progress: Some(Instant::now()),
-            period: Duration::from_secs(1),
-        };
         s.set_check(
             Subsystem::Pods,
             state(vec![Condition {
@@ -701,7 +813,7 @@ mod tests {
         );
         s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
         assert_eq!(s.conditions(), vec![cond("GPUHealthy", "True")]);
-        let rounds = s.take_rounds();
+        let rounds = s.take_rounds(PodsPhase::NotWatched);
         assert!(
             rounds
                 .iter()
@@ -714,7 +826,7 @@ mod tests {
             Subsystem::Profiles,
             state(vec![cond("SeccompProfilesReady", "False")]),
         );
-        let rounds = s.take_rounds();
+        let rounds = s.take_rounds(PodsPhase::NotWatched);
         assert_eq!(rounds.len(), 1);
         assert_eq!(rounds[0].conditions.len(), 1);
         assert_eq!(
@@ -724,70 +836,208 @@ mod tests {
         assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
     }
 
-    #[test]
-    fn the_pods_judged_after_a_lint_travel_in_the_files_round() {
+    /// A round as a check queues it: its conditions, and an Event naming it.
+    fn round(kind: &str, status: &str, said: &str) -> RoundNews {
         use nodeproof_report::events::{EventType, ObjectRef, PodEvent};
-        let s = Shared::default();
-        let state = |conditions| CheckState {
-            conditions,
-            summary: String::new(),
-            progress: Some(Instant::now()),
-            period: Duration::from_secs(1),
-        };
-        let event = || {
-            PodsNews::Event(PodEvent {
+        RoundNews {
+            conditions: vec![Condition {
+                reason: said.to_string(),
+                ..cond(kind, status)
+            }],
+            news: vec![PodsNews::Event(PodEvent {
                 pod: ObjectRef {
                     kind: "Pod",
                     namespace: "ml".into(),
-                    name: "vllm-0".into(),
-                    uid: Some("u".into()),
+                    name: said.to_string(),
+                    uid: None,
                 },
                 event_type: EventType::Warning,
                 reason: "SeccompProfileInvalid",
-                message: "m".into(),
+                message: String::new(),
                 annotations: Default::default(),
-            })
-        };
+            })],
+        }
+    }
+
+    /// What the reporter gets from these rounds, queued in this order, when
+    /// the main loop takes the queue after each (the pods in `phase`): for
+    /// each take, each round's SeccompProfilesReady or GPUHealthy reasons
+    /// and the names its Events carry.
+    fn handed(
+        phase: PodsPhase,
+        queued: Vec<(Stamp, RoundNews)>,
+    ) -> Vec<Vec<(String, Vec<String>)>> {
+        let mut q = RoundQueue::default();
+        let mut takes = Vec::new();
+        for (stamp, r) in queued {
+            q.push(r, stamp);
+            let taken: Vec<_> = q
+                .take(phase)
+                .into_iter()
+                .map(|r| {
+                    let said = r.conditions.iter().map(|c| c.reason.clone()).collect();
+                    let names = r
+                        .news
+                        .iter()
+                        .map(|n| match n {
+                            PodsNews::Event(e) => e.pod.name.clone(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect::<Vec<_>>();
+                    (said, names)
+                })
+                .map(|(said, names): (Vec<String>, Vec<String>)| (said.join("+"), names))
+                .collect();
+            takes.push(taken);
+        }
+        takes
+    }
+
+    fn g(n: u64) -> LintGeneration {
+        LintGeneration(n)
+    }
+
+    fn one(said: &str, names: &[&str]) -> (String, Vec<String>) {
+        (
+            said.to_string(),
+            names.iter().map(|n| n.to_string()).collect(),
+        )
+    }
+
+    #[test]
+    fn a_lints_round_and_the_pods_judged_against_it_are_one_round() {
+        const P: &str = "SeccompProfilesReady";
+        type Takes = Vec<Vec<(String, Vec<String>)>>;
+        type Case = (&'static str, Vec<(Stamp, RoundNews)>, Takes);
+        let cases: [Case; 4] = [
+            (
+                // Lint 3's round waits for the pods judged against 3; a GPU
+                // round queued meanwhile waits behind it.
+                "the pods' round goes into the lint's",
+                vec![
+                    (Stamp::Files(g(3)), round(P, "True", "files3")),
+                    (Stamp::Alone, round("GPUHealthy", "True", "gpu")),
+                    (Stamp::Pods(g(3)), round(P, "False", "pods3")),
+                ],
+                vec![
+                    vec![],
+                    vec![],
+                    vec![one("pods3", &["files3", "pods3"]), one("gpu", &["gpu"])],
+                ],
+            ),
+            (
+                // Pods judged against 1 (before lint 2 was published) go into
+                // lint 2's waiting round without ending its wait, never after
+                // the round that completes it; the pods judged against 2 end it.
+                "out of order",
+                vec![
+                    (Stamp::Files(g(2)), round(P, "True", "files2")),
+                    (Stamp::Pods(g(1)), round(P, "True", "pods1")),
+                    (Stamp::Pods(g(2)), round(P, "False", "pods2")),
+                    (Stamp::Pods(g(2)), round(P, "False", "pods2-again")),
+                ],
+                vec![
+                    vec![],
+                    vec![],
+                    vec![one("pods2", &["files2", "pods1", "pods2"])],
+                    vec![one("pods2-again", &["pods2-again"])],
+                ],
+            ),
+            (
+                // Judged against the later, it ends both waits and goes into
+                // the later lint's round.
+                "two lints before the pods' judgement",
+                vec![
+                    (Stamp::Files(g(4)), round(P, "True", "files4")),
+                    (Stamp::Files(g(5)), round(P, "False", "files5")),
+                    (Stamp::Pods(g(5)), round(P, "False", "pods5")),
+                ],
+                vec![
+                    vec![],
+                    vec![],
+                    vec![
+                        one("files4", &["files4"]),
+                        one("pods5", &["files5", "pods5"]),
+                    ],
+                ],
+            ),
+            (
+                // The lint's own round has nothing left to wait for.
+                "the pods judged against 7 before lint 7's round was queued",
+                vec![
+                    (Stamp::Pods(g(7)), round(P, "True", "pods7")),
+                    (Stamp::Files(g(7)), round(P, "True", "files7")),
+                ],
+                vec![
+                    vec![one("pods7", &["pods7"])],
+                    vec![one("files7", &["files7"])],
+                ],
+            ),
+        ];
+        for (case, queued, expected) in cases {
+            assert_eq!(handed(PodsPhase::Judging, queued), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn without_the_pods_judged_a_lints_round_goes_alone() {
+        const P: &str = "SeccompProfilesReady";
+        for phase in [PodsPhase::NotWatched, PodsPhase::Listing] {
+            assert_eq!(
+                handed(
+                    phase,
+                    vec![
+                        (Stamp::Files(g(1)), round(P, "True", "files1")),
+                        (Stamp::Pods(g(1)), round(P, "False", "pods1")),
+                    ]
+                ),
+                vec![
+                    vec![one("files1", &["files1"])],
+                    vec![one("pods1", &["pods1"])]
+                ],
+                "{phase:?}"
+            );
+        }
+        // A lint's round queued while the pods were judged, taken once the
+        // watcher is listing again (a reload restarted it): it goes.
+        let mut q = RoundQueue::default();
+        q.push(round(P, "True", "files1"), Stamp::Files(g(1)));
+        assert!(q.take(PodsPhase::Judging).is_empty());
+        assert_eq!(q.take(PodsPhase::Listing).len(), 1);
+        // Pods judged on their own (a pod changed): a round of their own.
+        q.push(round(P, "True", "pods1"), Stamp::Pods(g(1)));
+        assert_eq!(q.take(PodsPhase::Judging).len(), 1);
+    }
+
+    #[test]
+    fn the_board_merges_the_pods_round_into_the_lints_by_generation() {
+        let s = Shared::default();
         let pods = || {
             state(vec![Condition {
                 reason: "PodProfileInvalid".into(),
                 ..cond("SeccompProfilesReady", "False")
             }])
         };
-        // A lint, then the pods it woke: one round, the pods' fold and Event in it.
-        s.set_check(
+        s.set_round(
             Subsystem::Profiles,
             state(vec![cond("SeccompProfilesReady", "True")]),
+            Vec::new(),
+            Stamp::Files(g(1)),
         );
-        s.set_check_with_news(Subsystem::Pods, pods(), vec![event()]);
-        let rounds = s.take_rounds();
+        assert!(s.take_rounds(PodsPhase::Judging).is_empty());
+        s.set_round(Subsystem::Pods, pods(), Vec::new(), Stamp::Pods(g(1)));
+        let rounds = s.take_rounds(PodsPhase::Judging);
         assert_eq!(rounds.len(), 1, "{rounds:?}");
+        // The merged view, with the pods' half folded in.
         assert_eq!(rounds[0].conditions.len(), 1);
         assert_eq!(rounds[0].conditions[0].status, ConditionStatus::False);
-        assert_eq!(rounds[0].news, vec![event()]);
-
-        // Pods judged on their own (a pod changed) are a round of their own,
-        // and so is a pods round after another check's.
-        s.set_check_with_news(Subsystem::Pods, pods(), vec![event()]);
-        s.set_check(
-            Subsystem::Profiles,
-            state(vec![cond("SeccompProfilesReady", "True")]),
-        );
-        s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
-        s.set_check_with_news(Subsystem::Pods, pods(), Vec::new());
-        assert_eq!(s.take_rounds().len(), 4);
+        assert_eq!(rounds[0].conditions[0].reason, "PodProfileInvalid");
     }
 
     #[test]
     fn news_travels_after_its_rounds_conditions_and_is_never_dropped() {
         use nodeproof_report::device_health::UnhealthyDevices;
         let s = Shared::default();
-        let state = |conditions| CheckState {
-            conditions,
-            summary: String::new(),
-            progress: Some(Instant::now()),
-            period: Duration::from_secs(1),
-        };
         let devices = |n: usize| {
             let mut d = UnhealthyDevices::new();
             for i in 0..n {
@@ -800,7 +1050,7 @@ mod tests {
             state(vec![cond("GPUHealthy", "False")]),
             vec![devices(1)],
         );
-        let rounds = s.take_rounds();
+        let rounds = s.take_rounds(PodsPhase::NotWatched);
         assert_eq!(rounds.len(), 1);
         assert_eq!(rounds[0].conditions, vec![cond("GPUHealthy", "False")]);
         assert_eq!(rounds[0].news, vec![devices(1)]);
@@ -808,7 +1058,7 @@ mod tests {
         // Rounds the reporter could not take come back first, in order.
         s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
         s.requeue(rounds);
-        let again = s.take_rounds();
+        let again = s.take_rounds(PodsPhase::NotWatched);
         assert_eq!(again.len(), 2);
         assert_eq!(again[0].news, vec![devices(1)]);
         assert_eq!(again[1].conditions, vec![cond("GPUHealthy", "True")]);
@@ -822,7 +1072,7 @@ mod tests {
         for _ in 0..MAX_PENDING_ROUNDS + 3 {
             s.set_check(Subsystem::Gpu, state(vec![cond("GPUHealthy", "True")]));
         }
-        let rounds = s.take_rounds();
+        let rounds = s.take_rounds(PodsPhase::NotWatched);
         assert_eq!(rounds.len(), MAX_PENDING_ROUNDS);
         let news: Vec<&PodsNews> = rounds.iter().flat_map(|r| &r.news).collect();
         assert_eq!(news, vec![&devices(2)]);
@@ -858,17 +1108,20 @@ mod tests {
                 n
             ])
         };
-        let mut rounds: VecDeque<RoundNews> = VecDeque::new();
+        let mut rounds: VecDeque<Pending> = VecDeque::new();
         for i in 0..3 {
-            rounds.push_back(RoundNews {
-                conditions: Vec::new(),
-                news: std::iter::once(contracts(i))
-                    .chain((0..MAX_PENDING_NEWS / 2).map(|k| event(i * MAX_PENDING_NEWS + k)))
-                    .collect(),
+            rounds.push_back(Pending {
+                round: RoundNews {
+                    conditions: Vec::new(),
+                    news: std::iter::once(contracts(i))
+                        .chain((0..MAX_PENDING_NEWS / 2).map(|k| event(i * MAX_PENDING_NEWS + k)))
+                        .collect(),
+                },
+                awaits: None,
             });
         }
         bound(&mut rounds);
-        let news: Vec<&PodsNews> = rounds.iter().flat_map(|r| &r.news).collect();
+        let news: Vec<&PodsNews> = rounds.iter().flat_map(|r| &r.round.news).collect();
         assert_eq!(news.len(), MAX_PENDING_NEWS);
         // Only the latest contract set is left, and the newest Events.
         let sets: Vec<&PodsNews> = news

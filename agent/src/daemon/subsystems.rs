@@ -8,19 +8,19 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
-use super::bus::Bus;
-use super::state::{CheckState, Shared};
-use crate::config::Config;
+use super::bus::{Follower, GpuEnds, ProfilesEnds, ReporterEnds, TracerEnds};
+use super::state::{CheckState, Shared, Stamp};
 use crate::judge::{self, profiles, Subsystem};
-use crate::observe;
 use crate::observe::lint_cache;
+use crate::config::Config;
+use crate::observe;
+use crate::pods::state::LintGeneration;
 use nodeproof_findings::{Condition, Reason, Status};
 use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
@@ -28,38 +28,30 @@ use nodeproof_kube::ConnectError;
 use nodeproof_podresources::KubeletPodResources;
 use nodeproof_report::conditions::Policy;
 use nodeproof_report::config::ReportConfig;
-use nodeproof_report::driver::{self, LoopConfig, PodsNews, ReportLoop, RoundNews};
+use nodeproof_report::driver::{self, LoopConfig, PodsNews, ReportLoop};
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
-pub fn spawn_checks(bus: &Bus) -> Vec<JoinHandle<()>> {
-    let c = bus.clone();
-    let profiles = tokio::spawn(supervise(
-        Subsystem::Profiles,
-        bus.shared.clone(),
-        bus.stop_flag.clone(),
-        move || tokio::spawn(profiles(c.clone())),
-    ));
-    let c = bus.clone();
-    let tracing_task = tokio::spawn(supervise(
-        Subsystem::Tracing,
-        bus.shared.clone(),
-        bus.stop_flag.clone(),
-        move || {
-            let c = c.clone();
-            tokio::task::spawn_blocking(move || tracer(&c))
-        },
-    ));
-    let c = bus.clone();
-    let gpu_task = tokio::spawn(supervise(
-        Subsystem::Gpu,
-        bus.shared.clone(),
-        bus.stop_flag.clone(),
-        move || {
-            let c = c.clone();
-            tokio::task::spawn_blocking(move || gpu_probe(&c))
-        },
-    ));
+/// Starts the profiles task, the tracer and the GPU probe, each with its ends.
+pub fn spawn_checks(
+    profiles_ends: ProfilesEnds,
+    tracer_ends: TracerEnds,
+    gpu_ends: GpuEnds,
+) -> Vec<JoinHandle<()>> {
+    let (board, stop) = (profiles_ends.board.clone(), profiles_ends.stop.clone());
+    let profiles = tokio::spawn(supervise(Subsystem::Profiles, board, stop, move || {
+        tokio::spawn(profiles(profiles_ends.clone()))
+    }));
+    let (board, stop) = (tracer_ends.board.clone(), tracer_ends.stop.clone());
+    let tracing_task = tokio::spawn(supervise(Subsystem::Tracing, board, stop, move || {
+        let ends = tracer_ends.clone();
+        tokio::task::spawn_blocking(move || tracer(&ends))
+    }));
+    let (board, stop) = (gpu_ends.board.clone(), gpu_ends.stop.clone());
+    let gpu_task = tokio::spawn(supervise(Subsystem::Gpu, board, stop, move || {
+        let ends = gpu_ends.clone();
+        tokio::task::spawn_blocking(move || gpu_probe(&ends))
+    }));
     vec![profiles, tracing_task, gpu_task]
 }
 
@@ -69,7 +61,7 @@ pub fn spawn_checks(bus: &Bus) -> Vec<JoinHandle<()>> {
 pub async fn supervise<F, Fut>(
     name: Subsystem,
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    stop: Follower<bool>,
     mut start: F,
 ) where
     F: FnMut() -> Fut,
@@ -77,7 +69,7 @@ pub async fn supervise<F, Fut>(
 {
     loop {
         match start().await {
-            Err(e) if e.is_panic() && !stop.load(Ordering::Relaxed) => {
+            Err(e) if e.is_panic() && !*stop.latest() => {
                 let restarts = shared.metrics(|m| {
                     let n = m.task_restarts.entry(name).or_default();
                     *n += 1;
@@ -97,16 +89,23 @@ pub async fn supervise<F, Fut>(
 
 /// Lint the seccomp root at start, within a second of a change (inotify),
 /// on reload and every `profile-resync-s`.
-async fn profiles(bus: Bus) {
-    let mut config_rx = bus.config.follow();
-    let mut stop = bus.stop.follow();
+async fn profiles(ends: ProfilesEnds) {
+    let ProfilesEnds {
+        board,
+        config: mut config_rx,
+        seccomp_root,
+        mut stop,
+        lint_cache,
+        versions,
+        linted,
+        round_done,
+    } = ends;
     let (wake_tx, mut wake_rx) = mpsc::channel(4);
     let mut watched: Option<(PathBuf, super::watch::Watcher)> = None;
     let mut verdicts: HashMap<String, &'static str> = HashMap::new();
     loop {
-        let config = config_rx.borrow_and_update().clone();
-        let root = bus
-            .seccomp_root
+        let config = config_rx.take().clone();
+        let root = seccomp_root
             .clone()
             .unwrap_or_else(|| config.seccomp.root.clone());
         if watched.as_ref().map(|(r, _)| r) != Some(&root) {
@@ -122,16 +121,15 @@ async fn profiles(bus: Bus) {
         }
         let opts = observe::profiles::lint_options(&config.seccomp);
         let lint_root = root.clone();
-        let lints = bus.lints.clone();
+        let lints = lint_cache.clone();
         // Files linted already in this mode with these contents are not
         // linted again; the pods' judge finds what is linted here.
-        let versions = bus.versions.clone();
-        let versions_file = bus.versions_file.clone();
+        let versions = versions.clone();
         let lint = move || {
             observe::profiles::lint_root_cached_with(&lint_root, &opts, &lints, |files| {
                 record_versions(
-                    &versions,
-                    versions_file.as_deref(),
+                    &versions.kept,
+                    versions.file.as_deref(),
                     &lint_root,
                     files,
                     &opts,
@@ -144,15 +142,14 @@ async fn profiles(bus: Bus) {
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => return,
         };
-        publish_profiles(&bus.shared, &root, &reports, &mut verdicts, &config);
-        bus.shared
-            .metrics(|m| m.profile_lints = lint_cache::lints_made());
-        bus.profiles_linted.notify_one();
-        // With the pods watched, their judgement's round wakes the main loop
-        // for both (see `Bus::pods_follow_lints`); at worst its tick does.
-        if !bus.pods_follow_lints.load(Ordering::Relaxed) {
-            bus.round_done.notify_one();
-        }
+        // Numbered from the last published, so a restarted task goes on.
+        let generation = linted.latest().next();
+        // Queued before the generation is published: the pods' round judged
+        // against it always finds the files' round it completes.
+        publish_profiles(&board, &root, &reports, &mut verdicts, &config, generation);
+        board.metrics(|m| m.profile_lints = lint_cache::lints_made());
+        linted.publish(generation);
+        round_done.one_more();
         let resync = Duration::from_secs(config.daemon.profile_resync_s);
         tokio::select! {
             _ = wake_rx.recv() => tracing::debug!("seccomp root changed"),
@@ -202,6 +199,7 @@ fn publish_profiles(
     reports: &[ProfileReport],
     verdicts: &mut HashMap<String, &'static str>,
     config: &Config,
+    generation: LintGeneration,
 ) {
     let mut by_outcome = std::collections::BTreeMap::new();
     let mut failing = 0;
@@ -237,7 +235,7 @@ fn publish_profiles(
         m.profile_verdicts = by_outcome;
         m.profile_revalidations += 1;
     });
-    shared.set_check(
+    shared.set_round(
         Subsystem::Profiles,
         CheckState {
             conditions: profiles::round(root, reports).conditions,
@@ -245,6 +243,8 @@ fn publish_profiles(
             progress: Some(Instant::now()),
             period: Duration::from_secs(config.daemon.profile_resync_s),
         },
+        Vec::new(),
+        Stamp::Files(generation),
     );
 }
 
@@ -254,7 +254,7 @@ const TRACE_POLL: Duration = Duration::from_millis(200);
 
 /// Loads the eBPF programs once and streams denials into the journal until
 /// stopped; dropping the tracer detaches them.
-fn tracer(bus: &Bus) {
+fn tracer(ends: &TracerEnds) {
     let started = trace::Tracer::start(&trace::TracerConfig::default());
     let readiness = trace::Readiness::of(started.as_ref());
     // Loading parses the kernel's BTF (tens of MiB at the peak, freed by
@@ -262,9 +262,9 @@ fn tracer(bus: &Bus) {
     // give it back, which would double the agent's steady RSS.
     // SAFETY: malloc_trim only releases free heap pages.
     unsafe { libc::malloc_trim(0) };
-    bus.tracer_settled.publisher().send_replace(true);
+    ends.settled.publish(true);
     let publish = |summary: String| {
-        bus.shared.set_check(
+        ends.board.set_check(
             Subsystem::Tracing,
             CheckState {
                 conditions: judge::tracing::round(&readiness).conditions,
@@ -279,9 +279,9 @@ fn tracer(bus: &Bus) {
         Err(e) => {
             tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), reason = readiness.reason.as_str(), error = %super::error_chain(&e), "seccomp tracing unavailable; the other checks go on");
             publish(format!("tracing off ({})", readiness.reason));
-            bus.round_done.notify_one();
+            ends.round_done.one_more();
             // Alive, just without eBPF: keep the check's progress fresh.
-            while !bus.stop_flag.load(Ordering::Relaxed) {
+            while !*ends.stop.latest() {
                 std::thread::sleep(TRACE_POLL);
                 publish(format!("tracing off ({})", readiness.reason));
             }
@@ -290,9 +290,9 @@ fn tracer(bus: &Bus) {
     };
     let strategy = tracer.strategy();
     tracing::info!(nodeproof_check = Subsystem::Tracing.as_str(), strategy = %strategy, "seccomp tracing attached");
-    bus.shared.metrics(|m| m.ebpf_strategy = Some(strategy));
+    ends.board.metrics(|m| m.ebpf_strategy = Some(strategy));
     publish(format!("tracing {strategy}"));
-    bus.round_done.notify_one();
+    ends.round_done.one_more();
     let mut pump = trace::Pump::new(
         tracer,
         trace::CgroupResolver::host(),
@@ -307,7 +307,7 @@ fn tracer(bus: &Bus) {
         tracing::warn!(nodeproof_check = Subsystem::Tracing.as_str(), "not in the host PID namespace: counts of exited processes stay in the kernel's map, which fills after 16384 process/syscall keys");
     }
     let mut last_counts = Instant::now();
-    while !bus.stop_flag.load(Ordering::Relaxed) {
+    while !*ends.stop.latest() {
         let polled = pump.poll(TRACE_POLL, &trace::NoPodLookup, &mut |s| {
             let (d, a) = (s.denial, s.attribution);
             tracing::warn!(
@@ -328,7 +328,7 @@ fn tracer(bus: &Bus) {
         }
         if last_counts.elapsed() >= TRACE_COUNTS_EVERY {
             last_counts = Instant::now();
-            read_counts(&mut pump, bus);
+            read_counts(&mut pump, ends);
         }
         publish(format!("tracing {strategy}"));
     }
@@ -347,7 +347,7 @@ fn pod_label(a: &trace::Attribution) -> String {
     }
 }
 
-fn read_counts(pump: &mut trace::Pump<trace::Tracer>, bus: &Bus) {
+fn read_counts(pump: &mut trace::Pump<trace::Tracer>, ends: &TracerEnds) {
     // Pod names are resolved by the pods watcher, against the pods it watches.
     let (rows, stats) = match pump.rows(&trace::NoPodLookup) {
         Ok(r) => r,
@@ -356,7 +356,7 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, bus: &Bus) {
             return;
         }
     };
-    bus.pod_rows.publisher().send_replace(rows.clone());
+    ends.pod_rows.publish(rows.clone());
     let mut denials = std::collections::BTreeMap::new();
     for r in rows {
         let pod = match (&r.pod, &r.pod_uid) {
@@ -367,7 +367,7 @@ fn read_counts(pump: &mut trace::Pump<trace::Tracer>, bus: &Bus) {
         let outcome = r.kind().as_str();
         *denials.entry((r.syscall, pod, outcome)).or_insert(0) += r.count;
     }
-    bus.shared.metrics(|m| {
+    ends.board.metrics(|m| {
         m.denials = denials;
         m.ebpf_dropped = stats.dropped();
     });
@@ -405,7 +405,7 @@ impl ProbeKey {
 /// reloads, the NVML probe and the pod-resources client are rebuilt only
 /// when their settings change. Each cycle compares what the kubelet offers
 /// with NVML and hands faults on allocated devices to the pods watcher.
-fn gpu_probe(bus: &Bus) {
+fn gpu_probe(ends: &GpuEnds) {
     let mut state = gpu::PolicyState::default();
     let mut tracker = gpu::faults::FaultTracker::default();
     let mut probe: Option<(ProbeKey, gpu::nvml::NvmlProbe)> = None;
@@ -413,14 +413,14 @@ fn gpu_probe(bus: &Bus) {
     // The last pod-resources failure said, so an absent socket is logged once.
     let mut kubelet_said: Option<String> = None;
     let node = nodeproof_report::credentials::node_name_here(
-        bus.config.latest().report.node_name.as_deref(),
+        ends.config.latest().report.node_name.as_deref(),
     )
     .unwrap_or_default();
     let mut failed: HashMap<String, Reason> = HashMap::new();
     // The unhealthy set the reporter has (sent again when it changes).
     let mut devices_sent: Option<nodeproof_report::device_health::UnhealthyDevices> = None;
-    while !bus.stop_flag.load(Ordering::Relaxed) {
-        let config = bus.config.latest().clone();
+    while !*ends.stop.latest() {
+        let config = ends.config.latest().clone();
         let key = ProbeKey::of(&config.gpu);
         if probe.as_ref().map(|(k, _)| k) != Some(&key) {
             probe = Some((key, observe::gpu::probe(&config.gpu)));
@@ -445,11 +445,7 @@ fn gpu_probe(bus: &Bus) {
         // This cycle's usage alone: a cycle that read nothing clears the last one's.
         let mut usage = Vec::new();
         // DRA is read for the GPU probe only on a node with NVIDIA devices.
-        bus.dra_wanted.publisher().send_if_modified(|w| {
-            let changed = *w == report.no_gpu();
-            *w = !report.no_gpu();
-            changed
-        });
+        ends.dra_wanted.publish_if_changed(!report.no_gpu());
         if !report.no_gpu() {
             let key = (
                 config.gpu.pod_resources_socket.clone(),
@@ -478,8 +474,8 @@ fn gpu_probe(bus: &Bus) {
                 }
                 kubelet_said = said;
             }
-            let node_allocatable = bus.node_gpus.latest().clone();
-            let dra = bus.dra.latest().clone();
+            let node_allocatable = ends.node_gpus.latest().clone();
+            let dra = ends.dra.latest().clone();
             judge::gpu::compare(&mut report, &read, node_allocatable, &dra);
             let view = dra.view();
             // One attribution for faults and usage: pod-resources and DRA.
@@ -487,12 +483,12 @@ fn gpu_probe(bus: &Bus) {
             usage = judge::gpu::usage(
                 report.snapshot.as_ref(),
                 &allocations,
-                bus.shared.metrics(|m| m.running_pods.clone()).as_ref(),
+                ends.board.metrics(|m| m.running_pods.clone()).as_ref(),
             );
             if !faults.is_empty() {
                 let on_pods = gpu::faults::attribute(&faults, &allocations, |_, _| true);
                 // No receiver: no pods watcher (no API credentials); nothing to write to.
-                if !on_pods.is_empty() && bus.gpu_faults.send(on_pods).is_err() {
+                if !on_pods.is_empty() && !ends.gpu_faults.send(on_pods) {
                     tracing::debug!(
                         nodeproof_check = Subsystem::Gpu.as_str(),
                         "GPU faults on pods not reported: pods are not watched"
@@ -527,12 +523,12 @@ fn gpu_probe(bus: &Bus) {
         }
         let mut metrics = report.metrics(&state);
         metrics.node.clone_from(&node);
-        bus.shared.metrics(|m| {
+        ends.board.metrics(|m| {
             m.gpu = Some(metrics);
             m.gpu_usage = usage;
         });
         let interval = Duration::from_secs(config.daemon.gpu_interval_s);
-        bus.shared.set_check_with_news(
+        ends.board.set_check_with_news(
             Subsystem::Gpu,
             CheckState {
                 conditions: judge::gpu::round(&report).conditions,
@@ -542,9 +538,9 @@ fn gpu_probe(bus: &Bus) {
             },
             news,
         );
-        bus.round_done.notify_one();
+        ends.round_done.one_more();
         let until = Instant::now() + interval;
-        while Instant::now() < until && !bus.stop_flag.load(Ordering::Relaxed) {
+        while Instant::now() < until && !*ends.stop.latest() {
             std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
         }
     }
@@ -576,11 +572,14 @@ fn reporter_state(summary: &str) -> CheckState {
 /// on, unreported, and says so in STATUS= and the journal.
 pub async fn start_reporter(
     config: &Config,
-    reloads: channel::Receiver<Arc<Config>>,
+    ends: ReporterEnds,
     shared: &Arc<Shared>,
-    rounds: mpsc::Receiver<RoundNews>,
-    nodes: mpsc::Receiver<nodeproof_report::reporter::NodeState>,
 ) -> Option<Reporter> {
+    let ReporterEnds {
+        config: reloads,
+        rounds,
+        nodes,
+    } = ends;
     let c = match nodeproof_kube::connect(&config.report).await {
         Ok(c) => c,
         Err(ConnectError::NoNodeName) => {
@@ -651,7 +650,10 @@ pub async fn start_reporter(
             lp,
             rounds,
             Some(nodes),
-            Some(follow_report_policy(config.report.clone(), reloads)),
+            Some(follow_report_policy(
+                config.report.clone(),
+                reloads.into_receiver(),
+            )),
             c.answered.as_ref().map(|a| driver::Resume {
                 heard: a.receiver(),
                 within: RESUME_WITHIN,
@@ -739,21 +741,17 @@ mod tests {
         let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let r = runs.clone();
         tokio::time::pause();
-        supervise(
-            Subsystem::Gpu,
-            shared.clone(),
-            Arc::new(AtomicBool::new(false)),
-            move || {
-                let r = r.clone();
-                tokio::spawn(async move {
-                    if r.fetch_add(1, Ordering::SeqCst) < 2 {
-                        panic!("probe blew up");
-                    }
-                })
-            },
-        )
+        let (_stop, not_stopped) = super::super::bus::latest(false);
+        supervise(Subsystem::Gpu, shared.clone(), not_stopped, move || {
+            let r = r.clone();
+            tokio::spawn(async move {
+                if r.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+                    panic!("probe blew up");
+                }
+            })
+        })
         .await;
-        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
         assert_eq!(
             shared.metrics(|m| m.task_restarts.get(&Subsystem::Gpu).copied()),
             Some(2)

@@ -287,10 +287,27 @@ pub fn gpu_fault_event(e: PodGpuFaultEvent) -> PodEvent {
     }
 }
 
+/// Which lint of the seccomp root a judgement read the reports of: the
+/// daemon's profiles task numbers its lints 1, 2, ... (0: none yet), and a
+/// pods round says the latest it had seen when it judged, so the daemon can
+/// tell the round that judged a lint's files from one that came before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LintGeneration(pub u64);
+
+impl LintGeneration {
+    /// The generation after this one.
+    pub fn next(self) -> LintGeneration {
+        LintGeneration(self.0 + 1)
+    }
+}
+
 /// What one judgement round says; whoever runs the watch reports it.
 #[derive(Debug, Clone)]
 pub struct Round {
     pub at: SystemTime,
+    /// The latest lint generation the watcher had been told of when it
+    /// judged (0 without a daemon's profiles task: `nodeproof pods`).
+    pub lint_generation: LintGeneration,
     /// Pods bound to this node and watched.
     pub pods: usize,
     /// The pods' part of `SeccompProfilesReady` (see `verdict::combine`).

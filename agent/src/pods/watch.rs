@@ -22,12 +22,14 @@ use kube::api::Api;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, watcher, DefaultBackoff, Event};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::denials::DenialAggregator;
 use super::gpu_faults::GpuFaultAggregator;
-use super::state::{denial_event, finding_event, gpu_fault_event, Change, PodsState, Round};
+use super::state::{
+    denial_event, finding_event, gpu_fault_event, Change, LintGeneration, PodsState, Round,
+};
 use super::CHECK_NAME;
 use nodeproof_gpu::faults::PodFault;
 use nodeproof_kube::client::Answered;
@@ -167,8 +169,10 @@ pub fn record_denials<R: Reporter>(
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
     pub recheck: Duration,
-    /// Notified when the profile files may have changed: judge now.
-    pub wake: Option<Arc<Notify>>,
+    /// The daemon's lints of the seccomp root, by generation: a new one
+    /// means the files may have changed, judge now; each round says the
+    /// latest seen ([`Round::lint_generation`]).
+    pub lints: Option<tokio::sync::watch::Receiver<LintGeneration>>,
     /// This Node as each watch event shows it, for the reporter (a Node
     /// registered again or stripped of nodeproof's conditions is rewritten).
     pub node_seen: Option<tokio::sync::mpsc::Sender<nodeproof_report::reporter::NodeState>>,
@@ -189,7 +193,7 @@ impl Default for WatchOptions {
     fn default() -> Self {
         WatchOptions {
             recheck: Duration::from_secs(10),
-            wake: None,
+            lints: None,
             node_seen: None,
             node_gpus: None,
             pod_claims: None,
@@ -220,11 +224,14 @@ fn take(state: &mut PodsState, opts: &WatchOptions, c: Change) -> bool {
     state.apply(c)
 }
 
-async fn woken(wake: Option<&Arc<Notify>>) {
-    match wake {
-        Some(n) => n.notified().await,
-        None => std::future::pending().await,
+/// A new lint generation; pending forever without lints (or once they end).
+async fn linted(lints: Option<&mut tokio::sync::watch::Receiver<LintGeneration>>) {
+    if let Some(rx) = lints {
+        if rx.changed().await.is_ok() {
+            return;
+        }
     }
+    std::future::pending().await
 }
 
 /// Runs until `stop` turns true: watches, judges, and reports each round
@@ -259,7 +266,7 @@ pub async fn run<R: Reporter>(
 }
 
 /// Runs until `stop` turns true (or `out` is gone): watches, judges on
-/// every change that matters, every `recheck` and every `wake`, and sends
+/// every change that matters, every `recheck` and every new lint, and sends
 /// each round. The feed and `state` outlive it: a watcher started again
 /// (after a reload) goes on from what was already said.
 pub async fn rounds(
@@ -323,6 +330,7 @@ pub async fn rounds(
     // A deadline, not a sleep per turn: changes that are not judged (the
     // Node's heartbeats) must not keep postponing the recheck.
     let mut recheck_at = tokio::time::Instant::now() + opts.recheck;
+    let mut lints = opts.lints.clone();
     loop {
         let wake_at = state.next_due(Instant::now()).map_or(recheck_at, |d| {
             recheck_at.min(tokio::time::Instant::now() + d)
@@ -338,7 +346,7 @@ pub async fn rounds(
                 None => break,
             },
             _ = tokio::time::sleep_until(wake_at) => {}
-            _ = woken(opts.wake.as_ref()) => {}
+            _ = linted(lints.as_mut()) => {}
             _ = stop.changed() => {}
             rows = next_rows(rows_rx) => {
                 if let (Some(rows), Some(feed)) = (rows, denials.as_deref_mut()) {
@@ -373,6 +381,10 @@ pub async fn rounds(
         }
         recheck_at = tokio::time::Instant::now() + opts.recheck;
         let now = SystemTime::now();
+        // Read before judging: the lint cache holds this generation's reports.
+        let lint_generation = lints
+            .as_mut()
+            .map_or(LintGeneration::default(), |rx| *rx.borrow_and_update());
         let eval = state.evaluate();
         let mut events: Vec<PodEvent> = eval.new.iter().map(finding_event).collect();
         let mut denial_totals = None;
@@ -396,6 +408,7 @@ pub async fn rounds(
         }
         let round = Round {
             at: now,
+            lint_generation,
             pods: state.index.len(),
             condition: eval.condition,
             events,

@@ -1311,3 +1311,70 @@ fn pods_and_check_take_a_context_of_the_kubeconfig() {
         "{said}"
     );
 }
+
+/// The daemon's lints reach the watcher by generation: a new one is judged
+/// at once (no recheck, no change of the pods), and the round says which
+/// generation it judged against, which is how the agent pairs a lint's round
+/// with the pods' judgement of it (docs/architecture.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_lint_generation_is_judged_at_once_and_the_round_names_it() {
+    let server = TestApiServer::start();
+    server.add_token("node-n1", Identity::Node("n1".into()));
+    server.add_node("n1", json!([]));
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("seccomp");
+    std::fs::create_dir_all(&root).unwrap();
+    let kubeconfig = server.kubeconfig(dir.path(), "node-n1");
+    let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
+    let kube = client::connect(&source).await.unwrap().unwrap();
+    let mut state = PodsState::new(
+        NodeContext {
+            seccomp_root: root,
+            labels: Default::default(),
+            taints: Vec::new(),
+            handlers: None,
+            lint: LintOptions::default(),
+            gpu: Default::default(),
+        },
+        Judge::new(Default::default(), read_reference),
+    );
+    let (linted, lints) = tokio::sync::watch::channel(state::LintGeneration::default());
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // No recheck within the test: a round comes from the lists or a lint.
+    let opts = WatchOptions {
+        recheck: Duration::from_secs(3600),
+        lints: Some(lints),
+        ..WatchOptions::default()
+    };
+    let (round_tx, mut rounds) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        watch::rounds(kube, &mut state, &opts, stop_rx, "n1", None, round_tx).await;
+    });
+    async fn next(rounds: &mut tokio::sync::mpsc::Receiver<state::Round>) -> state::Round {
+        tokio::time::timeout(DEADLINE, rounds.recv())
+            .await
+            .expect("a round within 5 s")
+            .expect("the watcher runs")
+    }
+    assert_eq!(
+        next(&mut rounds).await.lint_generation,
+        state::LintGeneration(0)
+    );
+    for generation in [1, 2, 5] {
+        let start = Instant::now();
+        linted.send_replace(state::LintGeneration(generation));
+        let r = next(&mut rounds).await;
+        eprintln!(
+            "FIGURE lint generation {generation} → judged: {:?}",
+            start.elapsed()
+        );
+        assert_eq!(r.lint_generation, state::LintGeneration(generation));
+    }
+    // Each lint judged once: nothing more within half a second.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), rounds.recv())
+            .await
+            .is_err(),
+        "one lint, one judgement"
+    );
+}
