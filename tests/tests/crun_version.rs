@@ -2,8 +2,8 @@
 //! crun release is read from the binary's `--version`, here the real
 //! binaries the oracles run (bookworm's crun 1.8, trixie's crun 1.21).
 
-use nodeproof::checks::oci_runtime::{CrunRelease, OciRuntimeSetting, VERSION_TIMEOUT};
-use nodeproof::checks::profiles;
+use nodeproof::judge::oci_runtime::{CrunRelease, OciRuntimeSetting, VERSION_TIMEOUT};
+use nodeproof::judge::profiles;
 use nodeproof::observe::oci_runtime::crun_version;
 use nodeproof::observe::profiles::on_node;
 use nodeproof_e2e::runtimes::{default_cache_dir, RuntimeBuild};

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::state::{PodsPhase, Shared};
-use crate::observe::lint_cache::LintCache;
-use crate::judge::versions::ProfileVersions;
 use crate::config::Config;
+use crate::judge::versions::ProfileVersions;
+use crate::observe::lint_cache::LintCache;
 use crate::pods::state::LintGeneration;
 use nodeproof_gpu::faults::PodFault;
 use nodeproof_gpu::views::{NodeDra, NodeGpus};
@@ -280,6 +280,20 @@ pub struct HttpEnds {
     pub stop: Follower<bool>,
 }
 
+/// The check runner (`runner`): the registry's scheduled checks.
+#[derive(Clone)]
+pub struct RunnerEnds {
+    pub board: Arc<Shared>,
+    pub config: Follower<Arc<Config>>,
+    /// `--seccomp-root`, which wins over `seccomp.root` across reloads.
+    pub seccomp_root: Option<PathBuf>,
+    pub stop: Follower<bool>,
+    /// The round's lints: the files the profiles task linted are not
+    /// linted again.
+    pub lint_cache: Arc<LintCache>,
+    pub round_done: Publisher<RoundsDone>,
+}
+
 /// The main loop (`serve()`).
 pub struct MainEnds {
     pub board: Arc<Shared>,
@@ -302,6 +316,7 @@ pub struct Wired {
     pub profiles: ProfilesEnds,
     pub tracer: TracerEnds,
     pub gpu: GpuEnds,
+    pub runner: RunnerEnds,
     pub pods: PodsEnds,
     pub record: RecordEnds,
     pub reporter: ReporterEnds,
@@ -358,6 +373,14 @@ pub fn wire(config: Arc<Config>, seccomp_root: Option<PathBuf>, versions: Versio
             dra: dra_rx,
             node_gpus: node_gpus_rx,
             gpu_faults: faults_tx,
+            round_done: round_done_tx.clone(),
+        },
+        runner: RunnerEnds {
+            board: board.clone(),
+            config: config_rx.clone(),
+            seccomp_root: seccomp_root.clone(),
+            stop: stop_rx.clone(),
+            lint_cache: lint_cache.clone(),
             round_done: round_done_tx.clone(),
         },
         pods: PodsEnds {

@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 
-use crate::judge::Subsystem;
+use super::subsystem::Subsystem;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

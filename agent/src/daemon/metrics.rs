@@ -4,7 +4,7 @@
 //! collector reads them at each scrape and encodes const metrics; nothing
 //! here counts.
 
-use crate::judge::Subsystem;
+use super::subsystem::Subsystem;
 use nodeproof_findings::ConditionStatus;
 use std::fmt;
 use std::sync::Arc;
@@ -261,11 +261,22 @@ fn encode_snapshot(s: &MetricsSnapshot, enc: &mut DescriptorEncoder) -> fmt::Res
             ([("kind", kind.as_str()), ("reason", reason.as_str())], n)
         }),
     )?;
+    gauges(
+        enc,
+        "nodeproof_check_findings",
+        "Findings of the latest round of each check, by the CHECK column and status (ok, warning, failed, skipped).",
+        m.check_findings.iter().map(|(&(check, status), &n)| {
+            (
+                [("check", check.as_str()), ("status", status_label(status))],
+                n,
+            )
+        }),
+    )?;
     counters(
         enc,
         "nodeproof_task_restarts",
         "Subsystem tasks restarted after a panic.",
-        Subsystem::ALL.map(|task| {
+        Subsystem::all().into_iter().map(|task| {
             (
                 [("task", task.as_str())],
                 m.task_restarts.get(&task).copied().unwrap_or(0),
@@ -373,6 +384,17 @@ fn unix_seconds(t: SystemTime) -> f64 {
 
 /// The label set of a family's only, unlabelled sample.
 const NO_LABELS: [(&str, &str); 0] = [];
+
+/// A finding's status as a label: lower case, as `-o json` spells it.
+fn status_label(status: nodeproof_findings::Status) -> &'static str {
+    use nodeproof_findings::Status;
+    match status {
+        Status::Ok => "ok",
+        Status::Warning => "warning",
+        Status::Failed => "failed",
+        Status::Skipped => "skipped",
+    }
+}
 
 /// A gauge family: HELP, TYPE, one sample per label set.
 fn gauges<L: EncodeLabelSet, N: EncodeGaugeValue + fmt::Debug>(
@@ -648,6 +670,17 @@ mod tests {
             );
             m.task_restarts.insert(Subsystem::Gpu, 1);
             m.reloads = 3;
+            m.set_findings(
+                &[nodeproof_findings::Check::SECCOMP_TRACING],
+                &[nodeproof_findings::Finding {
+                    check: nodeproof_findings::Check::SECCOMP_TRACING,
+                    subject: "eBPF".into(),
+                    status: nodeproof_findings::Status::Warning,
+                    reason: nodeproof_findings::reason::TracingReason::StrategyLoaded.into(),
+                    message: String::new(),
+                    detail: None,
+                }],
+            );
         });
         let body = render(&registry(shared)).unwrap();
         let f = parse(&body);
@@ -659,6 +692,7 @@ mod tests {
             kinds,
             [
                 ("nodeproof_build_info", "gauge"),
+                ("nodeproof_check_findings", "gauge"),
                 ("nodeproof_condition", "gauge"),
                 ("nodeproof_config_reloads", "counter"),
                 ("nodeproof_ebpf_dropped_samples", "counter"),
@@ -885,7 +919,7 @@ mod tests {
             4.0
         );
         // Every task has its series, restarted or not.
-        assert_eq!(f["nodeproof_task_restarts"].1.len(), Subsystem::ALL.len());
+        assert_eq!(f["nodeproof_task_restarts"].1.len(), Subsystem::all().len());
         assert_eq!(
             value(&f, "nodeproof_task_restarts", &[("task", "gpu")]),
             1.0

@@ -26,15 +26,17 @@ pub mod metrics;
 pub mod notify;
 pub mod pods;
 pub mod record;
+pub mod runner;
 pub mod state;
+pub mod subsystem;
 pub mod subsystems;
 pub mod versions;
 pub mod watch;
 
-use crate::judge::Subsystem;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use subsystem::Subsystem;
 
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -71,9 +73,14 @@ pub struct Options {
     pub seccomp_root: Option<PathBuf>,
 }
 
-/// The checks READY=1 waits for (the reporter never holds it back: the API
-/// server may be down while the node is fine).
-const FIRST_CYCLE: [Subsystem; 3] = [Subsystem::Profiles, Subsystem::Tracing, Subsystem::Gpu];
+/// The checks READY=1 waits for: every one the node alone answers (the
+/// pods and the reporter never hold it back: the API server may be down
+/// while the node is fine).
+fn first_cycle() -> Vec<Subsystem> {
+    let mut first = vec![Subsystem::Profiles, Subsystem::Tracing, Subsystem::Gpu];
+    first.extend(subsystem::Scheduled::all().map(Subsystem::Scheduled));
+    first
+}
 
 /// How often the main loop goes round at least: the watchdog gets a ping
 /// per round, so this is at most half the watchdog period.
@@ -161,8 +168,9 @@ async fn serve(
     tracing::info!(listen = %config.daemon.listen, "health endpoints up");
 
     let stop_on_exit = StopOnExit(stop_publisher);
+    let first_cycle = first_cycle();
     let mut running = Running {
-        tasks: subsystems::spawn_checks(wired.profiles, wired.tracer, wired.gpu),
+        tasks: subsystems::spawn_checks(wired.profiles, wired.tracer, wired.gpu, wired.runner),
     };
     // The API client (TLS, the first lists) starts once the tracer's load
     // has parsed and freed the kernel's BTF, not beside it: the two at once
@@ -205,7 +213,7 @@ async fn serve(
             last_status = status;
         }
         if !ready {
-            if shared.first_cycle_done(&FIRST_CYCLE) {
+            if shared.first_cycle_done(&first_cycle) {
                 ready = true;
                 shared.set_ready(true);
                 notifier

@@ -6,7 +6,7 @@
 //! denials resolved to them go to the reporter. Without credentials
 //! nothing here runs and the agent reports as before.
 
-use crate::judge::Subsystem;
+use super::subsystem::Subsystem;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

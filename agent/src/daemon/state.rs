@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::judge::Subsystem;
+use super::subsystem::Subsystem;
 use crate::pods::denials::PodDenialTotal;
 use crate::pods::state::LintGeneration;
-use nodeproof_findings::{Condition, ConditionType};
+use nodeproof_findings::{Check, Condition, ConditionType, Finding, Status};
 use nodeproof_gpu::GpuMetrics;
 use nodeproof_report::driver::{PodsNews, RoundNews};
 
@@ -26,6 +26,8 @@ pub struct CheckState {
 
 /// The values `/metrics` encodes (`daemon::metrics`), as last written by
 /// the subsystems: snapshots, not counters incremented here.
+///
+/// [`Metrics::set_findings`] replaces a check's part of `check_findings`.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
     /// Exact in-kernel denial counts by (syscall, pod, outcome: `denied` or
@@ -65,6 +67,10 @@ pub struct Metrics {
         u64,
     >,
     pub task_restarts: BTreeMap<Subsystem, u64>,
+    /// Findings by their CHECK and status, from the latest round of each
+    /// check that reports them here (the check runner's, the profiles',
+    /// the tracer's and the GPU probe's).
+    pub check_findings: BTreeMap<(Check, Status), u64>,
     pub reloads: u64,
     pub profile_revalidations: u64,
     /// Files linted by this process, the profiles check and the pods'
@@ -108,6 +114,22 @@ pub struct Shared {
     inner: Mutex<Inner>,
 }
 
+impl Metrics {
+    /// The latest round's findings of the checks named in `checks` (a
+    /// check's whole vocabulary, so a status gone from the round reads 0).
+    pub fn set_findings(&mut self, checks: &[Check], findings: &[Finding]) {
+        for &c in checks {
+            for status in [Status::Ok, Status::Warning, Status::Failed, Status::Skipped] {
+                let n = findings
+                    .iter()
+                    .filter(|f| f.check == c && f.status == status)
+                    .count();
+                self.check_findings.insert((c, status), n as u64);
+            }
+        }
+    }
+}
+
 /// What a `/metrics` scrape reads, copied under the lock at once.
 #[derive(Debug, Clone)]
 pub struct MetricsSnapshot {
@@ -116,7 +138,7 @@ pub struct MetricsSnapshot {
     pub metrics: Metrics,
     /// When the main loop last went round (wall clock); `None` before its first round.
     pub heartbeat: Option<SystemTime>,
-    /// Each subsystem that has published, in [`Subsystem::ALL`] order, and
+    /// Each subsystem that has published, in [`Subsystem::all`] order, and
     /// whether it went round in time ([`on_time`], what `/healthz/<check>` says).
     pub tasks_on_time: Vec<(Subsystem, bool)>,
 }
@@ -373,10 +395,10 @@ impl Shared {
     }
 
     /// `profiles 12 ms, tracing 95 ms, ...`: how long after `start` each
-    /// check first published, in [`Subsystem::ALL`] order.
+    /// check first published, in [`Subsystem::all`] order.
     pub fn first_rounds_since(&self, start: Instant) -> String {
         let i = self.lock();
-        Subsystem::ALL
+        Subsystem::all()
             .iter()
             .filter_map(|c| {
                 let at = i.first_rounds.get(c)?;
@@ -434,10 +456,10 @@ impl Shared {
         merged(&self.lock().checks)
     }
 
-    /// The one-line `STATUS=`, in [`Subsystem::ALL`] order.
+    /// The one-line `STATUS=`, in [`Subsystem::all`] order.
     pub fn status_line(&self) -> String {
         let i = self.lock();
-        Subsystem::ALL
+        Subsystem::all()
             .iter()
             .filter_map(|c| i.checks.get(c))
             .map(|c| c.summary.as_str())
@@ -537,9 +559,9 @@ impl Shared {
     pub fn metrics_snapshot(&self, now: Instant) -> MetricsSnapshot {
         let i = self.lock();
         MetricsSnapshot {
-            tasks_on_time: Subsystem::ALL
-                .iter()
-                .filter_map(|s| Some((*s, on_time(i.checks.get(s)?, now))))
+            tasks_on_time: Subsystem::all()
+                .into_iter()
+                .filter_map(|s| Some((s, on_time(i.checks.get(&s)?, now))))
                 .collect(),
             conditions: merged(&i.checks),
             metrics: i.metrics.clone(),

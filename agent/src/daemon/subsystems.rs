@@ -14,14 +14,15 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
-use super::bus::{Follower, GpuEnds, ProfilesEnds, ReporterEnds, TracerEnds};
+use super::bus::{Follower, GpuEnds, ProfilesEnds, ReporterEnds, RunnerEnds, TracerEnds};
 use super::state::{CheckState, Shared, Stamp};
-use crate::judge::{self, profiles, Subsystem};
-use crate::observe::lint_cache;
+use super::subsystem::{Scheduled, Subsystem};
 use crate::config::Config;
+use crate::judge::{self, profiles};
 use crate::observe;
+use crate::observe::lint_cache;
 use crate::pods::state::LintGeneration;
-use nodeproof_findings::{Condition, Reason, Status};
+use nodeproof_findings::{Check, Condition, Reason, Status};
 use nodeproof_gpu as gpu;
 use nodeproof_kube::client::KubeReporter;
 use nodeproof_kube::ConnectError;
@@ -32,11 +33,13 @@ use nodeproof_report::driver::{self, LoopConfig, PodsNews, ReportLoop};
 use nodeproof_seccomp::lint::ProfileReport;
 use nodeproof_trace::{self as trace, EventSource};
 
-/// Starts the profiles task, the tracer and the GPU probe, each with its ends.
+/// Starts the profiles task, the tracer, the GPU probe and the check
+/// runner, each with its ends.
 pub fn spawn_checks(
     profiles_ends: ProfilesEnds,
     tracer_ends: TracerEnds,
     gpu_ends: GpuEnds,
+    runner_ends: RunnerEnds,
 ) -> Vec<JoinHandle<()>> {
     let (board, stop) = (profiles_ends.board.clone(), profiles_ends.stop.clone());
     let profiles = tokio::spawn(supervise(Subsystem::Profiles, board, stop, move || {
@@ -52,7 +55,21 @@ pub fn spawn_checks(
         let ends = gpu_ends.clone();
         tokio::task::spawn_blocking(move || gpu_probe(&ends))
     }));
-    vec![profiles, tracing_task, gpu_task]
+    let (board, stop) = (runner_ends.board.clone(), runner_ends.stop.clone());
+    // One runner for every scheduled check: a panic restarts them all, and
+    // is counted against the first (the runner has no name of its own).
+    let runner = Scheduled::all().next().map(|first| {
+        tokio::spawn(supervise(
+            Subsystem::Scheduled(first),
+            board,
+            stop,
+            move || tokio::spawn(super::runner::run(runner_ends.clone())),
+        ))
+    });
+    [profiles, tracing_task, gpu_task]
+        .into_iter()
+        .chain(runner)
+        .collect()
 }
 
 /// Runs what `start` spawns until it returns; after a panic, counts it,
@@ -232,6 +249,7 @@ fn publish_profiles(
         format!("profiles {} ok, {failing} failing", judged - failing)
     };
     shared.metrics(|m| {
+        m.set_findings(&[Check::SECCOMP_PROFILE], &profiles::findings(reports));
         m.profile_verdicts = by_outcome;
         m.profile_revalidations += 1;
     });
@@ -263,6 +281,12 @@ fn tracer(ends: &TracerEnds) {
     // SAFETY: malloc_trim only releases free heap pages.
     unsafe { libc::malloc_trim(0) };
     ends.settled.publish(true);
+    ends.board.metrics(|m| {
+        m.set_findings(
+            &[Check::SECCOMP_TRACING],
+            &[judge::tracing::finding(&readiness)],
+        )
+    });
     let publish = |summary: String| {
         ends.board.set_check(
             Subsystem::Tracing,
@@ -524,6 +548,10 @@ fn gpu_probe(ends: &GpuEnds) {
         let mut metrics = report.metrics(&state);
         metrics.node.clone_from(&node);
         ends.board.metrics(|m| {
+            m.set_findings(
+                crate::checks::NodeCheck::findings(&crate::checks::gpu::Gpu),
+                &judge::gpu::findings(&report),
+            );
             m.gpu = Some(metrics);
             m.gpu_usage = usage;
         });

@@ -14,9 +14,9 @@ use nodeproof_seccomp::cbpf::SockFilter;
 use nodeproof_seccomp::lint::{loaded_program, LintOptions};
 use nodeproof_seccomp::scan::ProfileFile;
 
+use super::subsystem::Subsystem;
 use crate::config::Config;
 use crate::judge::versions::{self, ProfileVersions, VersionChange};
-use crate::judge::Subsystem;
 
 /// The state file's name in the state directory.
 pub const STATE_FILE: &str = "profile-versions.json";

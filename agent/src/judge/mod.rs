@@ -15,7 +15,6 @@ pub mod tracing;
 pub mod versions;
 
 use nodeproof_findings::{Condition, ConditionStatus, Finding};
-use strum::{EnumString, IntoStaticStr};
 
 /// One round of one check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,51 +22,6 @@ pub struct Round {
     pub findings: Vec<Finding>,
     /// The conditions it backs (none: nothing to report, e.g. no GPU).
     pub conditions: Vec<Condition>,
-}
-
-/// The subsystems whose rounds make up the node's picture, by the name
-/// `/healthz/<check>`, `STATUS=` and `NODEPROOF_CHECK=` use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, EnumString)]
-#[strum(serialize_all = "lowercase")]
-pub enum Subsystem {
-    Profiles,
-    Pods,
-    Tracing,
-    Gpu,
-    Reporter,
-}
-
-impl Subsystem {
-    /// In the order `STATUS=` lists them.
-    pub const ALL: [Subsystem; 5] = [
-        Subsystem::Profiles,
-        Subsystem::Pods,
-        Subsystem::Tracing,
-        Subsystem::Gpu,
-        Subsystem::Reporter,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
-    pub fn parse(name: &str) -> Option<Subsystem> {
-        name.parse().ok()
-    }
-
-    /// How its conditions fold ([`node_conditions`]).
-    pub fn origin(self) -> Origin {
-        match self {
-            Subsystem::Pods => Origin::PodReferences,
-            _ => Origin::Own,
-        }
-    }
-}
-
-impl std::fmt::Display for Subsystem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
 }
 
 /// Whose conditions a round's are, for [`node_conditions`].
@@ -162,7 +116,6 @@ mod tests {
         // Pods without a files round (the profiles task not done yet) still count.
         let got = node_conditions([(Origin::PodReferences, &pods[..])]);
         assert_eq!(got, pods);
-        assert_eq!(Subsystem::parse("gpu"), Some(Subsystem::Gpu));
     }
 
     #[test]

@@ -21,9 +21,9 @@ use nodeproof::checks::{registered, Schedule, REGISTRY};
 use nodeproof::daemon::logs::JOURNAL_FIELDS;
 use nodeproof::daemon::metrics;
 use nodeproof::daemon::state::Shared;
+use nodeproof::daemon::subsystem::Subsystem;
 use nodeproof::judge::profiles::Reason as ProfileReason;
 use nodeproof::judge::profiles::RuntimeReason;
-use nodeproof::judge::Subsystem;
 use nodeproof::pods::denials::PodDenialTotal;
 use nodeproof::pods::gpu_faults::GpuFaultTotal;
 use nodeproof::pods::verdict::Reason as PodReason;
@@ -307,7 +307,7 @@ fn generate() -> String {
     let _ = writeln!(
         s,
         "Subsystems (`/healthz/<name>`, `STATUS=`, journald `NODEPROOF_CHECK=`): {}.\n",
-        code(Subsystem::ALL.map(Subsystem::as_str))
+        code(Subsystem::all().into_iter().map(Subsystem::as_str))
     );
     let _ = writeln!(
         s,

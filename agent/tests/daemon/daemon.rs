@@ -271,3 +271,86 @@ fn a_refused_ready_notification_exits_1_instead_of_hanging() {
         "{stderr}"
     );
 }
+
+/// A check the registry schedules (the kubelet's seccompDefault) is run by
+/// the daemon's check runner with no line of its own in the daemon:
+/// READY=1 waits for it, `STATUS=`, `/healthz/<name>` and
+/// `nodeproof_check_findings` say it, and a reload runs it again at once.
+#[test]
+fn a_scheduled_check_is_run_served_and_run_again_on_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("seccomp")).unwrap();
+    // The host the kubelet runs on: kubeadm's unit, its config without seccompDefault.
+    let host = dir.path().join("host");
+    let units = host.join("usr/lib/systemd/system");
+    std::fs::create_dir_all(units.join("kubelet.service.d")).unwrap();
+    std::fs::write(
+        units.join("kubelet.service"),
+        "[Service]\nExecStart=/usr/bin/kubelet\n",
+    )
+    .unwrap();
+    std::fs::write(
+        units.join("kubelet.service.d/10-kubeadm.conf"),
+        "[Service]\nEnvironment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\nExecStart=\nExecStart=/usr/bin/kubelet $KUBELET_CONFIG_ARGS\n",
+    )
+    .unwrap();
+    let kubelet_config = host.join("var/lib/kubelet/config.yaml");
+    std::fs::create_dir_all(kubelet_config.parent().unwrap()).unwrap();
+    std::fs::write(&kubelet_config, "kind: KubeletConfiguration\n").unwrap();
+    let port = free_port();
+    let config = config(dir.path(), port, 10);
+    let with_host = std::fs::read_to_string(&config).unwrap().replace(
+        "[report]\n",
+        &format!("[report]\nhost-root = \"{}\"\n", host.display()),
+    );
+    std::fs::write(&config, with_host).unwrap();
+    let notify_path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env_remove("JOURNAL_STREAM")
+        .env("NODE_NAME", "test-node")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen = recv_until(&notify, "READY=1", Duration::from_secs(20));
+    let ready = seen.iter().find(|m| m.starts_with("READY=1")).unwrap();
+    assert!(ready.contains("seccomp-default warning"), "{ready}");
+    let (code, body) = get(port, "/healthz/seccomp-default");
+    assert_eq!(code, 200, "{body}");
+    let metrics = get(port, "/metrics").1;
+    assert!(
+        metrics
+            .contains("nodeproof_check_findings{check=\"seccomp-default\",status=\"warning\"} 1"),
+        "{metrics}"
+    );
+    // Turned on, and the agent reloaded: judged again now, not in 300 s.
+    std::fs::write(
+        &kubelet_config,
+        "kind: KubeletConfiguration\nseccompDefault: true\n",
+    )
+    .unwrap();
+    signal(&child, libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = get(port, "/metrics").1;
+        if metrics.contains("nodeproof_check_findings{check=\"seccomp-default\",status=\"ok\"} 1") {
+            assert!(
+                metrics.contains(
+                    "nodeproof_check_findings{check=\"seccomp-default\",status=\"warning\"} 0"
+                ),
+                "{metrics}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not judged again after the reload: {metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, libc::SIGTERM);
+    assert!(exits_within(&mut child, Duration::from_secs(10)).success());
+}
