@@ -12,10 +12,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use nodeproof_apiclient::connect::ConnectError;
+use nodeproof_apiclient::{Connection, OnceError, OnceSummary};
 use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
 use nodeproof_gpu::{GpuReport, PolicyState};
-use nodeproof_kube::connect::ConnectError;
-use nodeproof_kube::{Connection, OnceError, OnceSummary};
 use nodeproof_report::events::PodEvent;
 
 use crate::checks::lint_cache::LintCache;
@@ -44,7 +44,7 @@ impl Session {
             .ok();
         let connection = runtime.as_ref().and_then(|rt| {
             rt.block_on(async {
-                tokio::time::timeout(ONCE_DEADLINE, nodeproof_kube::connect(&config.report))
+                tokio::time::timeout(ONCE_DEADLINE, nodeproof_apiclient::connect(&config.report))
                     .await
                     .ok()?
                     .ok()
@@ -104,10 +104,10 @@ impl Session {
         deadline: std::time::Duration,
     ) -> Result<OnceSummary, OnceError> {
         match (self.runtime, self.connection) {
-            (Some(rt), Some(c)) => rt.block_on(nodeproof_kube::report_connected(
+            (Some(rt), Some(c)) => rt.block_on(nodeproof_apiclient::report_connected(
                 c, conditions, events, deadline,
             )),
-            _ => nodeproof_kube::report_once(conditions, events, &config.report, deadline),
+            _ => nodeproof_apiclient::report_once(conditions, events, &config.report, deadline),
         }
     }
 }

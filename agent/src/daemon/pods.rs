@@ -50,7 +50,7 @@ struct Watched {
     opts: PodsOptions,
     client: kube::Client,
     node: String,
-    answered: Option<nodeproof_kube::client::Answered>,
+    answered: Option<nodeproof_apiclient::client::Answered>,
 }
 
 /// Credentials and node name as the reporter finds them (locally: nothing
@@ -232,7 +232,7 @@ async fn watch_with(
     let interval = Duration::from_secs(bus.config.latest().daemon.gpu_interval_s);
     // The DRA reader lives as long as this watcher, with its client and node.
     let dra = crate::pods::dra::follow(
-        nodeproof_kube::dra::DraReader::new(w.client.clone(), &w.node),
+        nodeproof_apiclient::dra::DraReader::new(w.client.clone(), &w.node),
         claims_rx,
         bus.dra_wanted.follow(),
         bus.dra.publisher().clone(),

@@ -20,10 +20,10 @@ use super::state::{CheckState, Shared};
 use crate::checks::{self, lint_cache, profiles, Subsystem};
 use crate::config::Config;
 use crate::observe;
+use nodeproof_apiclient::client::KubeReporter;
+use nodeproof_apiclient::ConnectError;
 use nodeproof_findings::{Condition, Reason, Status};
 use nodeproof_gpu as gpu;
-use nodeproof_kube::client::KubeReporter;
-use nodeproof_kube::ConnectError;
 use nodeproof_podresources::KubeletPodResources;
 use nodeproof_report::conditions::Policy;
 use nodeproof_report::config::ReportConfig;
@@ -580,7 +580,7 @@ pub async fn start_reporter(
     rounds: mpsc::Receiver<RoundNews>,
     nodes: mpsc::Receiver<nodeproof_report::reporter::NodeState>,
 ) -> Option<Reporter> {
-    let c = match nodeproof_kube::connect(&config.report).await {
+    let c = match nodeproof_apiclient::connect(&config.report).await {
         Ok(c) => c,
         Err(ConnectError::NoNodeName) => {
             tracing::warn!(

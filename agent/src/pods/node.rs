@@ -20,12 +20,12 @@ use super::watch::{self, DenialFeed, WatchOptions};
 
 use crate::checks::lint_cache::LintCache;
 use crate::observe;
+use nodeproof_apiclient::client::{Answered, KubeReporter};
+use nodeproof_apiclient::identity;
+use nodeproof_apiclient::list::list_all;
+use nodeproof_apiclient::ConnectError;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::views::NodeDra;
-use nodeproof_kube::client::{Answered, KubeReporter};
-use nodeproof_kube::identity;
-use nodeproof_kube::list::list_all;
-use nodeproof_kube::ConnectError;
 use nodeproof_report::conditions::Policy;
 use nodeproof_report::config::ReportConfig;
 use nodeproof_report::contract_labels::ContractVerdict;
@@ -96,7 +96,7 @@ pub struct PodsOnce {
 }
 
 /// The API client and the Node's name, found as the reporter finds them
-/// ([`nodeproof_kube::connect`]).
+/// ([`nodeproof_apiclient::connect`]).
 pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
     let (client, node, _) = connect_answered(opts).await?;
     Ok((client, node))
@@ -114,7 +114,7 @@ pub async fn connect_answered(
         host_root: opts.host_root.clone(),
         ..ReportConfig::default()
     };
-    let c = nodeproof_kube::connect(&config)
+    let c = nodeproof_apiclient::connect(&config)
         .await
         .map_err(|e| match e {
             ConnectError::NoNodeName => PodsRunError::NoNodeName,
@@ -139,7 +139,7 @@ async fn api_client(
         context: context.map(String::from),
         ..ReportConfig::default()
     };
-    let (client, described) = nodeproof_kube::connect::api_client(&config)
+    let (client, described) = nodeproof_apiclient::connect::api_client(&config)
         .await
         .map_err(|e| PodsRunError::Connect {
             source: Box::new(e),
@@ -286,7 +286,7 @@ pub async fn dra_connected(client: kube::Client, node: &str) -> NodeDra {
         };
         let mut index = crate::pods::denials::PodIndex::default();
         pods.iter().for_each(|p| index.upsert(p));
-        let mut reader = nodeproof_kube::dra::DraReader::new(client, node);
+        let mut reader = nodeproof_apiclient::dra::DraReader::new(client, node);
         NodeDra::of(reader.read(&index.claims()).await.map_err(|e| text(&e)))
     }
 }

@@ -29,8 +29,8 @@ use super::denials::DenialAggregator;
 use super::gpu_faults::GpuFaultAggregator;
 use super::state::{denial_event, finding_event, gpu_fault_event, Change, PodsState, Round};
 use crate::checks::Subsystem;
+use nodeproof_apiclient::client::Answered;
 use nodeproof_gpu::faults::PodFault;
-use nodeproof_kube::client::Answered;
 use nodeproof_report::driver::ReportLoop;
 use nodeproof_report::events::PodEvent;
 use nodeproof_report::reporter::Reporter;
@@ -177,7 +177,7 @@ pub struct WatchOptions {
     pub node_gpus: Option<Arc<tokio::sync::watch::Sender<nodeproof_gpu::views::NodeGpus>>>,
     /// The DRA claims of the pods running here, whenever they change, for
     /// the DRA reader (`pods::dra`).
-    pub pod_claims: Option<tokio::sync::watch::Sender<Vec<nodeproof_kube::dra::PodClaims>>>,
+    pub pod_claims: Option<tokio::sync::watch::Sender<Vec<nodeproof_apiclient::dra::PodClaims>>>,
     /// The successes of the watched API server (any client of this
     /// process): a watch waiting out a retry the server did not answer
     /// resumes on the next one, and `/readyz` is probed meanwhile. `None`:
@@ -212,7 +212,7 @@ fn take(state: &mut PodsState, opts: &WatchOptions, c: Change) -> bool {
     };
     if let (Some(tx), Some(n)) = (&opts.node_seen, seen) {
         // Never blocks the watch: a full channel already holds a Node to look at.
-        let _ = tx.try_send(nodeproof_kube::client::node_state(n));
+        let _ = tx.try_send(nodeproof_apiclient::client::node_state(n));
     }
     if let (Some(tx), Some(n)) = (&opts.node_gpus, seen) {
         tx.send_replace(Some(crate::checks::gpu::nvidia_allocatable(n)));
@@ -651,7 +651,8 @@ async fn probe(client: kube::Client, resume: Resume) {
         if *waiting.borrow() == 0 {
             continue;
         }
-        let asked = tokio::time::timeout(PROBE_TIMEOUT, nodeproof_kube::client::ready(&client));
+        let asked =
+            tokio::time::timeout(PROBE_TIMEOUT, nodeproof_apiclient::client::ready(&client));
         match asked.await {
             // The client heard it too when it is a reloading one; said here for any client.
             Ok(Ok(())) => resume.answered.heard(),

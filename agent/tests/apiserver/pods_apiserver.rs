@@ -18,7 +18,7 @@ use nodeproof::pods::state::{self, PodsState};
 use nodeproof::pods::verdict::Judge;
 use nodeproof::pods::verdict::NodeContext;
 use nodeproof::pods::watch::{self, DenialFeed, WatchOptions};
-use nodeproof_kube::client;
+use nodeproof_apiclient::client;
 use nodeproof_report::conditions::{Hysteresis, Policy};
 use nodeproof_report::credentials;
 use nodeproof_report::driver::{LoopConfig, ReportLoop};

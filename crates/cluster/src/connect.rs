@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use nodeproof_kube::client;
+use nodeproof_apiclient::client;
 use nodeproof_report::credentials::Source;
 use nodeproof_report::reporter::ReportError;
 

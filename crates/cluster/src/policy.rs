@@ -502,7 +502,7 @@ pub fn runtime_classes_from_yaml(
 /// Every RuntimeClass in the cluster.
 pub async fn runtime_classes(client: &kube::Client) -> Result<Vec<RuntimeClass>, kube::Error> {
     let api: kube::Api<RuntimeClass> = kube::Api::all(client.clone());
-    nodeproof_kube::list::list_all(&api, kube::api::ListParams::default()).await
+    nodeproof_apiclient::list::list_all(&api, kube::api::ListParams::default()).await
 }
 
 /// The contracts the classes declare, by class name, and the annotations

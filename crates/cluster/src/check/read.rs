@@ -15,7 +15,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
-use nodeproof_kube::list::list_all;
+use nodeproof_apiclient::list::list_all;
 use nodeproof_report::denial_change::DENIED_REASON;
 
 use super::metrics_api::{

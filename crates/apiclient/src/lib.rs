@@ -1,4 +1,5 @@
-//! nodeproof and the API server through kube-rs: the edge under the
+//! nodeproof's edge to the API server: the one crate of the agent and its
+//! tools that calls kube-rs (a test in xtask keeps it so). The edge under the
 //! reporting core (`nodeproof-report`: what to write and when, the
 //! `Reporter` trait, the driver loop, credentials lookup, `[report]`).
 //! See docs/reporting.md.
