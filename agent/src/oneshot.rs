@@ -280,9 +280,11 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A kube error as a sentence: the API server's own message and code,
 /// never kube's `Status { .. }` dump.
-fn api_text(e: &kube::Error) -> String {
+fn api_text(e: &nodeproof_apiclient::Error) -> String {
     match e {
-        kube::Error::Api(s) => format!("the API server answered {} ({})", s.code, s.message),
+        nodeproof_apiclient::Error::Api(s) => {
+            format!("the API server answered {} ({})", s.code, s.message)
+        }
         e => innermost(e),
     }
 }

@@ -365,10 +365,12 @@ pub(crate) fn error_document(output: Format, message: &str, exit_code: u8) -> St
 /// ([`nodeproof_apiclient::client::kube_error_text`]) where the chain reaches one,
 /// since kube-rs' own text of an API error is a `Status` Debug dump.
 pub(crate) fn error_text(e: &anyhow::Error) -> String {
-    // Boxed as often as not (`#[source] Box<kube::Error>`): the box is the cause then.
+    // Boxed as often as not (`#[source] Box<nodeproof_apiclient::Error>`): the box is the cause then.
     let kube_error = e.chain().find_map(|c| {
-        c.downcast_ref::<kube::Error>()
-            .or_else(|| c.downcast_ref::<Box<kube::Error>>().map(|b| &**b))
+        c.downcast_ref::<nodeproof_apiclient::Error>().or_else(|| {
+            c.downcast_ref::<Box<nodeproof_apiclient::Error>>()
+                .map(|b| &**b)
+        })
     });
     let mut s = String::new();
     for cause in e.chain() {

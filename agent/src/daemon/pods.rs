@@ -48,7 +48,7 @@ fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
 #[derive(Clone)]
 struct Watched {
     opts: PodsOptions,
-    client: kube::Client,
+    client: nodeproof_apiclient::Client,
     node: String,
     answered: Option<nodeproof_apiclient::client::Answered>,
 }

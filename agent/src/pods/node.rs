@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::denials::DenialAggregator;
 use super::handlers;
@@ -22,7 +20,7 @@ use crate::checks::lint_cache::LintCache;
 use crate::observe;
 use nodeproof_apiclient::client::{Answered, KubeReporter};
 use nodeproof_apiclient::identity;
-use nodeproof_apiclient::list::list_all;
+use nodeproof_apiclient::read;
 use nodeproof_apiclient::ConnectError;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::views::NodeDra;
@@ -54,14 +52,14 @@ pub enum PodsRunError {
         what: &'static str,
         node: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
     #[error("cannot read pod {pod} with {credentials}")]
     GetPod {
         pod: String,
         credentials: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
     #[error("--pod {given:?} is not NAMESPACE/NAME")]
     PodName { given: String },
@@ -97,7 +95,9 @@ pub struct PodsOnce {
 
 /// The API client and the Node's name, found as the reporter finds them
 /// ([`nodeproof_apiclient::connect`]).
-pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
+pub async fn connect(
+    opts: &PodsOptions,
+) -> Result<(nodeproof_apiclient::Client, String), PodsRunError> {
     let (client, node, _) = connect_answered(opts).await?;
     Ok((client, node))
 }
@@ -106,7 +106,7 @@ pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsR
 /// (the watches resume on them: [`WatchOptions::answered`]).
 pub async fn connect_answered(
     opts: &PodsOptions,
-) -> Result<(kube::Client, String, Option<Answered>), PodsRunError> {
+) -> Result<(nodeproof_apiclient::Client, String, Option<Answered>), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: opts.kubeconfig.clone(),
         context: opts.context.clone(),
@@ -133,7 +133,7 @@ pub async fn connect_answered(
 async fn api_client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
-) -> Result<(kube::Client, String), PodsRunError> {
+) -> Result<(nodeproof_apiclient::Client, String), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: kubeconfig.map(Path::to_path_buf),
         context: context.map(String::from),
@@ -165,8 +165,7 @@ pub fn get_pod(
     };
     runtime()?.block_on(async {
         let (client, credentials) = api_client(kubeconfig, context).await?;
-        Api::<Pod>::namespaced(client, ns)
-            .get(name)
+        read::pod(&client, ns, name)
             .await
             .map_err(|source| PodsRunError::GetPod {
                 pod: key.into(),
@@ -179,14 +178,14 @@ pub fn get_pod(
 /// This node as the judge needs it: labels (and taints) from the Node,
 /// handlers from the runtime's config.
 pub async fn node_context(
-    client: &kube::Client,
+    client: &nodeproof_apiclient::Client,
     node: &str,
     opts: &PodsOptions,
 ) -> Result<NodeContext, PodsRunError> {
-    let n = match Api::<Node>::all(client.clone()).get(node).await {
+    let n = match read::node(client, node).await {
         Ok(n) => n,
         // Kubernetes 1.32+ answers 403 to a node reading another Node: say whose credential this is.
-        Err(kube::Error::Api(s)) if s.code == 403 => {
+        Err(nodeproof_apiclient::Error::Api(s)) if s.code == 403 => {
             return Err(match identity::other_node(client, node).await {
                 Some(identity) => PodsRunError::NotOwnNode {
                     identity,
@@ -195,7 +194,7 @@ pub async fn node_context(
                 None => PodsRunError::Read {
                     what: "the Node",
                     node: node.into(),
-                    source: Box::new(kube::Error::Api(s)),
+                    source: Box::new(nodeproof_apiclient::Error::Api(s)),
                 },
             })
         }
@@ -272,15 +271,10 @@ pub async fn within_deadline(read: impl std::future::Future<Output = NodeDra>) -
 
 /// This node's DRA view with a client connected already (no deadline of
 /// its own: [`within_deadline`]).
-pub async fn dra_connected(client: kube::Client, node: &str) -> NodeDra {
+pub async fn dra_connected(client: nodeproof_apiclient::Client, node: &str) -> NodeDra {
     let text = |e: &dyn std::error::Error| nodeproof_findings::errors::error_chain(e);
     {
-        let pods = match list_all(
-            &Api::<Pod>::all(client.clone()),
-            ListParams::default().fields(&format!("spec.nodeName={node}")),
-        )
-        .await
-        {
+        let pods = match read::pods_on(&client, node).await {
             Ok(p) => p,
             Err(e) => return NodeDra::Failed(text(&e)),
         };
@@ -316,14 +310,14 @@ pub async fn judge_within_deadline(
 /// [`once`] with a client connected already (no deadline of its own:
 /// [`judge_within_deadline`]).
 pub async fn judge_connected(
-    client: kube::Client,
+    client: nodeproof_apiclient::Client,
     node: String,
     opts: &PodsOptions,
     lints: Arc<LintCache>,
 ) -> Result<PodsOnce, PodsRunError> {
     {
         let ctx = node_context(&client, &node, opts).await?;
-        let read = |what| {
+        let read_failed = |what| {
             let node = node.clone();
             move |source| PodsRunError::Read {
                 what,
@@ -331,15 +325,12 @@ pub async fn judge_connected(
                 source: Box::new(source),
             }
         };
-        let pods = list_all(
-            &Api::<Pod>::all(client.clone()),
-            ListParams::default().fields(&format!("spec.nodeName={node}")),
-        )
-        .await
-        .map_err(read("pods"))?;
-        let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
+        let pods = read::pods_on(&client, &node)
             .await
-            .map_err(read("RuntimeClasses"))?;
+            .map_err(read_failed("pods"))?;
+        let classes = read::runtime_classes(&client)
+            .await
+            .map_err(read_failed("RuntimeClasses"))?;
         let mut state = PodsState::new(ctx, Judge::new(lints, observe::profiles::read_reference));
         state.apply(Change::Pods(pods));
         state.apply(Change::Classes(classes));

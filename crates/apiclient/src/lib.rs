@@ -13,16 +13,29 @@
 //!   SelfSubjectReview);
 //! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
 //! - `list`: paged lists (500 a page, as client-go's pagers);
+//! - `watch`: the agent's pods, RuntimeClasses and Node watches
+//!   (kube-runtime's `watcher`, the retry delays, resuming when the API
+//!   server answers again);
 //! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
 //! - here: `report_once` / `report_connected`, the one-shot report of
 //!   `check --report` (connect, then the core's `once::run_once_with`).
 
 pub mod client;
+pub mod cluster_connect;
 pub mod connect;
 pub mod dra;
 pub mod identity;
 pub mod list;
+pub mod read;
 pub mod retry_after;
+pub mod watch;
+
+/// The API server client the agent and its tools hold and hand back to
+/// this crate's functions; only this crate calls kube-rs with it.
+pub use kube::Client;
+/// kube-rs's error, the source of this crate's errors (and of the
+/// agent's read errors).
+pub use kube::Error;
 
 use std::time::Duration;
 

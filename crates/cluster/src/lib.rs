@@ -13,10 +13,8 @@
 //!   devices");
 //! - `policy`: `cluster policy`, admission policies from the contracts;
 //! - `check`: `cluster check`, one snapshot judged purely (`check::evaluate`);
-//! - `connect`: a cluster reader's client. See docs/cluster.md.
 
 pub mod check;
-pub mod connect;
 pub mod device_taints;
 pub mod gate;
 pub mod policy;
