@@ -12,6 +12,10 @@
 //! - `identity`: which Node a credential is (client certificate,
 //!   SelfSubjectReview);
 //! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
+//! - `read`: the agent's one-shot reads (a Node, a pod, the pods bound to
+//!   a node, the RuntimeClasses);
+//! - `cluster_connect`, `cluster_read`: the cluster commands' and the gate
+//!   controller's clients, and `cluster check`'s reads;
 //! - `list`: paged lists (500 a page, as client-go's pagers);
 //! - `watch`: the agent's pods, RuntimeClasses and Node watches
 //!   (kube-runtime's `watcher`, the retry delays, resuming when the API
@@ -22,6 +26,7 @@
 
 pub mod client;
 pub mod cluster_connect;
+pub mod cluster_read;
 pub mod connect;
 pub mod dra;
 pub mod identity;
