@@ -10,9 +10,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use nodeproof_apiclient::connect::ConnectError;
+use nodeproof_apiclient::{Connection, OnceError, OnceSummary};
 use nodeproof_findings::{Check, Condition, Finding, NotJudged, NotJudgedCause};
-use nodeproof_kube::connect::ConnectError;
-use nodeproof_kube::{Connection, OnceError, OnceSummary};
 use nodeproof_report::events::PodEvent;
 
 use crate::checks::{ApiSession, Command, Context, REGISTRY};
@@ -42,7 +42,7 @@ impl Session {
             .ok();
         let connection = runtime.as_ref().and_then(|rt| {
             rt.block_on(async {
-                tokio::time::timeout(ONCE_DEADLINE, nodeproof_kube::connect(&config.report))
+                tokio::time::timeout(ONCE_DEADLINE, nodeproof_apiclient::connect(&config.report))
                     .await
                     .ok()?
                     .ok()
@@ -102,10 +102,10 @@ impl Session {
         deadline: std::time::Duration,
     ) -> Result<OnceSummary, OnceError> {
         match (self.runtime, self.connection) {
-            (Some(rt), Some(c)) => rt.block_on(nodeproof_kube::report_connected(
+            (Some(rt), Some(c)) => rt.block_on(nodeproof_apiclient::report_connected(
                 c, conditions, events, deadline,
             )),
-            _ => nodeproof_kube::report_once(conditions, events, &config.report, deadline),
+            _ => nodeproof_apiclient::report_once(conditions, events, &config.report, deadline),
         }
     }
 }
@@ -284,9 +284,11 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A kube error as a sentence: the API server's own message and code,
 /// never kube's `Status { .. }` dump.
-fn api_text(e: &kube::Error) -> String {
+fn api_text(e: &nodeproof_apiclient::Error) -> String {
     match e {
-        kube::Error::Api(s) => format!("the API server answered {} ({})", s.code, s.message),
+        nodeproof_apiclient::Error::Api(s) => {
+            format!("the API server answered {} ({})", s.code, s.message)
+        }
         e => innermost(e),
     }
 }

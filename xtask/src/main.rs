@@ -12,6 +12,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod archive;
 mod dist;
+#[cfg(test)]
+mod edge;
 mod fuzz;
 mod image;
 #[cfg(test)]

@@ -231,7 +231,7 @@ mod tests {
             "crates/seccomp",
             "crates/bpfgen",
             "crates/report",
-            "crates/kube",
+            "crates/apiclient",
             "fuzz",
         ] {
             assert!(packages.contains(Path::new(p)), "{p} in {packages:?}");

@@ -61,7 +61,7 @@ pub(crate) fn check(
     let round = nodeproof::oneshot::node_round(Command::Check, root, &config, Some(&session));
     // The lookup `connect` makes for the pods and the report (the same inputs,
     // the same answer): said on stderr, and in `-o json` as `credentials`.
-    let credentials = nodeproof_kube::connect::lookup(&config.report);
+    let credentials = nodeproof_apiclient::connect::lookup(&config.report);
     eprintln!("credentials: {}", credentials.describe());
     print_check(
         &round.findings,

@@ -210,7 +210,8 @@ fn check_command(
     };
     let read = runtime()?.block_on(async {
         let client =
-            nodeproof_cluster::connect::client(kubeconfig.as_deref(), context.as_deref()).await?;
+            nodeproof_apiclient::cluster_connect::client(kubeconfig.as_deref(), context.as_deref())
+                .await?;
         read_waiting(&client, read_opts, api_wait).await
     });
     let snapshot = match read {
@@ -240,13 +241,12 @@ fn check_command(
 /// (`ReadError::is_transient`), with kube-runtime's backoff (0.8 s doubling
 /// to 30 s, jittered), for up to `wait`: one line on stderr per retry.
 async fn read_waiting(
-    client: &kube::Client,
+    client: &nodeproof_apiclient::Client,
     opts: check::ReadOptions,
     wait: Duration,
 ) -> Result<check::Snapshot> {
-    use kube::runtime::watcher::DefaultBackoff;
     let until = std::time::Instant::now() + wait;
-    let mut backoff = DefaultBackoff::default();
+    let mut backoff = nodeproof_apiclient::watch::retry_delays();
     loop {
         match check::read(client, opts).await {
             Ok(s) => return Ok(s),
@@ -295,9 +295,11 @@ fn policy_command(
             policy::runtime_classes_from_yaml(&path.display().to_string(), &text)?
         }
         None => runtime()?.block_on(async {
-            let client =
-                nodeproof_cluster::connect::client(kubeconfig.as_deref(), context.as_deref())
-                    .await?;
+            let client = nodeproof_apiclient::cluster_connect::client(
+                kubeconfig.as_deref(),
+                context.as_deref(),
+            )
+            .await?;
             policy::runtime_classes(&client)
                 .await
                 .context("cannot list RuntimeClasses")

@@ -174,23 +174,12 @@ async fn run(
     Ok(())
 }
 
-async fn client(kubeconfig: Option<PathBuf>, context: Option<&str>) -> Result<kube::Client> {
-    if let Some(context) = context {
-        let config =
-            nodeproof_cluster::connect::config_for_context(kubeconfig.as_deref(), context).await?;
-        return kube::Client::try_from(config).context("cannot build the API client");
-    }
-    let config = match &kubeconfig {
-        Some(path) => {
-            let k = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(k, &Default::default())
-                .await
-                .with_context(|| format!("unusable kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no in-cluster credentials and no kubeconfig")?,
-    };
-    kube::Client::try_from(config).context("cannot build the API client")
+async fn client(
+    kubeconfig: Option<PathBuf>,
+    context: Option<&str>,
+) -> Result<nodeproof_apiclient::Client> {
+    Ok(
+        nodeproof_apiclient::cluster_connect::controller_client(kubeconfig.as_deref(), context)
+            .await?,
+    )
 }

@@ -362,13 +362,15 @@ pub(crate) fn error_document(output: Format, message: &str, exit_code: u8) -> St
 
 /// A failed command's error as printed: its causes on one line, none said
 /// twice, and a kube-rs error in words
-/// ([`nodeproof_kube::client::kube_error_text`]) where the chain reaches one,
+/// ([`nodeproof_apiclient::client::kube_error_text`]) where the chain reaches one,
 /// since kube-rs' own text of an API error is a `Status` Debug dump.
 pub(crate) fn error_text(e: &anyhow::Error) -> String {
-    // Boxed as often as not (`#[source] Box<kube::Error>`): the box is the cause then.
+    // Boxed as often as not (`#[source] Box<nodeproof_apiclient::Error>`): the box is the cause then.
     let kube_error = e.chain().find_map(|c| {
-        c.downcast_ref::<kube::Error>()
-            .or_else(|| c.downcast_ref::<Box<kube::Error>>().map(|b| &**b))
+        c.downcast_ref::<nodeproof_apiclient::Error>().or_else(|| {
+            c.downcast_ref::<Box<nodeproof_apiclient::Error>>()
+                .map(|b| &**b)
+        })
     });
     let mut s = String::new();
     for cause in e.chain() {
@@ -378,7 +380,7 @@ pub(crate) fn error_text(e: &anyhow::Error) -> String {
             let raw = k.to_string();
             // A wrapper that prints its kube error inside its own text (kube-runtime's watcher errors).
             if text.contains(&raw) {
-                text = text.replace(&raw, &nodeproof_kube::client::kube_error_text(k));
+                text = text.replace(&raw, &nodeproof_apiclient::client::kube_error_text(k));
                 last = true;
             }
         }

@@ -106,7 +106,9 @@ fn record_pod(
         .or_else(|| config.report.kubeconfig.clone());
     let context = args.kubeconfig.as_ref().and(args.context.as_deref());
     let read = || match get_pod(kubeconfig.as_deref(), context, key) {
-        Err(PodsRunError::GetPod { source, .. }) if matches!(&*source, kube::Error::Api(s) if s.code == 404) => {
+        Err(PodsRunError::GetPod { source, .. })
+            if nodeproof_apiclient::read::answered(&source, 404) =>
+        {
             Err(anyhow::anyhow!("pod {key} not found"))
         }
         r => r.map_err(anyhow::Error::from),

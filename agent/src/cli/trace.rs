@@ -5,8 +5,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use nodeproof::config::Config;
 use nodeproof::pods::denials::{PodIndex, TraceChanges};
 use nodeproof_trace::{KubeletLogs, OutputFormat, TraceOptions};
@@ -118,15 +116,13 @@ fn node_pods(opts: &nodeproof::pods::node::PodsOptions) -> PodIndex {
                 let (client, node) = nodeproof::pods::node::connect(opts)
                     .await
                     .map_err(|e| e.to_string())?;
-                let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-                Api::<Pod>::all(client)
-                    .list(&lp)
+                nodeproof_apiclient::read::pods_on(&client, &node)
                     .await
                     .map_err(|e| e.to_string())
             })
         });
     match listed {
-        Ok(list) => list.items.iter().for_each(|p| index.upsert(p)),
+        Ok(pods) => pods.iter().for_each(|p| index.upsert(p)),
         Err(e) => eprintln!("profile changes are not named: this node's pods cannot be read ({e})"),
     }
     index

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::core::{Expression, SelectorExt};
+use kube_core::{Expression, SelectorExt};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -48,9 +48,9 @@ fn options(config: &Config, seccomp_root: Option<PathBuf>) -> PodsOptions {
 #[derive(Clone)]
 struct Watched {
     opts: PodsOptions,
-    client: kube::Client,
+    client: nodeproof_apiclient::Client,
     node: String,
-    answered: Option<nodeproof_kube::client::Answered>,
+    answered: Option<nodeproof_apiclient::client::Answered>,
 }
 
 /// Credentials and node name as the reporter finds them (locally: nothing
@@ -245,7 +245,7 @@ async fn watch_with(
     let interval = Duration::from_secs(ends.config.latest().daemon.gpu_interval_s);
     // The DRA reader lives as long as this watcher, with its client and node.
     let dra = crate::pods::dra::follow(
-        nodeproof_kube::dra::DraReader::new(w.client.clone(), &w.node),
+        nodeproof_apiclient::dra::DraReader::new(w.client.clone(), &w.node),
         claims_rx,
         ends.dra_wanted.clone().into_receiver(),
         ends.dra.sender(),

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use tokio::task::JoinHandle;
 
 use super::bus::{Follower, RecordEnds};
@@ -91,16 +90,15 @@ fn run(
         if stopping || last_write.is_none_or(|t| t.elapsed() >= interval) {
             if !stopping {
                 let listed = rt.block_on(async {
-                    let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
                     tokio::time::timeout(
                         Duration::from_secs(10),
-                        Api::<Pod>::all(client.clone()).list(&lp),
+                        nodeproof_apiclient::read::pods_on(&client, &node),
                     )
                     .await
                 });
                 match listed {
                     Ok(Ok(list)) => {
-                        let selected = select(cfg, &list.items);
+                        let selected = select(cfg, &list);
                         update(&mut pods, selected, &mut tracked, &mut recorder, state_dir);
                         let mut want = rec::Watch::new();
                         for p in pods.values() {

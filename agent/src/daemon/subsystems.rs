@@ -22,10 +22,10 @@ use crate::judge::{self, profiles};
 use crate::observe;
 use crate::observe::lint_cache;
 use crate::pods::state::LintGeneration;
+use nodeproof_apiclient::client::KubeReporter;
+use nodeproof_apiclient::ConnectError;
 use nodeproof_findings::{Check, Condition, Reason, Status};
 use nodeproof_gpu as gpu;
-use nodeproof_kube::client::KubeReporter;
-use nodeproof_kube::ConnectError;
 use nodeproof_podresources::KubeletPodResources;
 use nodeproof_report::conditions::Policy;
 use nodeproof_report::config::ReportConfig;
@@ -608,7 +608,7 @@ pub async fn start_reporter(
         rounds,
         nodes,
     } = ends;
-    let c = match nodeproof_kube::connect(&config.report).await {
+    let c = match nodeproof_apiclient::connect(&config.report).await {
         Ok(c) => c,
         Err(ConnectError::NoNodeName) => {
             tracing::warn!(

@@ -17,7 +17,7 @@ use crate::judge::versions::{self, ProfileVersions};
 use nodeproof_report::denial_change::{DenialChange, PreviousVerdict};
 use nodeproof_report::refs::Profile;
 
-use nodeproof_kube::dra::{pod_claims, PodClaims};
+use nodeproof_apiclient::dra::{pod_claims, PodClaims};
 use nodeproof_report::events::ObjectRef;
 use nodeproof_report::refs::{pod_refs, PodRefs};
 use nodeproof_trace::names::errno_name;

@@ -2,13 +2,13 @@
 //! NVIDIA devices), this node's ResourceSlices and the ResourceClaims of the
 //! pods running here are read through the API every GPU interval, and again
 //! when the pods' claims change. The reading and decoding are
-//! `nodeproof_kube::dra`'s; here only the loop, what it publishes, and the
+//! `nodeproof_apiclient::dra`'s; here only the loop, what it publishes, and the
 //! log line when the outcome changes (once, not every interval).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodeproof_kube::dra::{DraReader, PodClaims};
+use nodeproof_apiclient::dra::{DraReader, PodClaims};
 use tokio::sync::watch;
 
 use crate::judge::gpu::CHECK_NAME;

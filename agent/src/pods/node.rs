@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::denials::DenialAggregator;
 use super::handlers;
@@ -20,12 +18,12 @@ use super::watch::{self, DenialFeed, WatchOptions};
 
 use crate::observe;
 use crate::observe::lint_cache::LintCache;
+use nodeproof_apiclient::client::{Answered, KubeReporter};
+use nodeproof_apiclient::identity;
+use nodeproof_apiclient::read;
+use nodeproof_apiclient::ConnectError;
 use nodeproof_findings::Condition;
 use nodeproof_gpu::views::NodeDra;
-use nodeproof_kube::client::{Answered, KubeReporter};
-use nodeproof_kube::identity;
-use nodeproof_kube::list::list_all;
-use nodeproof_kube::ConnectError;
 use nodeproof_report::conditions::Policy;
 use nodeproof_report::config::ReportConfig;
 use nodeproof_report::contract_labels::ContractVerdict;
@@ -54,14 +52,14 @@ pub enum PodsRunError {
         what: &'static str,
         node: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
     #[error("cannot read pod {pod} with {credentials}")]
     GetPod {
         pod: String,
         credentials: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
     #[error("--pod {given:?} is not NAMESPACE/NAME")]
     PodName { given: String },
@@ -114,8 +112,10 @@ pub struct PodsOnce {
 }
 
 /// The API client and the Node's name, found as the reporter finds them
-/// ([`nodeproof_kube::connect`]).
-pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsRunError> {
+/// ([`nodeproof_apiclient::connect`]).
+pub async fn connect(
+    opts: &PodsOptions,
+) -> Result<(nodeproof_apiclient::Client, String), PodsRunError> {
     let (client, node, _) = connect_answered(opts).await?;
     Ok((client, node))
 }
@@ -124,7 +124,7 @@ pub async fn connect(opts: &PodsOptions) -> Result<(kube::Client, String), PodsR
 /// (the watches resume on them: [`WatchOptions::answered`]).
 pub async fn connect_answered(
     opts: &PodsOptions,
-) -> Result<(kube::Client, String, Option<Answered>), PodsRunError> {
+) -> Result<(nodeproof_apiclient::Client, String, Option<Answered>), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: opts.kubeconfig.clone(),
         context: opts.context.clone(),
@@ -132,7 +132,7 @@ pub async fn connect_answered(
         host_root: opts.host_root.clone(),
         ..ReportConfig::default()
     };
-    let c = nodeproof_kube::connect(&config)
+    let c = nodeproof_apiclient::connect(&config)
         .await
         .map_err(|e| match e {
             ConnectError::NoNodeName => PodsRunError::NoNodeName,
@@ -151,13 +151,13 @@ pub async fn connect_answered(
 async fn api_client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
-) -> Result<(kube::Client, String), PodsRunError> {
+) -> Result<(nodeproof_apiclient::Client, String), PodsRunError> {
     let config = ReportConfig {
         kubeconfig: kubeconfig.map(Path::to_path_buf),
         context: context.map(String::from),
         ..ReportConfig::default()
     };
-    let (client, described) = nodeproof_kube::connect::api_client(&config)
+    let (client, described) = nodeproof_apiclient::connect::api_client(&config)
         .await
         .map_err(|e| PodsRunError::Connect {
             source: Box::new(e),
@@ -183,8 +183,7 @@ pub fn get_pod(
     };
     runtime()?.block_on(async {
         let (client, credentials) = api_client(kubeconfig, context).await?;
-        Api::<Pod>::namespaced(client, ns)
-            .get(name)
+        read::pod(&client, ns, name)
             .await
             .map_err(|source| PodsRunError::GetPod {
                 pod: key.into(),
@@ -197,14 +196,14 @@ pub fn get_pod(
 /// This node as the judge needs it: labels (and taints) from the Node,
 /// handlers from the runtime's config.
 pub async fn node_context(
-    client: &kube::Client,
+    client: &nodeproof_apiclient::Client,
     node: &str,
     opts: &PodsOptions,
 ) -> Result<NodeContext, PodsRunError> {
-    let n = match Api::<Node>::all(client.clone()).get(node).await {
+    let n = match read::node(client, node).await {
         Ok(n) => n,
         // Kubernetes 1.32+ answers 403 to a node reading another Node: say whose credential this is.
-        Err(kube::Error::Api(s)) if s.code == 403 => {
+        Err(nodeproof_apiclient::Error::Api(s)) if s.code == 403 => {
             return Err(match identity::other_node(client, node).await {
                 Some(identity) => PodsRunError::NotOwnNode {
                     identity,
@@ -213,7 +212,7 @@ pub async fn node_context(
                 None => PodsRunError::Read {
                     what: "the Node",
                     node: node.into(),
-                    source: Box::new(kube::Error::Api(s)),
+                    source: Box::new(nodeproof_apiclient::Error::Api(s)),
                 },
             })
         }
@@ -290,21 +289,16 @@ pub async fn within_deadline(read: impl std::future::Future<Output = NodeDra>) -
 
 /// This node's DRA view with a client connected already (no deadline of
 /// its own: [`within_deadline`]).
-pub async fn dra_connected(client: kube::Client, node: &str) -> NodeDra {
+pub async fn dra_connected(client: nodeproof_apiclient::Client, node: &str) -> NodeDra {
     let text = |e: &dyn std::error::Error| nodeproof_findings::errors::error_chain(e);
     {
-        let pods = match list_all(
-            &Api::<Pod>::all(client.clone()),
-            ListParams::default().fields(&format!("spec.nodeName={node}")),
-        )
-        .await
-        {
+        let pods = match read::pods_on(&client, node).await {
             Ok(p) => p,
             Err(e) => return NodeDra::Failed(text(&e)),
         };
         let mut index = crate::pods::denials::PodIndex::default();
         pods.iter().for_each(|p| index.upsert(p));
-        let mut reader = nodeproof_kube::dra::DraReader::new(client, node);
+        let mut reader = nodeproof_apiclient::dra::DraReader::new(client, node);
         NodeDra::of(reader.read(&index.claims()).await.map_err(|e| text(&e)))
     }
 }
@@ -334,14 +328,14 @@ pub async fn judge_within_deadline(
 /// [`once`] with a client connected already (no deadline of its own:
 /// [`judge_within_deadline`]).
 pub async fn judge_connected(
-    client: kube::Client,
+    client: nodeproof_apiclient::Client,
     node: String,
     opts: &PodsOptions,
     lints: Arc<LintCache>,
 ) -> Result<PodsOnce, PodsRunError> {
     {
         let ctx = node_context(&client, &node, opts).await?;
-        let read = |what| {
+        let read_failed = |what| {
             let node = node.clone();
             move |source| PodsRunError::Read {
                 what,
@@ -349,15 +343,12 @@ pub async fn judge_connected(
                 source: Box::new(source),
             }
         };
-        let pods = list_all(
-            &Api::<Pod>::all(client.clone()),
-            ListParams::default().fields(&format!("spec.nodeName={node}")),
-        )
-        .await
-        .map_err(read("pods"))?;
-        let classes = list_all(&Api::<RuntimeClass>::all(client), ListParams::default())
+        let pods = read::pods_on(&client, &node)
             .await
-            .map_err(read("RuntimeClasses"))?;
+            .map_err(read_failed("pods"))?;
+        let classes = read::runtime_classes(&client)
+            .await
+            .map_err(read_failed("RuntimeClasses"))?;
         let mut state = PodsState::new(ctx, Judge::new(lints, observe::profiles::read_reference));
         state.apply(Change::Pods(pods));
         state.apply(Change::Classes(classes));

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 use super::contract;
 use super::denials::{PodDenialEvent, PodDenialTotal, PodIndex, EVENT_REASON};

@@ -657,8 +657,8 @@ fn dra_end_to_end(version: &'static str) {
 /// slices turn them into UUIDs, so the fault reaches the container.
 #[test]
 fn pod_resources_dynamic_resources_are_named_by_the_slices() {
+    use nodeproof_apiclient::dra::slice_devices;
     use nodeproof_gpu::views::DraView;
-    use nodeproof_kube::dra::slice_devices;
     use nodeproof_podresources::ClaimDevice;
     let claim = |device: &str| ClaimDevice {
         claim_namespace: "ml".into(),

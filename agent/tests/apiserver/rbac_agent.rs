@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::json;
 
-use nodeproof_kube::client::KubeReporter;
+use nodeproof_apiclient::client::KubeReporter;
 use nodeproof_report::conditions::{Hysteresis, Policy};
 use nodeproof_report::driver::{LoopConfig, ReportLoop};
 use support::agent::Agent;
@@ -201,7 +201,7 @@ fn repeated_event_requests() -> Vec<Logged> {
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = nodeproof_kube::client::connect(&source)
+        let client = nodeproof_apiclient::client::connect(&source)
             .await
             .unwrap()
             .unwrap();

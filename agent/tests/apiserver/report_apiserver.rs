@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 use tempfile::TempDir;
 
+use nodeproof_apiclient::client::KubeReporter;
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
-use nodeproof_kube::client::KubeReporter;
 use nodeproof_report::conditions::{rfc3339, Hysteresis, Policy};
 use nodeproof_report::credentials;
 use nodeproof_report::driver::{self, LoopConfig, ReportLoop};
@@ -61,7 +61,7 @@ impl Cluster {
     async fn reporter(&self, node: &str) -> KubeReporter {
         let kubeconfig = self.server.kubeconfig(self.dir.path(), "node-n1");
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-        let client = nodeproof_kube::client::connect(&source)
+        let client = nodeproof_apiclient::client::connect(&source)
             .await
             .unwrap()
             .unwrap();
@@ -71,7 +71,7 @@ impl Cluster {
     async fn client(&self, token: &str) -> kube::Client {
         let kubeconfig = self.server.kubeconfig(self.dir.path(), token);
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-        nodeproof_kube::client::connect(&source)
+        nodeproof_apiclient::client::connect(&source)
             .await
             .unwrap()
             .unwrap()

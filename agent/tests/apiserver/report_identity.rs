@@ -86,7 +86,7 @@ fn the_node_authorizer_refuses_another_nodes_get_with_kubernetes_message() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = nodeproof_kube::client::connect(&source)
+        let client = nodeproof_apiclient::client::connect(&source)
             .await
             .unwrap()
             .unwrap();
@@ -101,7 +101,7 @@ fn the_node_authorizer_refuses_another_nodes_get_with_kubernetes_message() {
             "nodes \"n2\" is forbidden: User \"system:node:n1\" cannot get resource \"nodes\" in API group \"\" at the cluster scope: node 'n1' cannot read 'n2', only its own Node object"
         );
         assert_eq!(
-            nodeproof_kube::identity::who_am_i(&client).await.unwrap(),
+            nodeproof_apiclient::identity::who_am_i(&client).await.unwrap(),
             "system:node:n1"
         );
     });

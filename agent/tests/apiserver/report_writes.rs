@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 use tempfile::TempDir;
 
+use nodeproof_apiclient::client::KubeReporter;
 use nodeproof_findings::{Condition, ConditionType};
-use nodeproof_kube::client::KubeReporter;
 use nodeproof_report::conditions::{Hysteresis, Policy};
 use nodeproof_report::credentials;
 use nodeproof_report::driver::{Dropped, LoopConfig, NodeDrift, ReportLoop, WriteKind};
@@ -72,7 +72,7 @@ impl Cluster {
     async fn report_loop(&self, backoff_base: Duration) -> ReportLoop<KubeReporter> {
         let kubeconfig = self.server.kubeconfig(self.dir.path(), "node-n1");
         let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-        let client = nodeproof_kube::client::connect(&source)
+        let client = nodeproof_apiclient::client::connect(&source)
             .await
             .unwrap()
             .unwrap();
@@ -264,7 +264,7 @@ async fn an_expired_client_certificate_is_refused_401() {
     let c = cluster();
     let (kubeconfig, _, _) = cert_credentials(&c.server, c.dir.path(), Duration::ZERO);
     let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-    let client = nodeproof_kube::client::connect(&source)
+    let client = nodeproof_apiclient::client::connect(&source)
         .await
         .unwrap()
         .unwrap();
@@ -289,7 +289,7 @@ async fn a_rotated_client_certificate_is_picked_up_before_the_old_one_expires() 
     let (kubeconfig, cert, key) = cert_credentials(&c.server, c.dir.path(), valid);
     let issued = Instant::now();
     let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-    let client = nodeproof_kube::client::connect(&source)
+    let client = nodeproof_apiclient::client::connect(&source)
         .await
         .unwrap()
         .unwrap();
@@ -330,7 +330,7 @@ async fn a_rotated_token_file_is_read_again() {
     c.server.add_token("tok-1", Identity::Node("n1".into()));
     let kubeconfig = c.server.token_file_kubeconfig(c.dir.path(), &token);
     let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-    let client = nodeproof_kube::client::connect(&source)
+    let client = nodeproof_apiclient::client::connect(&source)
         .await
         .unwrap()
         .unwrap();
@@ -534,7 +534,7 @@ fn c_posts(server: &TestApiServer, ns: &str) -> usize {
 }
 
 fn seen(server: &TestApiServer) -> nodeproof_report::reporter::NodeState {
-    nodeproof_kube::client::node_state(&serde_json::from_value(server.node("n1")).unwrap())
+    nodeproof_apiclient::client::node_state(&serde_json::from_value(server.node("n1")).unwrap())
 }
 
 /// On the simulated clock: what the Node watch shows decides whether the
@@ -588,7 +588,7 @@ async fn a_401_rebuilds_the_client_from_the_files() {
     c.server.add_token("tok-b", Identity::Node("n1".into()));
     let kubeconfig = c.server.kubeconfig(c.dir.path(), "tok-a");
     let source = credentials::choose(Some(&kubeconfig), |_| false, |_| None);
-    let client = nodeproof_kube::client::connect(&source)
+    let client = nodeproof_apiclient::client::connect(&source)
         .await
         .unwrap()
         .unwrap();

@@ -423,7 +423,7 @@ fn runtimeclass_labels_can_be_turned_off() {
 /// kubelet's own labels inside them.
 #[tokio::test]
 async fn the_node_identity_may_set_contract_labels_and_no_restricted_ones() {
-    use nodeproof_kube::client;
+    use nodeproof_apiclient::client;
     use nodeproof_report::credentials;
     let dir = tempfile::tempdir().unwrap();
     let server = TestApiServer::start();

@@ -16,7 +16,7 @@ use serde_json::json;
 use nodeproof::advise;
 use nodeproof::pods::denials::{DenialAggregator, PodIndex};
 use nodeproof::pods::watch::record_denials;
-use nodeproof_kube::client;
+use nodeproof_apiclient::client;
 use nodeproof_report::conditions::{Hysteresis, Policy};
 use nodeproof_report::credentials;
 use nodeproof_report::driver::{LoopConfig, ReportLoop};

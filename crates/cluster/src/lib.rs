@@ -3,7 +3,7 @@
 //! (conditions, `runtimeclass.nodeproof.dev/<class>` contract labels); this
 //! crate reads it back cluster-wide and steers scheduling with the APIs
 //! Kubernetes really has (scheduling gates, RuntimeClass `scheduling`,
-//! ValidatingAdmissionPolicy). It depends on `nodeproof-kube` for the shared
+//! ValidatingAdmissionPolicy). It depends on `nodeproof-apiclient` for the shared
 //! vocabulary (contracts, toleration matching), never the other way.
 //!
 //! - `gate`: the scheduling-gate controller (`nodeproof gate-controller`),
@@ -13,10 +13,8 @@
 //!   devices");
 //! - `policy`: `cluster policy`, admission policies from the contracts;
 //! - `check`: `cluster check`, one snapshot judged purely (`check::evaluate`);
-//! - `connect`: a cluster reader's client. See docs/cluster.md.
 
 pub mod check;
-pub mod connect;
 pub mod device_taints;
 pub mod gate;
 pub mod policy;

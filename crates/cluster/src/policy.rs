@@ -500,9 +500,10 @@ pub fn runtime_classes_from_yaml(
 }
 
 /// Every RuntimeClass in the cluster.
-pub async fn runtime_classes(client: &kube::Client) -> Result<Vec<RuntimeClass>, kube::Error> {
-    let api: kube::Api<RuntimeClass> = kube::Api::all(client.clone());
-    nodeproof_kube::list::list_all(&api, kube::api::ListParams::default()).await
+pub async fn runtime_classes(
+    client: &nodeproof_apiclient::Client,
+) -> Result<Vec<RuntimeClass>, nodeproof_apiclient::Error> {
+    nodeproof_apiclient::read::runtime_classes(client).await
 }
 
 /// The contracts the classes declare, by class name, and the annotations

@@ -3,7 +3,7 @@
 //! the Node's allocatable NVIDIA resources, and the node's Dynamic Resource
 //! Allocation view (the devices its ResourceSlices publish and the claims
 //! that hold them). Plain data: the agent's `observe` reads them (the
-//! kubelet's socket, the API through `nodeproof-kube`'s DRA reader) and its
+//! kubelet's socket, the API through `nodeproof-apiclient`'s DRA reader) and its
 //! `checks::gpu` judges them with NVML's picture. Here, not in the crates
 //! that read them, because the GPU checks, the pods watcher and the daemon
 //! all pass them around, and they are GPU vocabulary.

@@ -780,7 +780,7 @@ pub async fn run<R: Reporter>(
 /// another request of this process (a watch's list, a probe).
 #[derive(Debug)]
 pub struct Resume {
-    /// Bumped on each success heard (`nodeproof_kube::client::Answered`).
+    /// Bumped on each success heard (`nodeproof_apiclient::client::Answered`).
     pub heard: tokio::sync::watch::Receiver<u64>,
     /// The retry goes within this of the success, at this agent's draw.
     pub within: Duration,

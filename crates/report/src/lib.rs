@@ -1,7 +1,7 @@
 //! Reporting to the API server, without a client: what to write and when,
 //! through outages and under the Node authorizer. See docs/reporting.md.
 //! The kube-rs edge (the `Reporter` on a kube client, connecting, identity,
-//! DRA reads) is `nodeproof-kube`, which depends on this crate.
+//! DRA reads) is `nodeproof-apiclient`, which depends on this crate.
 //!
 //! - `reporter`: the `Reporter` trait (the API server, or a stand-in for
 //!   it), `NodeState` and `ReportError`;

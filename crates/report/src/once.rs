@@ -1,6 +1,6 @@
 //! The one-shot loop on the real clock (`check --report`): observe once,
 //! flush until settled or the deadline passes. Connecting is the edge's
-//! (`nodeproof_kube::report_once`); this runs on any `Reporter`.
+//! (`nodeproof_apiclient::report_once`); this runs on any `Reporter`.
 
 use std::time::{Duration, SystemTime};
 

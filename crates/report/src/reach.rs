@@ -1,5 +1,5 @@
 //! Whether this process can reach the API server it reports to: what
-//! `/readyz` says once the agent reports. Pure: the edge (`nodeproof-kube`'s
+//! `/readyz` says once the agent reports. Pure: the edge (`nodeproof-apiclient`'s
 //! client, through which every request goes) records each request's outcome
 //! with the time; the daemon asks for the verdict at a time.
 //!

@@ -4,7 +4,7 @@
 //! Request shapes are chosen for a node identity under the Node authorizer:
 //! it may GET its Node, PATCH (not GET) `nodes/<name>/status`, and create and
 //! patch core/v1 Events (events.k8s.io/v1 is refused to nodes). The kube-rs
-//! implementation is `nodeproof_kube::client::KubeReporter`; it maps the
+//! implementation is `nodeproof_apiclient::client::KubeReporter`; it maps the
 //! API server's answers to [`ReportError`], so no kube-rs type is named here.
 
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub enum ReportError {
     },
     /// The request did not get an answer from the API server (connection,
     /// TLS, authentication, a body that cannot be read): retried. The edge's
-    /// own error is the source (`kube::Error` from `nodeproof-kube`).
+    /// own error is the source (`kube::Error` from `nodeproof-apiclient`).
     #[error("{op} for node {node} failed")]
     Transport {
         op: &'static str,

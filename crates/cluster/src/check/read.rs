@@ -10,12 +10,11 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
-use nodeproof_kube::list::list_all;
+use nodeproof_apiclient::cluster_read::{all, all_dynamic, api_service, events, DynamicKind};
+use nodeproof_apiclient::Client;
 use nodeproof_report::denial_change::DENIED_REASON;
 
 use super::metrics_api::{
@@ -24,39 +23,8 @@ use super::metrics_api::{
 use super::roles::RoleObjects;
 use super::Snapshot;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("cannot read {what}")]
-    Read {
-        what: &'static str,
-        #[source]
-        source: Box<kube::Error>,
-    },
-}
-
-impl ReadError {
-    /// The API server did not answer (refused, reset, timed out: kube-rs's
-    /// transport errors) or answered that it cannot serve now (5xx, 429):
-    /// worth reading again after a while. Anything else (403, 404, a body
-    /// that does not decode) would answer the same again.
-    pub fn is_transient(&self) -> bool {
-        let ReadError::Read { source, .. } = self;
-        match source.as_ref() {
-            kube::Error::Api(s) => s.code >= 500 || s.code == 429,
-            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-fn failed(what: &'static str) -> impl FnOnce(kube::Error) -> ReadError {
-    move |e| ReadError::Read {
-        what,
-        source: Box::new(e),
-    }
-}
+/// The edge's: which reads failed, and whether reading again may help.
+pub use nodeproof_apiclient::cluster_read::ReadError;
 
 /// What to read beyond the check's own needs.
 #[derive(Debug, Clone, Copy)]
@@ -79,13 +47,12 @@ impl Default for ReadOptions {
 
 /// A Metrics resource (no k8s-openapi type: metrics.k8s.io is an
 /// aggregated API, not part of the core OpenAPI).
-fn metrics_resource(version: MetricsVersion, resource: MetricsResource) -> ApiResource {
-    ApiResource {
-        group: "metrics.k8s.io".into(),
-        version: version.as_str().into(),
-        api_version: format!("metrics.k8s.io/{}", version.as_str()),
-        kind: resource.kind().into(),
-        plural: resource.plural().into(),
+fn metrics_kind(version: MetricsVersion, resource: MetricsResource) -> DynamicKind<'static> {
+    DynamicKind {
+        group: "metrics.k8s.io",
+        version: version.as_str(),
+        kind: resource.kind(),
+        plural: resource.plural(),
     }
 }
 
@@ -93,13 +60,15 @@ fn metrics_resource(version: MetricsVersion, resource: MetricsResource) -> ApiRe
 /// credentials' (401, 403) is the Metrics API's answer, not a failure to
 /// check.
 async fn metrics_list(
-    client: &kube::Client,
+    client: &Client,
     version: MetricsVersion,
     resource: MetricsResource,
 ) -> Result<MetricsList, ReadError> {
-    let api: Api<DynamicObject> =
-        Api::all_with(client.clone(), &metrics_resource(version, resource));
-    match list_all(&api, ListParams::default()).await {
+    let what = match resource {
+        MetricsResource::Nodes => "NodeMetrics",
+        MetricsResource::Pods => "PodMetrics",
+    };
+    match all_dynamic(client, metrics_kind(version, resource), what).await {
         Ok(items) => Ok(MetricsList::Served(
             items
                 .into_iter()
@@ -113,25 +82,25 @@ async fn metrics_list(
                 })
                 .collect(),
         )),
-        Err(kube::Error::Api(s)) if s.code != 401 && s.code != 403 => Ok(MetricsList::NotServed {
-            code: s.code,
-            message: s.message.clone(),
-        }),
-        Err(e) => Err(failed(match resource {
-            MetricsResource::Nodes => "NodeMetrics",
-            MetricsResource::Pods => "PodMetrics",
-        })(e)),
+        Err(e) => match e.answered() {
+            Some((code, message)) if code != 401 && code != 403 => Ok(MetricsList::NotServed {
+                code,
+                message: message.to_string(),
+            }),
+            _ => Err(e),
+        },
     }
 }
 
-async fn metrics_api(client: &kube::Client, samples: usize) -> Result<MetricsApiRead, ReadError> {
-    let services: Api<APIService> = Api::all(client.clone());
+async fn metrics_api(client: &Client, samples: usize) -> Result<MetricsApiRead, ReadError> {
     let mut registered = Vec::new();
     for version in MetricsVersion::PREFERENCE {
-        if let Some(svc) = services
-            .get_opt(version.api_service())
-            .await
-            .map_err(failed("the Metrics API's APIServices"))?
+        if let Some(svc) = api_service(
+            client,
+            version.api_service(),
+            "the Metrics API's APIServices",
+        )
+        .await?
         {
             registered.push((version, svc));
         }
@@ -169,18 +138,14 @@ async fn metrics_api(client: &kube::Client, samples: usize) -> Result<MetricsApi
 /// MutatingAdmissionPolicyBindings, `admissionregistration.k8s.io/v1`
 /// from Kubernetes 1.36 (k8s-openapi's types stop at 1.33): read
 /// dynamically, empty where the version is not served (404).
-async fn mutating_bindings(
-    client: &kube::Client,
-) -> Result<Vec<(String, MatchResources)>, ReadError> {
-    let resource = ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: "MutatingAdmissionPolicyBinding".into(),
-        plural: "mutatingadmissionpolicybindings".into(),
+async fn mutating_bindings(client: &Client) -> Result<Vec<(String, MatchResources)>, ReadError> {
+    let kind = DynamicKind {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "MutatingAdmissionPolicyBinding",
+        plural: "mutatingadmissionpolicybindings",
     };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    match list_all(&api, ListParams::default()).await {
+    match all_dynamic(client, kind, "MutatingAdmissionPolicyBindings").await {
         Ok(items) => Ok(items
             .into_iter()
             .map(|b| {
@@ -189,21 +154,12 @@ async fn mutating_bindings(
                 (b.metadata.name.unwrap_or_default(), matches)
             })
             .collect()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
-        Err(e) => Err(failed("MutatingAdmissionPolicyBindings")(e)),
+        Err(e) if e.answered().is_some_and(|(code, _)| code == 404) => Ok(Vec::new()),
+        Err(e) => Err(e),
     }
 }
 
-async fn all<K>(client: &kube::Client, what: &'static str) -> Result<Vec<K>, ReadError>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    list_all(&Api::<K>::all(client.clone()), ListParams::default())
-        .await
-        .map_err(failed(what))
-}
-
-pub async fn read(client: &kube::Client, opts: ReadOptions) -> Result<Snapshot, ReadError> {
+pub async fn read(client: &Client, opts: ReadOptions) -> Result<Snapshot, ReadError> {
     let metrics = metrics_api(client, opts.metrics_samples.max(1)).await?;
     let nodes: Vec<Node> = all(client, "Nodes").await?;
     let runtime_classes: Vec<RuntimeClass> = all(client, "RuntimeClasses").await?;
@@ -214,33 +170,25 @@ pub async fn read(client: &kube::Client, opts: ReadOptions) -> Result<Snapshot, 
             .and_then(|s| s.scheduling_gates.as_ref())
             .is_some_and(|g| !g.is_empty())
     });
-    let events: Api<Event> = Api::all(client.clone());
     // Events live an hour (kube-apiserver's --event-ttl): the list is
     // bounded; read only when a gated pod may need one.
     let pod_events = if gated {
-        list_all(
-            &events,
-            ListParams::default().fields("involvedObject.kind=Pod"),
-        )
-        .await
-        .map_err(failed("Events"))?
+        events(client, "involvedObject.kind=Pod", "Events").await?
     } else {
         Vec::new()
     };
     let warning_events = if opts.warning_events {
-        list_all(&events, ListParams::default().fields("type=Warning"))
-            .await
-            .map_err(failed("Warning Events"))?
+        events(client, "type=Warning", "Warning Events").await?
     } else {
         Vec::new()
     };
     // The agents' denial Events: only they can name a profile change.
-    let denial_events = list_all(
-        &events,
-        ListParams::default().fields(&format!("type=Warning,reason={DENIED_REASON}")),
+    let denial_events = events(
+        client,
+        &format!("type=Warning,reason={DENIED_REASON}"),
+        "SeccompDenied Events",
     )
-    .await
-    .map_err(failed("SeccompDenied Events"))?;
+    .await?;
     let hpas: Vec<HorizontalPodAutoscaler> = all(client, "HorizontalPodAutoscalers").await?;
     let role_objects = RoleObjects {
         deployments: all::<Deployment>(client, "Deployments").await?,
@@ -276,28 +224,4 @@ pub async fn read(client: &kube::Client, opts: ReadOptions) -> Result<Snapshot, 
         hpas,
         role_objects,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("injected", "Injected")
-                .with_code(code)
-                .boxed(),
-        )
-    }
-
-    #[test]
-    fn what_is_read_again_is_what_the_server_could_not_answer() {
-        let read = |e| failed("Nodes")(e).is_transient();
-        assert!(read(kube::Error::Service("connection refused".into())));
-        assert!(read(api(503)));
-        assert!(read(api(500)));
-        assert!(read(api(429)));
-        assert!(!read(api(403)), "a missing role answers the same again");
-        assert!(!read(api(404)));
-    }
 }

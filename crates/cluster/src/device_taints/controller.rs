@@ -40,7 +40,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
-use nodeproof_kube::dra::VERSIONS;
+use nodeproof_apiclient::dra::VERSIONS;
 use nodeproof_report::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
 
 use super::metrics::{DeviceTaintMetrics, Request};

@@ -6,7 +6,7 @@
 //! (`nodeproof_report::device_health`, annotation
 //! `gpu.nodeproof.dev/unhealthy-devices`); the node's ResourceSlices name
 //! each device by driver, pool and device and publish its `uuid` attribute
-//! (`nodeproof_kube::dra::slice_devices`): the UUID joins the two. A MIG
+//! (`nodeproof_apiclient::dra::slice_devices`): the UUID joins the two. A MIG
 //! device whose parent GPU is unhealthy (its `parentUUID`) is unhealthy too.
 //!
 //! Pure here, the I/O in `controller`:
@@ -40,8 +40,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
+use nodeproof_apiclient::dra::{slice_devices, DraError};
 use nodeproof_gpu::views::SliceDevice;
-use nodeproof_kube::dra::{slice_devices, DraError};
 use nodeproof_report::device_health::UnhealthyDevices;
 
 /// The API group; DeviceTaintRule is served in [`RULE_VERSION`] only here.

@@ -7,8 +7,8 @@ use http::{Method, Request, Response};
 use kube::client::Body;
 use serde_json::{json, Value};
 
+use nodeproof_apiclient::client::KubeReporter;
 use nodeproof_findings::{Condition, ConditionStatus, ConditionType};
-use nodeproof_kube::client::KubeReporter;
 use nodeproof_report::conditions::{Policy, Tracker};
 use nodeproof_report::events::{EventType, ObjectRef, Recorder, RecorderConfig};
 use nodeproof_report::reporter::{ReportError, Reporter};

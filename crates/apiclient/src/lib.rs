@@ -1,4 +1,5 @@
-//! nodeproof and the API server through kube-rs: the edge under the
+//! nodeproof's edge to the API server: the one crate of the agent and its
+//! tools that calls kube-rs (a test in xtask keeps it so). The edge under the
 //! reporting core (`nodeproof-report`: what to write and when, the
 //! `Reporter` trait, the driver loop, credentials lookup, `[report]`).
 //! See docs/reporting.md.
@@ -11,17 +12,35 @@
 //! - `identity`: which Node a credential is (client certificate,
 //!   SelfSubjectReview);
 //! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
+//! - `read`: the agent's one-shot reads (a Node, a pod, the pods bound to
+//!   a node, the RuntimeClasses);
+//! - `cluster_connect`, `cluster_read`: the cluster commands' and the gate
+//!   controller's clients, and `cluster check`'s reads;
 //! - `list`: paged lists (500 a page, as client-go's pagers);
+//! - `watch`: the agent's pods, RuntimeClasses and Node watches
+//!   (kube-runtime's `watcher`, the retry delays, resuming when the API
+//!   server answers again);
 //! - `retry_after`: the 429 `Retry-After` header where kube-rs sees it;
 //! - here: `report_once` / `report_connected`, the one-shot report of
 //!   `check --report` (connect, then the core's `once::run_once_with`).
 
 pub mod client;
+pub mod cluster_connect;
+pub mod cluster_read;
 pub mod connect;
 pub mod dra;
 pub mod identity;
 pub mod list;
+pub mod read;
 pub mod retry_after;
+pub mod watch;
+
+/// The API server client the agent and its tools hold and hand back to
+/// this crate's functions; only this crate calls kube-rs with it.
+pub use kube::Client;
+/// kube-rs's error, the source of this crate's errors (and of the
+/// agent's read errors).
+pub use kube::Error;
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! The cluster commands' credentials: a cluster reader's, not a node's.
+//! The cluster commands' credentials: a cluster reader's, not a node's
+//! (`nodeproof cluster ...`, and the gate controller's: [`controller_client`]).
 //! `--kubeconfig F` when given (read as the agent reads its own, with
 //! credential files reloaded when they change), else kubectl's lookup
 //! (`KUBECONFIG`, `~/.kube/config`, then the pod's ServiceAccount).
@@ -7,7 +8,7 @@
 
 use std::path::Path;
 
-use nodeproof_kube::client;
+use crate::client;
 use nodeproof_report::credentials::Source;
 use nodeproof_report::reporter::ReportError;
 
@@ -27,6 +28,22 @@ pub enum ClusterConnectError {
         kubeconfig: String,
         known: Vec<String>,
     },
+    #[error("cannot read kubeconfig {}", path.display())]
+    ReadKubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("unusable kubeconfig {}", path.display())]
+    UnusableKubeconfig {
+        path: std::path::PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no in-cluster credentials and no kubeconfig")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("cannot build the API client")]
+    Build(#[source] kube::Error),
     #[error("context {context:?} of {kubeconfig} is unusable")]
     Context {
         context: String,
@@ -109,4 +126,37 @@ fn unreachable_none(path: &Path) -> ClusterConnectError {
             source: "no client for this kubeconfig".into(),
         }),
     }
+}
+
+/// The gate controller's client: `context` of `kubeconfig` when given,
+/// else `kubeconfig` as it is, else kube-rs's inference (in-cluster first,
+/// then KUBECONFIG or ~/.kube/config): the controller runs as a Deployment.
+pub async fn controller_client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<kube::Client, ClusterConnectError> {
+    if let Some(context) = context {
+        let config = config_for_context(kubeconfig, context).await?;
+        return kube::Client::try_from(config).map_err(ClusterConnectError::Build);
+    }
+    let config = match kubeconfig {
+        Some(path) => {
+            let k = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                ClusterConnectError::ReadKubeconfig {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(k, &Default::default())
+                .await
+                .map_err(|source| ClusterConnectError::UnusableKubeconfig {
+                    path: path.to_path_buf(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(ClusterConnectError::Infer)?,
+    };
+    kube::Client::try_from(config).map_err(ClusterConnectError::Build)
 }
