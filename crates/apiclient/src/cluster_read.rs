@@ -66,7 +66,7 @@ pub struct DynamicKind<'a> {
 }
 
 impl DynamicKind<'_> {
-    fn resource(&self) -> ApiResource {
+    pub(crate) fn resource(&self) -> ApiResource {
         ApiResource {
             group: self.group.into(),
             version: self.version.into(),

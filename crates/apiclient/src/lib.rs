@@ -14,6 +14,8 @@
 //! - `dra`: this node's ResourceSlices and the ResourceClaims of its pods;
 //! - `read`: the agent's one-shot reads (a Node, a pod, the pods bound to
 //!   a node, the RuntimeClasses);
+//! - `controller`, `lease`: the gate controller's and the device taints'
+//!   watches and writes, and their Lease leader election;
 //! - `cluster_connect`, `cluster_read`: the cluster commands' and the gate
 //!   controller's clients, and `cluster check`'s reads;
 //! - `list`: paged lists (500 a page, as client-go's pagers);
@@ -28,19 +30,26 @@ pub mod client;
 pub mod cluster_connect;
 pub mod cluster_read;
 pub mod connect;
+pub mod controller;
 pub mod dra;
 pub mod identity;
+pub mod lease;
 pub mod list;
 pub mod read;
 pub mod retry_after;
 pub mod watch;
 
+/// An object of a kind without a k8s-openapi type (kube-core's), as the
+/// dynamic reads and watches give it.
+pub use kube::api::DynamicObject;
 /// The API server client the agent and its tools hold and hand back to
 /// this crate's functions; only this crate calls kube-rs with it.
 pub use kube::Client;
 /// kube-rs's error, the source of this crate's errors (and of the
 /// agent's read errors).
 pub use kube::Error;
+/// An object's name and metadata (kube-core's pure accessors).
+pub use kube::{Resource, ResourceExt};
 
 use std::time::Duration;
 

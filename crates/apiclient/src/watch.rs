@@ -41,7 +41,7 @@ pub enum WatchError {
 }
 
 impl WatchError {
-    fn new(resource: &'static str, source: watcher::Error) -> Self {
+    pub(crate) fn new(resource: &'static str, source: watcher::Error) -> Self {
         let gone = match &source {
             // A watch from a compacted version: an ERROR event with a 410 Status.
             watcher::Error::WatchError(status) => status.code == 410,
@@ -53,6 +53,18 @@ impl WatchError {
             WatchError::Expired { resource, source }
         } else {
             WatchError::Interrupted { resource, source }
+        }
+    }
+
+    /// The list or the watch was answered 404: the kind is not served (its
+    /// API group or version is off).
+    pub fn not_served(&self) -> bool {
+        match self {
+            WatchError::Interrupted {
+                source: watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e),
+                ..
+            } => crate::read::answered(e, 404),
+            _ => false,
         }
     }
 }

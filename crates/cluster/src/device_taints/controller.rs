@@ -17,7 +17,8 @@
 //! too, and a delete carries the rule's UID as a precondition, so a rule
 //! someone made again under that name meanwhile is not deleted.
 //!
-//! The three watches are kube-runtime's `watcher`; what is kept is the
+//! The three watches are kube-runtime's `watcher`, and every request is
+//! the edge's (`nodeproof_apiclient::controller`); what is kept is the
 //! facts read of each object (the parsed annotation of the Nodes that carry
 //! one, `SliceFacts`, `RuleFacts`), not a `reflector` store of the whole
 //! objects: for 5,000 Nodes, one in a hundred with an unhealthy GPU, that
@@ -25,22 +26,19 @@
 //! (`cargo test -p nodeproof-cluster --test runtime_fit -- --nocapture`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions,
-};
-use kube::core::GroupVersionKind;
-use kube::runtime::watcher::{self, watcher};
-use kube::runtime::WatchStreamExt;
-use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
+use nodeproof_apiclient::cluster_read::DynamicKind;
+use nodeproof_apiclient::controller::{self as edge, Event as Watched, Events};
 use nodeproof_apiclient::dra::VERSIONS;
+use nodeproof_apiclient::read::answered;
+use nodeproof_apiclient::watch::WatchError;
+use nodeproof_apiclient::{Client, DynamicObject, ResourceExt};
 use nodeproof_report::device_health::{UnhealthyDevices, UNHEALTHY_DEVICES};
 
 use super::metrics::{DeviceTaintMetrics, Request};
@@ -73,19 +71,22 @@ impl Options {
     }
 }
 
-fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, version, kind), plural)
-}
+/// DeviceTaintRule, in the one version nodeproof writes.
+const RULES: DynamicKind<'static> = DynamicKind {
+    group: GROUP,
+    version: RULE_VERSION,
+    kind: "DeviceTaintRule",
+    plural: "devicetaintrules",
+};
 
-fn rules_api(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(
-        client.clone(),
-        &resource(RULE_VERSION, "DeviceTaintRule", "devicetaintrules"),
-    )
-}
-
-fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
+/// ResourceSlice in `version`.
+fn slices(version: &str) -> DynamicKind<'_> {
+    DynamicKind {
+        group: GROUP,
+        version,
+        kind: "ResourceSlice",
+        plural: "resourceslices",
+    }
 }
 
 /// What the API server serves, as one round of asking found it.
@@ -100,10 +101,9 @@ enum Served {
 
 /// One list of one item each: a 404 means not served.
 async fn discover(client: &Client) -> Result<Served, DeviceTaintError> {
-    let one = ListParams::default().limit(1);
-    match rules_api(client).list(&one).await {
-        Ok(_) => {}
-        Err(e) if not_found(&e) => return Ok(Served::NoRules),
+    match edge::served(client, RULES).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(Served::NoRules),
         Err(e) => {
             return Err(DeviceTaintError::List {
                 resource: "devicetaintrules",
@@ -113,13 +113,9 @@ async fn discover(client: &Client) -> Result<Served, DeviceTaintError> {
         }
     }
     for version in VERSIONS {
-        let api: Api<DynamicObject> = Api::all_with(
-            client.clone(),
-            &resource(version, "ResourceSlice", "resourceslices"),
-        );
-        match api.list(&one).await {
-            Ok(_) => return Ok(Served::Both { slices: version }),
-            Err(e) if not_found(&e) => continue,
+        match edge::served(client, slices(version)).await {
+            Ok(true) => return Ok(Served::Both { slices: version }),
+            Ok(false) => continue,
             Err(e) => {
                 return Err(DeviceTaintError::List {
                     resource: "resourceslices",
@@ -236,8 +232,6 @@ enum Ended {
     NotServed,
 }
 
-type Events<K> = Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send>>;
-
 /// A watch's (re)list: names seen since `Init`, to drop the rest at `InitDone`.
 #[derive(Debug, Default)]
 struct Listing {
@@ -300,23 +294,14 @@ impl Follower {
         stop: &mut watch::Receiver<bool>,
         retry: Duration,
     ) -> Ended {
-        let mut nodes: Events<Node> = watcher(
-            Api::<Node>::all(self.client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .boxed();
-        let slices_api: Api<DynamicObject> = Api::all_with(
-            self.client.clone(),
-            &resource(self.slices_version, "ResourceSlice", "resourceslices"),
+        let mut nodes: Events<Node> = edge::nodes(&self.client);
+        let mut slices: Events<DynamicObject> = edge::dynamic(
+            &self.client,
+            slices(self.slices_version),
+            Kind::Slice.as_str(),
         );
-        let mut slices: Events<DynamicObject> = watcher(slices_api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
         let mut rules: Events<DynamicObject> =
-            watcher(rules_api(&self.client), watcher::Config::default())
-                .default_backoff()
-                .boxed();
+            edge::dynamic(&self.client, RULES, Kind::Rule.as_str());
         let mut tick = tokio::time::interval(retry);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut leading = *leader.borrow_and_update();
@@ -365,36 +350,32 @@ impl Follower {
     }
 
     /// Folds one watch event in; true when the resource is not served (404).
-    fn apply<K: kube::Resource + ResourceExt>(
+    fn apply<K: ResourceExt>(
         &mut self,
         kind: Kind,
-        ev: Result<watcher::Event<K>, watcher::Error>,
+        ev: Result<Watched<K>, WatchError>,
         upsert: impl Fn(&mut Self, &K),
     ) -> bool {
         let ev = match ev {
             Ok(ev) => ev,
-            Err(watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e))
-                if not_found(&e) =>
-            {
-                return true;
-            }
+            Err(e) if e.not_served() => return true,
             Err(e) => {
                 // The watcher retries with backoff.
                 self.metrics.failed(Request::Watch);
-                tracing::warn!(resource = kind.as_str(), error = %e, "device taints: watch failed; retrying");
+                tracing::warn!(resource = kind.as_str(), error = %nodeproof_findings::errors::error_chain(&e), "device taints: watch failed; retrying");
                 return false;
             }
         };
         let listing = &mut self.listed[kind as usize];
         match ev {
-            watcher::Event::Init => listing.seen = Some(HashSet::new()),
-            watcher::Event::InitApply(o) => {
+            Watched::Init => listing.seen = Some(HashSet::new()),
+            Watched::InitApply(o) => {
                 if let Some(seen) = &mut listing.seen {
                     seen.insert(o.name_any());
                 }
                 upsert(self, &o);
             }
-            watcher::Event::InitDone => {
+            Watched::InitDone => {
                 let seen = listing.seen.take().unwrap_or_default();
                 listing.listed = true;
                 match kind {
@@ -403,8 +384,8 @@ impl Follower {
                     Kind::Rule => self.rules.retain(|k, _| seen.contains(k)),
                 }
             }
-            watcher::Event::Apply(o) => upsert(self, &o),
-            watcher::Event::Delete(o) => {
+            Watched::Apply(o) => upsert(self, &o),
+            Watched::Delete(o) => {
                 let name = o.name_any();
                 match kind {
                     Kind::Node => {
@@ -481,7 +462,6 @@ impl Follower {
             }
         }
         self.said_taken.retain(|n| p.taken.contains(n));
-        let api = rules_api(&self.client);
         for w in &p.create {
             if !*leader.borrow() {
                 return;
@@ -493,7 +473,7 @@ impl Follower {
                     continue;
                 }
             };
-            match api.create(&PostParams::default(), &body).await {
+            match edge::create_dynamic(&self.client, RULES, &body).await {
                 Ok(created) => {
                     tracing::info!(
                         device_taint_rule = %w.name, node = %w.node, driver = %w.driver, pool = %w.pool,
@@ -503,7 +483,7 @@ impl Follower {
                     self.upsert_rule(&created);
                 }
                 // Made meanwhile (by the other replica, or before a lost answer): the watch brings it.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) if answered(&e, 409) => {}
                 Err(e) => {
                     self.metrics.failed(Request::Create);
                     self.failed = true;
@@ -519,22 +499,14 @@ impl Follower {
             if !*leader.borrow() {
                 return;
             }
-            let params = DeleteParams {
-                preconditions: self.rules.get(name).and_then(|r| r.uid.clone()).map(|uid| {
-                    Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(name, &params).await {
+            let uid = self.rules.get(name).and_then(|r| r.uid.clone());
+            match edge::delete_dynamic(&self.client, RULES, name, uid).await {
                 Ok(_) => {
                     tracing::info!(device_taint_rule = %name, "GPU healthy again (or gone): its DeviceTaintRule deleted");
                     self.rules.remove(name);
                 }
                 // Gone already, or made again under that name (the precondition): the watch says what is there.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) if answered(&e, 404) || answered(&e, 409) => {}
                 Err(e) => {
                     self.metrics.failed(Request::Delete);
                     self.failed = true;

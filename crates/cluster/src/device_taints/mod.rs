@@ -82,19 +82,19 @@ pub enum DeviceTaintError {
         resource: &'static str,
         version: &'static str,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
     #[error("creating DeviceTaintRule {name} ({GROUP}/{RULE_VERSION}) failed")]
     Create {
         name: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
     #[error("deleting DeviceTaintRule {name} ({GROUP}/{RULE_VERSION}) failed")]
     Delete {
         name: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<nodeproof_apiclient::Error>,
     },
 }
 

@@ -16,7 +16,8 @@
 //! delivers next: never another controller's gate, never one twice.
 //!
 //! The watches are kube-runtime's `watcher` (its backoff, re-lists and
-//! `Init`/`InitDone` bracketing); what is kept of each object is the
+//! `Init`/`InitDone` bracketing), and every request is the edge's
+//! (`nodeproof_apiclient::controller`); what is kept of each object is the
 //! [`Gatekeeper`]'s digest, not a kube-runtime `reflector` store of whole
 //! objects, nor its `Controller` (which reconciles one object at a time from
 //! such a store, where a pod is judged against every node). Measured by
@@ -33,13 +34,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, watcher};
-use kube::runtime::WatchStreamExt;
-use kube::{Client, Resource, ResourceExt};
+use nodeproof_apiclient::controller::{self as edge, Event as Watched};
+use nodeproof_apiclient::read::answered;
+use nodeproof_apiclient::watch::WatchError;
+use nodeproof_apiclient::{Client, Error, ResourceExt};
 use tokio::sync::watch;
 
 use super::config::{Gate, Policy};
@@ -126,15 +127,9 @@ pub async fn run(
         pod_conditions: BTreeMap::new(),
         conditions_due: Vec::new(),
     };
-    let mut pods = watch_stream(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().fields("spec.nodeName="),
-    );
-    let mut nodes = watch_stream(Api::<Node>::all(client.clone()), watcher::Config::default());
-    let mut classes = watch_stream(
-        Api::<RuntimeClass>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let mut pods = edge::unbound_pods(&client);
+    let mut nodes = edge::nodes(&client);
+    let mut classes = edge::runtime_classes(&client);
     let mut sync = Sync::default();
     let mut tick = tokio::time::interval(opts.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -232,16 +227,6 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
 }
 
-fn watch_stream<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> std::pin::Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send>>
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    watcher(api, config).default_backoff().boxed()
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Pod,
@@ -319,10 +304,10 @@ const CONDITIONS_PER_ROUND: usize = 100;
 const RELEASES_PER_ROUND: usize = 100;
 
 impl Controller {
-    fn apply<K: Resource + ResourceExt>(
+    fn apply<K: ResourceExt>(
         &mut self,
         listing: &mut Listing,
-        ev: Result<watcher::Event<K>, watcher::Error>,
+        ev: Result<Watched<K>, WatchError>,
         now: SystemTime,
         kind: Kind,
     ) where
@@ -333,27 +318,27 @@ impl Controller {
             Err(e) => {
                 // The watcher retries with backoff; said once per failure.
                 self.metrics.failed(Failure::Watch);
-                tracing::warn!(?kind, error = %e, "watch failed; retrying");
+                tracing::warn!(?kind, error = %nodeproof_findings::errors::error_chain(&e), "watch failed; retrying");
                 return;
             }
         };
         match ev {
-            watcher::Event::Init => listing.seen = Some(HashSet::new()),
-            watcher::Event::InitApply(o) => {
+            Watched::Init => listing.seen = Some(HashSet::new()),
+            Watched::InitApply(o) => {
                 if let Some(seen) = &mut listing.seen {
                     seen.insert(Self::key_of(&o));
                 }
                 self.upsert(&o, now);
             }
-            watcher::Event::InitDone => {
+            Watched::InitDone => {
                 let seen = listing.seen.take().unwrap_or_default();
                 for gone in self.known(kind).into_iter().filter(|k| !seen.contains(k)) {
                     self.remove(kind, &gone);
                 }
                 listing.listed = true;
             }
-            watcher::Event::Apply(o) => self.upsert(&o, now),
-            watcher::Event::Delete(o) => {
+            Watched::Apply(o) => self.upsert(&o, now),
+            Watched::Delete(o) => {
                 let key = Self::key_of(&o);
                 self.remove(kind, &key);
             }
@@ -475,11 +460,7 @@ impl Controller {
         let Some(patch) = self.gk.label_patch(node, now) else {
             return;
         };
-        let api: Api<Node> = Api::all(self.client.clone());
-        match api
-            .patch(node, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-        {
+        match edge::patch_node(&self.client, node, &patch).await {
             Ok(n) => {
                 tracing::info!(node, labels = %patch["metadata"]["labels"], "readiness labels written");
                 // What the patch returns is the node as it now is: judge
@@ -487,7 +468,7 @@ impl Controller {
                 let keys = self.gk.upsert_node(&n, now);
                 self.dirty.extend(keys);
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) if answered(&e, 404) => {}
             Err(e) => {
                 self.metrics.failed(Failure::Label);
                 tracing::warn!(node, error = %e, "writing the node's readiness labels failed; retrying");
@@ -498,14 +479,10 @@ impl Controller {
 
     /// Writes a released pod's conditions through `pods/status`.
     async fn write_pod_condition(&mut self, key: PodKey, mut p: PendingCondition) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &p.namespace);
         let patch = pod_status_patch(p.conditions.clone());
-        match api
-            .patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-        {
+        match edge::patch_pod_status(&self.client, &p.namespace, &p.name, &patch).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) if answered(&e, 404) => {}
             Err(e) => {
                 self.metrics.failed(Failure::PodCondition);
                 p.tries += 1;
@@ -535,15 +512,7 @@ impl Controller {
             let span = tracing::info_span!("release", pod = %d.key, gates = ?names);
             let _g = span.enter();
             let patch = release_patch(&needs, &gates);
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &needs.namespace);
-            match api
-                .patch(
-                    &needs.name,
-                    &PatchParams::default(),
-                    &Patch::Json::<()>(patch),
-                )
-                .await
-            {
+            match edge::patch_pod(&self.client, &needs.namespace, &needs.name, patch).await {
                 Ok(_) => {
                     let age = needs.created.and_then(|c| now.duration_since(c).ok());
                     let mut conditions = Vec::new();
@@ -594,7 +563,6 @@ impl Controller {
         let Some(mut write) = self.events.next(needs, message) else {
             return;
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &needs.namespace);
         loop {
             let result = match &write {
                 EventWrite::Create { name, message } => {
@@ -606,26 +574,25 @@ impl Controller {
                                 return;
                             }
                         };
-                    api.create(&PostParams::default(), &body).await.map(|_| ())
+                    edge::create_event(&self.client, &needs.namespace, &body).await
                 }
                 EventWrite::Update {
                     name,
                     message,
                     count,
-                } => api
-                    .patch(
+                } => {
+                    edge::patch_event(
+                        &self.client,
+                        &needs.namespace,
                         name,
-                        &PatchParams::default(),
-                        &Patch::Strategic(event_patch(message, *count, now)),
+                        &event_patch(message, *count, now),
                     )
                     .await
-                    .map(|_| ()),
+                }
             };
             match result {
                 Ok(()) => return,
-                Err(kube::Error::Api(s))
-                    if s.code == 409 && matches!(write, EventWrite::Create { .. }) =>
-                {
+                Err(e) if answered(&e, 409) && matches!(write, EventWrite::Create { .. }) => {
                     // Written by the leader before this one: update it.
                     match self.events.exists(&needs.key) {
                         Some(update) => write = update,
@@ -678,6 +645,6 @@ impl Upsert<RuntimeClass> for Controller {
 /// A failed `test` (422: kube-apiserver answers a JSON patch that does not
 /// apply with UnprocessableEntity), a conflict, or a pod gone: the pod
 /// changed, which the watch will show.
-fn is_race(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if matches!(s.code, 404 | 409 | 422))
+fn is_race(e: &Error) -> bool {
+    [404, 409, 422].into_iter().any(|code| answered(e, code))
 }

@@ -1,15 +1,9 @@
 //! Leader election: one replica of the Deployment acts, the other waits.
 //!
-//! Through a `coordination.k8s.io/v1` Lease, with kube-lease-manager
-//! (0.13, built on kube 5 and k8s-openapi 0.29, maintained, MIT): the lease
-//! is taken with a server-side apply of `holderIdentity` under this
-//! replica's field manager, so two replicas taking a free lease at once
-//! conflict (409) on the field and only one wins; the holder renews it
-//! `grace` before it expires; a holder that stops renewing is released by
-//! force once expired and taken by the other. Chosen over kube-leader-election
-//! (pinned to kube 4) and over a hand-made lock. The requests it makes
-//! (get, create, patch of one Lease in the controller's namespace) are the
-//! ones deploy/base/gate-controller.yaml allows.
+//! Through a `coordination.k8s.io/v1` Lease (the requests, through
+//! kube-lease-manager, are the edge's: `nodeproof_apiclient::lease`, which
+//! says how the lease is taken, renewed and released); here, joining and
+//! retrying until joined.
 //!
 //! Its guarantee is a lease's: a replica stops acting when it sees it lost
 //! the lease, which can be up to `grace` late with a skewed clock; the
@@ -18,22 +12,12 @@
 
 use std::time::Duration;
 
-use kube::Client;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
+use nodeproof_apiclient::lease::{elect, LeaseError};
+use nodeproof_apiclient::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseOptions {
-    pub namespace: String,
-    pub name: String,
-    /// This replica (the pod's name).
-    pub identity: String,
-    /// How long a lease holds after its last renewal.
-    pub duration: Duration,
-    /// The holder renews this long before expiry.
-    pub grace: Duration,
-}
+pub use nodeproof_apiclient::lease::LeaseOptions;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot take part in leader election on Lease {namespace}/{name} as {identity}")]
@@ -42,7 +26,7 @@ pub struct LeaderError {
     pub name: String,
     pub identity: String,
     #[source]
-    pub source: LeaseManagerError,
+    pub source: LeaseError,
 }
 
 /// Takes part, trying again until it can or `stop` turns true (`None`):
@@ -59,12 +43,19 @@ pub async fn join(
     stop: &mut watch::Receiver<bool>,
     mut on_failure: impl FnMut(&LeaderError, Duration),
 ) -> Option<(watch::Receiver<bool>, JoinHandle<()>)> {
-    let mut backoff = kube::runtime::watcher::DefaultBackoff::default();
+    let mut backoff = nodeproof_apiclient::watch::retry_delays();
     loop {
         if *stop.borrow() {
             return None;
         }
-        match elect(client.clone(), opts).await {
+        match elect(client.clone(), opts)
+            .await
+            .map_err(|source| LeaderError {
+                namespace: opts.namespace.clone(),
+                name: opts.name.clone(),
+                identity: opts.identity.clone(),
+                source,
+            }) {
             Ok(joined) => {
                 tracing::info!(identity = %opts.identity, lease = %format!("{}/{}", opts.namespace, opts.name), "joined leader election");
                 return Some(joined);
@@ -85,38 +76,4 @@ pub async fn join(
             }
         }
     }
-}
-
-/// Starts taking part: the receiver says whether this replica leads. Drop
-/// it to leave (the task releases the lease if held, then ends).
-pub async fn elect(
-    client: Client,
-    opts: &LeaseOptions,
-) -> Result<(watch::Receiver<bool>, JoinHandle<()>), LeaderError> {
-    let wrap = |source| LeaderError {
-        namespace: opts.namespace.clone(),
-        name: opts.name.clone(),
-        identity: opts.identity.clone(),
-        source,
-    };
-    let manager = LeaseManagerBuilder::new(client, &opts.name)
-        .with_namespace(&opts.namespace)
-        .with_identity(&opts.identity)
-        .with_duration(opts.duration.as_secs().max(2))
-        .with_grace(opts.grace.as_secs().max(1))
-        .build()
-        .await
-        .map_err(wrap)?;
-    let (rx, task) = manager.watch().await;
-    let identity = opts.identity.clone();
-    let handle = tokio::spawn(async move {
-        match task.await {
-            Ok(Ok(_)) => tracing::info!(%identity, "left leader election"),
-            Ok(Err(e)) => {
-                tracing::warn!(%identity, error = %e, "leader election ended with an error")
-            }
-            Err(e) => tracing::warn!(%identity, error = %e, "leader election task failed"),
-        }
-    });
-    Ok((rx, handle))
 }

@@ -13,9 +13,10 @@
 //! - `event`: the one aggregated Event per gated pod;
 //! - `steer`: readiness labels on the Nodes and the narrowing patch at release.
 //!
-//! I/O: `controller` (watches, gate removal by guarded JSON patch, Events),
-//! `leader` (a coordination.k8s.io/v1 Lease through kube-lease-manager),
-//! `metrics` (prometheus-client).
+//! I/O, through the edge's requests (`nodeproof_apiclient::controller` and
+//! `::lease`): `controller` (the loop over the watches, gate removal by
+//! guarded JSON patch, Events), `leader` (joining a coordination.k8s.io/v1
+//! Lease, retried), `metrics` (prometheus-client).
 
 pub mod affinity;
 pub mod config;
