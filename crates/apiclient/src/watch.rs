@@ -656,6 +656,37 @@ mod tests {
         assert!(!expired(watcher::Error::NoResourceVersion));
     }
 
+    #[test]
+    fn a_kind_not_served_is_a_404_to_the_list_or_the_watch_start() {
+        let api = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        let not_served = |e| WatchError::new("devicetaintrules", e).not_served();
+        assert!(not_served(watcher::Error::InitialListFailed(api(404))));
+        assert!(not_served(watcher::Error::WatchStartFailed(api(404))));
+        for code in [403, 410, 500] {
+            assert!(
+                !not_served(watcher::Error::InitialListFailed(api(code))),
+                "{code}"
+            );
+            assert!(
+                !not_served(watcher::Error::WatchStartFailed(api(code))),
+                "{code}"
+            );
+        }
+        // An ERROR event in a running watch says nothing of what is served.
+        assert!(!not_served(watcher::Error::WatchError(Box::new(
+            kube::core::Status {
+                code: 404,
+                ..Default::default()
+            }
+        ))));
+        assert!(!not_served(watcher::Error::NoResourceVersion));
+    }
+
     /// The fleet's return after an outage, simulated from the constants the
     /// watches and the reporter use: 5,000 agents probing `/readyz` every
     /// 2–3 s (each at its own phase) hear the API server back within one
