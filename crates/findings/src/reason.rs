@@ -10,7 +10,7 @@
 //! hand-written variant-to-variant table per check. Kept per check, a GPU
 //! verdict still cannot carry a profile's reason, and each check's crate
 //! re-exports its enum where it always was (`nodeproof_gpu::reason::GpuReason`,
-//! `nodeproof_trace::FailureReason`, `nodeproof::checks::profiles::Reason`,
+//! `nodeproof_trace::FailureReason`, `nodeproof::judge::profiles::Reason`,
 //! `nodeproof::pods::verdict::Reason`). What needs a check's own crate stays
 //! there: a profile report's reason (`nodeproof::checks::profiles`), a
 //! strategy's from an errno (`nodeproof_trace::loader`).

@@ -131,7 +131,7 @@ impl GpuReport {
 
     /// The human picture `nodeproof gpu` prints, up to the blank line
     /// before the conditions: the agent's checks make the conditions and
-    /// append their lines (`nodeproof::checks::gpu::text`).
+    /// append their lines (`nodeproof::judge::gpu::text`).
     pub fn text(&self) -> String {
         let mut t = String::new();
         if let Some(err) = &self.pci_error {
