@@ -695,7 +695,9 @@ fn every_metric_the_dashboard_and_the_rules_name_is_exported_by_a_live_agent_or_
         &gate_text,
         &mut || {
             gate_metrics = get(port, "/metrics").1;
-            gate_metrics.contains("nodeproof_gate_leader 1")
+            // The sample, not the HELP line (`# HELP nodeproof_gate_leader 1
+            // while ...` holds the same words before the replica leads).
+            gate_metrics.lines().any(|l| l == "nodeproof_gate_leader 1")
         },
     );
     let _ = gate.kill();
