@@ -85,7 +85,7 @@ fn publish(ends: &RunnerEnds, check: Scheduled, findings: &[Finding], period: Du
     let c = check.check();
     ends.board
         .metrics(|m| m.set_findings(c.findings(), findings));
-    ends.board.set_check(
+    ends.board.set_findings_check(
         Subsystem::Scheduled(check),
         CheckState {
             conditions: Vec::new(),
@@ -93,6 +93,7 @@ fn publish(ends: &RunnerEnds, check: Scheduled, findings: &[Finding], period: Du
             progress: Some(Instant::now()),
             period,
         },
+        findings,
     );
     ends.round_done.one_more();
 }

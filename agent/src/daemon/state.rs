@@ -87,6 +87,9 @@ const MAX_PENDING_ROUNDS: usize = 256;
 #[derive(Debug, Default)]
 struct Inner {
     checks: BTreeMap<Subsystem, CheckState>,
+    /// What a check without conditions found, one line a finding, for its
+    /// `/healthz/<check>` (the check runner's).
+    said: BTreeMap<Subsystem, Vec<String>>,
     /// Every completed check round's conditions and news, oldest first,
     /// until the main loop hands them to the reporter: its hysteresis
     /// counts check results, so a result equal to the previous one still
@@ -349,6 +352,25 @@ impl Shared {
         self.set_round(name, state, Vec::new(), Stamp::Alone);
     }
 
+    /// [`Shared::set_check`] for a check that backs no condition: its
+    /// findings' lines are what its `/healthz/<check>` says.
+    pub fn set_findings_check(&self, name: Subsystem, state: CheckState, findings: &[Finding]) {
+        let lines = findings
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} {} ({}): {}",
+                    f.subject,
+                    f.status.as_str(),
+                    f.reason,
+                    f.message
+                )
+            })
+            .collect();
+        self.lock().said.insert(name, lines);
+        self.set_check(name, state);
+    }
+
     /// [`Shared::set_check`], with what the round found for the reporter
     /// (pod Events, contract verdicts, unhealthy devices): queued in the
     /// same message as the round's conditions, after them.
@@ -501,6 +523,13 @@ impl Shared {
             .conditions
             .iter()
             .map(|c| format!("{}={} ({}): {}\n", c.kind, c.status, c.reason, c.message))
+            .chain(
+                i.said
+                    .get(&name)
+                    .into_iter()
+                    .flatten()
+                    .map(|l| format!("{l}\n")),
+            )
             .collect();
         Some(match c.progress {
             Some(_) if on_time(c, now) => Health {

@@ -320,6 +320,11 @@ fn a_scheduled_check_is_run_served_and_run_again_on_reload() {
     assert!(ready.contains("seccomp-default warning"), "{ready}");
     let (code, body) = get(port, "/healthz/seccomp-default");
     assert_eq!(code, 200, "{body}");
+    // What it found, in its own sentence, with the line to add.
+    assert!(
+        body.contains("kubelet.service warning (SeccompDefaultDisabled): seccompDefault is not set (the kubelet's default is false): containers that name no seccomp profile run Unconfined; set seccompDefault: true in /var/lib/kubelet/config.yaml and restart the kubelet"),
+        "{body}"
+    );
     let metrics = get(port, "/metrics").1;
     assert!(
         metrics
