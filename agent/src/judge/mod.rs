@@ -1,12 +1,10 @@
-//! The checks, assembled once. Each check is a function from what it
-//! observed (lint reports, the tracer's start, a GPU cycle, the pods'
-//! judgement) to one [`Round`] of findings and conditions, and
-//! [`node_conditions`] folds the latest rounds into the Node's conditions.
-//! `check`, `preflight`, `pods` and the daemon (`run`) all call these, so
-//! what `nodeproof check` prints is what the agent writes. Nothing here does
-//! I/O: what the checks judge is observed by `crate::observe` (files, lints,
-//! probes) and by `crate::pods` (the API server), and driven by
-//! `crate::oneshot` and `crate::daemon`.
+//! The pure judgement the checks share: each function here turns what a
+//! check observed (lint reports, the tracer's start, a GPU cycle) into one
+//! [`Round`] of findings and conditions, and [`node_conditions`] folds the
+//! latest rounds into the Node's conditions. The checks themselves (what
+//! each observes, when it runs, its vocabulary) are `crate::checks`, which
+//! calls these, as the daemon's own tasks do; so what `nodeproof check`
+//! prints is what the agent writes. Nothing here does I/O.
 
 pub mod gpu;
 pub mod oci_runtime;
