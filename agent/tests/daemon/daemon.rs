@@ -39,6 +39,20 @@ fn config(dir: &Path, port: u16, gpu_interval: u32) -> std::path::PathBuf {
     path
 }
 
+/// `nodeproof run --config CONFIG` as systemd starts it, notifying
+/// `notify`, its standard error to `stderr`.
+fn run_agent(config: &Path, notify: &Path, stderr: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nodeproof"))
+        .args(["run", "--config"])
+        .arg(config)
+        .env("NOTIFY_SOCKET", notify)
+        .env_remove("JOURNAL_STREAM")
+        .env("NODE_NAME", "test-node")
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 fn signal(child: &Child, sig: libc::c_int) {
     // SAFETY: a plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, sig) };
@@ -226,15 +240,7 @@ fn a_stderr_nobody_reads_does_not_stop_a_clean_exit() {
     let config = one_profile_config(dir.path());
     let notify_path = dir.path().join("notify");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env_remove("JOURNAL_STREAM")
-        .env("NODE_NAME", "test-node")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = run_agent(&config, &notify_path, Stdio::piped());
     // The reader goes away: every later log line meets EPIPE.
     drop(child.stderr.take());
     recv_until(&notify, "READY=1", Duration::from_secs(20));
@@ -247,16 +253,8 @@ fn a_stderr_nobody_reads_does_not_stop_a_clean_exit() {
 fn a_refused_ready_notification_exits_1_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let config = one_profile_config(dir.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
-        .args(["run", "--config"])
-        .arg(&config)
-        // Nobody listens there: READY=1 cannot be sent.
-        .env("NOTIFY_SOCKET", dir.path().join("absent"))
-        .env_remove("JOURNAL_STREAM")
-        .env("NODE_NAME", "test-node")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Nobody listens there: READY=1 cannot be sent.
+    let mut child = run_agent(&config, &dir.path().join("absent"), Stdio::piped());
     let status = exits_within(&mut child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(1));
     let mut stderr = String::new();
@@ -306,15 +304,7 @@ fn a_scheduled_check_is_run_served_and_run_again_on_reload() {
     std::fs::write(&config, with_host).unwrap();
     let notify_path = dir.path().join("notify");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodeproof"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env_remove("JOURNAL_STREAM")
-        .env("NODE_NAME", "test-node")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run_agent(&config, &notify_path, Stdio::null());
     let seen = recv_until(&notify, "READY=1", Duration::from_secs(20));
     let ready = seen.iter().find(|m| m.starts_with("READY=1")).unwrap();
     assert!(ready.contains("seccomp-default warning"), "{ready}");
